@@ -1,0 +1,3 @@
+module github.com/warren-mesh/warren
+
+go 1.26

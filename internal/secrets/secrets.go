@@ -1,0 +1,30 @@
+// Package secrets is the Secrets port (DESIGN.md §3): issuer HMAC keys with key ids, and later admin keys and
+// the model API key. Adapters live in subpackages (file for warren dev, vault for production); Cache wraps
+// any of them.
+package secrets
+
+import (
+	"context"
+	"errors"
+)
+
+// Key is one version of an issuer's HMAC secret. ID is the JWT "kid" that selects it.
+type Key struct {
+	ID     string
+	Secret []byte
+}
+
+// Store yields secrets. Implementations are safe for concurrent use.
+type Store interface {
+	// IssuerKeys returns the issuer's keys newest first: the first is current, the second (if any) the
+	// previous version still accepted during rotation. ErrUnknownIssuer when the issuer has none;
+	// ErrUnavailable (wrapped) when the backing store cannot be reached.
+	IssuerKeys(ctx context.Context, issuer string) ([]Key, error)
+}
+
+var (
+	// ErrUnknownIssuer means the store answered and holds no key for that issuer.
+	ErrUnknownIssuer = errors.New("unknown issuer")
+	// ErrUnavailable means the store could not be reached.
+	ErrUnavailable = errors.New("secret store unavailable")
+)

@@ -1,0 +1,283 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// MaxFrame is the largest message either side accepts (PROTOCOL.md §2).
+const MaxFrame = 4 << 20
+
+// Client → server message types (PROTOCOL.md §3).
+const (
+	TypeInit       = "init"
+	TypeUser       = "user"
+	TypeControl    = "control"
+	TypeToolResult = "tool_result"
+	TypePing       = "ping"
+)
+
+// Server → client message types that Warren itself produces; agent events pass through with their own types.
+const (
+	TypeError    = "error"
+	TypePong     = "pong"
+	TypeToolCall = "tool_call"
+)
+
+// Control actions.
+const (
+	ActionClose       = "close"
+	ActionEndInput    = "end_input"
+	ActionInterrupt   = "interrupt"
+	ActionReady       = "ready"
+	ActionSessionInfo = "session_info"
+)
+
+// Session states (DESIGN.md §6).
+const (
+	StateIdle         = "idle"
+	StateInitializing = "initializing"
+	StateReady        = "ready"
+	StateProcessing   = "processing"
+	StateWaitingTool  = "waiting_tool"
+	StateCompleted    = "completed"
+	StateError        = "error"
+)
+
+// ClientMessage is one client → server message. Payload is kept raw and decoded by type-specific accessors
+// so unknown fields in agent-compatible messages survive relaying.
+type ClientMessage struct {
+	Type            string          `json:"type"`
+	Payload         json.RawMessage `json:"payload,omitempty"`
+	SessionID       string          `json:"session_id,omitempty"`
+	Message         json.RawMessage `json:"message,omitempty"`
+	ParentToolUseID *string         `json:"parent_tool_use_id,omitempty"`
+	UUID            string          `json:"uuid,omitempty"`
+}
+
+// SystemPrompt is either a plain string or {"type":"preset","preset":"claude_code","append":...}.
+type SystemPrompt struct {
+	Text   string `json:"-"`
+	Type   string `json:"type,omitempty"`
+	Preset string `json:"preset,omitempty"`
+	Append string `json:"append,omitempty"`
+}
+
+func (s *SystemPrompt) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, &s.Text)
+	}
+	type plain SystemPrompt
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*s = SystemPrompt(p)
+	return nil
+}
+
+func (s SystemPrompt) MarshalJSON() ([]byte, error) {
+	if s.Type == "" {
+		return json.Marshal(s.Text)
+	}
+	type plain SystemPrompt
+	return json.Marshal(plain(s))
+}
+
+// MCPTool is a tool executed by the client (PROTOCOL.md §3).
+type MCPTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	ExecuteIn   string          `json:"executeIn,omitempty"`
+}
+
+// MCPServer is one entry of SessionOptions.mcpServers.
+type MCPServer struct {
+	Name    string            `json:"name"`
+	Version string            `json:"version,omitempty"`
+	Tools   []MCPTool         `json:"tools,omitempty"`
+	Type    string            `json:"type,omitempty"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+}
+
+// SessionOptions is the init payload (PROTOCOL.md §3); every field is optional.
+type SessionOptions struct {
+	Model                  string            `json:"model,omitempty"`
+	FallbackModel          string            `json:"fallbackModel,omitempty"`
+	SystemPrompt           *SystemPrompt     `json:"systemPrompt,omitempty"`
+	MaxTurns               int               `json:"maxTurns,omitempty"`
+	MaxBudgetUSD           float64           `json:"maxBudgetUsd,omitempty"`
+	MaxThinkingTokens      int               `json:"maxThinkingTokens,omitempty"`
+	Tools                  []string          `json:"tools,omitempty"`
+	AllowedTools           []string          `json:"allowedTools,omitempty"`
+	DisallowedTools        []string          `json:"disallowedTools,omitempty"`
+	PermissionMode         string            `json:"permissionMode,omitempty"`
+	Env                    map[string]string `json:"env,omitempty"`
+	IncludePartialMessages bool              `json:"includePartialMessages,omitempty"`
+	OutputFormat           json.RawMessage   `json:"outputFormat,omitempty"`
+	SessionID              string            `json:"sessionId,omitempty"`
+	ForkSession            bool              `json:"forkSession,omitempty"`
+	Continue               bool              `json:"continue,omitempty"`
+	MCPServers             []MCPServer       `json:"mcpServers,omitempty"`
+	// Warren extensions.
+	LastSeq *int64   `json:"lastSeq,omitempty"`
+	Role    string   `json:"role,omitempty"` // "host" for possession mode (PROTOCOL.md §4)
+	Root    string   `json:"root,omitempty"`
+}
+
+// ControlPayload is the payload of a client control message.
+type ControlPayload struct {
+	Action string `json:"action"`
+}
+
+// PingPayload is the payload of ping and pong.
+type PingPayload struct {
+	Timestamp int64 `json:"timestamp"`
+}
+
+// ToolResultPayload answers a tool_call.
+type ToolResultPayload struct {
+	CallID string `json:"callId"`
+	Result struct {
+		Content []json.RawMessage `json:"content"`
+		IsError bool              `json:"isError,omitempty"`
+	} `json:"result"`
+}
+
+// ParseClientMessage decodes and validates one client frame. Every failure is an *Error with code
+// invalid_argument or payload_too_large; nothing is partially applied.
+func ParseClientMessage(b []byte) (ClientMessage, error) {
+	var m ClientMessage
+	if len(b) > MaxFrame {
+		return m, Errorf(PayloadTooLarge, "message of %d bytes exceeds the %d byte limit", len(b), MaxFrame)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&m); err != nil {
+		return ClientMessage{}, Errorf(InvalidArgument, "message is not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return ClientMessage{}, Errorf(InvalidArgument, "trailing data after the JSON message")
+	}
+	switch m.Type {
+	case TypeInit:
+		if _, err := m.Init(); err != nil {
+			return ClientMessage{}, err
+		}
+	case TypeUser:
+		if len(m.Message) == 0 || string(m.Message) == "null" {
+			return ClientMessage{}, Errorf(InvalidArgument, "user message needs a message")
+		}
+		var um struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(m.Message, &um); err != nil {
+			return ClientMessage{}, Errorf(InvalidArgument, "user message: %v", err)
+		}
+		if um.Role != "user" {
+			return ClientMessage{}, Errorf(InvalidArgument, "user message role must be \"user\", got %q", um.Role)
+		}
+		if len(um.Content) == 0 || (um.Content[0] != '"' && um.Content[0] != '[') {
+			return ClientMessage{}, Errorf(InvalidArgument, "user message content must be a string or an array of blocks")
+		}
+	case TypeControl:
+		c, err := m.Control()
+		if err != nil {
+			return ClientMessage{}, err
+		}
+		switch c.Action {
+		case ActionClose, ActionEndInput, ActionInterrupt:
+		default:
+			return ClientMessage{}, Errorf(InvalidArgument, "unknown control action %q", c.Action)
+		}
+	case TypeToolResult:
+		var p ToolResultPayload
+		if err := json.Unmarshal(m.Payload, &p); err != nil || p.CallID == "" {
+			return ClientMessage{}, Errorf(InvalidArgument, "tool_result needs payload.callId")
+		}
+	case TypePing:
+		if len(m.Payload) > 0 {
+			var p PingPayload
+			if err := json.Unmarshal(m.Payload, &p); err != nil {
+				return ClientMessage{}, Errorf(InvalidArgument, "ping payload: %v", err)
+			}
+		}
+	case "":
+		return ClientMessage{}, Errorf(InvalidArgument, "message has no type")
+	default:
+		return ClientMessage{}, Errorf(InvalidArgument, "unknown message type %q", m.Type)
+	}
+	return m, nil
+}
+
+// Init decodes the init payload.
+func (m ClientMessage) Init() (SessionOptions, error) {
+	var o SessionOptions
+	if len(m.Payload) == 0 || string(m.Payload) == "null" {
+		return o, nil
+	}
+	if err := json.Unmarshal(m.Payload, &o); err != nil {
+		return SessionOptions{}, Errorf(InvalidArgument, "init payload: %v", err)
+	}
+	return o, nil
+}
+
+// Control decodes a control payload.
+func (m ClientMessage) Control() (ControlPayload, error) {
+	var c ControlPayload
+	if err := json.Unmarshal(m.Payload, &c); err != nil {
+		return c, Errorf(InvalidArgument, "control payload: %v", err)
+	}
+	return c, nil
+}
+
+// ServerMessage builders. Each returns one encoded frame without seq; WithSeq adds it.
+
+// Control encodes {"type":"control","payload":{"action":A,"data":D}}.
+func Control(action string, data any) []byte {
+	return mustJSON(map[string]any{"type": TypeControl, "payload": map[string]any{"action": action, "data": data}})
+}
+
+// ErrorMessage encodes {"type":"error","payload":{code,message,details}}.
+func ErrorMessage(e *Error) []byte {
+	return mustJSON(map[string]any{"type": TypeError, "payload": e})
+}
+
+// Pong answers a ping with the same payload.
+func Pong(payload json.RawMessage) []byte {
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	return mustJSON(map[string]any{"type": TypePong, "payload": payload})
+}
+
+// WithSeq adds "seq": n to an encoded JSON object, leaving the rest byte-for-byte as it was (agent events are
+// relayed as Claude Code emitted them). A non-object is returned unchanged.
+func WithSeq(obj []byte, seq int64) []byte {
+	obj = bytes.TrimRight(obj, " \t\r\n")
+	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+		return obj
+	}
+	out := make([]byte, 0, len(obj)+24)
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendInt(out, seq, 10)
+	inner := bytes.TrimSpace(obj[1 : len(obj)-1])
+	if len(inner) > 0 {
+		out = append(out, ',')
+		out = append(out, inner...)
+	}
+	return append(out, '}')
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("wire: encoding a server message: " + err.Error())
+	}
+	return b
+}

@@ -1,0 +1,12 @@
+package scheduler
+
+import "errors"
+
+var (
+	// ErrNotFound: no placement row for that user.
+	ErrNotFound = errors.New("placement not found")
+	// ErrConflict: a compare-and-set claim lost to another claimant.
+	ErrConflict = errors.New("placement claimed concurrently")
+	// ErrStaleEpoch: a write carried an epoch older than the stored one.
+	ErrStaleEpoch = errors.New("stale placement epoch")
+)
