@@ -1,0 +1,130 @@
+package billing_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/ledgertest"
+	"github.com/warren-mesh/warren/billing/sqlite"
+)
+
+func openLedger(t testing.TB) *sqlite.Ledger {
+	t.Helper()
+	l, err := sqlite.New(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestAdmit(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t)
+	acct := ledgertest.Day
+	ledgertest.MustRecord(t, l, ledgertest.AI("a", acct, 500))
+	ledgertest.MustRecord(t, l, ledgertest.Compute("c", acct, 30))
+	for _, tc := range []struct {
+		name    string
+		budget  billing.Budget
+		wantErr bool
+		mention []string // dimensions the error names
+		silent  []string // dimensions it must not name
+	}{
+		{"room in both", billing.Budget{AIMicros: 501, ComputeSeconds: 31}, false, nil, nil},
+		{"unlimited", billing.Budget{AIMicros: -1, ComputeSeconds: -1}, false, nil, nil},
+		{"ai spent", billing.Budget{AIMicros: 500, ComputeSeconds: -1}, true, []string{"ai 500 of 500"}, []string{"compute"}},
+		{"compute spent", billing.Budget{AIMicros: 1000, ComputeSeconds: 30}, true, []string{"compute 30 of 30"}, []string{"ai "}},
+		{"both spent", billing.Budget{AIMicros: 10, ComputeSeconds: 10}, true, []string{"ai 500 of 10", "compute 30 of 10"}, nil},
+		{"zero allowance", billing.Budget{AIMicros: 0, ComputeSeconds: 0}, true, []string{"ai 500 of 0", "compute 30 of 0"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := billing.Admit(ctx, l, acct, tc.budget)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("Admit: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, billing.ErrBudgetExceeded) {
+				t.Fatalf("Admit: %v, want ErrBudgetExceeded", err)
+			}
+			for _, m := range tc.mention {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error %q does not name %q", err, m)
+				}
+			}
+			for _, m := range tc.silent {
+				if strings.Contains(err.Error(), m) {
+					t.Errorf("error %q names %q", err, m)
+				}
+			}
+		})
+	}
+}
+
+func TestAdmitUnavailable(t *testing.T) {
+	l := openLedger(t)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Even an unlimited budget is refused: a new session must not start on a ledger nobody can reach.
+	err := billing.Admit(context.Background(), l, ledgertest.Day, billing.Budget{AIMicros: -1, ComputeSeconds: -1})
+	if !errors.Is(err, billing.ErrUnavailable) {
+		t.Fatalf("Admit on closed ledger: %v, want ErrUnavailable", err)
+	}
+	if errors.Is(err, billing.ErrBudgetExceeded) {
+		t.Fatalf("Admit on closed ledger claims the budget is spent: %v", err)
+	}
+}
+
+func TestWindowStart(t *testing.T) {
+	// 2030-03-07 is a Thursday.
+	at := time.Date(2030, 3, 7, 13, 45, 30, 500, time.FixedZone("UTC-8", -8*3600)) // 21:45:30 UTC
+	for _, tc := range []struct {
+		w    billing.Window
+		t    time.Time
+		want time.Time
+	}{
+		{billing.Hour, at, time.Date(2030, 3, 7, 21, 0, 0, 0, time.UTC)},
+		{billing.Day, at, time.Date(2030, 3, 7, 0, 0, 0, 0, time.UTC)},
+		{billing.Week, at, time.Date(2030, 3, 4, 0, 0, 0, 0, time.UTC)},
+		{billing.Month, at, time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC)},
+		{billing.Lifetime, at, time.Time{}},
+		{"fortnight", at, time.Time{}},
+		// Local time is past midnight but UTC is still the previous day.
+		{billing.Day, time.Date(2030, 3, 8, 1, 0, 0, 0, time.FixedZone("UTC+3", 3*3600)), time.Date(2030, 3, 7, 0, 0, 0, 0, time.UTC)},
+		// Monday itself, and Sunday belonging to the week before.
+		{billing.Week, time.Date(2030, 3, 4, 0, 0, 0, 0, time.UTC), time.Date(2030, 3, 4, 0, 0, 0, 0, time.UTC)},
+		{billing.Week, time.Date(2030, 3, 10, 23, 59, 59, 0, time.UTC), time.Date(2030, 3, 4, 0, 0, 0, 0, time.UTC)},
+		// Weeks and months across year ends.
+		{billing.Week, time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), time.Date(2029, 12, 31, 0, 0, 0, 0, time.UTC)},
+		{billing.Week, time.Date(2031, 1, 4, 12, 0, 0, 0, time.UTC), time.Date(2030, 12, 30, 0, 0, 0, 0, time.UTC)},
+		{billing.Month, time.Date(2030, 12, 31, 23, 59, 59, 0, time.UTC), time.Date(2030, 12, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(string(tc.w)+"/"+tc.t.Format(time.RFC3339), func(t *testing.T) {
+			got := billing.WindowStart(tc.w, tc.t)
+			if !got.Equal(tc.want) || got.Location() != time.UTC {
+				t.Fatalf("WindowStart(%s, %v) = %v, want %v UTC", tc.w, tc.t, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWindowValid(t *testing.T) {
+	for _, w := range []billing.Window{billing.Hour, billing.Day, billing.Week, billing.Month, billing.Lifetime} {
+		if !w.Valid() {
+			t.Errorf("%q not valid", w)
+		}
+	}
+	for _, w := range []billing.Window{"", "fortnight", "Day"} {
+		if w.Valid() {
+			t.Errorf("%q valid", w)
+		}
+	}
+}

@@ -1,0 +1,164 @@
+// Package sqlite is the embedded billing.Ledger used by warren dev: usage events and per-window totals in one
+// SQLite file. Recording is idempotent by event key, and the totals move in the same transaction as the event
+// insert, so a redelivered event can never be counted twice.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/sqlitedb"
+)
+
+// migrations are append-only; see sqlitedb.Migrate. Times are Unix seconds UTC (window_start, 0 for the
+// lifetime window) and Unix nanoseconds UTC (at).
+var migrations = []string{
+	`CREATE TABLE usage_events (
+		key             TEXT    PRIMARY KEY,
+		issuer          TEXT    NOT NULL,
+		"user"          TEXT    NOT NULL,
+		"window"        TEXT    NOT NULL,
+		window_start    INTEGER NOT NULL,
+		kind            TEXT    NOT NULL,
+		model           TEXT    NOT NULL DEFAULT '',
+		ai_micros       INTEGER NOT NULL CHECK (ai_micros >= 0),
+		compute_seconds INTEGER NOT NULL CHECK (compute_seconds >= 0),
+		at              INTEGER NOT NULL
+	);
+	CREATE TABLE usage_totals (
+		issuer          TEXT    NOT NULL,
+		"user"          TEXT    NOT NULL,
+		"window"        TEXT    NOT NULL,
+		window_start    INTEGER NOT NULL,
+		ai_micros       INTEGER NOT NULL DEFAULT 0,
+		compute_seconds INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (issuer, "user", "window", window_start)
+	)`,
+}
+
+// Ledger is a billing.Ledger over a SQLite file.
+type Ledger struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+var _ billing.Ledger = (*Ledger)(nil)
+
+// Option configures New.
+type Option func(*Ledger)
+
+// WithClock sets the clock that stamps events recorded without At (default time.Now).
+func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
+
+// New opens (creating and migrating if needed) the ledger database at path.
+func New(ctx context.Context, path string, opts ...Option) (*Ledger, error) {
+	l := &Ledger{now: time.Now}
+	for _, o := range opts {
+		o(l)
+	}
+	db, err := sqlitedb.Open(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if err := sqlitedb.Migrate(ctx, db, "ledger", migrations); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	l.db = db
+	return l, nil
+}
+
+// Close closes the database. It is safe to call more than once; afterwards every call fails with
+// ErrUnavailable.
+func (l *Ledger) Close() error {
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("close ledger: %w", err)
+	}
+	return nil
+}
+
+// Usage reads the account's running totals. Database failures wrap billing.ErrUnavailable.
+func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage, error) {
+	if err := acct.Validate(); err != nil {
+		return billing.Usage{}, fmt.Errorf("usage: %w", err)
+	}
+	var u billing.Usage
+	err := l.db.QueryRowContext(ctx, `SELECT ai_micros, compute_seconds FROM usage_totals
+		WHERE issuer = ? AND "user" = ? AND "window" = ? AND window_start = ?`,
+		acct.Issuer, acct.User, string(acct.Window), windowStart(acct)).Scan(&u.AIMicros, &u.ComputeSeconds)
+	if errors.Is(err, sql.ErrNoRows) {
+		return billing.Usage{}, nil
+	}
+	if err != nil {
+		return billing.Usage{}, fmt.Errorf("usage of %s/%s: %w: %w", acct.Issuer, acct.User, billing.ErrUnavailable, err)
+	}
+	return u, nil
+}
+
+// Record inserts the event unless its key is already stored and, only if it inserted, adds its amounts to
+// the account's totals, all in one transaction. An event without At is stamped with the ledger's clock.
+// Invalid events wrap billing.ErrInvalid; database failures wrap billing.ErrUnavailable.
+func (l *Ledger) Record(ctx context.Context, ev billing.UsageEvent) error {
+	if err := ev.Validate(); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	if err := l.record(ctx, ev); err != nil {
+		return fmt.Errorf("record usage event %s: %w: %w", ev.Key, billing.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (l *Ledger) record(ctx context.Context, ev billing.UsageEvent) error {
+	at := ev.At
+	if at.IsZero() {
+		at = l.now()
+	}
+	acct, start := ev.Account, windowStart(ev.Account)
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `INSERT INTO usage_events
+		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO NOTHING`,
+		ev.Key, acct.Issuer, acct.User, string(acct.Window), start, ev.Kind, ev.Model,
+		ev.AIMicros, ev.ComputeSeconds, at.UTC().UnixNano())
+	if err != nil {
+		return fmt.Errorf("insert event: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("insert event: %w", err)
+	}
+	if n == 0 {
+		return nil // already recorded: the first delivery counted it
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO usage_totals
+		(issuer, "user", "window", window_start, ai_micros, compute_seconds)
+		VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (issuer, "user", "window", window_start) DO UPDATE SET
+			ai_micros       = ai_micros + excluded.ai_micros,
+			compute_seconds = compute_seconds + excluded.compute_seconds`,
+		acct.Issuer, acct.User, string(acct.Window), start, ev.AIMicros, ev.ComputeSeconds); err != nil {
+		return fmt.Errorf("add to totals: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// windowStart is the stored form of the account's window start: Unix seconds UTC, 0 for the lifetime window.
+// Sub-second starts are truncated.
+func windowStart(a billing.Account) int64 {
+	if a.Window == billing.Lifetime {
+		return 0
+	}
+	return a.WindowStart.Unix()
+}

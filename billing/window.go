@@ -1,0 +1,71 @@
+package billing
+
+import (
+	"fmt"
+	"time"
+)
+
+// Valid reports whether w is one of the known windows.
+func (w Window) Valid() bool {
+	switch w {
+	case Hour, Day, Week, Month, Lifetime:
+		return true
+	}
+	return false
+}
+
+// WindowStart returns the start, in UTC, of the window of kind w that contains t: the hour, the day, the week
+// beginning on Monday, or the month. Lifetime and unknown windows have the zero start.
+func WindowStart(w Window, t time.Time) time.Time {
+	t = t.UTC()
+	y, m, d := t.Date()
+	switch w {
+	case Hour:
+		return t.Truncate(time.Hour)
+	case Day:
+		return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	case Week:
+		sinceMonday := (int(t.Weekday()) + 6) % 7
+		return time.Date(y, m, d-sinceMonday, 0, 0, 0, 0, time.UTC)
+	case Month:
+		return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Time{}
+}
+
+// Validate reports, wrapping ErrInvalid, an account without issuer or user, with an unknown window, without a
+// start for a bounded window, or with a start for Lifetime. Starts are not required to be aligned: a
+// customer may mint tokens whose day begins at the user's local midnight.
+func (a Account) Validate() error {
+	switch {
+	case a.Issuer == "":
+		return fmt.Errorf("account without issuer: %w", ErrInvalid)
+	case a.User == "":
+		return fmt.Errorf("account %s without user: %w", a.Issuer, ErrInvalid)
+	case !a.Window.Valid():
+		return fmt.Errorf("account %s/%s: unknown window %q: %w", a.Issuer, a.User, a.Window, ErrInvalid)
+	case a.Window == Lifetime && !a.WindowStart.IsZero():
+		return fmt.Errorf("account %s/%s: lifetime window with a start: %w", a.Issuer, a.User, ErrInvalid)
+	case a.Window != Lifetime && a.WindowStart.IsZero():
+		return fmt.Errorf("account %s/%s: %s window without a start: %w", a.Issuer, a.User, a.Window, ErrInvalid)
+	}
+	return nil
+}
+
+// Validate reports, wrapping ErrInvalid, an event without key, with an invalid account, an unknown kind or a
+// negative amount.
+func (ev UsageEvent) Validate() error {
+	if ev.Key == "" {
+		return fmt.Errorf("usage event without key: %w", ErrInvalid)
+	}
+	if err := ev.Account.Validate(); err != nil {
+		return fmt.Errorf("usage event %s: %w", ev.Key, err)
+	}
+	switch {
+	case ev.Kind != KindAI && ev.Kind != KindCompute:
+		return fmt.Errorf("usage event %s: unknown kind %q: %w", ev.Key, ev.Kind, ErrInvalid)
+	case ev.AIMicros < 0 || ev.ComputeSeconds < 0:
+		return fmt.Errorf("usage event %s: negative amount (ai %d, compute %d): %w", ev.Key, ev.AIMicros, ev.ComputeSeconds, ErrInvalid)
+	}
+	return nil
+}

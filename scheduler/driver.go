@@ -1,0 +1,40 @@
+package scheduler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Spec is what a driver needs to start one user's sandbox.
+type Spec struct {
+	ID     string // stable per (Issuer, User): SandboxID
+	Issuer string
+	User   string
+	Epoch  int64
+	Region string
+}
+
+// Sandbox is a started runner.
+type Sandbox struct {
+	Alloc  string          // the driver's id (a pid locally, an allocation id on Nomad)
+	Addr   string          // host:port of the runner's internal API
+	Key    string          // bearer key the runner requires from the edge
+	Exited <-chan struct{} // closed when the runner is gone
+}
+
+// Driver starts and stops sandboxes. Safe for concurrent use.
+type Driver interface {
+	// Start launches a runner for spec and returns once it is listening. It fails when ctx ends first,
+	// leaving nothing running.
+	Start(ctx context.Context, spec Spec) (Sandbox, error)
+	// Stop ends the sandbox alloc and returns once it is gone or ctx ends. Stopping a gone sandbox is nil.
+	Stop(ctx context.Context, alloc string) error
+}
+
+// SandboxID names (issuer, user) in paths and job names: a hash, so user-controlled strings never reach a
+// file system path or a scheduler's job name.
+func SandboxID(issuer, user string) string {
+	h := sha256.Sum256([]byte(issuer + "\x00" + user))
+	return hex.EncodeToString(h[:16])
+}

@@ -1,0 +1,227 @@
+// Package placementstest is the contract suite for scheduler.Placements. Every adapter's tests call Run
+// (litestream's RunWithReplicaClient pattern), so the embedded and production stores promise the same thing.
+package placementstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/warren-mesh/warren/scheduler"
+)
+
+// Racers is how many goroutines ClaimRace sets against each other.
+const Racers = 50
+
+// Run runs the contract suite. open returns a new, empty store for each subtest and arranges its closing
+// with t.Cleanup.
+func Run(t *testing.T, open func(t *testing.T) scheduler.Placements) {
+	t.Helper()
+	t.Run("GetMissing", func(t *testing.T) {
+		p := open(t)
+		_, err := p.Get(context.Background(), "iss", "nobody")
+		if !errors.Is(err, scheduler.ErrNotFound) {
+			t.Fatalf("Get missing: %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("FirstClaim", func(t *testing.T) { testFirstClaim(t, open(t)) })
+	t.Run("ClaimWrongExpect", func(t *testing.T) { testClaimWrongExpect(t, open(t)) })
+	t.Run("SuccessiveClaims", func(t *testing.T) { testSuccessiveClaims(t, open(t)) })
+	t.Run("Update", func(t *testing.T) { testUpdate(t, open(t)) })
+	t.Run("UpdateStale", func(t *testing.T) { testUpdateStale(t, open(t)) })
+	t.Run("ConcurrentClaims", func(t *testing.T) { ClaimRace(t, open(t)) })
+	t.Run("UsersIndependent", func(t *testing.T) { testUsersIndependent(t, open(t)) })
+}
+
+func testFirstClaim(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	got := MustClaim(t, p, "iss", "u", "eu", 0)
+	want := scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: scheduler.StateStarting}
+	AssertPlacement(t, got, want)
+	if got.Updated.IsZero() {
+		t.Error("claim returned a zero Updated")
+	}
+	stored, err := p.Get(ctx, "iss", "u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	AssertPlacement(t, stored, want)
+	if stored.Updated.IsZero() {
+		t.Error("stored placement has a zero Updated")
+	}
+}
+
+func testClaimWrongExpect(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	// No row yet: only expect 0 may claim.
+	for _, expect := range []int64{1, 2, -1} {
+		if _, err := p.Claim(ctx, "iss", "u", "eu", expect); !errors.Is(err, scheduler.ErrConflict) {
+			t.Errorf("Claim(expect %d) on missing row: %v, want ErrConflict", expect, err)
+		}
+	}
+	if _, err := p.Get(ctx, "iss", "u"); !errors.Is(err, scheduler.ErrNotFound) {
+		t.Fatalf("failed claims created a row: %v", err)
+	}
+	MustClaim(t, p, "iss", "u", "eu", 0)
+	for _, expect := range []int64{0, 2, 7} {
+		if _, err := p.Claim(ctx, "iss", "u", "us", expect); !errors.Is(err, scheduler.ErrConflict) {
+			t.Errorf("Claim(expect %d) at epoch 1: %v, want ErrConflict", expect, err)
+		}
+	}
+	AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: scheduler.StateStarting})
+}
+
+func testSuccessiveClaims(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	regions := []string{"eu", "us", "ap", "eu", "us"}
+	for i, region := range regions {
+		expect := int64(i)
+		got := MustClaim(t, p, "iss", "u", region, expect)
+		want := scheduler.Placement{Issuer: "iss", User: "u", Region: region, Epoch: expect + 1, State: scheduler.StateStarting}
+		AssertPlacement(t, got, want)
+		AssertStored(t, p, want)
+		// A claim resets whatever the previous owner left.
+		if err := p.Update(ctx, "iss", "u", got.Epoch, scheduler.StateRunning, fmt.Sprintf("alloc-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testUpdate(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	pl := MustClaim(t, p, "iss", "u", "eu", 0)
+	steps := []struct {
+		state scheduler.State
+		alloc string
+	}{
+		{scheduler.StateRunning, "alloc-1"},
+		{scheduler.StateRunning, "alloc-2"},
+		{scheduler.StateAsleep, ""},
+		{scheduler.StateStarting, "alloc-3"},
+	}
+	for _, s := range steps {
+		if err := p.Update(ctx, "iss", "u", pl.Epoch, s.state, s.alloc); err != nil {
+			t.Fatalf("Update(%s, %q): %v", s.state, s.alloc, err)
+		}
+		AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: s.state, Alloc: s.alloc})
+	}
+	if err := p.Update(ctx, "iss", "nobody", 1, scheduler.StateRunning, "a"); !errors.Is(err, scheduler.ErrNotFound) {
+		t.Errorf("Update missing: %v, want ErrNotFound", err)
+	}
+}
+
+func testUpdateStale(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	old := MustClaim(t, p, "iss", "u", "eu", 0)
+	if err := p.Update(ctx, "iss", "u", old.Epoch, scheduler.StateRunning, "old"); err != nil {
+		t.Fatal(err)
+	}
+	cur := MustClaim(t, p, "iss", "u", "us", old.Epoch)
+	if err := p.Update(ctx, "iss", "u", cur.Epoch, scheduler.StateRunning, "new"); err != nil {
+		t.Fatal(err)
+	}
+	want := scheduler.Placement{Issuer: "iss", User: "u", Region: "us", Epoch: 2, State: scheduler.StateRunning, Alloc: "new"}
+	for _, epoch := range []int64{old.Epoch, cur.Epoch + 1, 0} {
+		err := p.Update(ctx, "iss", "u", epoch, scheduler.StateAsleep, "stale")
+		if !errors.Is(err, scheduler.ErrStaleEpoch) {
+			t.Errorf("Update at epoch %d with stored %d: %v, want ErrStaleEpoch", epoch, cur.Epoch, err)
+		}
+		AssertStored(t, p, want)
+	}
+}
+
+func testUsersIndependent(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	keys := []struct{ iss, user string }{{"iss", "a"}, {"iss", "b"}, {"iss2", "a"}}
+	for _, k := range keys {
+		AssertPlacement(t, MustClaim(t, p, k.iss, k.user, "eu", 0),
+			scheduler.Placement{Issuer: k.iss, User: k.user, Region: "eu", Epoch: 1, State: scheduler.StateStarting})
+	}
+	MustClaim(t, p, "iss", "a", "us", 1)
+	if err := p.Update(ctx, "iss", "a", 2, scheduler.StateRunning, "x"); err != nil {
+		t.Fatal(err)
+	}
+	AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "a", Region: "us", Epoch: 2, State: scheduler.StateRunning, Alloc: "x"})
+	for _, k := range keys[1:] {
+		AssertStored(t, p, scheduler.Placement{Issuer: k.iss, User: k.user, Region: "eu", Epoch: 1, State: scheduler.StateStarting})
+	}
+}
+
+// ClaimRace sets Racers goroutines, spread over stores (which must share one database, as several processes
+// would), claiming one user with the same expected epoch, twice over: exactly one claim may win each round,
+// the rest must fail with ErrConflict.
+func ClaimRace(t *testing.T, stores ...scheduler.Placements) {
+	t.Helper()
+	if len(stores) == 0 {
+		t.Fatal("ClaimRace: no stores")
+	}
+	ctx := context.Background()
+	for expect := range int64(2) {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []scheduler.Placement
+			errs    []error
+		)
+		for i := range Racers {
+			p := stores[i%len(stores)]
+			region := fmt.Sprintf("r%d", i)
+			wg.Go(func() {
+				pl, err := p.Claim(ctx, "iss", "contended", region, expect)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners = append(winners, pl)
+				case !errors.Is(err, scheduler.ErrConflict):
+					errs = append(errs, err)
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			t.Errorf("claim at %d: %v, want nil or ErrConflict", expect, err)
+		}
+		if len(winners) != 1 {
+			t.Fatalf("claim at %d: %d winners, want exactly 1", expect, len(winners))
+		}
+		w := winners[0]
+		if w.Epoch != expect+1 {
+			t.Fatalf("winner's epoch = %d, want %d", w.Epoch, expect+1)
+		}
+		for _, p := range stores {
+			AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "contended", Region: w.Region, Epoch: expect + 1, State: scheduler.StateStarting})
+		}
+	}
+}
+
+// MustClaim claims or fails the test.
+func MustClaim(t testing.TB, p scheduler.Placements, issuer, user, region string, expect int64) scheduler.Placement {
+	t.Helper()
+	pl, err := p.Claim(context.Background(), issuer, user, region, expect)
+	if err != nil {
+		t.Fatalf("Claim(%s/%s, %s, %d): %v", issuer, user, region, expect, err)
+	}
+	return pl
+}
+
+// AssertStored checks what Get returns for want's issuer and user, ignoring Updated.
+func AssertStored(t testing.TB, p scheduler.Placements, want scheduler.Placement) {
+	t.Helper()
+	got, err := p.Get(context.Background(), want.Issuer, want.User)
+	if err != nil {
+		t.Fatalf("Get(%s/%s): %v", want.Issuer, want.User, err)
+	}
+	AssertPlacement(t, got, want)
+}
+
+// AssertPlacement compares every field but Updated, whose precision depends on the store.
+func AssertPlacement(t testing.TB, got, want scheduler.Placement) {
+	t.Helper()
+	got.Updated = want.Updated
+	if got != want {
+		t.Fatalf("placement = %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,347 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	Region        string
+	Placements    Placements
+	Registry      registry.Registry
+	Driver        Driver
+	Ledger        billing.Ledger // compute seconds are recorded here; nil disables metering
+	StartTimeout  time.Duration  // how long one sandbox may take to become ready (default 30s)
+	MeterInterval time.Duration  // how often live sandboxes' compute seconds are recorded (default 10s)
+	Logger        *slog.Logger
+	Metrics       prometheus.Registerer // nil: metrics are not registered
+	Now           func() time.Time
+}
+
+// Request asks for the sandbox of (Issuer, User); Account is charged for its compute time.
+type Request struct {
+	Issuer  string
+	User    string
+	Account billing.Account
+}
+
+// Scheduler gives every (issuer, user) at most one live runner. Safe for concurrent use.
+type Scheduler struct {
+	cfg     Config
+	log     *slog.Logger
+	sf      singleflight.Group
+	metrics metrics
+
+	mu     sync.Mutex
+	live   map[string]*live // by SandboxID
+	closed bool
+	wg     sync.WaitGroup
+	stop   chan struct{}
+}
+
+type live struct {
+	entry   registry.Entry
+	sb      Sandbox
+	account billing.Account
+	stopped chan struct{} // closed when the supervisor finished
+}
+
+type metrics struct {
+	starts       *prometheus.CounterVec
+	startLatency prometheus.Histogram
+	live         prometheus.GaugeFunc
+	computeSecs  prometheus.Counter
+}
+
+// New validates cfg and returns a Scheduler. Call Close to stop every sandbox it started.
+func New(cfg Config) (*Scheduler, error) {
+	if cfg.Placements == nil || cfg.Registry == nil || cfg.Driver == nil {
+		return nil, errors.New("scheduler: placements, registry and driver are required")
+	}
+	if cfg.Region == "" {
+		return nil, errors.New("scheduler: region is required")
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.MeterInterval <= 0 {
+		cfg.MeterInterval = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, live: map[string]*live{}, stop: make(chan struct{})}
+	s.metrics = metrics{
+		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_sandbox_starts_total", Help: "Sandbox starts by outcome.",
+		}, []string{"outcome"}),
+		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "warren_sandbox_start_seconds", Help: "Time from claim to a listening runner.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+		}),
+		live: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "warren_sandboxes_live", Help: "Sandboxes this scheduler supervises.",
+		}, func() float64 { s.mu.Lock(); defer s.mu.Unlock(); return float64(len(s.live)) }),
+		computeSecs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_compute_seconds_total", Help: "Sandbox compute seconds recorded to the ledger.",
+		}),
+	}
+	if cfg.Metrics != nil {
+		for _, c := range []prometheus.Collector{s.metrics.starts, s.metrics.startLatency, s.metrics.live, s.metrics.computeSecs} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("scheduler: register metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Ensure returns the live runner of req's user, starting one if there is none. Concurrent calls for one user
+// share one start; across processes the placement compare-and-set decides who starts it. Errors are
+// *wire.Error (unavailable, timeout) ready for a client.
+func (s *Scheduler) Ensure(ctx context.Context, req Request) (registry.Entry, error) {
+	if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
+		s.charge(SandboxID(req.Issuer, req.User), req.Account)
+		return e, nil
+	} else if !errors.Is(err, registry.ErrNotFound) {
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "sandbox registry unavailable")
+	}
+	id := SandboxID(req.Issuer, req.User)
+	ch := s.sf.DoChan(id, func() (any, error) {
+		// The start outlives any one caller: others may be waiting on it.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
+		defer cancel()
+		return s.start(sctx, id, req)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return registry.Entry{}, r.Err
+		}
+		return r.Val.(registry.Entry), nil
+	case <-ctx.Done():
+		return registry.Entry{}, wire.Wrap(wire.Timeout, ctx.Err(), "gave up waiting for the sandbox to start")
+	}
+}
+
+// Forget tells the scheduler that e could not be reached: the runner is stopped and deregistered so the next
+// Ensure starts a fresh one under a higher epoch.
+func (s *Scheduler) Forget(ctx context.Context, e registry.Entry) {
+	id := SandboxID(e.Issuer, e.User)
+	s.mu.Lock()
+	l := s.live[id]
+	s.mu.Unlock()
+	if l != nil && l.entry.Epoch == e.Epoch {
+		if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
+			s.log.Warn("stop unreachable runner", "issuer", e.Issuer, "user", e.User, "epoch", e.Epoch, "err", err)
+		}
+		select {
+		case <-l.stopped:
+		case <-ctx.Done():
+		}
+		return
+	}
+	_ = s.cfg.Registry.Deregister(ctx, e.Issuer, e.User, e.Epoch)
+}
+
+func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry.Entry, error) {
+	log := s.log.With("issuer", req.Issuer, "user", req.User)
+	// Another caller may have finished a start between our lookup and the singleflight.
+	if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
+		return e, nil
+	}
+	begin := time.Now()
+	expect := int64(0)
+	p, err := s.cfg.Placements.Get(ctx, req.Issuer, req.User)
+	switch {
+	case err == nil:
+		expect = p.Epoch
+	case errors.Is(err, ErrNotFound):
+	default:
+		s.metrics.starts.WithLabelValues("error").Inc()
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "placement store unavailable")
+	}
+	claimed, err := s.cfg.Placements.Claim(ctx, req.Issuer, req.User, s.cfg.Region, expect)
+	if errors.Is(err, ErrConflict) {
+		// Another scheduler claimed it: wait for its runner to register.
+		return s.awaitOther(ctx, req)
+	}
+	if err != nil {
+		s.metrics.starts.WithLabelValues("error").Inc()
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "claim sandbox placement")
+	}
+	log = log.With("epoch", claimed.Epoch)
+	sb, err := s.cfg.Driver.Start(ctx, Spec{ID: id, Issuer: req.Issuer, User: req.User, Epoch: claimed.Epoch, Region: s.cfg.Region})
+	if err != nil {
+		s.metrics.starts.WithLabelValues("error").Inc()
+		log.Error("start sandbox", "err", err)
+		if uerr := s.cfg.Placements.Update(context.WithoutCancel(ctx), req.Issuer, req.User, claimed.Epoch, StateAsleep, ""); uerr != nil {
+			log.Warn("mark failed placement asleep", "err", uerr)
+		}
+		if ctx.Err() != nil {
+			return registry.Entry{}, wire.Wrap(wire.Timeout, err, "the sandbox did not start in time")
+		}
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "the sandbox could not be started")
+	}
+	entry := registry.Entry{
+		Issuer: req.Issuer, User: req.User, Epoch: claimed.Epoch, Region: s.cfg.Region,
+		Alloc: sb.Alloc, Addr: sb.Addr, Key: sb.Key, Since: s.cfg.Now(),
+	}
+	l := &live{entry: entry, sb: sb, account: req.Account, stopped: make(chan struct{})}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
+		return registry.Entry{}, wire.Errorf(wire.Unavailable, "the scheduler is shutting down")
+	}
+	s.live[id] = l
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.supervise(id, l, log)
+
+	if err := s.cfg.Placements.Update(ctx, req.Issuer, req.User, claimed.Epoch, StateRunning, sb.Alloc); err != nil {
+		// A newer claim fenced us off: this runner must not serve.
+		log.Warn("placement fenced after start", "err", err)
+		_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "the sandbox moved while starting; retry")
+	}
+	if err := s.cfg.Registry.Register(ctx, entry); err != nil {
+		_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "register sandbox")
+	}
+	s.metrics.starts.WithLabelValues("ok").Inc()
+	s.metrics.startLatency.Observe(time.Since(begin).Seconds())
+	log.Info("sandbox started", "alloc", sb.Alloc, "addr", sb.Addr, "ms", time.Since(begin).Milliseconds())
+	return entry, nil
+}
+
+// awaitOther polls the registry until a runner registered by another claimant shows up.
+func (s *Scheduler) awaitOther(ctx context.Context, req Request) (registry.Entry, error) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
+			return e, nil
+		}
+		select {
+		case <-ctx.Done():
+			return registry.Entry{}, wire.Wrap(wire.Timeout, ctx.Err(), "another edge is starting this sandbox; it did not become ready in time")
+		case <-t.C:
+		}
+	}
+}
+
+// supervise waits for the runner to exit (or the scheduler to close), meters its compute time meanwhile,
+// then deregisters it and marks the placement asleep, fenced by its epoch.
+func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
+	defer s.wg.Done()
+	defer close(l.stopped)
+	tick := time.NewTicker(s.cfg.MeterInterval)
+	defer tick.Stop()
+	last := s.cfg.Now()
+	var carry time.Duration
+	seq := 0
+	meter := func() {
+		now := s.cfg.Now()
+		carry += now.Sub(last)
+		last = now
+		secs := int64(carry / time.Second)
+		if secs <= 0 || s.cfg.Ledger == nil {
+			return
+		}
+		s.mu.Lock()
+		acct := l.account
+		s.mu.Unlock()
+		seq++
+		ev := billing.UsageEvent{
+			Key:     fmt.Sprintf("compute/%s/%d/%d", id, l.entry.Epoch, seq),
+			Account: acct, Kind: billing.KindCompute, ComputeSeconds: secs, At: now,
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.cfg.Ledger.Record(ctx, ev); err != nil {
+			// Kept in carry and retried next tick under a new key; spooling to disk comes with the
+			// budgets work (DESIGN.md §5).
+			seq--
+			log.Warn("record compute usage", "err", err)
+			return
+		}
+		carry -= time.Duration(secs) * time.Second
+		s.metrics.computeSecs.Add(float64(secs))
+	}
+	for done := false; !done; {
+		select {
+		case <-tick.C:
+			meter()
+		case <-l.sb.Exited:
+			done = true
+		case <-s.stop:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
+				log.Warn("stop sandbox on shutdown", "err", err)
+			}
+			cancel()
+			<-l.sb.Exited
+			done = true
+		}
+	}
+	meter()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.cfg.Registry.Deregister(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch); err != nil {
+		log.Warn("deregister runner", "err", err)
+	}
+	if err := s.cfg.Placements.Update(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch, StateAsleep, ""); err != nil && !errors.Is(err, ErrStaleEpoch) {
+		log.Warn("mark placement asleep", "err", err)
+	}
+	s.mu.Lock()
+	if s.live[id] == l {
+		delete(s.live, id)
+	}
+	s.mu.Unlock()
+	log.Info("sandbox exited", "alloc", l.sb.Alloc)
+}
+
+// charge makes later compute of the user's live sandbox count against acct (the newest token's window).
+func (s *Scheduler) charge(id string, acct billing.Account) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.live[id]; l != nil && acct.Issuer != "" {
+		l.account = acct
+	}
+}
+
+// Live is the number of sandboxes this scheduler supervises.
+func (s *Scheduler) Live() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live)
+}
+
+// Close stops every sandbox this scheduler started, records their last compute seconds, and waits. It is
+// idempotent.
+func (s *Scheduler) Close() error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.stop)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}

@@ -1,0 +1,164 @@
+// Package sqlite is the embedded scheduler.Placements used by warren dev: one SQLite file, claims as a
+// single compare-and-set statement, updates fenced by epoch. Several processes may share the file.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/sqlitedb"
+	"github.com/warren-mesh/warren/scheduler"
+)
+
+// migrations are append-only; see sqlitedb.Migrate.
+var migrations = []string{
+	`CREATE TABLE placements (
+		issuer  TEXT    NOT NULL,
+		"user"  TEXT    NOT NULL,
+		region  TEXT    NOT NULL,
+		epoch   INTEGER NOT NULL CHECK (epoch > 0),
+		state   TEXT    NOT NULL CHECK (state IN ('starting', 'running', 'asleep')),
+		alloc   TEXT    NOT NULL DEFAULT '',
+		updated INTEGER NOT NULL, -- Unix nanoseconds UTC
+		PRIMARY KEY (issuer, "user")
+	)`,
+}
+
+// Placements is a scheduler.Placements over a SQLite file.
+type Placements struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+var _ scheduler.Placements = (*Placements)(nil)
+
+// Option configures New.
+type Option func(*Placements)
+
+// WithClock sets the clock that stamps Placement.Updated (default time.Now).
+func WithClock(now func() time.Time) Option { return func(p *Placements) { p.now = now } }
+
+// New opens (creating and migrating if needed) the placements database at path.
+func New(ctx context.Context, path string, opts ...Option) (*Placements, error) {
+	p := &Placements{now: time.Now}
+	for _, o := range opts {
+		o(p)
+	}
+	db, err := sqlitedb.Open(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("open placements: %w", err)
+	}
+	if err := sqlitedb.Migrate(ctx, db, "placements", migrations); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open placements: %w", err)
+	}
+	p.db = db
+	return p, nil
+}
+
+// Close closes the database. It is safe to call more than once.
+func (p *Placements) Close() error {
+	if err := p.db.Close(); err != nil {
+		return fmt.Errorf("close placements: %w", err)
+	}
+	return nil
+}
+
+func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Placement, error) {
+	pl := scheduler.Placement{Issuer: issuer, User: user}
+	var updated int64
+	err := p.db.QueryRowContext(ctx, `SELECT region, epoch, state, alloc, updated FROM placements
+		WHERE issuer = ? AND "user" = ?`, issuer, user).Scan(&pl.Region, &pl.Epoch, &pl.State, &pl.Alloc, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, scheduler.ErrNotFound)
+	}
+	if err != nil {
+		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, err)
+	}
+	pl.Updated = time.Unix(0, updated).UTC()
+	return pl, nil
+}
+
+// Claim is one statement: an INSERT that does nothing on an existing row when expect is 0, otherwise an
+// UPDATE guarded by the expected epoch. SQLite runs it under the database write lock, so of any number of
+// concurrent claims with the same expect exactly one changes a row.
+func (p *Placements) Claim(ctx context.Context, issuer, user, region string, expect int64) (scheduler.Placement, error) {
+	if issuer == "" || user == "" || region == "" {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s in %q: empty issuer, user or region", issuer, user, region)
+	}
+	now := p.now().UTC()
+	pl := scheduler.Placement{
+		Issuer: issuer, User: user, Region: region,
+		Epoch: expect + 1, State: scheduler.StateStarting, Updated: now,
+	}
+	var (
+		res sql.Result
+		err error
+	)
+	switch {
+	case expect < 0:
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, scheduler.ErrConflict)
+	case expect == 0:
+		res, err = p.db.ExecContext(ctx, `INSERT INTO placements (issuer, "user", region, epoch, state, alloc, updated)
+			VALUES (?, ?, ?, 1, 'starting', '', ?)
+			ON CONFLICT (issuer, "user") DO NOTHING`, issuer, user, region, now.UnixNano())
+	default:
+		res, err = p.db.ExecContext(ctx, `UPDATE placements
+			SET region = ?, epoch = epoch + 1, state = 'starting', alloc = '', updated = ?
+			WHERE issuer = ? AND "user" = ? AND epoch = ?`, region, now.UnixNano(), issuer, user, expect)
+	}
+	if err != nil {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, err)
+	}
+	if n != 1 {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, scheduler.ErrConflict)
+	}
+	return pl, nil
+}
+
+// Update changes state and alloc only under the stored epoch. When no row changes, a second read inside the
+// same transaction tells a missing placement (ErrNotFound) from a different epoch (ErrStaleEpoch, whether the
+// caller's epoch is older or, from a confused caller, newer).
+func (p *Placements) Update(ctx context.Context, issuer, user string, epoch int64, state scheduler.State, alloc string) error {
+	switch state {
+	case scheduler.StateStarting, scheduler.StateRunning, scheduler.StateAsleep:
+	default:
+		return fmt.Errorf("update placement %s/%s: unknown state %q", issuer, user, state)
+	}
+	tx, err := p.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("update placement %s/%s: begin: %w", issuer, user, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE placements SET state = ?, alloc = ?, updated = ?
+		WHERE issuer = ? AND "user" = ? AND epoch = ?`, string(state), alloc, p.now().UTC().UnixNano(), issuer, user, epoch)
+	if err != nil {
+		return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+	}
+	if n == 0 {
+		var stored int64
+		err := tx.QueryRowContext(ctx, `SELECT epoch FROM placements WHERE issuer = ? AND "user" = ?`, issuer, user).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, scheduler.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+		}
+		return fmt.Errorf("update placement %s/%s at epoch %d, stored %d: %w", issuer, user, epoch, stored, scheduler.ErrStaleEpoch)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("update placement %s/%s at epoch %d: commit: %w", issuer, user, epoch, err)
+	}
+	return nil
+}
