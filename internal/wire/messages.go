@@ -125,9 +125,9 @@ type SessionOptions struct {
 	Continue               bool              `json:"continue,omitempty"`
 	MCPServers             []MCPServer       `json:"mcpServers,omitempty"`
 	// Warren extensions.
-	LastSeq *int64   `json:"lastSeq,omitempty"`
-	Role    string   `json:"role,omitempty"` // "host" for possession mode (PROTOCOL.md §4)
-	Root    string   `json:"root,omitempty"`
+	LastSeq *int64 `json:"lastSeq,omitempty"`
+	Role    string `json:"role,omitempty"` // "host" for possession mode (PROTOCOL.md §4)
+	Root    string `json:"root,omitempty"`
 }
 
 // ControlPayload is the payload of a client control message.
