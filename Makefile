@@ -1,0 +1,60 @@
+# Warren. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+BIN       := bin/warren
+# Tools the tests need are cached outside the repo.
+TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/warren/tools
+FUZZTIME  ?= 10s
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export GOPROXY ?= https://proxy.golang.org
+export GOFLAGS ?= -mod=mod
+
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools bwrap clean
+
+help: ## list the targets
+	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+dev: bwrap build ## run the whole platform on this machine (warren dev, embedded defaults)
+	$(BIN) dev
+
+build: ## build the warren binary into bin/
+	$(GO) build -o $(BIN) ./cmd/warren
+
+test: tools ## install what the tests need, run every test and a short fuzz pass
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+test-short: ## unit tests only (no bubblewrap, no real servers)
+	$(GO) test -short -count=1 ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg >/dev/null; \
+	  done; done
+
+lint: ## go vet, plus staticcheck when installed
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed; skipped"; fi
+
+bench: ## micro-benchmarks of hot paths
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+load: build ## end-to-end load tool: sandbox start latency, exec round trips, runner RSS
+	$(BIN) bench -users 50
+
+fmt: ## gofmt every Go file
+	gofmt -w $$(git ls-files '*.go')
+
+tools: bwrap ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+	@mkdir -p $(TOOLS_DIR)
+
+bwrap: ## install bubblewrap from Debian if missing
+	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
+	@command -v bwrap >/dev/null && echo "bubblewrap: $$(bwrap --version)"
+
+clean: ## remove build outputs (not the data dir)
+	rm -rf bin

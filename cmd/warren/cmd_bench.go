@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/internal/wire"
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+func init() {
+	register("bench", "load tool: start latency of new sandboxes, exec round trips, idle runner RSS", runBench)
+}
+
+// runBench starts the whole dev platform in-process on a free port in a temporary data dir and measures it
+// from the outside through the SDK, as a user would.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	users := fs.Int("users", 50, "new users to connect (each starts a sandbox)")
+	conc := fs.Int("concurrency", 1, "connects in flight at once")
+	execs := fs.Int("execs", 200, "exec round trips per path (edge, direct)")
+	insecure := fs.Bool("insecure-no-sandbox", false, "measure without bubblewrap")
+	keep := fs.Bool("keep", false, "keep the temporary data dir")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "warren-bench-")
+	if err != nil {
+		return err
+	}
+	if !*keep {
+		defer os.RemoveAll(dir)
+	}
+	st, err := devstack.Start(ctx, devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	mint := func(user string) (string, error) {
+		return token.Mint(st.DevKey, token.Claims{Issuer: devstack.DevIssuer, Subject: user, ExpiresAt: time.Now().Add(time.Hour)})
+	}
+	fmt.Fprintf(stdout, "warren bench: %d new users (concurrency %d), %d execs per path, isolation=%s\n\n",
+		*users, *conc, *execs, isolationLabel(*insecure))
+
+	// 1. new-user connect → ready
+	lat := make([]time.Duration, *users)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, *conc))
+	errs := make(chan error, *users)
+	for i := range *users {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			tok, err := mint(fmt.Sprintf("bench-user-%d", i))
+			if err != nil {
+				errs <- err
+				return
+			}
+			c, err := warren.New(st.URL(), tok)
+			if err != nil {
+				errs <- err
+				return
+			}
+			t0 := time.Now()
+			s, err := c.Dial(ctx, &wire.SessionOptions{})
+			if err != nil {
+				errs <- fmt.Errorf("user %d: %w", i, err)
+				return
+			}
+			lat[i] = time.Since(t0)
+			_ = s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return err
+	}
+	report(stdout, "connect → ready (new user, sandbox start)", lat)
+
+	// 2. exec round trip: through the edge vs directly against the runner
+	tok, _ := mint("bench-user-0")
+	c, err := warren.New(st.URL(), tok)
+	if err != nil {
+		return err
+	}
+	sb := c.Sandbox()
+	req := wire.ExecRequest{Command: "true", Args: []string{}}
+	edgeLat := make([]time.Duration, 0, *execs)
+	for range *execs {
+		t0 := time.Now()
+		if _, err := sb.Exec(ctx, req); err != nil {
+			return fmt.Errorf("exec through edge: %w", err)
+		}
+		edgeLat = append(edgeLat, time.Since(t0))
+	}
+	entry, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "bench-user-0")
+	if err != nil {
+		return err
+	}
+	direct := make([]time.Duration, 0, *execs)
+	hc := &http.Client{}
+	body, _ := json.Marshal(req)
+	for range *execs {
+		t0 := time.Now()
+		if err := execDirect(ctx, hc, entry, body); err != nil {
+			return fmt.Errorf("exec direct: %w", err)
+		}
+		direct = append(direct, time.Since(t0))
+	}
+	report(stdout, "exec `true` through the edge", edgeLat)
+	report(stdout, "exec `true` directly against the runner", direct)
+
+	// 3. RSS of an idle runner
+	rss, err := rssKiB(entry.Alloc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%-44s %d KiB (pid %s)\n", "idle runner RSS", rss, entry.Alloc)
+	return nil
+}
+
+func execDirect(ctx context.Context, hc *http.Client, e registry.Entry, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.Addr+"/v1/sandbox/exec", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+e.Key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return wire.ReadHTTPError(resp.StatusCode, b)
+	}
+	return nil
+}
+
+func report(w io.Writer, name string, d []time.Duration) {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	fmt.Fprintf(w, "%-44s n=%-4d p50=%-9s p95=%-9s p99=%-9s max=%s\n", name, len(s),
+		q(0.50).Round(10*time.Microsecond), q(0.95).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), s[len(s)-1].Round(10*time.Microsecond))
+}
+
+func rssKiB(pid string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %s", pid)
+}

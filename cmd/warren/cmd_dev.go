@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/devstack"
+)
+
+func init() {
+	register("dev", "run the whole platform on this machine with embedded defaults", runDev)
+}
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", defaultDataDir(), "where secrets, databases and sandboxes live ($WARREN_DATA_DIR)")
+	listen := fs.String("listen", envOr("WARREN_LISTEN", "127.0.0.1:8080"), "edge listen address ($WARREN_LISTEN)")
+	region := fs.String("region", envOr("WARREN_REGION", "local"), "region name ($WARREN_REGION)")
+	insecure := fs.Bool("insecure-no-sandbox", false, "run user commands without bubblewrap isolation (only for machines without bwrap)")
+	startTimeout := fs.Duration("start-timeout", 30*time.Second, "how long a sandbox may take to start")
+	logLevel := fs.String("log-level", envOr("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	if *insecure {
+		fmt.Fprintln(stderr, "WARNING: -insecure-no-sandbox: user commands run WITHOUT isolation, as this user, on this machine.")
+	}
+	st, err := devstack.Start(ctx, devstack.Config{
+		DataDir: *dataDir, Listen: *listen, Region: *region, Insecure: *insecure,
+		StartTimeout: startTimeout.Abs(), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	created := "existing"
+	if st.Created {
+		created = "created"
+	}
+	fmt.Fprintf(stdout, `warren dev is running
+  edge       %[1]s   (WebSocket %[1]s/ws, REST %[1]s/v1/sandbox/..., metrics %[1]s/metrics)
+  scheduler  local process driver, region %[2]q
+  billing    SQLite ledger in %[3]s
+  issuer     %[4]q (%[5]s; secret in %[3]s/secrets.json)
+  isolation  %[6]s
+
+Try it:
+  export WARREN_URL=%[1]s
+  export WARREN_TOKEN=$(%[7]s token -data-dir %[3]s -user alice)
+  %[7]s exec -- 'echo hi > f && cat f'
+  %[7]s files get f
+`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0])
+
+	select {
+	case <-ctx.Done():
+	case err := <-st.Served():
+		if !errors.Is(err, http.ErrServerClosed) {
+			_ = st.Close()
+			return fmt.Errorf("edge server: %w", err)
+		}
+	}
+	fmt.Fprintln(stderr, "shutting down: stopping sandboxes...")
+	return st.Close()
+}
+
+func isolationLabel(insecure bool) string {
+	if insecure {
+		return "NONE (-insecure-no-sandbox)"
+	}
+	return "bubblewrap"
+}

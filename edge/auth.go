@@ -1,0 +1,87 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// bearer extracts the end user's token: Authorization: Bearer first, then ?token= (browsers cannot set
+// headers on a WebSocket).
+func bearer(r *http.Request) (string, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+			return "", wire.Errorf(wire.Unauthenticated, "Authorization header must be \"Bearer <token>\"")
+		}
+		return strings.TrimSpace(tok), nil
+	}
+	if t := r.URL.Query().Get("token"); t != "" {
+		return t, nil
+	}
+	return "", wire.Errorf(wire.Unauthenticated, "no token: pass Authorization: Bearer <token> or ?token=")
+}
+
+// admitted is a request that passed auth and admission and has a runner.
+type admitted struct {
+	claims  *token.Claims
+	account billing.Account
+	entry   registry.Entry
+	log    *slog.Logger
+}
+
+// admit authenticates r, checks the budget and finds or starts the user's runner.
+func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
+	log := e.log.With("request_id", requestID(ctx))
+	raw, err := bearer(r)
+	if err != nil {
+		e.m.authFailures.WithLabelValues("missing").Inc()
+		return nil, err
+	}
+	claims, err := e.cfg.Verifier.Verify(ctx, raw)
+	if err != nil {
+		e.m.authFailures.WithLabelValues(token.Reason(err)).Inc()
+		log.Info("auth failed", "reason", token.Reason(err))
+		return nil, err
+	}
+	log = log.With("issuer", claims.Issuer, "user", claims.Subject)
+	acct, budget := accountOf(claims)
+	if err := billing.Admit(ctx, e.cfg.Ledger, acct, budget); err != nil {
+		switch {
+		case errors.Is(err, billing.ErrBudgetExceeded):
+			e.m.admissions.WithLabelValues("budget_exceeded").Inc()
+			return nil, wire.Wrap(wire.BudgetExceeded, err, "the budget of this window is spent")
+		default:
+			e.m.admissions.WithLabelValues("unavailable").Inc()
+			return nil, wire.Wrap(wire.Unavailable, err, "the ledger is unavailable; new sessions are refused until it is back")
+		}
+	}
+	e.m.admissions.WithLabelValues("ok").Inc()
+	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct})
+	if err != nil {
+		return nil, err
+	}
+	return &admitted{claims: claims, account: acct, entry: entry, log: log.With("epoch", entry.Epoch)}, nil
+}
+
+// accountOf maps the token's budget claims to a ledger account and limit. A token without a budget claim is
+// not limited by the token (quotas, when configured, still apply).
+func accountOf(c *token.Claims) (billing.Account, billing.Budget) {
+	acct := billing.Account{Issuer: c.Issuer, User: c.Subject, Window: billing.Lifetime}
+	if !c.HasBudget {
+		return acct, billing.Budget{AIMicros: -1, ComputeSeconds: -1}
+	}
+	acct.Window = billing.Window(c.Budget.Window)
+	if acct.Window != billing.Lifetime {
+		acct.WindowStart = c.Budget.WindowStart.UTC().Truncate(time.Second)
+	}
+	return acct, billing.Budget{AIMicros: c.Budget.AIMicros, ComputeSeconds: c.Budget.ComputeSeconds}
+}

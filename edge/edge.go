@@ -1,0 +1,116 @@
+// Package edge is the front door of a region (DESIGN.md §1): it authenticates end users' tokens, admits them
+// against their budget, finds or starts their one sandbox, and relays the agent channel (WebSocket) and the
+// sandbox REST API to the user's runner over real connections.
+package edge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/token"
+)
+
+// Verifier checks an end user's JWT. Safe for concurrent use; errors are *wire.Error.
+type Verifier interface {
+	Verify(ctx context.Context, raw string) (*token.Claims, error)
+}
+
+// SandboxRequest names the sandbox a request needs and the account its compute time is charged to.
+type SandboxRequest struct {
+	Issuer  string
+	User    string
+	Account billing.Account
+}
+
+// Sandboxes finds or starts users' runners (the scheduler). Safe for concurrent use.
+type Sandboxes interface {
+	// Ensure returns the live runner of the user, starting one if needed. Errors are *wire.Error.
+	Ensure(ctx context.Context, req SandboxRequest) (registry.Entry, error)
+	// Forget reports that e could not be reached, so the next Ensure starts a fresh runner.
+	Forget(ctx context.Context, e registry.Entry)
+}
+
+// Region is one entry of GET /v1/regions.
+type Region struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+}
+
+// Config configures an edge.
+type Config struct {
+	Region       string
+	Verifier     Verifier
+	Sandboxes    Sandboxes
+	Ledger       billing.Ledger // admission checks
+	Regions      []Region       // answered by GET /v1/regions; defaults to this region alone
+	PingInterval time.Duration  // server pings a silent WebSocket client this often (default 30s)
+	Logger       *slog.Logger
+	Metrics      prometheus.Registerer
+	HTTPClient   *http.Client // for calls to runners; default has sane timeouts
+}
+
+// Edge serves end users. Safe for concurrent use.
+type Edge struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *edgeMetrics
+	runners *http.Client
+	mux     *http.ServeMux
+}
+
+// New validates cfg and returns an Edge.
+func New(cfg Config) (*Edge, error) {
+	if cfg.Verifier == nil || cfg.Sandboxes == nil || cfg.Ledger == nil {
+		return nil, errors.New("edge: verifier, sandboxes and ledger are required")
+	}
+	if cfg.Region == "" {
+		return nil, errors.New("edge: region is required")
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient}
+	if e.runners == nil {
+		e.runners = &http.Client{Transport: &http.Transport{
+			Proxy:                 nil,
+			MaxIdleConnsPerHost:   16,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: 0, // exec may legitimately take minutes before its first byte
+		}}
+	}
+	e.routes()
+	return e, nil
+}
+
+// Handler is the edge's HTTP handler: /ws, /v1/sandbox/*, /v1/regions, /healthz, /readyz.
+func (e *Edge) Handler() http.Handler { return e.withRequestID(e.mux) }
+
+func (e *Edge) routes() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ws", e.serveWS)
+	mux.Handle("/v1/sandbox/", http.HandlerFunc(e.serveSandbox))
+	mux.HandleFunc("GET /v1/regions", e.serveRegions)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+	})
+	e.mux = mux
+}

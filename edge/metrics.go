@@ -1,0 +1,52 @@
+package edge
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type edgeMetrics struct {
+	connections  *prometheus.CounterVec
+	active       *prometheus.GaugeVec
+	authFailures *prometheus.CounterVec
+	admissions   *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
+	frames       *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
+	m := &edgeMetrics{
+		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_connections_total", Help: "Agent channel connections accepted, by transport.",
+		}, []string{"transport"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "warren_edge_connections_active", Help: "Agent channel connections open now, by transport.",
+		}, []string{"transport"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_auth_failures_total", Help: "Rejected tokens by reason.",
+		}, []string{"reason"}),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_admissions_total", Help: "Admission decisions by outcome.",
+		}, []string{"outcome"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_requests_total", Help: "Sandbox API requests by route and status code.",
+		}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "warren_edge_request_seconds", Help: "Sandbox API latency through the edge, by route (exec included).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"route"}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_frames_total", Help: "Agent channel frames relayed, by direction.",
+		}, []string{"direction"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.requests, m.latency, m.frames} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("edge: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

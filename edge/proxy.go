@@ -1,0 +1,99 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+type proxyTarget struct {
+	entry registry.Entry
+}
+
+// serveSandbox relays /v1/sandbox/* to the user's runner: same path and query, the runner's key instead of
+// the user's token, bodies streamed both ways (exec output and file bodies are never buffered whole).
+func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	route := routeLabel(r.URL.Path)
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	defer func() {
+		e.m.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		e.m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	}()
+	a, err := e.admit(r.Context(), r)
+	if err != nil {
+		wire.WriteHTTPError(sw, e.log.With("request_id", requestID(r.Context())), err)
+		return
+	}
+	t := &proxyTarget{entry: a.entry}
+	p := &httputil.ReverseProxy{
+		Transport:     e.runners.Transport,
+		FlushInterval: -1, // flush every write: exec streams as it happens
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = t.entry.Addr
+			pr.Out.Host = t.entry.Addr
+			pr.Out.Header.Set("Authorization", "Bearer "+t.entry.Key)
+			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
+			pr.Out.Header.Del("Cookie")
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			// The runner could not be reached: forget it so the next request starts a fresh one.
+			a.log.Warn("runner unreachable", "addr", t.entry.Addr, "err", err)
+			e.cfg.Sandboxes.Forget(context.WithoutCancel(r.Context()), t.entry)
+			wire.WriteHTTPError(w, a.log, wire.Wrap(wire.Unavailable, err, "your sandbox was restarting; retry the request"))
+		},
+	}
+	p.ServeHTTP(sw, r)
+}
+
+func (e *Edge) serveRegions(w http.ResponseWriter, r *http.Request) {
+	regions := e.cfg.Regions
+	if len(regions) == 0 {
+		regions = []Region{{Name: e.cfg.Region, URL: "http://" + r.Host}}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"regions": regions})
+}
+
+func routeLabel(path string) string {
+	switch {
+	case path == "/v1/sandbox/exec":
+		return "exec"
+	case path == "/v1/sandbox/files/list":
+		return "files_list"
+	case strings.HasPrefix(path, "/v1/sandbox/files"):
+		return "files"
+	default:
+		return "other"
+	}
+}
+
+// statusWriter records the status code for metrics and keeps http.Flusher working for streaming.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

@@ -1,0 +1,179 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// serveWS is GET /ws: accept, authenticate, admit, reach the runner, then relay frames both ways until one
+// side ends. Errors before the relay are sent as an error message and a close with the wire close code, so a
+// browser (which cannot see an HTTP status of a failed upgrade) learns why.
+func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// Tokens travel in the URL or a header, never in cookies, so cross-origin pages gain nothing.
+		InsecureSkipVerify: true,
+	})
+	if err != nil {
+		return // Accept already answered the request
+	}
+	c.SetReadLimit(wire.MaxFrame)
+	e.m.connections.WithLabelValues("websocket").Inc()
+	e.m.active.WithLabelValues("websocket").Inc()
+	defer e.m.active.WithLabelValues("websocket").Dec()
+	ctx := r.Context()
+
+	a, err := e.admit(ctx, r)
+	if err != nil {
+		e.closeWith(ctx, c, err)
+		return
+	}
+	rc, err := e.dialRunner(ctx, a)
+	if err != nil {
+		e.closeWith(ctx, c, err)
+		return
+	}
+	a.log.Info("agent channel open")
+	e.relay(ctx, c, rc, a)
+}
+
+// dialRunner opens the runner's agent channel, replacing a runner that cannot be reached once.
+func (e *Edge) dialRunner(ctx context.Context, a *admitted) (*websocket.Conn, error) {
+	for attempt := 0; ; attempt++ {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rc, _, err := websocket.Dial(dctx, "ws://"+a.entry.Addr+"/v1/agent", &websocket.DialOptions{
+			HTTPClient: e.runners,
+			HTTPHeader: http.Header{"Authorization": {"Bearer " + a.entry.Key}, "X-Request-Id": {requestID(ctx)}},
+		})
+		cancel()
+		if err == nil {
+			rc.SetReadLimit(wire.MaxFrame + 64) // seq added by the runner
+			return rc, nil
+		}
+		a.log.Warn("runner unreachable", "addr", a.entry.Addr, "attempt", attempt, "err", err)
+		if attempt == 1 || ctx.Err() != nil {
+			return nil, wire.Wrap(wire.Unavailable, err, "your sandbox could not be reached; retry shortly")
+		}
+		e.cfg.Sandboxes.Forget(ctx, a.entry)
+		entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: a.claims.Issuer, User: a.claims.Subject, Account: a.account})
+		if err != nil {
+			return nil, err
+		}
+		a.entry = entry
+	}
+}
+
+// relay copies frames client → runner (validated) and runner → client (as they are) until either side ends.
+func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	// runner → client
+	go func() {
+		defer close(done)
+		defer cancel()
+		for {
+			typ, data, err := rc.Read(ctx)
+			if err != nil {
+				if st := websocket.CloseStatus(err); st != -1 {
+					// The runner ended the channel deliberately: pass its code and reason on.
+					_ = c.Close(st, closeReasonOf(err))
+				} else if ctx.Err() == nil {
+					a.log.Warn("runner channel lost", "err", err)
+					e.closeWith(context.Background(), c, wire.Errorf(wire.Unavailable, "the sandbox stopped unexpectedly; reconnect to resume"))
+				}
+				return
+			}
+			e.m.frames.WithLabelValues("to_client").Inc()
+			if err := c.Write(ctx, typ, data); err != nil {
+				return
+			}
+		}
+	}()
+	// pings keep idle connections alive through proxies and detect dead clients
+	go func() {
+		t := time.NewTicker(e.cfg.PingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				pctx, pcancel := context.WithTimeout(ctx, e.cfg.PingInterval)
+				err := c.Ping(pctx)
+				pcancel()
+				if err != nil && ctx.Err() == nil {
+					a.log.Info("client did not answer ping", "err", err)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	// client → runner
+	for {
+		typ, data, err := c.Read(ctx)
+		if err != nil {
+			st := websocket.CloseStatus(err)
+			switch {
+			case st == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig):
+				e.closeWith(context.Background(), c, wire.Errorf(wire.PayloadTooLarge, "frame exceeds %d bytes", wire.MaxFrame))
+			case st != -1:
+				_ = rc.Close(websocket.StatusNormalClosure, "client closed")
+			}
+			break
+		}
+		if typ != websocket.MessageText {
+			e.closeWith(ctx, c, wire.Errorf(wire.InvalidArgument, "binary frames are not part of the protocol; send JSON text frames"))
+			break
+		}
+		if _, perr := wire.ParseClientMessage(data); perr != nil {
+			e.closeWith(ctx, c, perr)
+			break
+		}
+		e.m.frames.WithLabelValues("to_runner").Inc()
+		if err := rc.Write(ctx, websocket.MessageText, data); err != nil {
+			break
+		}
+	}
+	cancel()
+	_ = rc.Close(websocket.StatusNormalClosure, "")
+	<-done
+	_ = c.CloseNow()
+	a.log.Info("agent channel closed")
+}
+
+// closeWith sends err as an error message, then closes with its close code. Internal causes are logged.
+func (e *Edge) closeWith(ctx context.Context, c *websocket.Conn, err error) {
+	pub, logIt := wire.Public(err)
+	if logIt {
+		e.log.Error("agent channel failed", "request_id", requestID(ctx), "err", err)
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = c.Write(wctx, websocket.MessageText, wire.ErrorMessage(pub))
+	_ = c.Close(websocket.StatusCode(pub.Code.CloseCode()), closeReason(pub))
+}
+
+// closeReason is the error as JSON when it fits a close frame (123 bytes), else its code.
+func closeReason(e *wire.Error) string {
+	b, _ := json.Marshal(&wire.Error{Code: e.Code, Message: e.Message})
+	if len(b) <= 123 {
+		return string(b)
+	}
+	return string(e.Code)
+}
+
+func closeReasonOf(err error) string {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Reason
+	}
+	return ""
+}

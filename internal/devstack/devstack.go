@@ -1,0 +1,208 @@
+// Package devstack wires the whole platform into one process for `warren dev` and for end-to-end tests:
+// edge + scheduler + billing over the embedded adapters (file secrets, in-process registry, SQLite
+// placements and ledger, local process driver). Runners are separate `warren runner` processes, so every
+// frame between edge and runner crosses a real connection.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/warren-mesh/warren/billing"
+	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
+	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/registry/mem"
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/secrets/file"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/scheduler"
+	"github.com/warren-mesh/warren/scheduler/local"
+	schedsqlite "github.com/warren-mesh/warren/scheduler/sqlite"
+)
+
+// DevIssuer is the issuer created on first start.
+const DevIssuer = "dev"
+
+// Config configures the dev stack.
+type Config struct {
+	DataDir       string        // required; created if missing
+	Listen        string        // default 127.0.0.1:8080; "127.0.0.1:0" picks a free port
+	Region        string        // default "local"
+	Binary        string        // the warren binary runners are started from (default: this executable)
+	Insecure      bool          // run user commands without bubblewrap
+	RunnerArgs    []string      // extra flags for every runner
+	StartTimeout  time.Duration // per sandbox start (default 30s)
+	MeterInterval time.Duration // compute metering period (default 10s)
+	Logger        *slog.Logger
+}
+
+// Stack is a running platform.
+type Stack struct {
+	cfg       Config
+	log       *slog.Logger
+	ln        net.Listener
+	srv       *http.Server
+	secrets   *file.Store
+	DevKey    secrets.Key // the dev issuer's current key
+	Created   bool        // the dev issuer was created by this start
+	Registry  registry.Registry
+	Scheduler *scheduler.Scheduler
+	Ledger    billing.Ledger
+
+	closers []func() error
+	served  chan error
+}
+
+// ErrNoBubblewrap is returned when bwrap is missing and Insecure is not set.
+var ErrNoBubblewrap = errors.New("bubblewrap (bwrap) is not installed: install it (`make tools` or `apt-get install bubblewrap`) or pass -insecure-no-sandbox to run user commands without isolation")
+
+// Start brings the platform up and serves until Close.
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("devstack: data dir is required")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8080"
+	}
+	if cfg.Region == "" {
+		cfg.Region = "local"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Binary == "" {
+		if cfg.Binary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("devstack: find own binary: %w", err)
+		}
+	}
+	if !cfg.Insecure {
+		if _, err := exec.LookPath("bwrap"); err != nil {
+			return nil, ErrNoBubblewrap
+		}
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("devstack: data dir: %w", err)
+	}
+	s := &Stack{cfg: cfg, log: cfg.Logger, served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			s.closeAll()
+		}
+	}()
+
+	if s.secrets, err = file.Open(filepath.Join(cfg.DataDir, file.DefaultFileName)); err != nil {
+		return nil, fmt.Errorf("devstack: secrets: %w", err)
+	}
+	if s.DevKey, s.Created, err = s.secrets.EnsureIssuer(DevIssuer); err != nil {
+		return nil, fmt.Errorf("devstack: dev issuer: %w", err)
+	}
+	placements, err := schedsqlite.New(ctx, filepath.Join(cfg.DataDir, "placements.db"))
+	if err != nil {
+		return nil, fmt.Errorf("devstack: placements: %w", err)
+	}
+	s.closers = append(s.closers, placements.Close)
+	ledger, err := billingsqlite.New(ctx, filepath.Join(cfg.DataDir, "ledger.db"))
+	if err != nil {
+		return nil, fmt.Errorf("devstack: ledger: %w", err)
+	}
+	s.closers = append(s.closers, ledger.Close)
+	s.Ledger = ledger
+	s.Registry = mem.New()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	driver, err := local.New(local.Config{
+		Binary: cfg.Binary, DataDir: cfg.DataDir, Insecure: cfg.Insecure, ExtraArgs: cfg.RunnerArgs,
+		Logger: s.log.With("component", "driver"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Scheduler, err = scheduler.New(scheduler.Config{
+		Region: cfg.Region, Placements: placements, Registry: s.Registry, Driver: driver, Ledger: ledger,
+		StartTimeout: cfg.StartTimeout, MeterInterval: cfg.MeterInterval,
+		Logger: s.log.With("component", "scheduler"), Metrics: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Registered after the stores so it runs first on close: runners stop and meter before the ledger goes.
+	s.closers = append(s.closers, s.Scheduler.Close)
+
+	verifier := token.NewVerifier(secrets.NewCache(s.secrets, secrets.CacheOptions{}), token.VerifierOptions{})
+	ed, err := edge.New(edge.Config{
+		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: ledger,
+		Logger: s.log.With("component", "edge"), Metrics: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", ed.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+
+	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("devstack: listen: %w", err)
+	}
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { s.served <- s.srv.Serve(s.ln) }()
+	s.log.Info("warren dev started", "addr", s.ln.Addr().String(), "data_dir", cfg.DataDir, "region", cfg.Region, "insecure", cfg.Insecure)
+	return s, nil
+}
+
+// Addr is the host:port the edge listens on.
+func (s *Stack) Addr() string { return s.ln.Addr().String() }
+
+// URL is the edge's base URL.
+func (s *Stack) URL() string { return "http://" + s.Addr() }
+
+// Config is the configuration the stack runs with (defaults filled in).
+func (s *Stack) Config() Config { return s.cfg }
+
+// Close stops accepting, drains connections (bounded), stops every runner and closes the stores.
+func (s *Stack) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if s.srv != nil {
+		err = s.srv.Shutdown(ctx)
+		if err != nil {
+			_ = s.srv.Close()
+		}
+	}
+	return errors.Join(err, s.closeAll())
+}
+
+func (s *Stack) closeAll() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// Served reports the HTTP server's end (an error other than http.ErrServerClosed means it failed).
+func (s *Stack) Served() <-chan error { return s.served }
+
+// sandboxes adapts the scheduler to the edge's consumer interface.
+type sandboxes struct{ s *scheduler.Scheduler }
+
+func (a sandboxes) Ensure(ctx context.Context, r edge.SandboxRequest) (registry.Entry, error) {
+	return a.s.Ensure(ctx, scheduler.Request{Issuer: r.Issuer, User: r.User, Account: r.Account})
+}
+
+func (a sandboxes) Forget(ctx context.Context, e registry.Entry) { a.s.Forget(ctx, e) }

@@ -1,0 +1,473 @@
+package devstack_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/internal/wire"
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+// binary is the warren binary built once for every test here: runners are real processes.
+var binary string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		dir, err := os.MkdirTemp("", "warren-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binary = filepath.Join(dir, "warren")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/warren-mesh/warren/cmd/warren").CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build warren: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func startStack(t *testing.T) *devstack.Stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end: starts runner processes under bubblewrap")
+	}
+	st, err := devstack.Start(context.Background(), devstack.Config{
+		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary, MeterInterval: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("start dev stack: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("close stack: %v", err)
+		}
+	})
+	return st
+}
+
+func mint(t testing.TB, st *devstack.Stack, user string, mod ...func(*token.Claims)) string {
+	t.Helper()
+	c := token.Claims{Issuer: devstack.DevIssuer, Subject: user, ExpiresAt: time.Now().Add(time.Hour)}
+	for _, f := range mod {
+		f(&c)
+	}
+	tok, err := token.Mint(st.DevKey, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func client(t testing.TB, st *devstack.Stack, user string, mod ...func(*token.Claims)) *warren.Client {
+	t.Helper()
+	c, err := warren.New(st.URL(), mint(t, st, user, mod...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestExecAndFiles(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	sb := client(t, st, "alice").Sandbox()
+
+	res, err := sb.Exec(ctx, wire.ExecRequest{Command: "echo hi > f && cat f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "hi\n" || res.ExitCode != 0 {
+		t.Fatalf("exec = %+v", res)
+	}
+	got, err := sb.ReadFile(ctx, "f")
+	if err != nil || string(got) != "hi\n" {
+		t.Fatalf("ReadFile f = %q, %v", got, err)
+	}
+
+	// Streaming: chunks of both streams arrive, in order per stream, then the exit with the command's code.
+	var out, errOut strings.Builder
+	var exit *wire.ExecResult
+	firstBeforeExit := false
+	for ev, err := range sb.ExecStream(ctx, wire.ExecRequest{Command: "echo one; sleep 0.2; echo two >&2; exit 3"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Kind {
+		case warren.ExecStdout:
+			out.WriteString(ev.Data)
+			firstBeforeExit = exit == nil
+		case warren.ExecStderr:
+			errOut.WriteString(ev.Data)
+		case warren.ExecExit:
+			exit = ev.Result
+		}
+	}
+	if out.String() != "one\n" || errOut.String() != "two\n" || exit == nil || exit.ExitCode != 3 || !firstBeforeExit {
+		t.Fatalf("stream: stdout %q stderr %q exit %+v", out.String(), errOut.String(), exit)
+	}
+
+	// Files round trip, a 5 MiB body streamed both ways, listing and removal.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 5<<20/16)
+	if _, err := sb.WriteFile(ctx, "dir/big.bin", bytes.NewReader(big)); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := sb.Open(ctx, "dir/big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(back, big) {
+		t.Fatalf("big file round trip: %d bytes, %v", len(back), err)
+	}
+	ls, err := sb.List(ctx, "dir")
+	if err != nil || len(ls) != 1 || ls[0].Name != "big.bin" || ls[0].Size != int64(len(big)) {
+		t.Fatalf("List dir = %+v, %v", ls, err)
+	}
+	res, err = sb.Exec(ctx, wire.ExecRequest{Command: "sha256sum", Args: []string{"dir/big.bin"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("sha256sum in sandbox: %+v %v", res, err)
+	}
+	if err := sb.Remove(ctx, "dir", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.ReadFile(ctx, "dir/big.bin"); !warren.IsCode(err, warren.CodeNotFound) {
+		t.Fatalf("read removed file = %v, want not_found", err)
+	}
+	// Escapes are refused through the edge as well.
+	for _, p := range []string{"../x", "/etc/passwd", "a/../../x"} {
+		if _, err := sb.ReadFile(ctx, p); err == nil || warren.IsCode(err, warren.CodeNotFound) {
+			t.Errorf("ReadFile(%q) = %v, want a refusal", p, err)
+		}
+	}
+	if st.Scheduler.Live() != 1 {
+		t.Fatalf("live sandboxes = %d, want 1", st.Scheduler.Live())
+	}
+}
+
+func TestUsersAreIsolated(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	alice, bob := client(t, st, "alice").Sandbox(), client(t, st, "bob").Sandbox()
+	if _, err := alice.WriteFile(ctx, "secret.txt", strings.NewReader("alice's")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.ReadFile(ctx, "secret.txt"); !warren.IsCode(err, warren.CodeNotFound) {
+		t.Fatalf("bob reads alice's file: %v", err)
+	}
+	// From inside bob's sandbox nothing of alice's, nor of the platform's data dir, is reachable.
+	dataDir := st.Config().DataDir
+	res, err := bob.Exec(ctx, wire.ExecRequest{Command: fmt.Sprintf(
+		"ls /workspace; cat %s/secrets.json; ls %s/sandboxes; grep -rl alice /workspace /tmp 2>/dev/null; echo pids=$(ls /proc | grep -c '^[0-9]')",
+		dataDir, dataDir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, "secret.txt") || strings.Contains(res.Stdout, "dev-v1") {
+		t.Fatalf("bob's sandbox sees another user's or the platform's files: %+v", res)
+	}
+	if !strings.Contains(res.Stderr, "No such file") {
+		t.Fatalf("expected the data dir to be absent inside the sandbox: %+v", res)
+	}
+	ea, _ := st.Registry.Lookup(ctx, devstack.DevIssuer, "alice")
+	eb, _ := st.Registry.Lookup(ctx, devstack.DevIssuer, "bob")
+	if ea.Alloc == eb.Alloc || ea.Addr == eb.Addr || ea.Key == eb.Key {
+		t.Fatalf("alice and bob share a runner: %+v %+v", ea, eb)
+	}
+	// A runner refuses the edge key of another runner: runners of different users cannot be cross-called.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ea.Addr+"/v1/sandbox/files/list?path=.", nil)
+	req.Header.Set("Authorization", "Bearer "+eb.Key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("alice's runner with bob's key: %d, want 401", resp.StatusCode)
+	}
+}
+
+func TestConcurrentConnectsStartOneRunner(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	c := client(t, st, "carol")
+	const n = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sessions := make(chan *warren.Session, n)
+	for range n {
+		wg.Go(func() {
+			s, err := c.Dial(ctx, &warren.SessionOptions{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			sessions <- s
+		})
+	}
+	wg.Wait()
+	close(errs)
+	close(sessions)
+	for err := range errs {
+		t.Fatalf("dial: %v", err)
+	}
+	ids := map[string]bool{}
+	for s := range sessions {
+		if s.Region() != "local" {
+			t.Errorf("region = %q", s.Region())
+		}
+		ids[s.ID()] = true
+		_ = s.Close()
+	}
+	if len(ids) != n {
+		t.Errorf("%d distinct session ids over %d connects", len(ids), n)
+	}
+	if live := st.Scheduler.Live(); live != 1 {
+		t.Fatalf("live runners = %d, want 1", live)
+	}
+	e, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "carol")
+	if err != nil || e.Epoch != 1 {
+		t.Fatalf("registry = %+v, %v; want epoch 1", e, err)
+	}
+	if got := runnerProcesses(t, "carol"); got != 1 {
+		t.Fatalf("%d runner processes for carol, want 1", got)
+	}
+}
+
+func TestKilledRunnerIsReplacedWithNextEpoch(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	c := client(t, st, "dave")
+	s, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "dave")
+	if err != nil || first.Epoch != 1 {
+		t.Fatalf("first = %+v, %v", first, err)
+	}
+	pid, _ := strconv.Atoi(first.Alloc)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The open channel learns its sandbox is gone.
+	var sawErr error
+	for _, err := range s.Events() {
+		if err != nil {
+			sawErr = err
+			break
+		}
+	}
+	if !warren.IsCode(sawErr, warren.CodeUnavailable) {
+		t.Fatalf("open session after kill: %v, want unavailable", sawErr)
+	}
+	// Reconnect at once: whether or not the exit was noticed yet, the edge ends on a fresh runner.
+	s2, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatalf("reconnect: %v", err)
+	}
+	defer s2.Close()
+	second, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "dave")
+	if err != nil || second.Epoch != 2 || second.Alloc == first.Alloc {
+		t.Fatalf("after kill = %+v, %v; want epoch 2 in a new process", second, err)
+	}
+	if res, err := c.Sandbox().Exec(ctx, wire.ExecRequest{Command: "true"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec on the new runner: %+v %v", res, err)
+	}
+}
+
+func TestAgentChannel(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	c := client(t, st, "erin")
+	s, err := c.Dial(ctx, &warren.SessionOptions{Model: "claude-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.ID() == "" || s.Region() != "local" || s.Model() != "claude-test" {
+		t.Fatalf("ready: id %q region %q model %q", s.ID(), s.Region(), s.Model())
+	}
+	if _, err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	if err := s.Send(ctx, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	var lastSeq int64
+	for ev, err := range s.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Seq <= lastSeq {
+			t.Fatalf("seq %d after %d", ev.Seq, lastSeq)
+		}
+		lastSeq = ev.Seq
+		if e := ev.Err(); e != nil {
+			if e.Code != wire.Unavailable {
+				t.Fatalf("error event %+v, want unavailable (no agent yet)", e)
+			}
+			break
+		}
+	}
+
+	// Malformed input ends the channel with invalid_argument (4400) and nothing else is affected.
+	conn, _, err := websocket.Dial(ctx, "ws://"+st.Addr()+"/ws?token="+mint(t, st, "erin"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Write(ctx, websocket.MessageText, []byte(`{"type":"init"}`))
+	_ = conn.Write(ctx, websocket.MessageText, []byte(`{"type":"bogus"}`))
+	for {
+		if _, _, err = conn.Read(ctx); err != nil {
+			break
+		}
+	}
+	if got := websocket.CloseStatus(err); got != 4400 {
+		t.Fatalf("close status = %d (%v), want 4400", got, err)
+	}
+	if _, err := s.Ping(ctx); err != nil {
+		t.Fatalf("the first session was affected: %v", err)
+	}
+}
+
+func TestAuthAndAdmissionErrors(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	status := func(tok string) (int, wire.Code) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.URL()+"/v1/sandbox/files/list?path=.", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, wire.ReadHTTPError(resp.StatusCode, b).Code
+	}
+	other := token.Claims{Issuer: "nobody", Subject: "x", ExpiresAt: time.Now().Add(time.Hour)}
+	otherTok, _ := token.Mint(st.DevKey, other)
+	for name, tok := range map[string]string{
+		"no token":       "",
+		"garbage":        "not.a.jwt",
+		"expired":        mint(t, st, "frank", func(c *token.Claims) { c.ExpiresAt = time.Now().Add(-time.Hour) }),
+		"unknown issuer": otherTok,
+	} {
+		if code, wc := status(tok); code != 401 || wc != wire.Unauthenticated {
+			t.Errorf("%s: %d %s, want 401 unauthenticated", name, code, wc)
+		}
+	}
+	// A WebSocket with a bad token is closed with 4401.
+	_, err := warren.Dial(ctx, st.URL(), "not.a.jwt", nil)
+	if !warren.IsCode(err, warren.CodeUnauthenticated) {
+		t.Fatalf("ws bad token: %v", err)
+	}
+
+	// A spent budget is refused before any sandbox starts.
+	budget := func(c *token.Claims) {
+		c.HasBudget = true
+		c.Budget = token.Budget{AIMicros: 1000, ComputeSeconds: 60, Window: "lifetime"}
+	}
+	acct := billing.Account{Issuer: devstack.DevIssuer, User: "gina", Window: billing.Lifetime}
+	if err := st.Ledger.Record(ctx, billing.UsageEvent{Key: "test/1", Account: acct, Kind: billing.KindAI, AIMicros: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if code, wc := status(mint(t, st, "gina", budget)); code != 402 || wc != wire.BudgetExceeded {
+		t.Fatalf("spent budget: %d %s, want 402 budget_exceeded", code, wc)
+	}
+	if _, err := client(t, st, "gina", budget).Dial(ctx, nil); !warren.IsCode(err, warren.CodeBudgetExceeded) {
+		t.Fatalf("ws spent budget: %v", err)
+	}
+	if _, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "gina"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a sandbox started for a user without budget: %v", err)
+	}
+}
+
+func TestComputeSecondsAreMetered(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	budget := func(c *token.Claims) {
+		c.HasBudget = true
+		c.Budget = token.Budget{AIMicros: 1000, ComputeSeconds: 3600, Window: "lifetime"}
+	}
+	sb := client(t, st, "hank", budget).Sandbox()
+	if _, err := sb.Exec(ctx, wire.ExecRequest{Command: "sleep 1.2"}); err != nil {
+		t.Fatal(err)
+	}
+	acct := billing.Account{Issuer: devstack.DevIssuer, User: "hank", Window: billing.Lifetime}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		u, err := st.Ledger.Usage(ctx, acct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.ComputeSeconds >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no compute seconds recorded: %+v", u)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the ledger, not waiting for a guess
+	}
+}
+
+// runnerProcesses counts live `warren runner` processes of a user by their command line.
+func runnerProcesses(t *testing.T, user string) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 1 && args[0] == binary && args[1] == "runner" && slicesContainsPair(args, "-user", user) {
+			n++
+		}
+	}
+	return n
+}
+
+func slicesContainsPair(args []string, k, v string) bool {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == k && args[i+1] == v {
+			return true
+		}
+	}
+	return false
+}
