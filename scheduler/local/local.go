@@ -62,6 +62,12 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("local driver: data dir is required")
 	}
+	// Runners run with their state dir as working directory: every path handed to them must be absolute.
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("local driver: data dir: %w", err)
+	}
+	cfg.DataDir = abs
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
