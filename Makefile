@@ -9,7 +9,6 @@ TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/warren/tools
 FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
-export GOFLAGS ?= -mod=mod
 
 .PHONY: help dev build test test-short fuzz lint bench load fmt tools bwrap clean
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/warren-mesh/warren/runner"
@@ -68,9 +69,17 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.Key == "" {
 		return fmt.Errorf("%s is not set: the runner needs its bearer key", runnerKeyEnv)
 	}
+	// Unsetenv only edits Go's copy: the kernel still shows the original environment, key included, in
+	// /proc/<pid>/environ. Non-dumpable makes that file (and ptrace) unavailable to other processes of
+	// this uid, such as commands run with -insecure-no-sandbox. Sandboxed commands cannot see this
+	// process at all (own PID namespace).
+	dumpErr := setNonDumpable()
 
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: logLevel})).With(
 		"role", "runner", "issuer", cfg.Issuer, "user", cfg.User, "epoch", cfg.Epoch)
+	if dumpErr != nil {
+		cfg.Logger.Warn("could not make the runner non-dumpable; its environment stays readable by this uid", "err", dumpErr)
+	}
 	r, err := runner.New(cfg)
 	if err != nil {
 		return err
@@ -107,4 +116,11 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	err = <-errc
 	cfg.Logger.Info("runner exited", "uptime_s", int64(time.Since(start).Seconds()), "err", err)
 	return err
+}
+
+func setNonDumpable() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", errno)
+	}
+	return nil
 }

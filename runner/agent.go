@@ -1,0 +1,106 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/coder/websocket"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/session"
+)
+
+// agent serves GET /v1/agent: the agent channel (PROTOCOL.md §3) over WebSocket, one JSON message per text
+// frame, frames above wire.MaxFrame closed with 1009. The edge relays clients here.
+func (a *api) agent(w http.ResponseWriter, req *http.Request) {
+	// Counted before the upgrade, so Run's shutdown (which waits for non-hijacked requests first) cannot
+	// miss a connection.
+	a.conns.Add(1)
+	defer a.conns.Done()
+	if !isUpgrade(req) {
+		a.fail(w, req, wire.Errorf(wire.InvalidArgument, "expected a WebSocket upgrade"))
+		return
+	}
+	// The bearer key authenticates the caller and no cookies are involved, so the browser-oriented origin
+	// check has nothing to protect (and the edge forwards clients' Origin headers).
+	c, err := websocket.Accept(w, req, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		a.logger(req).Debug("websocket upgrade failed", "err", err)
+		return
+	}
+	c.SetReadLimit(wire.MaxFrame)
+	a.r.clients.Add(1)
+	defer a.r.clients.Add(-1)
+	reason := a.hub.Serve(req.Context(), &wsConn{c: c})
+	a.logger(req).Debug("agent connection closed", "reason", reason)
+}
+
+func isUpgrade(req *http.Request) bool {
+	if !strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
+		return false
+	}
+	for _, v := range req.Header.Values("Connection") {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wsConn adapts a WebSocket to session.Conn.
+type wsConn struct {
+	c    *websocket.Conn
+	once sync.Once
+}
+
+var _ session.Conn = (*wsConn)(nil)
+
+func (w *wsConn) Read(ctx context.Context) ([]byte, error) {
+	typ, b, err := w.c.Read(ctx)
+	if err != nil {
+		if errors.Is(err, websocket.ErrMessageTooBig) {
+			// The library has already closed the connection with 1009.
+			return nil, wire.Wrap(wire.PayloadTooLarge, err, "frame exceeds the 4 MiB limit")
+		}
+		return nil, err
+	}
+	if typ != websocket.MessageText {
+		return nil, wire.Errorf(wire.InvalidArgument, "binary frames are not accepted; send JSON in text frames")
+	}
+	return b, nil
+}
+
+func (w *wsConn) Write(ctx context.Context, msg []byte) error {
+	return w.c.Write(ctx, websocket.MessageText, msg)
+}
+
+func (w *wsConn) Close(reason error) error {
+	err := net.ErrClosed
+	w.once.Do(func() {
+		code, text := closeStatus(reason)
+		err = w.c.Close(code, text)
+	})
+	return err
+}
+
+// closeStatus maps why a connection ends to a WebSocket close code and reason (PROTOCOL.md §6).
+func closeStatus(reason error) (websocket.StatusCode, string) {
+	if reason == nil || websocket.CloseStatus(reason) != -1 {
+		return websocket.StatusNormalClosure, ""
+	}
+	if errors.Is(reason, session.ErrShuttingDown) {
+		return websocket.StatusGoingAway, "runner shutting down"
+	}
+	var we *wire.Error
+	if errors.As(reason, &we) {
+		pub, _ := wire.Public(reason)
+		return websocket.StatusCode(pub.Code.CloseCode()), truncateUTF8(pub.Message, 123)
+	}
+	return websocket.StatusInternalError, "internal error"
+}

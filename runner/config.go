@@ -1,0 +1,190 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/warren-mesh/warren/runner/session"
+)
+
+// Config configures one user's runner. It is passed by value and validated by New; zero values take the
+// documented defaults.
+type Config struct {
+	// Issuer, User and Epoch identify the sandbox (issuer and user are required; epoch is the placement's
+	// fencing token, >= 0).
+	Issuer string
+	User   string
+	Epoch  int64
+	// Region is reported to agent clients in the ready message.
+	Region string
+
+	// Listen is the address of the internal API (default "127.0.0.1:0"). It should stay on loopback: only
+	// the edge calls it.
+	Listen string
+	// Workspace is the user's directory, created 0700 if missing; commands see it at /workspace.
+	Workspace string
+	// StateDir is the runner's private directory (created 0700 if set). It must not be inside Workspace;
+	// it is never mounted into the sandbox.
+	StateDir string
+	// Key is the bearer key every request but /healthz must carry (required).
+	Key string
+
+	// Insecure runs commands without bubblewrap (the -insecure-no-sandbox flag).
+	Insecure bool
+	// BwrapPath is the bubblewrap binary (default: "bwrap" looked up in PATH).
+	BwrapPath string
+
+	// DefaultExecTimeout applies when a request gives no timeoutMs (default 60s); MaxExecTimeout caps
+	// what a request may ask for (default 10m).
+	DefaultExecTimeout time.Duration
+	MaxExecTimeout     time.Duration
+	// OutputCap bounds each of stdout and stderr of a synchronous exec (default 1 MiB).
+	OutputCap int64
+	// StreamOutputCap bounds the total output forwarded by a streamed exec (default 16 MiB).
+	StreamOutputCap int64
+	// MaxFileSize bounds a file upload (default 256 MiB).
+	MaxFileSize int64
+	// ShutdownTimeout bounds the graceful shutdown (default 10s), shorter than a scheduler's kill timeout.
+	ShutdownTimeout time.Duration
+
+	// Agent runs agent turns; nil means session.NoAgent (every turn fails with unavailable).
+	Agent session.Agent
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultListen          = "127.0.0.1:0"
+	DefaultExecTimeout     = 60 * time.Second
+	DefaultMaxExecTimeout  = 10 * time.Minute
+	DefaultOutputCap       = 1 << 20
+	DefaultStreamOutputCap = 16 << 20
+	DefaultMaxFileSize     = 256 << 20
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// withDefaults fills zero values and checks the fields that need no I/O.
+func (c Config) withDefaults() (Config, error) {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.DefaultExecTimeout == 0 {
+		c.DefaultExecTimeout = DefaultExecTimeout
+	}
+	if c.MaxExecTimeout == 0 {
+		c.MaxExecTimeout = DefaultMaxExecTimeout
+	}
+	if c.OutputCap == 0 {
+		c.OutputCap = DefaultOutputCap
+	}
+	if c.StreamOutputCap == 0 {
+		c.StreamOutputCap = DefaultStreamOutputCap
+	}
+	if c.MaxFileSize == 0 {
+		c.MaxFileSize = DefaultMaxFileSize
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Agent == nil {
+		c.Agent = session.NoAgent{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	var errs []string
+	check := func(ok bool, msg string) {
+		if !ok {
+			errs = append(errs, msg)
+		}
+	}
+	check(c.Issuer != "", "issuer is required")
+	check(c.User != "", "user is required")
+	check(c.Epoch >= 0, "epoch must not be negative")
+	check(c.Key != "", "key is required")
+	check(c.Workspace != "", "workspace is required")
+	check(c.DefaultExecTimeout > 0 && c.MaxExecTimeout > 0, "exec timeouts must be positive")
+	check(c.DefaultExecTimeout <= c.MaxExecTimeout, "the default exec timeout exceeds the maximum")
+	check(c.OutputCap > 0 && c.StreamOutputCap > 0 && c.MaxFileSize > 0, "caps must be positive")
+	check(c.ShutdownTimeout > 0, "shutdown timeout must be positive")
+	if len(errs) > 0 {
+		return c, fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// prepareDirs creates the workspace and state dir and resolves them to absolute, symlink-free paths, so
+// the sandbox mounts exactly the directory meant and the containment check below is sound.
+func (c *Config) prepareDirs() error {
+	ws, err := ensureDir(c.Workspace)
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	c.Workspace = ws
+	if c.StateDir == "" {
+		return nil
+	}
+	st, err := ensureDir(c.StateDir)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	c.StateDir = st
+	if rel, err := filepath.Rel(ws, st); err == nil && filepath.IsLocal(rel) {
+		return fmt.Errorf("%w: state dir %s is inside the workspace %s, which the sandbox can see", ErrConfig, st, ws)
+	}
+	return nil
+}
+
+func ensureDir(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("stat %s: %w", real, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s is not a directory", ErrConfig, real)
+	}
+	return real, nil
+}
+
+// findBwrap resolves the bubblewrap binary, failing with advice that names the escape hatch.
+func (c *Config) findBwrap() error {
+	if c.Insecure {
+		return nil
+	}
+	name := c.BwrapPath
+	if name == "" {
+		name = "bwrap"
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w (%s): install bubblewrap, or pass -insecure-no-sandbox to run commands unconfined (development only)", ErrNoBwrap, name)
+		}
+		return fmt.Errorf("%w (%s): %w", ErrNoBwrap, name, err)
+	}
+	c.BwrapPath = p
+	return nil
+}

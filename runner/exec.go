@@ -1,0 +1,214 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/isolate"
+)
+
+// maxExecBody bounds the JSON body of POST /v1/sandbox/exec (stdin travels inside it).
+const maxExecBody = 8 << 20
+
+// exec serves POST /v1/sandbox/exec (PROTOCOL.md §5). The body is a wire.ExecRequest (unknown fields are
+// ignored). Without args the command is a /bin/sh -c script; with args it is executed directly. The
+// answer is a wire.ExecResult, or with "Accept: text/event-stream" a stream of stdout/stderr events
+// (data: wire.ExecChunk) ending in one exit event (data: wire.ExecResult with empty output) or, if
+// something fails after the stream started, one error event (data: wire.Error). A nonzero exit is a
+// result, not an HTTP error. A timed-out command reports timedOut and exitCode -1.
+func (a *api) exec(w http.ResponseWriter, req *http.Request) {
+	var er wire.ExecRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxExecBody)).Decode(&er); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			a.fail(w, req, wire.Errorf(wire.PayloadTooLarge, "exec request exceeds %d bytes", maxExecBody))
+			return
+		}
+		a.fail(w, req, wire.Errorf(wire.InvalidArgument, "exec request is not valid JSON: %v", err))
+		return
+	}
+	spec, err := a.execSpec(er)
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	if strings.Contains(req.Header.Get("Accept"), "text/event-stream") {
+		a.execStream(w, req, spec)
+		return
+	}
+	stdout := &cappedBuffer{max: a.r.cfg.OutputCap}
+	stderr := &cappedBuffer{max: a.r.cfg.OutputCap}
+	spec.Stdout, spec.Stderr = stdout, stderr
+	res, err := a.runCommand(req.Context(), spec)
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.ExecResult{
+		Stdout:     stdout.String(),
+		Stderr:     stderr.String(),
+		ExitCode:   res.ExitCode,
+		DurationMs: res.Duration.Milliseconds(),
+		Truncated:  stdout.truncated || stderr.truncated,
+		TimedOut:   res.TimedOut,
+	})
+}
+
+// execSpec validates a request into a Spec without output writers. Everything that can be refused is
+// refused here, before a streamed answer commits to 200.
+func (a *api) execSpec(er wire.ExecRequest) (isolate.Spec, error) {
+	if er.Command == "" {
+		return isolate.Spec{}, wire.Errorf(wire.InvalidArgument, "command is required")
+	}
+	if er.TimeoutMs < 0 {
+		return isolate.Spec{}, wire.Errorf(wire.InvalidArgument, "timeoutMs must not be negative")
+	}
+	timeout := a.r.cfg.DefaultExecTimeout
+	if er.TimeoutMs > 0 {
+		timeout = a.r.cfg.MaxExecTimeout
+		if er.TimeoutMs < a.r.cfg.MaxExecTimeout.Milliseconds() {
+			timeout = time.Duration(er.TimeoutMs) * time.Millisecond
+		}
+	}
+	dir, err := a.root.Dir(er.Cwd)
+	if err != nil {
+		return isolate.Spec{}, err
+	}
+	var stdin io.Reader
+	if er.Stdin != "" {
+		stdin = strings.NewReader(er.Stdin)
+	}
+	spec := isolate.Spec{Command: er.Command, Args: er.Args, Dir: dir, Env: er.Env, Stdin: stdin, Timeout: timeout}
+	if err := isolate.Validate(spec); err != nil {
+		return isolate.Spec{}, err
+	}
+	return spec, nil
+}
+
+// runCommand runs spec, counting it and recording the outcome. An error from a cancelled context becomes
+// unavailable.
+func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
+	a.r.running.Add(1)
+	defer a.r.running.Add(-1)
+	res, err := a.r.sandbox.Run(ctx, spec)
+	outcome := outcomeOK
+	switch {
+	case err != nil && ctx.Err() != nil:
+		outcome = outcomeCanceled
+		msg := "command cancelled: the request ended"
+		if errors.Is(context.Cause(ctx), ErrShuttingDown) {
+			msg = "command killed: runner shutting down"
+		}
+		err = wire.Wrap(wire.Unavailable, err, msg)
+	case err != nil:
+		outcome = outcomeError
+		if wire.CodeOf(err) == wire.Internal {
+			err = fmt.Errorf("run command: %w", err)
+		}
+	case res.TimedOut:
+		outcome = outcomeTimeout
+	case res.ExitCode != 0:
+		outcome = outcomeNonzero
+	}
+	a.r.metrics.execs.WithLabelValues(outcome).Inc()
+	if outcome != outcomeError {
+		a.r.metrics.execDuration.Observe(res.Duration.Seconds())
+	}
+	return res, err
+}
+
+// execStream runs spec answering with server-sent events as output arrives. At most StreamOutputCap bytes
+// of output (both streams together, counted after UTF-8 conversion) are forwarded; the rest is read and
+// dropped, and the exit event reports truncated.
+func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.Spec) {
+	ctx := req.Context()
+	chunks := make(chan chunk, 16)
+	spec.Stdout = chunkWriter{ctx: ctx, event: wire.EventStdout, ch: chunks}
+	spec.Stderr = chunkWriter{ctx: ctx, event: wire.EventStderr, ch: chunks}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+
+	type outcome struct {
+		res isolate.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := a.runCommand(ctx, spec)
+		done <- outcome{res, err}
+	}()
+
+	var (
+		sent      int64
+		truncated bool
+		streams   = map[string]*utf8Stream{wire.EventStdout: {}, wire.EventStderr: {}}
+	)
+	forward := func(event, text string) {
+		if room := a.r.cfg.StreamOutputCap - sent; int64(len(text)) > room {
+			truncated = true
+			text = truncateUTF8(text, int(max(room, 0)))
+		}
+		if text == "" {
+			return
+		}
+		sent += int64(len(text))
+		writeEvent(w, event, wire.ExecChunk{Data: text})
+		_ = rc.Flush()
+	}
+	for {
+		select {
+		case c := <-chunks:
+			forward(c.event, streams[c.event].next(c.data))
+		case o := <-done:
+			// Run has returned, so every write has been handed over: what is left is buffered.
+			for drained := false; !drained; {
+				select {
+				case c := <-chunks:
+					forward(c.event, streams[c.event].next(c.data))
+				default:
+					drained = true
+				}
+			}
+			forward(wire.EventStdout, streams[wire.EventStdout].flush())
+			forward(wire.EventStderr, streams[wire.EventStderr].flush())
+			if o.err != nil {
+				pub, logIt := wire.Public(o.err)
+				if logIt {
+					a.logger(req).Error("streamed exec failed", "err", o.err)
+				}
+				writeEvent(w, wire.EventError, pub)
+			} else {
+				writeEvent(w, wire.EventExit, wire.ExecResult{
+					ExitCode:   o.res.ExitCode,
+					DurationMs: o.res.Duration.Milliseconds(),
+					Truncated:  truncated,
+					TimedOut:   o.res.TimedOut,
+				})
+			}
+			_ = rc.Flush()
+			return
+		}
+	}
+}
+
+// writeEvent writes one server-sent event. JSON never contains a raw newline, so data is one line.
+func writeEvent(w io.Writer, event string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{"code":"internal","message":"internal error"}`)
+	}
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+}

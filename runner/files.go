@@ -1,0 +1,123 @@
+package runner
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/workspace"
+)
+
+// The file routes of PROTOCOL.md §5. Paths (?path=) are relative to the workspace root and confined to it
+// by runner/workspace: malformed paths (NUL, invalid UTF-8) are invalid_argument, absolute paths and paths
+// or symlinks leading outside are permission_denied.
+
+// readFile serves GET /v1/sandbox/files?path=P: the raw bytes of a regular file.
+func (a *api) readFile(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.pathParam(w, req, "read")
+	if !ok {
+		return
+	}
+	f, size, err := a.root.Open(p)
+	if err != nil {
+		a.fileFail(w, req, "read", err)
+		return
+	}
+	defer f.Close()
+	a.r.metrics.fileOps.WithLabelValues("read", "ok").Inc()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.CopyN(w, f, size); err != nil {
+		a.logger(req).Debug("file download ended early", "path", p, "err", err)
+	}
+}
+
+// writeFile serves PUT /v1/sandbox/files?path=P[&parents=false]: the body, streamed to a temporary file and
+// renamed into place. 201 when the file is new, 200 when it replaced one; 413 above MaxFileSize, leaving
+// nothing behind; 409 when a directory is in the way.
+func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.pathParam(w, req, "write")
+	if !ok {
+		return
+	}
+	parents, ok := a.boolParam(w, req, "write", "parents", true)
+	if !ok {
+		return
+	}
+	limit := a.r.cfg.MaxFileSize
+	if req.ContentLength > limit {
+		a.fileFail(w, req, "write", wire.Errorf(wire.PayloadTooLarge, "file exceeds the %d byte limit", limit))
+		return
+	}
+	res, err := a.root.Write(p, req.Body, workspace.WriteOptions{Parents: parents, MaxSize: limit})
+	if err != nil {
+		a.fileFail(w, req, "write", err)
+		return
+	}
+	a.r.metrics.fileOps.WithLabelValues("write", "ok").Inc()
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, wire.FileWritten{Path: res.Path, Size: res.Size})
+}
+
+// deleteFile serves DELETE /v1/sandbox/files?path=P[&recursive=true]: 204. A directory needs
+// recursive=true (else 409 conflict, even when empty); the workspace root is refused (403).
+func (a *api) deleteFile(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.pathParam(w, req, "delete")
+	if !ok {
+		return
+	}
+	recursive, ok := a.boolParam(w, req, "delete", "recursive", false)
+	if !ok {
+		return
+	}
+	if err := a.root.Remove(p, recursive); err != nil {
+		a.fileFail(w, req, "delete", err)
+		return
+	}
+	a.r.metrics.fileOps.WithLabelValues("delete", "ok").Inc()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// listFiles serves GET /v1/sandbox/files/list?path=P (default "."): a wire.FileList sorted by name.
+func (a *api) listFiles(w http.ResponseWriter, req *http.Request) {
+	l, err := a.root.List(req.URL.Query().Get("path"))
+	if err != nil {
+		a.fileFail(w, req, "list", err)
+		return
+	}
+	a.r.metrics.fileOps.WithLabelValues("list", "ok").Inc()
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (a *api) pathParam(w http.ResponseWriter, req *http.Request, op string) (string, bool) {
+	q := req.URL.Query()
+	if !q.Has("path") {
+		a.fileFail(w, req, op, wire.Errorf(wire.InvalidArgument, "the path query parameter is required"))
+		return "", false
+	}
+	return q.Get("path"), true
+}
+
+func (a *api) boolParam(w http.ResponseWriter, req *http.Request, op, name string, def bool) (bool, bool) {
+	q := req.URL.Query()
+	if !q.Has(name) {
+		return def, true
+	}
+	v, err := strconv.ParseBool(q.Get(name))
+	if err != nil {
+		a.fileFail(w, req, op, wire.Errorf(wire.InvalidArgument, "%s must be true or false", name))
+		return false, false
+	}
+	return v, true
+}
+
+func (a *api) fileFail(w http.ResponseWriter, req *http.Request, op string, err error) {
+	a.r.metrics.fileOps.WithLabelValues(op, string(wire.CodeOf(err))).Inc()
+	a.fail(w, req, err)
+}

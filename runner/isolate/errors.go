@@ -1,0 +1,14 @@
+package isolate
+
+import "errors"
+
+// Sentinel errors. Request validation failures are returned as *wire.Error (invalid_argument) wrapping
+// ErrInvalidSpec so the transport can answer with the right code.
+var (
+	// ErrInvalidSpec: the command, its arguments, working directory or environment are malformed.
+	ErrInvalidSpec = errors.New("invalid command")
+	// ErrNoBwrap: sandboxing was requested but no bubblewrap binary was configured or found.
+	ErrNoBwrap = errors.New("bubblewrap (bwrap) not found")
+	// ErrConfig: the Config is unusable.
+	ErrConfig = errors.New("invalid isolate config")
+)

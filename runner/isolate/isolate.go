@@ -1,0 +1,267 @@
+// Package isolate runs one user command inside the sandbox boundary: a bubblewrap (bwrap) sandbox with its
+// own PID, IPC and UTS namespaces, read-only system directories, a private /tmp and the user's workspace
+// at /workspace, a cleared environment, its own process group, a wall-clock timeout that kills the whole
+// tree, and nothing else of the host visible.
+//
+// Insecure mode runs the same command line directly (no namespaces, no mount isolation) with the same
+// cleared environment and the working directory inside the host workspace; it exists for machines without
+// bubblewrap and must be chosen explicitly.
+//
+// Resource limits: only the wall-clock timeout is enforced here. No rlimits (RLIMIT_NPROC counts every
+// process of the uid host-wide, RLIMIT_AS breaks runtimes that reserve address space) and no cgroup limits;
+// CPU and memory caps come from the task driver's container in production (DESIGN.md §7).
+package isolate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// ExitTimedOut is the exit code reported for a command killed because its timeout expired (Result.TimedOut
+// is set too). It is -1 rather than GNU timeout's 124 because 124 is a real exit status a command may use.
+const ExitTimedOut = -1
+
+// waitDelay bounds how long output is drained after the command exits, for descendants that escaped the
+// process group (insecure mode only) while still holding the output pipes.
+const waitDelay = 2 * time.Second
+
+// Config configures a Sandbox.
+type Config struct {
+	// Workspace is the host directory mounted read-write at /workspace. It must exist and be absolute.
+	Workspace string
+	// Bwrap is the bubblewrap binary; required unless Insecure.
+	Bwrap string
+	// Insecure runs commands without bubblewrap.
+	Insecure bool
+	// Now is the clock used to measure durations; nil means time.Now.
+	Now func() time.Time
+}
+
+// Sandbox runs commands for one workspace. It is safe for concurrent use.
+type Sandbox struct {
+	cfg    Config
+	mounts []string
+}
+
+// New validates cfg and inspects the host's system directories once.
+func New(cfg Config) (*Sandbox, error) {
+	if !filepath.IsAbs(cfg.Workspace) {
+		return nil, fmt.Errorf("%w: workspace %q is not an absolute path", ErrConfig, cfg.Workspace)
+	}
+	if fi, err := os.Stat(cfg.Workspace); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%w: workspace %s is not a directory", ErrConfig, cfg.Workspace)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Sandbox{cfg: cfg}
+	if cfg.Insecure {
+		return s, nil
+	}
+	if cfg.Bwrap == "" {
+		return nil, ErrNoBwrap
+	}
+	fi, err := os.Stat(cfg.Bwrap)
+	if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("%w: %s is not an executable file", ErrNoBwrap, cfg.Bwrap)
+	}
+	if s.mounts, err = systemMounts("/"); err != nil {
+		return nil, fmt.Errorf("prepare sandbox mounts: %w", err)
+	}
+	return s, nil
+}
+
+// Insecure reports whether commands run without bubblewrap.
+func (s *Sandbox) Insecure() bool { return s.cfg.Insecure }
+
+// Spec is one command to run.
+type Spec struct {
+	// Command is a /bin/sh -c script when Args is empty, otherwise the program to execute with Args.
+	Command string
+	Args    []string
+	// Dir is the working directory relative to the workspace, already confined by the caller (for
+	// example with workspace.Root.Dir); "" means the workspace root.
+	Dir string
+	// Env is added to the minimal environment and may override it.
+	Env     map[string]string
+	Stdin   io.Reader // nil: empty
+	Stdout  io.Writer // nil: discarded
+	Stderr  io.Writer // nil: discarded
+	Timeout time.Duration
+}
+
+// Result describes a finished command.
+type Result struct {
+	// ExitCode is the command's exit status, 128+N when it died of signal N, or ExitTimedOut.
+	ExitCode int
+	TimedOut bool
+	Duration time.Duration
+}
+
+// Run runs spec to completion and returns its result. A nonzero exit or a timeout is a Result, not an
+// error. Errors are: invalid_argument *wire.Error (wrapping ErrInvalidSpec) for a malformed spec, the cause
+// of ctx when ctx ended first (the command was killed), or a failure to start or wait for the process.
+//
+// Output is copied to Stdout and Stderr from separate goroutines as it arrives, in the reads' chunks; both
+// copies have finished when Run returns. Once a writer returns an error the rest of that stream is read and
+// discarded, so a failed consumer never blocks the command. Background processes do not outlive the
+// command: the sandbox's PID namespace ends with it, and in insecure mode its process group is killed.
+func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
+	res := Result{ExitCode: -1}
+	if err := Validate(spec); err != nil {
+		return res, err
+	}
+	dir := filepath.ToSlash(filepath.Clean("/" + spec.Dir))[1:]
+	if dir == "" {
+		dir = "."
+	}
+	inner := shellArgv(spec.Command, spec.Args)
+	var cmd *exec.Cmd
+	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+	if s.cfg.Insecure {
+		cmd = exec.CommandContext(runCtx, inner[0], inner[1:]...)
+		cmd.Dir = filepath.Join(s.cfg.Workspace, filepath.FromSlash(dir))
+		cmd.Env = environ(s.cfg.Workspace, spec.Env)
+	} else {
+		env := environ(WorkspaceMount, spec.Env)
+		cmd = exec.CommandContext(runCtx, s.cfg.Bwrap, bwrapArgs(s.mounts, s.cfg.Workspace, dir, env, inner)...)
+		cmd.Dir = "/"
+		cmd.Env = env // bwrap itself never sees the runner's environment either
+	}
+	cmd.Stdin = spec.Stdin
+	// Own process group so a kill reaches every descendant that did not leave it; with bwrap the group is
+	// the outer bwrap, whose death takes the PID namespace down (see bwrapArgs). Pdeathsig covers a runner
+	// crash.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	cmd.WaitDelay = waitDelay
+
+	// The pipes are ours, not exec's, so Wait returns as soon as the process exits and the group can be
+	// killed before draining: a background child holding stdout cannot stall the request.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return res, fmt.Errorf("stderr pipe: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+
+	start := s.cfg.Now()
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if errors.Is(err, syscall.E2BIG) {
+			return res, wire.Wrap(wire.InvalidArgument, fmt.Errorf("%w: %w", ErrInvalidSpec, err), "command line too long")
+		}
+		return res, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { drain(spec.Stdout, outR) })
+	wg.Go(func() { drain(spec.Stderr, errR) })
+
+	werr := cmd.Wait()
+	_ = killGroup(cmd.Process.Pid) // stragglers (insecure mode); the sandbox's are already gone
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(waitDelay):
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+	res.Duration = s.cfg.Now().Sub(start)
+	res.ExitCode = exitCode(cmd.ProcessState)
+
+	switch {
+	case ctx.Err() != nil:
+		res.ExitCode = -1
+		return res, fmt.Errorf("run %s: %w", spec.Command, context.Cause(ctx))
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
+		res.ExitCode, res.TimedOut = ExitTimedOut, true
+		return res, nil
+	case cmd.ProcessState == nil:
+		return res, fmt.Errorf("wait %s: %w", cmd.Path, werr)
+	}
+	var ee *exec.ExitError
+	if werr != nil && !errors.As(werr, &ee) && !errors.Is(werr, exec.ErrWaitDelay) {
+		return res, fmt.Errorf("wait %s: %w", cmd.Path, werr)
+	}
+	return res, nil
+}
+
+// Validate checks spec the way Run does, so a caller can refuse a request before committing to an answer.
+// Failures are invalid_argument *wire.Error values wrapping ErrInvalidSpec.
+func Validate(spec Spec) error {
+	bad := func(msg string) error { return wire.Wrap(wire.InvalidArgument, ErrInvalidSpec, msg) }
+	switch {
+	case spec.Command == "":
+		return bad("command is required")
+	case strings.IndexByte(spec.Command, 0) >= 0:
+		return bad("command contains a NUL byte")
+	case spec.Timeout <= 0:
+		return fmt.Errorf("%w: timeout must be positive", ErrInvalidSpec)
+	case spec.Dir != "" && spec.Dir != "." && !filepath.IsLocal(spec.Dir):
+		return bad("working directory must be inside the workspace")
+	}
+	for _, a := range spec.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return bad("an argument contains a NUL byte")
+		}
+	}
+	return ValidateEnv(spec.Env)
+}
+
+// drain copies r to w until EOF; once w fails the rest is discarded so the command is not blocked.
+func drain(w io.Writer, r io.Reader) {
+	if w == nil {
+		w = io.Discard
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		_, _ = io.Copy(io.Discard, r)
+	}
+}
+
+func killGroup(pid int) error {
+	err := syscall.Kill(-pid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return os.ErrProcessDone
+	}
+	return err
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+	}
+	return ps.ExitCode()
+}

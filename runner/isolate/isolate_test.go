@@ -1,0 +1,284 @@
+package isolate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// bwrapPath returns the bubblewrap binary. Sandbox tests fail without it; only -short may skip them.
+func bwrapPath(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("bwrap")
+	if err != nil {
+		if testing.Short() {
+			t.Skip("bubblewrap not installed (skipped under -short)")
+		}
+		t.Fatalf("bubblewrap (bwrap) is required for the sandbox tests: install it (apt-get install bubblewrap) or run with -short: %v", err)
+	}
+	return p
+}
+
+func newSandbox(t testing.TB, insecure bool) (*Sandbox, string) {
+	t.Helper()
+	ws := t.TempDir()
+	cfg := Config{Workspace: ws, Insecure: insecure}
+	if !insecure {
+		cfg.Bwrap = bwrapPath(t)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ws
+}
+
+type output struct{ stdout, stderr bytes.Buffer }
+
+func run(t testing.TB, s *Sandbox, spec Spec) (Result, *output) {
+	t.Helper()
+	var o output
+	spec.Stdout, spec.Stderr = &o.stdout, &o.stderr
+	if spec.Timeout == 0 {
+		spec.Timeout = 20 * time.Second
+	}
+	res, err := s.Run(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Run(%q): %v", spec.Command, err)
+	}
+	return res, &o
+}
+
+func TestNewRequiresBwrap(t *testing.T) {
+	_, err := New(Config{Workspace: t.TempDir()})
+	if !errors.Is(err, ErrNoBwrap) {
+		t.Fatalf("New without bwrap = %v, want ErrNoBwrap", err)
+	}
+	_, err = New(Config{Workspace: t.TempDir(), Bwrap: "/nonexistent/bwrap"})
+	if !errors.Is(err, ErrNoBwrap) {
+		t.Fatalf("New with a missing bwrap = %v, want ErrNoBwrap", err)
+	}
+	if _, err := New(Config{Workspace: "relative", Insecure: true}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("relative workspace: %v", err)
+	}
+}
+
+func TestSystemMounts(t *testing.T) {
+	mk := func(t *testing.T, dirs []string, links map[string]string) string {
+		root := t.TempDir()
+		for _, d := range dirs {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for l, target := range links {
+			if err := os.Symlink(target, filepath.Join(root, l)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root
+	}
+	t.Run("usrmerge", func(t *testing.T) {
+		root := mk(t, []string{"usr/bin", "usr/lib", "etc/ssh"}, map[string]string{"bin": "usr/bin", "lib": "usr/lib", "sbin": "usr/sbin"})
+		for _, f := range []string{"etc/shadow", "etc/ssh/ssh_host_ed25519_key", "etc/ssh/ssh_host_ed25519_key.pub"} {
+			if err := os.WriteFile(filepath.Join(root, f), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := systemMounts(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			"--ro-bind", filepath.Join(root, "usr"), "/usr",
+			"--symlink", "usr/bin", "/bin",
+			"--symlink", "usr/sbin", "/sbin",
+			"--symlink", "usr/lib", "/lib",
+			"--ro-bind", filepath.Join(root, "etc"), "/etc",
+			"--ro-bind", "/dev/null", "/etc/shadow",
+			"--ro-bind", "/dev/null", "/etc/ssh/ssh_host_ed25519_key",
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("systemMounts =\n%q\nwant\n%q", got, want)
+		}
+	})
+	t.Run("split", func(t *testing.T) {
+		root := mk(t, []string{"usr", "bin", "sbin", "lib", "lib64"}, nil)
+		got, err := systemMounts(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			"--ro-bind", filepath.Join(root, "usr"), "/usr",
+			"--ro-bind", filepath.Join(root, "bin"), "/bin",
+			"--ro-bind", filepath.Join(root, "sbin"), "/sbin",
+			"--ro-bind", filepath.Join(root, "lib"), "/lib",
+			"--ro-bind", filepath.Join(root, "lib64"), "/lib64",
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("systemMounts =\n%q\nwant\n%q", got, want)
+		}
+	})
+}
+
+func TestBwrapArgs(t *testing.T) {
+	env := environ(WorkspaceMount, map[string]string{"FOO": "a=b"})
+	got := strings.Join(bwrapArgs([]string{"--ro-bind", "/usr", "/usr"}, "/srv/ws/alice", "sub", env, shellArgv("ls", []string{"-l"})), " ")
+	for _, want := range []string{
+		"--die-with-parent --new-session --unshare-pid --unshare-ipc --unshare-uts",
+		"--cap-drop ALL",
+		"--ro-bind /usr /usr --proc /proc --dev /dev --tmpfs /tmp --bind /srv/ws/alice /workspace --remount-ro / --chdir /workspace/sub --clearenv",
+		"--setenv FOO a=b --setenv HOME /workspace --setenv LANG C.UTF-8",
+		`-- /bin/sh -c exec "$0" "$@" ls -l`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("bwrap args %q\nlack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "--unshare-net") {
+		t.Error("network namespace must stay shared")
+	}
+}
+
+func TestValidateEnv(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{
+		{"FOO", true}, {"_x9", true}, {"a", true},
+		{"", false}, {"9A", false}, {"A-B", false}, {"A=B", false}, {"A B", false}, {"Ä", false},
+	} {
+		err := ValidateEnv(map[string]string{tt.name: "v"})
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidateEnv(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && (wire.CodeOf(err) != wire.InvalidArgument || !errors.Is(err, ErrInvalidSpec)) {
+			t.Errorf("ValidateEnv(%q) = %v, want invalid_argument wrapping ErrInvalidSpec", tt.name, err)
+		}
+	}
+	if err := ValidateEnv(map[string]string{"A": "x\x00y"}); wire.CodeOf(err) != wire.InvalidArgument {
+		t.Errorf("NUL in value: %v", err)
+	}
+}
+
+// TestRun runs the same behaviours in both modes.
+func TestRun(t *testing.T) {
+	for _, mode := range []struct {
+		name     string
+		insecure bool
+	}{{"bwrap", false}, {"insecure", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			s, ws := newSandbox(t, mode.insecure)
+			if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("WARREN_ISOLATE_TEST_SECRET", "leak")
+			tests := []struct {
+				name       string
+				spec       Spec
+				code       int
+				stdout     string
+				stderrHave string
+			}{
+				{name: "exit code and streams", spec: Spec{Command: "echo out; echo err >&2; exit 3"}, code: 3, stdout: "out\n", stderrHave: "err"},
+				{name: "stdin", spec: Spec{Command: "cat", Stdin: strings.NewReader("hello")}, stdout: "hello"},
+				{name: "env", spec: Spec{Command: `echo "$FOO|$USER|$TERM|$WARREN_ISOLATE_TEST_SECRET"`, Env: map[string]string{"FOO": "bar"}}, stdout: "bar|sandbox|dumb|\n"},
+				{name: "cwd", spec: Spec{Command: `basename "$PWD"`, Dir: "sub"}, stdout: "sub\n"},
+				{name: "args are not interpreted", spec: Spec{Command: "printf", Args: []string{"%s|", "a b", "$HOME", ";"}}, stdout: "a b|$HOME|;|"},
+				{name: "missing program", spec: Spec{Command: "no-such-program-warren", Args: []string{"x"}}, code: 127, stderrHave: "not found"},
+				{name: "signal", spec: Spec{Command: "kill -TERM $$"}, code: 128 + 15},
+				{name: "background child does not hold the request", spec: Spec{Command: "sleep 30 & echo started"}, stdout: "started\n"},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					res, o := run(t, s, tt.spec)
+					if res.ExitCode != tt.code || res.TimedOut {
+						t.Errorf("exit = %d (timedOut %v), want %d; stderr %q", res.ExitCode, res.TimedOut, tt.code, o.stderr.String())
+					}
+					if tt.stdout != "" && o.stdout.String() != tt.stdout {
+						t.Errorf("stdout = %q, want %q", o.stdout.String(), tt.stdout)
+					}
+					if !strings.Contains(o.stderr.String(), tt.stderrHave) {
+						t.Errorf("stderr = %q, want it to contain %q", o.stderr.String(), tt.stderrHave)
+					}
+				})
+			}
+			t.Run("timeout kills the tree", func(t *testing.T) {
+				marker := fmt.Sprintf("86400.%d", rand.Uint32())
+				res, _ := run(t, s, Spec{Command: fmt.Sprintf("sleep %s & (sleep %s; echo late) & sleep %s", marker, marker, marker), Timeout: 300 * time.Millisecond})
+				if !res.TimedOut || res.ExitCode != ExitTimedOut {
+					t.Fatalf("result %+v, want timed out with %d", res, ExitTimedOut)
+				}
+				waitNoProcess(t, "sleep "+marker)
+			})
+			t.Run("cancel kills", func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				started := make(chan struct{})
+				var out lineSignal
+				out.match, out.ch = "ready", started
+				go func() { <-started; cancel() }()
+				_, err := s.Run(ctx, Spec{Command: "echo ready; exec sleep 60", Stdout: &out, Timeout: time.Minute})
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Run after cancel = %v, want context.Canceled", err)
+				}
+			})
+		})
+	}
+}
+
+// lineSignal closes ch the first time a write contains match.
+type lineSignal struct {
+	match string
+	ch    chan struct{}
+	done  bool
+}
+
+func (l *lineSignal) Write(p []byte) (int, error) {
+	if !l.done && bytes.Contains(p, []byte(l.match)) {
+		l.done = true
+		close(l.ch)
+	}
+	return len(p), nil
+}
+
+// waitNoProcess polls the host's /proc until no process's command line contains marker.
+func waitNoProcess(t testing.TB, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := findProcesses(marker)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v (%q) still alive after the command was killed", pids, marker)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func findProcesses(marker string) []string {
+	ents, _ := os.ReadDir("/proc")
+	var pids []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), marker) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}

@@ -1,0 +1,174 @@
+// Package runner is the per-user sandbox role: one process per (issuer, user), started by the scheduler's
+// driver as `warren runner`. It owns the user's workspace directory and serves an internal HTTP API on
+// loopback that only the edge calls, with the public paths of PROTOCOL.md §5: command execution inside a
+// bubblewrap sandbox (runner/isolate), file access confined to the workspace (runner/workspace), and the
+// agent channel over WebSocket (runner/session), plus /healthz and /metrics.
+//
+// Lifecycle: New validates the Config and prepares directories; Run listens, closes Ready once the address
+// is known (see Addr), serves until its context ends, then shuts down gracefully within ShutdownTimeout,
+// killing running commands and closing agent connections with 1001.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/warren-mesh/warren/runner/isolate"
+	"github.com/warren-mesh/warren/runner/session"
+	"github.com/warren-mesh/warren/runner/workspace"
+)
+
+// Runner serves one user's sandbox. Create it with New.
+type Runner struct {
+	cfg     Config
+	log     *slog.Logger
+	sandbox *isolate.Sandbox
+	metrics *metrics
+
+	ready   chan struct{}
+	addr    atomic.Pointer[string]
+	started atomic.Bool
+	clients atomic.Int64 // open agent WebSocket connections
+	running atomic.Int64 // commands running
+}
+
+// New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
+// without cfg.Insecure it fails with ErrNoBwrap, whose message names -insecure-no-sandbox.
+func New(cfg Config) (*Runner, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.findBwrap(); err != nil {
+		return nil, err
+	}
+	if err := cfg.prepareDirs(); err != nil {
+		return nil, err
+	}
+	sb, err := isolate.New(isolate.Config{
+		Workspace: cfg.Workspace, Bwrap: cfg.BwrapPath, Insecure: cfg.Insecure, Now: cfg.Now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	r := &Runner{cfg: cfg, log: cfg.Logger, sandbox: sb, ready: make(chan struct{})}
+	r.metrics = newMetrics(
+		func() float64 { return float64(r.clients.Load()) },
+		func() float64 { return float64(r.running.Load()) },
+	)
+	return r, nil
+}
+
+// Ready is closed once Run is listening; Addr is then valid. If Run fails before listening, Ready is never
+// closed, so wait on both.
+func (r *Runner) Ready() <-chan struct{} { return r.ready }
+
+// Addr is the listening address (host:port), or "" before Ready.
+func (r *Runner) Addr() string {
+	if a := r.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// Clients is the number of agent connections open right now (the idle check will use it).
+func (r *Runner) Clients() int { return int(r.clients.Load()) }
+
+// RunningCommands is the number of exec requests whose command is running.
+func (r *Runner) RunningCommands() int { return int(r.running.Load()) }
+
+// Run listens on cfg.Listen and serves until ctx ends, then shuts down: it stops accepting, kills running
+// commands, closes agent connections (1001), waits for handlers and turns, all bounded by
+// ShutdownTimeout. It returns nil after a clean shutdown. Run may be called once.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	if r.sandbox.Insecure() {
+		r.log.Warn("commands run WITHOUT a sandbox (-insecure-no-sandbox): they can read and write anything this process can")
+	}
+	root, err := workspace.Open(r.cfg.Workspace)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", r.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", r.cfg.Listen, err)
+	}
+
+	hub := session.NewHub(session.Config{
+		Region: r.cfg.Region,
+		Agent:  r.cfg.Agent,
+		Logger: r.log.With("component", "agent"),
+	})
+	// Request contexts derive from work, not from ctx, so that shutdown decides when in-flight work ends.
+	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(nil)
+	a := &api{r: r, root: root, hub: hub}
+	srv := &http.Server{
+		Handler:           a.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return work },
+		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
+	}
+
+	addr := ln.Addr().String()
+	r.addr.Store(&addr)
+	close(r.ready)
+	mode := "bwrap"
+	if r.sandbox.Insecure() {
+		mode = "insecure"
+	}
+	r.log.Info("runner listening", "addr", addr, "workspace", r.cfg.Workspace, "sandbox", mode)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		return r.shutdown(srv, hub, stopWork, &a.conns)
+	})
+	return g.Wait()
+}
+
+func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.CancelCauseFunc, conns *sync.WaitGroup) error {
+	r.log.Info("runner shutting down", "running_commands", r.RunningCommands(), "clients", r.Clients())
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
+	defer cancel()
+	stopWork(ErrShuttingDown)
+	var errs []error
+	if err := srv.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("drain requests: %w", err))
+		_ = srv.Close()
+	}
+	// Hijacked (WebSocket) handlers are not tracked by Shutdown; conns is.
+	done := make(chan struct{})
+	go func() { conns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("close agent connections: %w", ctx.Err()))
+	}
+	if err := hub.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	r.log.Info("runner stopped")
+	return nil
+}

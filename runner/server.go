@@ -1,0 +1,188 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/session"
+	"github.com/warren-mesh/warren/runner/workspace"
+)
+
+// api is the HTTP surface of one Run.
+type api struct {
+	r     *Runner
+	root  *workspace.Root
+	hub   *session.Hub
+	conns sync.WaitGroup // agent WebSocket handlers, which http.Server.Shutdown does not wait for
+}
+
+// routes: every route but /healthz requires the bearer key, including unknown paths (an unauthenticated
+// caller learns nothing about what exists).
+func (a *api) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", methods{http.MethodGet: a.healthz})
+	mux.Handle("/metrics", a.auth(methods{http.MethodGet: promhttp.HandlerFor(a.r.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP}))
+	mux.Handle("/v1/sandbox/exec", a.auth(methods{http.MethodPost: a.exec}))
+	mux.Handle("/v1/sandbox/files", a.auth(methods{
+		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
+	}))
+	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
+	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))
+	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
+	})))
+	return a.withRequest(mux)
+}
+
+// methods dispatches on the HTTP method; others are answered with a wire error (PROTOCOL.md has no 405
+// code, so it is invalid_argument) and an Allow header.
+type methods map[string]http.HandlerFunc
+
+func (m methods) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if h, ok := m[req.Method]; ok {
+		h(w, req)
+		return
+	}
+	allow := make([]string, 0, len(m))
+	for k := range m {
+		allow = append(allow, k)
+	}
+	sort.Strings(allow)
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	wire.WriteHTTPError(w, nil, wire.Errorf(wire.InvalidArgument, "method %s is not allowed here", req.Method))
+}
+
+type logKey struct{}
+
+// withRequest gives every request an id (X-Request-Id when the caller sent a sane one, else random),
+// echoes it, puts a logger carrying it in the context, and logs the request at debug level.
+func (a *api) withRequest(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		id := req.Header.Get("X-Request-Id")
+		if !validRequestID(id) {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		w.Header().Set("X-Request-Id", id)
+		log := a.r.log.With("request_id", id)
+		sw := &statusWriter{ResponseWriter: w}
+		start := a.r.cfg.Now()
+		next.ServeHTTP(sw, req.WithContext(context.WithValue(req.Context(), logKey{}, log)))
+		log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.status,
+			"duration_ms", a.r.cfg.Now().Sub(start).Milliseconds())
+	})
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.IndexByte("-_.:", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// statusWriter records the status for the access log. Unwrap lets http.ResponseController (flushing) and
+// the WebSocket upgrade (hijacking) reach the real writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// auth requires "Authorization: Bearer <Key>". Both sides are hashed before the constant-time comparison
+// so neither the content nor the length of the key leaks through timing.
+func (a *api) auth(next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(a.r.cfg.Key))
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		tok, ok := bearer(req.Header.Get("Authorization"))
+		got := sha256.Sum256([]byte(tok))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="warren-runner"`)
+			a.fail(w, req, wire.Errorf(wire.Unauthenticated, "missing or invalid runner key"))
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+func bearer(h string) (string, bool) {
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(prefix):]), true
+}
+
+func (a *api) logger(req *http.Request) *slog.Logger {
+	if l, ok := req.Context().Value(logKey{}).(*slog.Logger); ok {
+		return l
+	}
+	return a.r.log
+}
+
+// fail writes err as a wire error; causes of internal errors are logged with the request id.
+func (a *api) fail(w http.ResponseWriter, req *http.Request, err error) {
+	wire.WriteHTTPError(w, a.logger(req), err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Health is the body of GET /healthz. Nothing in it is secret.
+type Health struct {
+	Status          string `json:"status"`
+	Issuer          string `json:"issuer"`
+	User            string `json:"user"`
+	Epoch           int64  `json:"epoch"`
+	Clients         int    `json:"clients"`
+	RunningCommands int    `json:"running_commands"`
+	Sandbox         string `json:"sandbox"` // "bwrap" or "insecure"
+}
+
+func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
+	mode := "bwrap"
+	if a.r.sandbox.Insecure() {
+		mode = "insecure"
+	}
+	writeJSON(w, http.StatusOK, Health{
+		Status: "ok", Issuer: a.r.cfg.Issuer, User: a.r.cfg.User, Epoch: a.r.cfg.Epoch,
+		Clients: a.r.Clients(), RunningCommands: a.r.RunningCommands(), Sandbox: mode,
+	})
+}

@@ -1,0 +1,39 @@
+package session
+
+import (
+	"context"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// Agent runs the turns of sessions. The hub calls Run from one goroutine per turn: at most one turn per
+// session at a time, but turns of different sessions run concurrently, so implementations must be safe for
+// concurrent use across sessions.
+//
+// Run blocks until the turn ends, passing each agent event (one JSON object, relayed to clients byte for
+// byte apart from the added "seq") to emit, in order; emit may be called only until Run returns. ctx is
+// cancelled when the client interrupts the turn or the runner shuts down. A returned error ends the turn
+// with an error message: a *wire.Error keeps its code and message, anything else is reported as internal
+// and its cause logged.
+type Agent interface {
+	Run(ctx context.Context, turn Turn, emit func(event []byte)) error
+}
+
+// Turn is one user prompt to a session.
+type Turn struct {
+	SessionID string
+	// Options are the session's init options (from the init that created the session).
+	Options wire.SessionOptions
+	// Message is the client's user message as received.
+	Message wire.ClientMessage
+}
+
+// NoAgent is the Agent used until an agent driver is configured: every turn fails with unavailable.
+type NoAgent struct{}
+
+var _ Agent = NoAgent{}
+
+// Run implements Agent.
+func (NoAgent) Run(context.Context, Turn, func([]byte)) error {
+	return wire.Errorf(wire.Unavailable, "no agent configured")
+}

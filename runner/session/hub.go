@@ -1,0 +1,407 @@
+// Package session serves the agent channel (PROTOCOL.md §3) of one user's sandbox: the init handshake,
+// per-session sequence numbers on every server message, a bounded in-memory history replayed to clients
+// that reconnect with lastSeq, ping/pong, and turns run by a pluggable Agent.
+//
+// The package is transport-neutral: a WebSocket (or, later, a WebTransport stream) is adapted to Conn.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// Conn is one client connection carrying whole JSON messages. The hub calls Read from one goroutine and
+// Write from another; Close may be called from any goroutine, more than once, and must make a pending Read
+// return.
+type Conn interface {
+	// Read returns the next message; any error ends the connection. A *wire.Error means the client broke
+	// the protocol at the transport level (say, a binary frame); it is reported to the client before the
+	// connection is closed with its code.
+	Read(ctx context.Context) ([]byte, error)
+	// Write sends one message.
+	Write(ctx context.Context, msg []byte) error
+	// Close ends the connection. reason is nil for a normal close, a *wire.Error for a protocol error
+	// (the transport maps its code, e.g. to a WebSocket close code), ErrShuttingDown when the runner stops,
+	// or another error when the connection failed. Only the first call has an effect.
+	Close(reason error) error
+}
+
+// Config configures a Hub. Zero values take the documented defaults.
+type Config struct {
+	// Region is reported in the ready message.
+	Region string
+	// Agent runs turns; nil means NoAgent.
+	Agent Agent
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// History is how many messages each session keeps for replay (default 1000).
+	History int
+	// HistoryBytes caps the bytes of that history (default 16 MiB); the oldest messages go first.
+	HistoryBytes int
+	// MaxSessions bounds the sessions held in memory (default 64); when full, the least recently attached
+	// session with no connection and no running turn is forgotten, and if there is none init fails with
+	// unavailable.
+	MaxSessions int
+	// InitTimeout is how long a new connection may take to send init (default 30s).
+	InitTimeout time.Duration
+}
+
+// errTooSlow closes a connection whose client fell more than its queue behind.
+var errTooSlow = wire.Errorf(wire.Unavailable, "client too slow; reconnect with lastSeq")
+
+const (
+	writeTimeout = 30 * time.Second
+	flushTimeout = 5 * time.Second
+	queueSlack   = 256 // queue capacity beyond History: room for live messages after a full replay
+)
+
+// Hub holds the sessions of one sandbox and serves connections to them. It is safe for concurrent use.
+type Hub struct {
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // lifetime of turns; cancelled by Close
+	cancel context.CancelFunc
+
+	mu       sync.Mutex // guards sessions, tick, closed; taken before any conversation.mu
+	sessions map[string]*conversation
+	tick     uint64
+	closed   bool
+
+	turnMu     sync.Mutex // guards turnClosed and turns.Add; taken after conversation.mu
+	turnClosed bool
+	turns      sync.WaitGroup
+	running    atomic.Int64
+}
+
+// NewHub returns a Hub; Close it to stop its turns.
+func NewHub(cfg Config) *Hub {
+	if cfg.Agent == nil {
+		cfg.Agent = NoAgent{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.History <= 0 {
+		cfg.History = 1000
+	}
+	if cfg.HistoryBytes <= 0 {
+		cfg.HistoryBytes = 16 << 20
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 64
+	}
+	if cfg.InitTimeout <= 0 {
+		cfg.InitTimeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Hub{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, sessions: make(map[string]*conversation)}
+}
+
+// RunningTurns is the number of turns in progress.
+func (h *Hub) RunningTurns() int { return int(h.running.Load()) }
+
+// Close refuses new connections, cancels running turns and waits for them until ctx ends. It is
+// idempotent. Connections being served end when the ctx given to Serve ends.
+func (h *Hub) Close(ctx context.Context) error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.turnMu.Lock()
+	h.turnClosed = true
+	h.turnMu.Unlock()
+	h.cancel()
+	done := make(chan struct{})
+	go func() { h.turns.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for running turns: %w", ctx.Err())
+	}
+}
+
+// Serve runs the agent channel on c until the client closes it, breaks the protocol, or ctx ends (then c
+// is closed with ErrShuttingDown). It always closes c and returns the reason it ended: nil for a normal
+// close, a *wire.Error for a protocol error, or the transport's or ctx's error.
+func (h *Hub) Serve(ctx context.Context, c Conn) error {
+	stop := context.AfterFunc(ctx, func() { _ = c.Close(ErrShuttingDown) })
+	defer stop()
+	reason := h.serve(context.WithoutCancel(ctx), c)
+	if ctx.Err() != nil {
+		reason = ErrShuttingDown
+	}
+	_ = c.Close(reason)
+	return reason
+}
+
+// serve uses a context that is never cancelled for I/O: ending a connection goes through Conn.Close so the
+// client gets a proper close frame with a code.
+func (h *Hub) serve(ctx context.Context, c Conn) error {
+	timer := time.AfterFunc(h.cfg.InitTimeout, func() {
+		_ = c.Close(wire.Errorf(wire.Timeout, "no init message within %s", h.cfg.InitTimeout))
+	})
+	b, err := c.Read(ctx)
+	timer.Stop()
+	if err != nil {
+		if isProtocolError(err) {
+			h.writeDirect(ctx, c, err)
+		}
+		return err
+	}
+	m, err := wire.ParseClientMessage(b)
+	var opts wire.SessionOptions
+	if err == nil {
+		opts, err = h.checkInit(m)
+	}
+	var (
+		sess *conversation
+		sub  *subscriber
+	)
+	if err == nil {
+		sess, sub, err = h.open(opts, func() { _ = c.Close(errTooSlow) })
+	}
+	if err != nil {
+		h.writeDirect(ctx, c, err)
+		return err
+	}
+	log := h.log.With("session", sess.id)
+	defer sess.detach(sub)
+	h.handshake(sess, sub)
+	log.Debug("agent client attached", "last_seq", opts.LastSeq)
+
+	stopWrite := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { h.writeLoop(ctx, c, sub, stopWrite) })
+	reason := h.readLoop(ctx, c, sess, sub)
+	close(stopWrite)
+	wg.Wait()
+	log.Debug("agent client detached", "reason", reason)
+	return reason
+}
+
+func (h *Hub) checkInit(m wire.ClientMessage) (wire.SessionOptions, error) {
+	if m.Type != wire.TypeInit {
+		return wire.SessionOptions{}, wire.Errorf(wire.InvalidArgument, "the first message must be init, got %q", m.Type)
+	}
+	opts, err := m.Init()
+	if err != nil {
+		return opts, err
+	}
+	if opts.Role == "host" {
+		return opts, wire.Errorf(wire.Unavailable, "host tools are not supported by this runner yet")
+	}
+	return opts, nil
+}
+
+// open finds the session named by opts.SessionID, or creates one (with that id when it is valid,
+// otherwise with a new random id), and attaches a subscriber to it, replaying after opts.LastSeq. Both
+// happen under the hub's lock so the session cannot be evicted in between.
+func (h *Hub) open(opts wire.SessionOptions, onDrop func()) (*conversation, *subscriber, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, nil, wire.Wrap(wire.Unavailable, ErrClosed, "runner shutting down")
+	}
+	id := opts.SessionID
+	if !ValidID(id) {
+		id = NewID()
+	}
+	h.tick++
+	s, ok := h.sessions[id]
+	if !ok {
+		if len(h.sessions) >= h.cfg.MaxSessions && !h.evictLocked() {
+			return nil, nil, wire.Errorf(wire.Unavailable, "too many sessions in this sandbox (%d)", h.cfg.MaxSessions)
+		}
+		s = newConversation(id, opts, h.cfg.History, h.cfg.HistoryBytes)
+		s.state = wire.StateInitializing
+		h.sessions[id] = s
+	}
+	s.used = h.tick
+	return s, s.attach(opts.LastSeq, h.cfg.History+queueSlack, onDrop), nil
+}
+
+func (h *Hub) evictLocked() bool {
+	var victim *conversation
+	for _, s := range h.sessions {
+		if (victim == nil || s.used < victim.used) && s.idle() {
+			victim = s
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(h.sessions, victim.id)
+	return true
+}
+
+// handshake answers init on this connection: session_info initializing (new sessions only), control ready
+// {sessionId, region, model}, then session_info with the session's current state.
+func (h *Hub) handshake(s *conversation, sub *subscriber) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == wire.StateInitializing {
+		s.sendToLocked(sub, sessionInfo(s.id, wire.StateInitializing))
+		s.state = wire.StateReady
+	}
+	s.sendToLocked(sub, wire.Control(wire.ActionReady, map[string]any{
+		"sessionId": s.id, "region": h.cfg.Region, "model": s.model(),
+	}))
+	s.sendToLocked(sub, sessionInfo(s.id, s.state))
+}
+
+// writeDirect answers a connection that has no session yet; its seq counter starts at 1.
+func (h *Hub) writeDirect(ctx context.Context, c Conn, err error) {
+	pub, logIt := wire.Public(err)
+	if logIt {
+		h.log.Error("agent channel failed", "err", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	_ = c.Write(wctx, wire.WithSeq(wire.ErrorMessage(pub), 1))
+}
+
+func (h *Hub) writeLoop(ctx context.Context, c Conn, sub *subscriber, stop <-chan struct{}) {
+	write := func(ctx context.Context, f []byte) bool {
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+		if err := c.Write(wctx, f); err != nil {
+			_ = c.Close(fmt.Errorf("write: %w", err))
+			return false
+		}
+		return true
+	}
+	for {
+		select {
+		case f := <-sub.ch:
+			if !write(ctx, f) {
+				return
+			}
+		case <-sub.gone: // the connection is being closed with errTooSlow
+			return
+		case <-stop:
+			fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+			defer cancel()
+			for {
+				select {
+				case f := <-sub.ch:
+					if !write(fctx, f) {
+						return
+					}
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// readLoop handles client messages until the connection ends; it returns the reason (see Serve).
+func (h *Hub) readLoop(ctx context.Context, c Conn, s *conversation, sub *subscriber) error {
+	for {
+		b, err := c.Read(ctx)
+		if err != nil {
+			if isProtocolError(err) {
+				pub, _ := wire.Public(err)
+				s.sendTo(sub, wire.ErrorMessage(pub))
+			}
+			return err
+		}
+		m, err := wire.ParseClientMessage(b)
+		if err != nil {
+			pub, _ := wire.Public(err)
+			s.sendTo(sub, wire.ErrorMessage(pub))
+			return err
+		}
+		switch m.Type {
+		case wire.TypePing:
+			s.sendTo(sub, wire.Pong(m.Payload))
+		case wire.TypeInit:
+			s.sendTo(sub, wire.ErrorMessage(wire.Errorf(wire.InvalidArgument, "the connection is already initialized")))
+		case wire.TypeUser:
+			h.startTurn(s, sub, m)
+		case wire.TypeToolResult:
+			s.sendTo(sub, wire.ErrorMessage(wire.Errorf(wire.InvalidArgument, "no tool call is pending")))
+		case wire.TypeControl:
+			cp, _ := m.Control() // validated by ParseClientMessage
+			switch cp.Action {
+			case wire.ActionClose:
+				return nil
+			case wire.ActionInterrupt:
+				s.interrupt()
+			case wire.ActionEndInput:
+				// Nothing buffers input yet; accepted for compatibility.
+			}
+		}
+	}
+}
+
+// isProtocolError reports whether a Read error is the client's fault (a *wire.Error from the transport,
+// such as a binary frame) rather than the connection ending; the client is told before the close.
+func isProtocolError(err error) bool {
+	var we *wire.Error
+	return errors.As(err, &we)
+}
+
+// startTurn begins a turn unless one is running: session_info processing now, then the agent's events,
+// an error message if it failed, and session_info ready, all recorded for replay.
+func (h *Hub) startTurn(s *conversation, sub *subscriber, m wire.ClientMessage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turnCancel != nil {
+		s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Conflict, "a turn is already running; interrupt it first")))
+		return
+	}
+	h.turnMu.Lock()
+	defer h.turnMu.Unlock()
+	if h.turnClosed {
+		s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Unavailable, "runner shutting down")))
+		return
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	s.turnCancel = cancel
+	s.state = wire.StateProcessing
+	s.emitLocked(sessionInfo(s.id, wire.StateProcessing))
+	h.turns.Add(1)
+	h.running.Add(1)
+	turn := Turn{SessionID: s.id, Options: s.opts, Message: m}
+	go h.runTurn(ctx, s, turn)
+}
+
+func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
+	defer h.turns.Done()
+	defer h.running.Add(-1)
+	var done atomic.Bool
+	err := h.cfg.Agent.Run(ctx, turn, func(ev []byte) {
+		if done.Load() {
+			return
+		}
+		if !isObject(ev) {
+			h.log.Warn("agent emitted a non-object event; dropped", "session", s.id, "bytes", len(ev))
+			return
+		}
+		s.emit(ev)
+	})
+	done.Store(true)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	interrupted := ctx.Err() != nil && errors.Is(err, context.Canceled)
+	s.turnCancel()
+	s.turnCancel = nil
+	if err != nil && !interrupted {
+		pub, logIt := wire.Public(err)
+		if logIt {
+			h.log.Error("agent turn failed", "session", s.id, "err", err)
+		}
+		s.emitLocked(wire.ErrorMessage(pub))
+	}
+	s.state = wire.StateReady
+	s.emitLocked(sessionInfo(s.id, wire.StateReady))
+}

@@ -1,0 +1,251 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+var errPipeClosed = errors.New("pipe closed")
+
+// pipeConn is an in-memory transport: the test plays the client on the other end.
+type pipeConn struct {
+	in     chan []byte // client → hub
+	out    chan []byte // hub → client, unbuffered: a client that does not read blocks the hub's writer
+	closed chan struct{}
+	once   sync.Once
+	reason error
+}
+
+func newPipe() *pipeConn {
+	return &pipeConn{in: make(chan []byte, 16), out: make(chan []byte), closed: make(chan struct{})}
+}
+
+func (p *pipeConn) Read(ctx context.Context) ([]byte, error) {
+	select {
+	case b := <-p.in:
+		return b, nil
+	case <-p.closed:
+		return nil, errPipeClosed
+	}
+}
+
+func (p *pipeConn) Write(ctx context.Context, b []byte) error {
+	select {
+	case p.out <- b:
+		return nil
+	case <-p.closed:
+		return errPipeClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pipeConn) Close(reason error) error {
+	p.once.Do(func() { p.reason = reason; close(p.closed) })
+	return nil
+}
+
+func (p *pipeConn) send(msg string) { p.in <- []byte(msg) }
+
+func (p *pipeConn) recv(t testing.TB) map[string]any {
+	t.Helper()
+	select {
+	case b := <-p.out:
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	case <-p.closed:
+		t.Fatalf("closed: %v", p.reason)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	return nil
+}
+
+// serve runs hub.Serve on a new pipe; wait returns Serve's result (and may be called repeatedly).
+func serve(t testing.TB, h *Hub) (p *pipeConn, wait func() error) {
+	t.Helper()
+	p = newPipe()
+	done := make(chan struct{})
+	var err error
+	go func() { err = h.Serve(context.Background(), p); close(done) }()
+	wait = func() error {
+		select {
+		case <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not return")
+			return nil
+		}
+	}
+	t.Cleanup(func() {
+		p.Close(nil)
+		wait()
+	})
+	return p, wait
+}
+
+func initSession(t testing.TB, p *pipeConn, payload string) {
+	t.Helper()
+	p.send(`{"type":"init","payload":` + payload + `}`)
+	for i := 0; i < 3; i++ {
+		p.recv(t)
+	}
+}
+
+// countingAgent emits n events per turn.
+type countingAgent struct{ n int }
+
+func (a countingAgent) Run(_ context.Context, _ Turn, emit func([]byte)) error {
+	for i := range a.n {
+		emit([]byte(fmt.Sprintf(`{"type":"stream_event","i":%d}`, i)))
+	}
+	return nil
+}
+
+func newHub(t testing.TB, cfg Config) *Hub {
+	h := NewHub(cfg)
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	return h
+}
+
+func TestHistoryIsBounded(t *testing.T) {
+	h := newHub(t, Config{Agent: countingAgent{n: 10}, History: 5})
+	p, _ := serve(t, h)
+	initSession(t, p, `{"sessionId":"s"}`)
+	p.send(`{"type":"user","message":{"role":"user","content":"go"}}`)
+	for range 12 { // processing, 10 events, ready
+		p.recv(t)
+	}
+	p.Close(nil)
+
+	q, _ := serve(t, h)
+	q.send(`{"type":"init","payload":{"sessionId":"s","lastSeq":0}}`)
+	// Seqs 4..15 were broadcast; only the last 5 (11..15) are kept.
+	for want := 11.0; want <= 15; want++ {
+		if m := q.recv(t); m["seq"] != want {
+			t.Fatalf("replayed seq %v, want %v", m["seq"], want)
+		}
+	}
+	if m := q.recv(t); m["seq"] != 16.0 || m["type"] != "control" {
+		t.Fatalf("after replay: %v", m)
+	}
+}
+
+func TestSessionLimitEvictsIdle(t *testing.T) {
+	h := newHub(t, Config{MaxSessions: 1})
+	a, waitA := serve(t, h)
+	initSession(t, a, `{"sessionId":"a"}`)
+	a.send(`{"type":"control","payload":{"action":"close"}}`)
+	if err := waitA(); err != nil {
+		t.Fatalf("normal close returned %v", err)
+	}
+
+	b, _ := serve(t, h)
+	initSession(t, b, `{"sessionId":"b"}`) // evicts a, which is idle
+
+	c, waitC := serve(t, h)
+	c.send(`{"type":"init","payload":{"sessionId":"c"}}`)
+	if m := c.recv(t); m["type"] != "error" {
+		t.Fatalf("got %v, want an error: b is attached and cannot be evicted", m)
+	}
+	if err := waitC(); wire.CodeOf(err) != wire.Unavailable {
+		t.Fatalf("Serve = %v, want unavailable", err)
+	}
+}
+
+func TestSlowClientIsDropped(t *testing.T) {
+	h := newHub(t, Config{Agent: countingAgent{n: 2000}, History: 10})
+	p, wait := serve(t, h)
+	initSession(t, p, `{}`)
+	p.send(`{"type":"user","message":{"role":"user","content":"go"}}`)
+	// Never read: the queue (History+256) overflows and the hub gives up on this client.
+	if err := wait(); !errors.Is(err, errPipeClosed) {
+		t.Fatalf("Serve = %v, want the transport's error after the hub closed it", err)
+	}
+	if wire.CodeOf(p.reason) != wire.Unavailable {
+		t.Fatalf("close reason %v, want unavailable", p.reason)
+	}
+}
+
+func TestInitTimeout(t *testing.T) {
+	h := newHub(t, Config{InitTimeout: 50 * time.Millisecond})
+	p, wait := serve(t, h)
+	wait()
+	if wire.CodeOf(p.reason) != wire.Timeout {
+		t.Fatalf("close reason %v, want timeout", p.reason)
+	}
+}
+
+type blockingAgent struct{ started chan struct{} }
+
+func (a blockingAgent) Run(ctx context.Context, _ Turn, _ func([]byte)) error {
+	close(a.started)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestCloseCancelsTurnsAndServe(t *testing.T) {
+	started := make(chan struct{})
+	h := NewHub(Config{Agent: blockingAgent{started: started}})
+	ctx, cancel := context.WithCancel(context.Background())
+	p := newPipe()
+	done := make(chan error, 1)
+	go func() { done <- h.Serve(ctx, p) }()
+	p.send(`{"type":"init"}`)
+	go func() { // a reader, so the hub's writer is never stuck
+		for {
+			select {
+			case <-p.out:
+			case <-p.closed:
+				return
+			}
+		}
+	}()
+	p.send(`{"type":"user","message":{"role":"user","content":"x"}}`)
+	<-started
+	if h.RunningTurns() != 1 {
+		t.Fatalf("RunningTurns = %d", h.RunningTurns())
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, ErrShuttingDown) || !errors.Is(p.reason, ErrShuttingDown) {
+		t.Fatalf("Serve = %v, close reason %v; want ErrShuttingDown", err, p.reason)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := h.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	if h.RunningTurns() != 0 {
+		t.Fatalf("RunningTurns = %d after Close", h.RunningTurns())
+	}
+	q := newPipe()
+	q.send(`{"type":"init"}`)
+	go func() { <-q.out }()
+	if err := h.Serve(context.Background(), q); wire.CodeOf(err) != wire.Unavailable {
+		t.Fatalf("Serve after Close = %v, want unavailable", err)
+	}
+}
+
+func TestIDs(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"a": true, "A-b-9": true, NewID(): true, string(make([]byte, 64)): false,
+		"": false, "a b": false, "a_b": false, "é": false,
+	} {
+		if ValidID(id) != ok {
+			t.Errorf("ValidID(%q) = %v", id, !ok)
+		}
+	}
+	if a, b := NewID(), NewID(); a == b || len(a) != 36 || a[14] != '4' {
+		t.Fatalf("NewID: %q %q", a, b)
+	}
+}

@@ -1,0 +1,161 @@
+package session
+
+import (
+	"bytes"
+	"context"
+
+	"sync"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// entry is one message in a session's history.
+type entry struct {
+	seq   int64
+	frame []byte
+}
+
+// subscriber is one attached connection's outbound queue. The session delivers without blocking; a
+// subscriber whose queue is full is dropped: gone is closed and onDrop runs (closing the connection, which
+// also unblocks a write stuck on a client that stopped reading). The client must reconnect with lastSeq.
+type subscriber struct {
+	ch     chan []byte
+	gone   chan struct{}
+	onDrop func()
+}
+
+// conversation is one session's state: its sequence counter, its recent history for replay, its attached
+// connections and its running turn. All fields are guarded by mu.
+type conversation struct {
+	id   string
+	opts wire.SessionOptions
+
+	mu         sync.Mutex
+	seq        int64
+	state      string
+	hist       []entry
+	histBytes  int
+	maxHist    int
+	maxBytes   int
+	subs       map[*subscriber]struct{}
+	turnCancel context.CancelFunc // non-nil while a turn runs
+	used       uint64             // hub tick of the last attach; guarded by the hub's mu
+}
+
+func newConversation(id string, opts wire.SessionOptions, maxHist, maxBytes int) *conversation {
+	return &conversation{
+		id: id, opts: opts, state: wire.StateReady,
+		maxHist: maxHist, maxBytes: maxBytes,
+		subs: make(map[*subscriber]struct{}),
+	}
+}
+
+func (s *conversation) model() string {
+	if s.opts.Model != "" {
+		return s.opts.Model
+	}
+	return "default"
+}
+
+// emit gives frame the next seq, records it for replay and delivers it to every attached connection.
+func (s *conversation) emit(frame []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.emitLocked(frame)
+}
+
+func (s *conversation) emitLocked(frame []byte) {
+	s.seq++
+	f := wire.WithSeq(frame, s.seq)
+	s.hist = append(s.hist, entry{seq: s.seq, frame: f})
+	s.histBytes += len(f)
+	for len(s.hist) > 1 && (len(s.hist) > s.maxHist || s.histBytes > s.maxBytes) {
+		s.histBytes -= len(s.hist[0].frame)
+		s.hist[0] = entry{}
+		s.hist = s.hist[1:]
+	}
+	for sub := range s.subs {
+		s.deliverLocked(sub, f)
+	}
+}
+
+// sendTo gives frame the next seq and delivers it to one connection only, without recording it: answers
+// that concern only that connection (pong, its handshake, errors about its frames).
+func (s *conversation) sendTo(sub *subscriber, frame []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sendToLocked(sub, frame)
+}
+
+func (s *conversation) sendToLocked(sub *subscriber, frame []byte) {
+	s.seq++
+	s.deliverLocked(sub, wire.WithSeq(frame, s.seq))
+}
+
+func (s *conversation) deliverLocked(sub *subscriber, f []byte) {
+	if _, ok := s.subs[sub]; !ok {
+		return
+	}
+	select {
+	case sub.ch <- f:
+	default:
+		delete(s.subs, sub)
+		close(sub.gone)
+		if sub.onDrop != nil {
+			go sub.onDrop() // never under the session's lock
+		}
+	}
+}
+
+// attach registers a new subscriber, first queueing the history after lastSeq (when given), so that no
+// message is lost or duplicated between replay and live delivery. When lastSeq is ahead of the session
+// (the runner restarted and lost it), seq continues after lastSeq so a client that drops duplicates by seq
+// keeps every new message.
+func (s *conversation) attach(lastSeq *int64, queue int, onDrop func()) *subscriber {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := &subscriber{ch: make(chan []byte, queue), gone: make(chan struct{}), onDrop: onDrop}
+	s.subs[sub] = struct{}{}
+	if lastSeq == nil {
+		return sub
+	}
+	if *lastSeq > s.seq {
+		s.seq = *lastSeq
+	}
+	for _, e := range s.hist {
+		if e.seq > *lastSeq {
+			s.deliverLocked(sub, e.frame)
+		}
+	}
+	return sub
+}
+
+func (s *conversation) detach(sub *subscriber) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subs, sub)
+}
+
+// idle reports whether nothing holds the session: no connection and no turn.
+func (s *conversation) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs) == 0 && s.turnCancel == nil
+}
+
+func (s *conversation) interrupt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turnCancel != nil {
+		s.turnCancel()
+	}
+}
+
+func sessionInfo(id, state string) []byte {
+	return wire.Control(wire.ActionSessionInfo, map[string]any{"state": state, "sessionId": id})
+}
+
+func isObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) >= 2 && b[0] == '{' && b[len(b)-1] == '}'
+}
