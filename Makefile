@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools bwrap clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools bwrap claude-code clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,8 +48,20 @@ load: build ## end-to-end load tool: sandbox start latency, exec round trips, ru
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
 
-tools: bwrap ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
-	@mkdir -p $(TOOLS_DIR)
+CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/testenv/testenv.go)
+CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
+
+tools: bwrap claude-code ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+
+claude-code: ## install the pinned Claude Code CLI with npm into the tools cache
+	@if [ -x "$(CLAUDE_CLI)" ] && "$(CLAUDE_CLI)" --version 2>/dev/null | grep -q "^$(CLAUDE_CODE_VERSION) "; then \
+	  echo "claude-code: $(CLAUDE_CODE_VERSION) (cached)"; \
+	else \
+	  command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq npm; }; \
+	  mkdir -p $(TOOLS_DIR)/claude-code && \
+	  npm install --no-audit --no-fund --loglevel=error --prefix $(TOOLS_DIR)/claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && \
+	  "$(CLAUDE_CLI)" --version; \
+	fi
 
 bwrap: ## install bubblewrap from Debian if missing
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }

@@ -32,10 +32,11 @@ type Budget struct {
 	ComputeSeconds int64
 }
 
-// Usage is what an account has used.
+// Usage is what an account has used; HeldAIMicros is what unexpired holds reserve on top.
 type Usage struct {
 	AIMicros       int64
 	ComputeSeconds int64
+	HeldAIMicros   int64
 }
 
 // Event kinds.

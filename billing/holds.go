@@ -1,0 +1,22 @@
+package billing
+
+import (
+	"context"
+	"time"
+)
+
+// Reserver holds budget before a model call and settles it after (DESIGN.md §5: reserve, then settle).
+// Safe for concurrent use by many processes; every method is one serializable transaction.
+type Reserver interface {
+	// Reserve holds up to want microdollars of acct's AI budget under hold id and returns what it granted:
+	// min(want, limit - used - held) where held counts only unexpired holds. When nothing remains (the
+	// result would be <= 0) it returns an error wrapping ErrBudgetExceeded. limit < 0 means unlimited
+	// (want is granted). Reserving an id that exists returns its granted amount again (idempotent). The hold
+	// expires after ttl: an expired hold no longer counts and is released by the next Reserve of the account.
+	Reserve(ctx context.Context, id string, acct Account, limit, want int64, ttl time.Duration) (granted int64, err error)
+	// Settle records ev (idempotent by ev.Key) and deletes hold id in one transaction. Settling a hold that
+	// is gone (expired and swept, or settled before) still records ev once.
+	Settle(ctx context.Context, id string, ev UsageEvent) error
+	// Release deletes hold id without recording usage; a missing hold is not an error.
+	Release(ctx context.Context, id string) error
+}
