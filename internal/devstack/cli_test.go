@@ -1,0 +1,84 @@
+package devstack_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/warren-mesh/warren/internal/devstack"
+)
+
+// TestCLITour follows the README tour with the real binary: mint a token from the data dir, exec, files.
+func TestCLITour(t *testing.T) {
+	st := startStack(t)
+	run := func(stdin string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, args...)
+		cmd.Env = append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_DATA_DIR="+st.Config().DataDir)
+		if tok := os.Getenv("TOUR_TOKEN"); tok != "" {
+			cmd.Env = append(cmd.Env, "WARREN_TOKEN="+tok)
+		}
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+	}
+	tok, stderr, code := run("", "token", "-user", "alice", "-ai-usd", "5", "-compute", "3600", "-ttl", "1h")
+	if code != 0 || strings.Count(tok, ".") != 2 {
+		t.Fatalf("warren token: %q %q %d", tok, stderr, code)
+	}
+	t.Setenv("TOUR_TOKEN", strings.TrimSpace(tok))
+
+	if out, stderr, code := run("", "exec", "--", "echo hi > f && cat f"); out != "hi\n" || code != 0 {
+		t.Fatalf("exec: %q %q %d", out, stderr, code)
+	}
+	if out, _, code := run("", "files", "get", "f"); out != "hi\n" || code != 0 {
+		t.Fatalf("files get: %q %d", out, code)
+	}
+	if _, stderr, code := run("", "exec", "--", "sh", "-c", "echo oops >&2; exit 7"); code != 7 || stderr != "oops\n" {
+		t.Fatalf("exit code: %d stderr %q", code, stderr)
+	}
+	if _, stderr, code := run("from stdin", "files", "put", "-", "docs/in.txt"); code != 0 {
+		t.Fatalf("files put: %q %d", stderr, code)
+	}
+	if out, _, _ := run("", "files", "ls", "docs"); !strings.Contains(out, "in.txt") {
+		t.Fatalf("files ls: %q", out)
+	}
+	if _, _, code := run("", "files", "rm", "docs/in.txt"); code != 0 {
+		t.Fatalf("files rm: %d", code)
+	}
+	if _, stderr, code := run("", "files", "get", "docs/in.txt"); code == 0 || !strings.Contains(stderr, "not") {
+		t.Fatalf("get removed file: %q %d", stderr, code)
+	}
+	t.Setenv("TOUR_TOKEN", "garbage")
+	if _, stderr, code := run("", "exec", "--", "true"); code == 0 || !strings.Contains(stderr, "warren token") {
+		t.Fatalf("bad token message: %q %d", stderr, code)
+	}
+}
+
+func TestRefusesWithoutBubblewrap(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no bwrap anywhere
+	_, err := devstack.Start(context.Background(), devstack.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary})
+	if !errors.Is(err, devstack.ErrNoBubblewrap) {
+		t.Fatalf("Start without bwrap = %v, want ErrNoBubblewrap", err)
+	}
+	if !strings.Contains(err.Error(), "-insecure-no-sandbox") {
+		t.Fatalf("error does not name the escape hatch: %v", err)
+	}
+	// With the flag it starts.
+	st, err := devstack.Start(context.Background(), devstack.Config{DataDir: filepath.Join(t.TempDir(), "d"), Listen: "127.0.0.1:0", Binary: binary, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+}
