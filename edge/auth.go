@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -34,8 +35,9 @@ func bearer(r *http.Request) (string, error) {
 type admitted struct {
 	claims  *token.Claims
 	account billing.Account
+	budget  billing.Budget
 	entry   registry.Entry
-	log    *slog.Logger
+	log     *slog.Logger
 }
 
 // admit authenticates r, checks the budget and finds or starts the user's runner.
@@ -69,7 +71,20 @@ func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &admitted{claims: claims, account: acct, entry: entry, log: log.With("epoch", entry.Epoch)}, nil
+	return &admitted{claims: claims, account: acct, budget: budget, entry: entry, log: log.With("epoch", entry.Epoch)}, nil
+}
+
+// grant is what the runner is told about this caller.
+func (a *admitted) grant(b billing.Budget) wire.Grant {
+	g := wire.Grant{
+		Issuer: a.claims.Issuer, User: a.claims.Subject, Window: string(a.account.Window),
+		WindowStart: a.account.WindowStart, AIMicros: b.AIMicros, ComputeSeconds: b.ComputeSeconds,
+		SDKConfig: a.claims.SDKConfig,
+	}
+	if !a.claims.Permissions.IsZero() {
+		g.Permissions, _ = json.Marshal(a.claims.Permissions)
+	}
+	return g
 }
 
 // accountOf maps the token's budget claims to a ledger account and limit. A token without a budget claim is

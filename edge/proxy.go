@@ -43,6 +43,7 @@ func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Header.Set("Authorization", "Bearer "+t.entry.Key)
 			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
 			pr.Out.Header.Del("Cookie")
+			pr.Out.Header.Set(wire.HeaderGrant, a.grant(a.budget).Encode())
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {

@@ -49,7 +49,11 @@ func (e *Edge) dialRunner(ctx context.Context, a *admitted) (*websocket.Conn, er
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rc, _, err := websocket.Dial(dctx, "ws://"+a.entry.Addr+"/v1/agent", &websocket.DialOptions{
 			HTTPClient: e.runners,
-			HTTPHeader: http.Header{"Authorization": {"Bearer " + a.entry.Key}, "X-Request-Id": {requestID(ctx)}},
+			HTTPHeader: http.Header{
+				"Authorization":  {"Bearer " + a.entry.Key},
+				"X-Request-Id":   {requestID(ctx)},
+				wire.HeaderGrant: {a.grant(a.budget).Encode()},
+			},
 		})
 		cancel()
 		if err == nil {

@@ -149,3 +149,26 @@ func FuzzParseClientMessage(f *testing.F) {
 		}
 	})
 }
+
+func TestGrantRoundTrip(t *testing.T) {
+	g := Grant{Issuer: "i", User: "u", Window: "day", AIMicros: 5, ComputeSeconds: -1, Permissions: json.RawMessage(`{"model":"m"}`)}
+	back, err := DecodeGrant(g.Encode())
+	if err != nil || back.Issuer != "i" || back.AIMicros != 5 || string(back.Permissions) != `{"model":"m"}` {
+		t.Fatalf("round trip = %+v, %v", back, err)
+	}
+	for _, bad := range []string{"!!", "e30x", "bm90IGpzb24"} {
+		if _, err := DecodeGrant(bad); CodeOf(err) != InvalidArgument {
+			t.Errorf("DecodeGrant(%q) = %v", bad, err)
+		}
+	}
+}
+
+func FuzzDecodeGrant(f *testing.F) {
+	f.Add(Grant{Issuer: "i", User: "u", Window: "day"}.Encode())
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		if _, err := DecodeGrant(s); err != nil && !CodeOf(err).Valid() {
+			t.Fatal(err)
+		}
+	})
+}
