@@ -1,12 +1,13 @@
-// Package sqlite is the embedded billing.Ledger used by warren dev: usage events and per-window totals in one
-// SQLite file. Recording is idempotent by event key, and the totals move in the same transaction as the event
-// insert, so a redelivered event can never be counted twice.
+// Package sqlite is the embedded billing.Ledger and billing.Reserver used by warren dev: usage events,
+// per-window totals and budget holds in one SQLite file. Recording is idempotent by event key, and the totals
+// move in the same transaction as the event insert, so a redelivered event can never be counted twice; a
+// hold is granted in the same write transaction that reads what is used and held, so concurrent callers,
+// in this process or another, cannot overspend.
 package sqlite
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 )
 
 // migrations are append-only; see sqlitedb.Migrate. Times are Unix seconds UTC (window_start, 0 for the
-// lifetime window) and Unix nanoseconds UTC (at).
+// lifetime window) and Unix nanoseconds UTC (at, expires_at).
 var migrations = []string{
 	`CREATE TABLE usage_events (
 		key             TEXT    PRIMARY KEY,
@@ -38,9 +39,21 @@ var migrations = []string{
 		compute_seconds INTEGER NOT NULL DEFAULT 0,
 		PRIMARY KEY (issuer, "user", "window", window_start)
 	)`,
+	// Holds (billing.Reserver). The index serves both per-account reads of Reserve and Usage: the sum of the
+	// unexpired holds and the sweep of the expired ones.
+	`CREATE TABLE holds (
+		id           TEXT    PRIMARY KEY,
+		issuer       TEXT    NOT NULL,
+		"user"       TEXT    NOT NULL,
+		"window"     TEXT    NOT NULL,
+		window_start INTEGER NOT NULL,
+		granted      INTEGER NOT NULL CHECK (granted > 0),
+		expires_at   INTEGER NOT NULL
+	);
+	CREATE INDEX holds_by_account ON holds (issuer, "user", "window", window_start, expires_at)`,
 }
 
-// Ledger is a billing.Ledger over a SQLite file.
+// Ledger is a billing.Ledger and billing.Reserver over a SQLite file.
 type Ledger struct {
 	db  *sql.DB
 	now func() time.Time
@@ -51,7 +64,9 @@ var _ billing.Ledger = (*Ledger)(nil)
 // Option configures New.
 type Option func(*Ledger)
 
-// WithClock sets the clock that stamps events recorded without At (default time.Now).
+// WithClock sets the clock that stamps events recorded without At and decides when holds expire (default
+// time.Now). Processes sharing one file should agree on the time: a hold expires by the clock of whoever
+// looks at it.
 func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
 
 // New opens (creating and migrating if needed) the ledger database at path.
@@ -81,18 +96,23 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
-// Usage reads the account's running totals. Database failures wrap billing.ErrUnavailable.
+// Usage reads the account's running totals and, in the same snapshot, the sum of its unexpired holds (one
+// statement, so a concurrent Settle is seen either wholly or not at all). Database failures wrap
+// billing.ErrUnavailable.
 func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage, error) {
 	if err := acct.Validate(); err != nil {
 		return billing.Usage{}, fmt.Errorf("usage: %w", err)
 	}
 	var u billing.Usage
-	err := l.db.QueryRowContext(ctx, `SELECT ai_micros, compute_seconds FROM usage_totals
-		WHERE issuer = ? AND "user" = ? AND "window" = ? AND window_start = ?`,
-		acct.Issuer, acct.User, string(acct.Window), windowStart(acct)).Scan(&u.AIMicros, &u.ComputeSeconds)
-	if errors.Is(err, sql.ErrNoRows) {
-		return billing.Usage{}, nil
-	}
+	start := windowStart(acct)
+	err := l.db.QueryRowContext(ctx, `SELECT
+		COALESCE(t.ai_micros, 0), COALESCE(t.compute_seconds, 0),
+		(SELECT COALESCE(SUM(granted), 0) FROM holds
+			WHERE issuer = ?1 AND "user" = ?2 AND "window" = ?3 AND window_start = ?4 AND expires_at > ?5)
+		FROM (SELECT 1) LEFT JOIN usage_totals t
+			ON t.issuer = ?1 AND t."user" = ?2 AND t."window" = ?3 AND t.window_start = ?4`,
+		acct.Issuer, acct.User, string(acct.Window), start, l.now().UTC().UnixNano(),
+	).Scan(&u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
 	if err != nil {
 		return billing.Usage{}, fmt.Errorf("usage of %s/%s: %w: %w", acct.Issuer, acct.User, billing.ErrUnavailable, err)
 	}
@@ -113,16 +133,16 @@ func (l *Ledger) Record(ctx context.Context, ev billing.UsageEvent) error {
 }
 
 func (l *Ledger) record(ctx context.Context, ev billing.UsageEvent) error {
+	return l.inTx(ctx, func(tx *sql.Tx) error { return l.recordTx(ctx, tx, ev) })
+}
+
+// recordTx inserts ev unless its key is stored and, only if it inserted, adds its amounts to the totals.
+func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, ev billing.UsageEvent) error {
 	at := ev.At
 	if at.IsZero() {
 		at = l.now()
 	}
 	acct, start := ev.Account, windowStart(ev.Account)
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback()
 	res, err := tx.ExecContext(ctx, `INSERT INTO usage_events
 		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -147,6 +167,21 @@ func (l *Ledger) record(ctx context.Context, ev billing.UsageEvent) error {
 			compute_seconds = compute_seconds + excluded.compute_seconds`,
 		acct.Issuer, acct.User, string(acct.Window), start, ev.AIMicros, ev.ComputeSeconds); err != nil {
 		return fmt.Errorf("add to totals: %w", err)
+	}
+	return nil
+}
+
+// inTx runs f in one transaction and commits if f returns nil. sqlitedb opens every transaction with BEGIN
+// IMMEDIATE, so f holds the database's write lock from its first statement: transactions of this and
+// every other process on the file are serialized, and a read inside f stays true until the commit.
+func (l *Ledger) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
