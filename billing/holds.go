@@ -13,9 +13,12 @@ type Reserver interface {
 	// result would be <= 0) it returns an error wrapping ErrBudgetExceeded. limit < 0 means unlimited
 	// (want is granted). Reserving an id that exists returns its granted amount again (idempotent). The hold
 	// expires after ttl: an expired hold no longer counts and is released by the next Reserve of the account.
+	// ErrInvalid for an empty id, ttl <= 0, want <= 0, or an id already holding for another account. After
+	// a hold is settled, released or expired its id may be reserved again.
 	Reserve(ctx context.Context, id string, acct Account, limit, want int64, ttl time.Duration) (granted int64, err error)
 	// Settle records ev (idempotent by ev.Key) and deletes hold id in one transaction. Settling a hold that
-	// is gone (expired and swept, or settled before) still records ev once.
+	// is gone (expired and swept, or settled before) still records ev once. An event for another account
+	// than the hold's is ErrInvalid and records nothing.
 	Settle(ctx context.Context, id string, ev UsageEvent) error
 	// Release deletes hold id without recording usage; a missing hold is not an error.
 	Release(ctx context.Context, id string) error

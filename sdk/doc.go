@@ -8,16 +8,21 @@
 //	s, err := c.Dial(ctx, &warren.SessionOptions{Model: "claude-sonnet-4-5"})
 //	if err != nil { ... } // e.g. warren.IsCode(err, warren.CodeBudgetExceeded)
 //	defer s.Close()
-//	if err := s.Send(ctx, "write hello.py and run it"); err != nil { ... }
-//	for ev, err := range s.Events() {
-//		if err != nil { ... } // the server ended the session with an error; s.LastSeq() resumes it
-//		fmt.Println(ev.Type, ev.Subtype)
-//		if ev.Type == "result" {
-//			break
+//	for ev, err := range s.Prompt(ctx, "write hello.py and run it") {
+//		if err != nil { ... } // e.g. the server ended the session; s.LastSeq() resumes it
+//		if a, ok := ev.Assistant(); ok {
+//			fmt.Print(a.Text())
+//		}
+//		if r, ok := ev.Result(); ok {
+//			fmt.Printf("\n%s, $%.4f\n", r.Subtype, r.CostUSD())
 //		}
 //	}
 //
 //	res, err := c.Sandbox().Exec(ctx, warren.ExecRequest{Command: "ls -la"})
+//
+// Every server message is an Event; the agent's events are Claude Code's stream-json messages, decoded by
+// Event.System, Assistant, User, StreamEvent and Result, and Warren's own by Control, SessionInfo, Ready,
+// ToolCall and Err. Event.Raw keeps the whole message for anything the typed views leave out.
 //
 // Errors that come from the platform are *Error values carrying a code (CodeUnauthenticated,
 // CodeBudgetExceeded, ...), whether they arrived as an HTTP body, an error message or a WebSocket close.

@@ -11,7 +11,9 @@ import (
 
 // Event is one server message on the agent channel: a Warren message (control, error, tool_call, pong) or
 // one of the agent's events (system, assistant, user, stream_event, result), exactly as Claude Code emits
-// them in stream-json. Raw is the whole message; decode it into your own types for the fields you need.
+// them in stream-json. The accessors (System, Assistant, User, StreamEvent, Result, Control, SessionInfo,
+// Ready, ToolCall, Err) decode Raw, the whole message, into typed views; decode Raw yourself for anything
+// they leave out.
 type Event struct {
 	Type    string
 	Seq     int64 // per-session sequence number; 0 when the server did not send one

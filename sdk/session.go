@@ -126,7 +126,15 @@ func (c *Client) Dial(ctx context.Context, opts *SessionOptions) (*Session, erro
 }
 
 // Resume reconnects to session sessionID and replays the messages after lastSeq (usually the LastSeq of the
-// session that was lost), then the live ones.
+// session that was lost), then the live ones: use it when a connection broke, to pick up the stream where
+// it stopped.
+//
+// To go on with an earlier conversation without replaying it, Dial with its id instead:
+//
+//	s, err := c.Dial(ctx, &warren.SessionOptions{SessionID: id})
+//
+// With ForkSession set as well the conversation continues under a new session id and the original stays
+// as it was; with Continue (and no SessionID) the user's most recent session is resumed.
 func (c *Client) Resume(ctx context.Context, sessionID string, lastSeq int64) (*Session, error) {
 	return c.Dial(ctx, &SessionOptions{SessionID: sessionID, LastSeq: &lastSeq})
 }
@@ -156,13 +164,7 @@ func (s *Session) awaitReady(ctx context.Context) error {
 			return e
 		}
 		s.push(ev)
-		if action, data, ok := ev.Control(); ok && action == wire.ActionReady {
-			var rd struct {
-				SessionID string `json:"sessionId"`
-				Region    string `json:"region"`
-				Model     string `json:"model"`
-			}
-			_ = json.Unmarshal(data, &rd)
+		if rd, ok := ev.Ready(); ok {
 			s.id, s.region, s.model = rd.SessionID, rd.Region, rd.Model
 			return nil
 		}
@@ -354,6 +356,53 @@ func (s *Session) Send(ctx context.Context, prompt string) error {
 		SessionID: s.id,
 		Message:   userMessageBody{Role: "user", Content: prompt},
 	})
+}
+
+// Prompt sends prompt when the iteration starts and yields the server's messages until the turn ends:
+// up to and including the next result. A turn can also end without a result (it was interrupted, or the
+// agent failed and the server said so with an error message): the iteration then ends after the
+// session_info that reports the session idle again, or yields the error (an *Error) as its last element.
+// A failure to send, a stream that ends first (ErrClosed, or the error that closed it) and ctx ending
+// are yielded the same way. Cancelling ctx stops the waiting, not the turn: use Interrupt for that.
+//
+// Messages that arrived before Prompt (the ready that Dial received, say) are yielded first. Breaking
+// out of the loop leaves the rest of the turn queued, and the next Prompt yields it, ending at its result;
+// to abandon a turn, Interrupt it and let the loop run to the end.
+func (s *Session) Prompt(ctx context.Context, prompt string) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		if err := s.Send(ctx, prompt); err != nil {
+			yield(Event{}, err)
+			return
+		}
+		busy := false // a session_info reported the turn running
+		for {
+			ev, err := s.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("warren: the session ended before the turn did: %w", ErrClosed)
+			}
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			if e := ev.Err(); e != nil {
+				yield(Event{}, e)
+				return
+			}
+			if !yield(ev, nil) || ev.Type == EventResult {
+				return
+			}
+			if info, ok := ev.SessionInfo(); ok {
+				switch info.State {
+				case StateProcessing, StateWaitingTool:
+					busy = true
+				case StateReady, StateIdle, StateCompleted, StateError:
+					if busy {
+						return
+					}
+				}
+			}
+		}
+	}
 }
 
 // SendMessage sends v, encoded as JSON, as one message (content blocks, uuid, anything the protocol allows).

@@ -1,6 +1,9 @@
 // Package blob is the BlobStore port (DESIGN.md §3): snapshots, task results and git bundles in object
 // storage. Adapters: fs (a directory, warren dev) and, later, s3. Keys are slash-separated paths of
-// [A-Za-z0-9._/-] without "..", empty segments or a leading slash.
+// [A-Za-z0-9._/-], at most 1024 bytes, without "." or ".." segments, empty segments or a leading slash;
+// any other key is ErrInvalidKey from every method. "a" and "a/b" are two independent keys, as in S3.
+//
+// The contract every adapter must pass is the suite in package blobtest.
 package blob
 
 import (
@@ -22,12 +25,18 @@ type Store interface {
 	Read(ctx context.Context, key string) (data []byte, etag string, err error)
 	// PutIf writes a small object only if the current object's ETag equals ifMatch, or, with ifMatch "",
 	// only if no object exists. ErrPrecondition otherwise. It returns the new ETag. This is the
-	// compare-and-set that fences manifests by epoch.
+	// compare-and-set that fences manifests by epoch. It is linearizable with every other write to key,
+	// from any process: of many callers passing the same ifMatch, at most one succeeds.
+	//
+	// ETags are opaque, compared only for equality and only for the same key; an adapter may derive them
+	// from the content (so rewriting identical bytes keeps the ETag), which is why fenced values must change
+	// on every write (an epoch, a sequence number or a time).
 	PutIf(ctx context.Context, key string, data []byte, ifMatch string) (etag string, err error)
 	// Delete removes key; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
 }
 
+// Sentinel errors, tested with errors.Is; adapters wrap them with the key.
 var (
 	ErrNotFound     = errors.New("blob not found")
 	ErrPrecondition = errors.New("blob precondition failed")

@@ -88,7 +88,10 @@ func systemMounts(hostRoot string) ([]string, error) {
 //     /workspace are the only writable places;
 //   - --clearenv: only env is set;
 //   - the network namespace stays shared (the agent will reach the runner's loopback LLM proxy).
-func bwrapArgs(mounts []string, workspace, dir string, env, inner []string) []string {
+//
+// binds (already validated) are mounted after the workspace, before the root is remounted read-only; a
+// bind keeps its own read-only or read-write flag.
+func bwrapArgs(mounts []string, workspace, dir string, binds []Bind, env, inner []string) []string {
 	a := []string{
 		"--die-with-parent", "--new-session",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -101,6 +104,15 @@ func bwrapArgs(mounts []string, workspace, dir string, env, inner []string) []st
 		"--dev", "/dev",
 		"--tmpfs", "/tmp",
 		"--bind", workspace, WorkspaceMount,
+	)
+	for _, b := range binds {
+		flag := "--ro-bind"
+		if b.Writable {
+			flag = "--bind"
+		}
+		a = append(a, flag, b.Host, b.Sandbox)
+	}
+	a = append(a,
 		"--remount-ro", "/",
 		"--chdir", path.Join(WorkspaceMount, dir),
 		"--clearenv",
@@ -123,4 +135,37 @@ func shellArgv(command string, args []string) []string {
 		return []string{"/bin/sh", "-c", command}
 	}
 	return append([]string{"/bin/sh", "-c", `exec "$0" "$@"`, command}, args...)
+}
+
+// Bind makes a host file or directory visible inside the sandbox (bubblewrap only; see ProcessSpec).
+type Bind struct {
+	// Host is the absolute host path; it must exist.
+	Host string
+	// Sandbox is the absolute, clean path inside the sandbox. It may not be the root, /proc, /dev, the
+	// workspace or a system directory, nor lie under one of them: those are mounted by the sandbox itself.
+	Sandbox string
+	// Writable mounts read-write; the default is read-only.
+	Writable bool
+}
+
+// validateBinds checks binds; failures wrap ErrInvalidSpec.
+func validateBinds(binds []Bind) error {
+	reserved := append([]string{"/proc", "/dev", WorkspaceMount}, systemDirs...)
+	for _, b := range binds {
+		if !filepath.IsAbs(b.Host) {
+			return fmt.Errorf("%w: bind source %q is not an absolute path", ErrInvalidSpec, b.Host)
+		}
+		if _, err := os.Stat(b.Host); err != nil {
+			return fmt.Errorf("%w: bind source: %w", ErrInvalidSpec, err)
+		}
+		if !path.IsAbs(b.Sandbox) || path.Clean(b.Sandbox) != b.Sandbox || b.Sandbox == "/" {
+			return fmt.Errorf("%w: bind target %q must be an absolute clean path other than /", ErrInvalidSpec, b.Sandbox)
+		}
+		for _, r := range reserved {
+			if b.Sandbox == r || strings.HasPrefix(b.Sandbox, r+"/") {
+				return fmt.Errorf("%w: bind target %s is inside %s, which the sandbox mounts itself", ErrInvalidSpec, b.Sandbox, r)
+			}
+		}
+	}
+	return nil
 }

@@ -122,32 +122,11 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err := Validate(spec); err != nil {
 		return res, err
 	}
-	dir := filepath.ToSlash(filepath.Clean("/" + spec.Dir))[1:]
-	if dir == "" {
-		dir = "."
-	}
 	inner := shellArgv(spec.Command, spec.Args)
-	var cmd *exec.Cmd
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
-	if s.cfg.Insecure {
-		cmd = exec.CommandContext(runCtx, inner[0], inner[1:]...)
-		cmd.Dir = filepath.Join(s.cfg.Workspace, filepath.FromSlash(dir))
-		cmd.Env = environ(s.cfg.Workspace, spec.Env)
-	} else {
-		env := environ(WorkspaceMount, spec.Env)
-		cmd = exec.CommandContext(runCtx, s.cfg.Bwrap, bwrapArgs(s.mounts, s.cfg.Workspace, dir, env, inner)...)
-		cmd.Dir = "/"
-		cmd.Env = env // bwrap itself never sees the runner's environment either
-	}
+	cmd := s.command(runCtx, cleanDir(spec.Dir), spec.Env, nil, inner)
 	cmd.Stdin = spec.Stdin
-	// Own process group so a kill reaches every descendant that did not leave it; with bwrap the group is
-	// the outer bwrap, whose death takes the PID namespace down (see bwrapArgs). Pdeathsig covers a runner
-	// crash.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
-	cmd.WaitDelay = waitDelay
-
 	// The pipes are ours, not exec's, so Wait returns as soon as the process exits and the group can be
 	// killed before draining: a background child holding stdout cannot stall the request.
 	outR, outW, err := os.Pipe()
@@ -209,6 +188,40 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 		return res, fmt.Errorf("wait %s: %w", cmd.Path, werr)
 	}
 	return res, nil
+}
+
+// cleanDir turns a confined relative directory into the slash form bwrapArgs expects ("." for the root).
+func cleanDir(dir string) string {
+	d := filepath.ToSlash(filepath.Clean("/" + dir))[1:]
+	if d == "" {
+		return "."
+	}
+	return d
+}
+
+// command builds the process running inner (the argv inside the sandbox) in dir (from cleanDir) with the
+// minimal environment plus env, and binds (bubblewrap only). Both Run and Start go through it, so a
+// long-running process gets exactly the boundary of a one-shot command.
+//
+// The process gets its own process group so a kill reaches every descendant that did not leave it; with
+// bwrap the group is the outer bwrap, whose death takes the PID namespace down (see bwrapArgs). Pdeathsig
+// covers a runner crash. ctx ending kills the group.
+func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string, binds []Bind, inner []string) *exec.Cmd {
+	var cmd *exec.Cmd
+	if s.cfg.Insecure {
+		cmd = exec.CommandContext(ctx, inner[0], inner[1:]...)
+		cmd.Dir = filepath.Join(s.cfg.Workspace, filepath.FromSlash(dir))
+		cmd.Env = environ(s.cfg.Workspace, env)
+	} else {
+		e := environ(WorkspaceMount, env)
+		cmd = exec.CommandContext(ctx, s.cfg.Bwrap, bwrapArgs(s.mounts, s.cfg.Workspace, dir, binds, e, inner)...)
+		cmd.Dir = "/"
+		cmd.Env = e // bwrap itself never sees the runner's environment either
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	cmd.WaitDelay = waitDelay
+	return cmd
 }
 
 // Validate checks spec the way Run does, so a caller can refuse a request before committing to an answer.

@@ -134,7 +134,7 @@ func TestSystemMounts(t *testing.T) {
 
 func TestBwrapArgs(t *testing.T) {
 	env := environ(WorkspaceMount, map[string]string{"FOO": "a=b"})
-	got := strings.Join(bwrapArgs([]string{"--ro-bind", "/usr", "/usr"}, "/srv/ws/alice", "sub", env, shellArgv("ls", []string{"-l"})), " ")
+	got := strings.Join(bwrapArgs([]string{"--ro-bind", "/usr", "/usr"}, "/srv/ws/alice", "sub", nil, env, shellArgv("ls", []string{"-l"})), " ")
 	for _, want := range []string{
 		"--die-with-parent --new-session --unshare-pid --unshare-ipc --unshare-uts",
 		"--cap-drop ALL",
