@@ -1,0 +1,393 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+func init() {
+	register("chat", "talk to the agent in your sandbox: warren chat [-p PROMPT] [-resume ID] [-fork]", runChat)
+}
+
+// chatSignals delivers the signals warren chat reacts to (tests replace it). main's context is cancelled
+// by the first Ctrl-C, but for chat that Ctrl-C means "interrupt the turn", so chat watches the signals
+// itself and does not let main's context end the session.
+var chatSignals = func() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	return ch, func() { signal.Stop(ch) }
+}
+
+const (
+	chatInterruptTimeout = 5 * time.Second
+	chatTick             = 100 * time.Millisecond
+	chatMaxPromptLine    = 1 << 20
+	exitInterrupted      = 130 // as a shell reports a command ended by Ctrl-C
+)
+
+func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cf := newClientFlags()
+	cf.register(fs)
+	prompt := fs.String("p", "", "send `PROMPT`, print the answer and exit; - reads the prompt from standard input")
+	resume := fs.String("resume", "", "continue the conversation of session `ID`")
+	fork := fs.Bool("fork", false, "with -resume or -continue: continue under a new session id, leaving the original as it was")
+	cont := fs.Bool("continue", false, "continue your most recent session")
+	model := fs.String("model", "", "the `MODEL` the agent uses (the token may pin one)")
+	maxTurns := fs.Int("max-turns", 0, "stop a prompt after `N` agent turns (0: only the token's limit)")
+	system := fs.String("system", "", "replace Claude Code's system prompt with `TEXT`")
+	appendSystem := fs.String("append-system", "", "add `TEXT` to the end of Claude Code's system prompt")
+	jsonOut := fs.Bool("json", false, "print every event as one JSON line: Claude Code's stream-json with Warren's additions")
+	quiet := fs.Bool("quiet", false, "print only the agent's text and problems: no tool calls, progress or cost")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: warren chat [flags]
+
+Talks to the Claude Code agent in your sandbox. With -p it sends one prompt, prints the agent's work as it
+happens and exits when the turn ends (exit status 1 if it ended in an error). Without -p it reads prompts
+from standard input, one a line, until end of input (Ctrl-D). Ctrl-C during a turn interrupts the agent;
+a second Ctrl-C quits.
+
+The session id is printed when the session opens: pass it to -resume to continue the conversation later,
+with -fork to branch it.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	oneShot := false
+	fs.Visit(func(f *flag.Flag) { oneShot = oneShot || f.Name == "p" })
+	switch {
+	case fs.NArg() > 0:
+		fs.Usage()
+		return fmt.Errorf("unexpected argument %q: pass a prompt with -p", fs.Arg(0))
+	case *fork && *resume == "" && !*cont:
+		return errors.New("-fork needs the session to fork: -resume ID or -continue")
+	case *resume != "" && *cont:
+		return errors.New("use one of -resume and -continue")
+	case *system != "" && *appendSystem != "":
+		return errors.New("use one of -system and -append-system")
+	case *maxTurns < 0:
+		return errors.New("-max-turns must not be negative")
+	}
+	if oneShot && *prompt == "-" {
+		b, err := io.ReadAll(clientStdin)
+		if err != nil {
+			return fmt.Errorf("read the prompt from standard input: %w", err)
+		}
+		*prompt = string(b)
+	}
+	if oneShot && strings.TrimSpace(*prompt) == "" {
+		return errors.New("-p: the prompt is empty")
+	}
+
+	opts := &warren.SessionOptions{
+		Model:                  *model,
+		MaxTurns:               *maxTurns,
+		SessionID:              *resume,
+		ForkSession:            *fork,
+		Continue:               *cont,
+		IncludePartialMessages: true,
+	}
+	switch {
+	case *system != "":
+		opts.SystemPrompt = &warren.SystemPrompt{Text: *system}
+	case *appendSystem != "":
+		opts.SystemPrompt = &warren.SystemPrompt{Type: "preset", Preset: "claude_code", Append: *appendSystem}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+
+	view := newChatView(stdout, stderr, chatViewConfig{
+		json:     *jsonOut,
+		quiet:    *quiet,
+		progress: isTerminal(stderr),
+	})
+	// The session lives until the user quits (see chatSignals), not until main's context ends.
+	runCtx, quit := context.WithCancel(context.WithoutCancel(ctx))
+	defer quit()
+	ch := &chatRun{view: view, stop: quit}
+	sigs, stopSignals := chatSignals()
+	defer stopSignals()
+	sigDone := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case sig := <-sigs:
+				ch.signal(sig)
+			case <-sigDone:
+				return
+			}
+		}
+	})
+	defer func() {
+		close(sigDone)
+		wg.Wait()
+	}()
+
+	s, err := c.Dial(runCtx, opts)
+	if err != nil {
+		if ch.quitting() {
+			return exitError{exitInterrupted}
+		}
+		return clientError{err}
+	}
+	defer s.Close()
+	ch.setSession(s)
+	if !*quiet {
+		model := ""
+		if s.Model() != "" {
+			model = " (" + s.Model() + ")"
+		}
+		fmt.Fprintf(stderr, "warren chat: session %s%s; continue it later with -resume %s\n", s.ID(), model, s.ID())
+	}
+
+	if oneShot {
+		res, err := ch.turn(runCtx, *prompt)
+		switch {
+		case view.Err() != nil:
+			return fmt.Errorf("write standard output: %w", view.Err())
+		case ch.quitting():
+			return exitError{exitInterrupted}
+		case err != nil:
+			return clientError{err}
+		case res == nil || ch.interruptedTurn():
+			return exitError{exitInterrupted}
+		case resultFailed(res):
+			return exitError{1}
+		}
+		return nil
+	}
+	return ch.interactive(runCtx, clientStdin, stderr)
+}
+
+// chatRun is one warren chat session: the turns, and what Ctrl-C does during them.
+type chatRun struct {
+	view *chatView
+	stop context.CancelFunc // ends the context of the session's calls: the user quits
+
+	mu          sync.Mutex
+	s           *warren.Session
+	inTurn      bool
+	interrupted bool // the running turn was interrupted
+	quit        bool // the user asked to quit
+}
+
+func (c *chatRun) setSession(s *warren.Session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.s = s
+}
+
+func (c *chatRun) session() *warren.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s
+}
+
+// interruptedTurn reports whether the user interrupted the last turn.
+func (c *chatRun) interruptedTurn() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.interrupted
+}
+
+func (c *chatRun) quitting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.quit
+}
+
+// signal handles Ctrl-C and SIGTERM. The first Ctrl-C during a turn interrupts the turn; any other quits.
+func (c *chatRun) signal(sig os.Signal) {
+	c.mu.Lock()
+	s := c.s
+	interrupt := sig == os.Interrupt && c.inTurn && !c.interrupted && !c.quit
+	if interrupt {
+		c.interrupted = true
+	} else {
+		c.quit = true
+	}
+	c.mu.Unlock()
+	if !interrupt {
+		c.stop()
+		return
+	}
+	c.view.Notice("warren chat: interrupting the agent (Ctrl-C again to quit)")
+	ctx, cancel := context.WithTimeout(context.Background(), chatInterruptTimeout)
+	defer cancel()
+	if err := s.Interrupt(ctx); err != nil {
+		c.view.Problem("warren chat: could not interrupt the agent: %s", describeError(err))
+	}
+}
+
+// turn sends one prompt and renders the agent's events until the turn ends. The result is nil when the
+// turn ended without one (it was interrupted).
+func (c *chatRun) turn(ctx context.Context, prompt string) (*warren.ResultEvent, error) {
+	c.mu.Lock()
+	s := c.s
+	c.inTurn, c.interrupted = true, false
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inTurn = false
+		c.mu.Unlock()
+	}()
+
+	c.view.Begin()
+	stopTicker := c.tick()
+	var res *warren.ResultEvent
+	var err error
+	for ev, e := range s.Prompt(ctx, prompt) {
+		if e != nil {
+			err = e
+			break
+		}
+		c.view.Event(ev)
+		if r, ok := ev.Result(); ok {
+			res = r
+		}
+		if call, ok := ev.ToolCall(); ok {
+			// Nothing here runs client tools; say so, or the agent would wait for an answer.
+			text, _ := json.Marshal(map[string]string{"type": "text", "text": chatNoClientTools})
+			if e := s.SendToolResult(ctx, call.CallID, []json.RawMessage{text}, true); e != nil {
+				err = e
+				break
+			}
+		}
+	}
+	stopTicker()
+	c.view.End()
+
+	c.mu.Lock()
+	abandon := c.quit && !c.interrupted && res == nil
+	c.mu.Unlock()
+	if abandon {
+		// Quitting mid-turn: stop the agent rather than leave it working for nobody.
+		ictx, cancel := context.WithTimeout(context.Background(), chatInterruptTimeout)
+		_ = s.Interrupt(ictx)
+		cancel()
+	}
+	return res, err
+}
+
+// tick redraws the progress line until the returned func is called.
+func (c *chatRun) tick() (stop func()) {
+	if !c.view.cfg.progress {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(chatTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				c.view.Tick()
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// interactive reads prompts from in, one a line, and runs a turn for each until end of input or quit.
+func (c *chatRun) interactive(ctx context.Context, in io.Reader, stderr io.Writer) error {
+	tty := isTerminal(in)
+	if tty && !c.view.cfg.quiet {
+		fmt.Fprintln(stderr, "Type a prompt and press Enter. Ctrl-C interrupts the agent; Ctrl-D quits.")
+	}
+	// A read of standard input cannot be cancelled: when chat quits while the reader waits for a line, the
+	// reader is left behind and ends with the process.
+	done := make(chan struct{})
+	defer close(done)
+	lines := make(chan string)
+	var readErr error
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 0, 64<<10), chatMaxPromptLine)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-done:
+				return
+			}
+		}
+		readErr = sc.Err()
+	}()
+
+	for {
+		if tty {
+			fmt.Fprint(stderr, "> ")
+		}
+		var line string
+		select {
+		case <-ctx.Done():
+			if tty {
+				fmt.Fprintln(stderr)
+			}
+			return exitError{exitInterrupted}
+		case l, ok := <-lines:
+			if !ok {
+				if tty {
+					fmt.Fprintln(stderr)
+				}
+				if readErr != nil {
+					return fmt.Errorf("read standard input: %w", readErr)
+				}
+				return nil
+			}
+			line = l
+		}
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		_, err := c.turn(ctx, line)
+		switch {
+		case c.view.Err() != nil:
+			return fmt.Errorf("write standard output: %w", c.view.Err())
+		case c.quitting():
+			return exitError{exitInterrupted}
+		case err == nil:
+		case c.session().Err() != nil || errors.Is(err, warren.ErrClosed):
+			return clientError{err} // the session is over
+		default:
+			c.view.Problem("warren chat: %s", describeError(err))
+		}
+	}
+}
+
+// isTerminal reports whether f is a terminal (a character device: close enough without a dependency).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := file.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
