@@ -32,6 +32,11 @@ func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 		wire.WriteHTTPError(sw, e.log.With("request_id", requestID(r.Context())), err)
 		return
 	}
+	// The runner may answer (SSE headers of a streamed exec, an early error on an upload) while the request
+	// body is still being forwarded. HTTP/1 servers close an unread request body once the response starts,
+	// which would cut the forwarding mid-way and make the transport drop the runner connection; a proxy
+	// must be full duplex.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	t := &proxyTarget{entry: a.entry}
 	p := &httputil.ReverseProxy{
 		Transport:     e.runners.Transport,

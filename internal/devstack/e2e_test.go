@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,6 +57,7 @@ func startStack(t *testing.T) *devstack.Stack {
 	}
 	st, err := devstack.Start(context.Background(), devstack.Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary, MeterInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("start dev stack: %v", err)
@@ -63,6 +65,13 @@ func startStack(t *testing.T) *devstack.Stack {
 	t.Cleanup(func() {
 		if err := st.Close(); err != nil {
 			t.Errorf("close stack: %v", err)
+		}
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(st.Config().DataDir, "sandboxes", "*", "state", "runner.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s:\n%s", l, b)
+			}
 		}
 	})
 	return st
@@ -470,4 +479,33 @@ func slicesContainsPair(args []string, k, v string) bool {
 		}
 	}
 	return false
+}
+
+// Regression: the edge must proxy full duplex. The runner answers a streamed exec with headers before the
+// edge has finished forwarding the request body; a half-duplex HTTP/1 handler then had its request body
+// closed under the transport, which dropped the runner connection mid-stream (about 1 in 4 calls).
+func TestStreamedExecRepeatedly(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	sb := client(t, st, "ivan").Sandbox()
+	for i := range 20 {
+		if _, err := sb.Exec(ctx, wire.ExecRequest{Command: "echo hi > f"}); err != nil {
+			t.Fatalf("round %d: exec = %v", i, err)
+		}
+		if _, err := sb.ReadFile(ctx, "f"); err != nil {
+			t.Fatalf("round %d: read = %v", i, err)
+		}
+		var exit *wire.ExecResult
+		for ev, err := range sb.ExecStream(ctx, wire.ExecRequest{Command: "echo x; sleep 0.05; exit 2"}) {
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			if ev.Kind == warren.ExecExit {
+				exit = ev.Result
+			}
+		}
+		if exit == nil || exit.ExitCode != 2 {
+			t.Fatalf("round %d: exit %+v", i, exit)
+		}
+	}
 }

@@ -1,0 +1,13 @@
+package snapshot
+
+import "time"
+
+// SetRacyMargin lets a test trust cached hashes of files written moments before, instead of waiting for
+// them to age past the margin.
+func SetRacyMargin(s *Snapshotter, d time.Duration) { s.racy = d }
+
+// Trusted exposes the racy-clean rule to tests.
+func Trusted(mtime, ctime int64, hashedAt time.Time, margin time.Duration) bool {
+	id := fileID{dev: 1, ino: 2, size: 3, mtime: mtime, ctime: ctime}
+	return cached{id: id, hashedAt: hashedAt}.trusted(id, margin)
+}

@@ -1,0 +1,506 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/warren-mesh/warren/runner/workspace"
+)
+
+const (
+	// inlineMax: files up to this size are read once into memory and uploaded from there, so hash and
+	// upload see the same bytes; larger files are read twice and the upload is verified against the hash.
+	inlineMax = 4 << 20
+	// fileAttempts bounds how often a file that changes while being read is read again.
+	fileAttempts = 3
+	// restoreTempPrefix starts the name of a file Restore is writing; it lives beside its target until
+	// renamed, and Snapshot skips such names (as it skips the sandbox API's uploads in progress).
+	restoreTempPrefix = ".warren-restore-"
+)
+
+// A cached hash is trusted only if the file's mtime and ctime are older than the moment it was hashed by
+// at least racyMargin, which exceeds the kernel's timestamp granularity (one tick, at most 10 ms): a
+// write after the hash then always moves ctime. Otherwise a write within the same tick as the previous
+// one could leave size and times unchanged (git's "racily clean" entries). Whole-second timestamps mean a
+// file system with coarse times, given coarseMargin.
+const (
+	racyMargin   = 50 * time.Millisecond
+	coarseMargin = 2 * time.Second
+)
+
+// errChanged: a file changed (content, or what the path names) while it was read; it is read again.
+var errChanged = errors.New("file changed while being read")
+
+type cacheKey struct{ dir, path string }
+
+// fileID identifies a file's content without reading it.
+type fileID struct {
+	dev, ino           uint64
+	size, mtime, ctime int64
+}
+
+type cached struct {
+	id  fileID
+	sha string
+	// hashedAt is the wall clock before the file was opened. It is compared with file system timestamps,
+	// which come from the kernel's real clock, so it is time.Now and not Config.Now.
+	hashedAt time.Time
+}
+
+func (c cached) trusted(id fileID, margin time.Duration) bool {
+	if c.id != id {
+		return false
+	}
+	if id.mtime%1e9 == 0 && id.ctime%1e9 == 0 {
+		margin = coarseMargin
+	}
+	limit := c.hashedAt.Add(-margin).UnixNano()
+	return id.mtime <= limit && id.ctime <= limit
+}
+
+// fileJob is one regular file found by the walk, hashed and uploaded in parallel.
+type fileJob struct {
+	root  *os.Root
+	dir   string
+	entry *Entry
+	info  fs.FileInfo
+	skip  bool // vanished or no longer a file: dropped from the manifest
+	// filled in by the worker
+	hashed   bool
+	uploaded int64
+	didPut   bool
+}
+
+// collect walks every directory and makes sure every file's content is in the store. It returns the
+// manifest's directories (epoch, seq and time are the caller's).
+func (s *Snapshotter) collect(ctx context.Context) (Manifest, Stats, error) {
+	var st Stats
+	m := Manifest{Version: ManifestVersion, Dirs: make([]Dir, 0, len(s.names))}
+	var jobs []*fileJob
+	for _, name := range s.names {
+		root, err := os.OpenRoot(s.cfg.Dirs[name])
+		if err != nil {
+			return Manifest{}, st, fmt.Errorf("dir %s: %w", name, err)
+		}
+		defer root.Close()
+		d, dirJobs, err := s.walk(root, name, &st)
+		if err != nil {
+			return Manifest{}, st, fmt.Errorf("dir %s: %w", name, err)
+		}
+		m.Dirs = append(m.Dirs, d)
+		jobs = append(jobs, dirJobs...)
+	}
+
+	up := &uploads{known: maps.Clone(s.known), inflight: make(map[string]chan struct{})}
+	if up.known == nil {
+		up.known = make(map[string]struct{})
+	}
+	cache := &sync.Map{} // cacheKey → cached, filled by the workers
+	err := parallel(ctx, len(jobs), s.cfg.Concurrency, func(ctx context.Context, i int) error {
+		return s.file(ctx, up, cache, jobs[i])
+	})
+	if err != nil {
+		return Manifest{}, st, err
+	}
+
+	skipped := make(map[*Entry]bool)
+	for _, j := range jobs {
+		if j.skip {
+			skipped[j.entry] = true
+			continue
+		}
+		st.Files++
+		st.Bytes += j.entry.Size
+		if j.hashed {
+			st.FilesHashed++
+		}
+		if j.didPut {
+			st.FilesUploaded++
+			st.BytesUploaded += j.uploaded
+		}
+	}
+	hashes := make(map[string]struct{})
+	for i := range m.Dirs {
+		d := &m.Dirs[i]
+		kept := make([]Entry, 0, len(d.Entries))
+		for k := range d.Entries {
+			e := &d.Entries[k]
+			if skipped[e] {
+				continue
+			}
+			if e.Type == TypeFile {
+				hashes[e.SHA256] = struct{}{}
+			}
+			kept = append(kept, *e)
+		}
+		d.Entries = kept
+		slices.SortFunc(d.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	}
+
+	// Whatever happens to the commit, these blobs are in the store and these hashes are right.
+	s.known = hashes
+	s.cache = make(map[cacheKey]cached)
+	cache.Range(func(k, v any) bool {
+		s.cache[k.(cacheKey)] = v.(cached)
+		return true
+	})
+	return m, st, nil
+}
+
+// walk lists one directory without following symlinks. Regular files come back as jobs whose entries
+// point into the returned Dir.
+func (s *Snapshotter) walk(root *os.Root, name string, st *Stats) (Dir, []*fileJob, error) {
+	var entries []Entry
+	type found struct {
+		index int
+		info  fs.FileInfo
+	}
+	var files []found
+	skip := func(p string, d fs.DirEntry, why string, err error) error {
+		st.Skipped++
+		s.cfg.Logger.Warn("snapshot: skipping", "dir", name, "path", p, "reason", why, "err", err)
+		if d != nil && d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	}
+	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == "." {
+				return err
+			}
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking
+			}
+			// A directory that cannot be read: its entry is recorded, its contents are not.
+			return skip(p, nil, "unreadable", err)
+		}
+		if p == "." {
+			return nil
+		}
+		switch {
+		case s.cfg.Exclude != nil && s.cfg.Exclude(name, p):
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		case strings.HasPrefix(d.Name(), restoreTempPrefix) || strings.HasPrefix(d.Name(), workspace.TempPrefix):
+			return nil
+		case !utf8.ValidString(p):
+			return skip(p, d, "name is not valid UTF-8", nil)
+		case len(p) > MaxPathLen:
+			return skip(p, d, "path is too long", nil)
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return skip(p, d, "stat failed", err)
+		}
+		switch mode := info.Mode(); {
+		case mode.IsDir():
+			entries = append(entries, Entry{Path: p, Type: TypeDir, Mode: mode.Perm()})
+			st.Dirs++
+		case mode&fs.ModeSymlink != 0:
+			target, err := root.Readlink(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return skip(p, d, "readlink failed", err)
+			}
+			if target == "" || !utf8.ValidString(target) || len(target) > MaxPathLen {
+				return skip(p, d, "symlink target is not valid UTF-8", nil)
+			}
+			entries = append(entries, Entry{Path: p, Type: TypeSymlink, Target: target})
+			st.Symlinks++
+		case mode.IsRegular():
+			entries = append(entries, Entry{Path: p, Type: TypeFile})
+			files = append(files, found{len(entries) - 1, info})
+		default:
+			return skip(p, d, "not a file, directory or symlink: "+mode.Type().String(), nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return Dir{}, nil, err
+	}
+	jobs := make([]*fileJob, len(files))
+	for i, f := range files {
+		jobs[i] = &fileJob{root: root, dir: name, entry: &entries[f.index], info: f.info}
+	}
+	return Dir{Name: name, Entries: entries}, jobs, nil
+}
+
+// file fills j's entry from the file's content, reading it again if it changes underneath.
+func (s *Snapshotter) file(ctx context.Context, up *uploads, cache *sync.Map, j *fileJob) error {
+	p := j.entry.Path
+	for attempt := 1; ; attempt++ {
+		err := s.tryFile(ctx, up, cache, j)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, fs.ErrNotExist):
+			j.skip = true // removed since the walk
+			return nil
+		case errors.Is(err, fs.ErrPermission):
+			j.skip = true
+			s.cfg.Logger.Warn("snapshot: skipping", "dir", j.dir, "path", p, "reason", "unreadable", "err", err)
+			return nil
+		case !errors.Is(err, errChanged):
+			return fmt.Errorf("%s/%s: %w", j.dir, p, err)
+		case attempt == fileAttempts:
+			return fmt.Errorf("%s/%s: %w %d times", j.dir, p, err, attempt)
+		}
+		info, err := j.root.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			j.skip = true
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s/%s: %w", j.dir, p, err)
+		}
+		if !info.Mode().IsRegular() {
+			j.skip = true // no longer a file; the next snapshot records what it became
+			return nil
+		}
+		j.info = info
+	}
+}
+
+// tryFile hashes the file unless the cache vouches for it, and uploads its content unless the store has
+// it. It returns errChanged when what it read does not match what the walk saw.
+func (s *Snapshotter) tryFile(ctx context.Context, up *uploads, cache *sync.Map, j *fileJob) error {
+	e, key := j.entry, cacheKey{j.dir, j.entry.Path}
+	info := j.info
+	id, haveID := fileIDOf(info)
+	var (
+		sha  string
+		size = info.Size()
+		data []byte // the content when small, so it is read only once
+	)
+	if c, ok := s.cache[key]; ok && haveID && c.trusted(id, s.racy) {
+		sha = c.sha
+		cache.Store(key, c)
+	} else {
+		hashedAt := time.Now()
+		f, fi, err := s.openSame(j.root, e.Path, info)
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		if fi.Size() <= inlineMax {
+			var b bytes.Buffer
+			b.Grow(int(fi.Size()) + bytes.MinRead)
+			_, err = b.ReadFrom(io.LimitReader(f, inlineMax+1))
+			data = b.Bytes()
+			if err == nil && len(data) > inlineMax {
+				err = errChanged // grew past the limit while being read
+			}
+			h.Write(data)
+			size = int64(len(data))
+		} else {
+			size, err = io.Copy(h, f)
+		}
+		if err != nil {
+			f.Close()
+			return err
+		}
+		after, err := f.Stat()
+		f.Close()
+		if err != nil {
+			return err
+		}
+		sha = hex.EncodeToString(h.Sum(nil))
+		j.hashed = true
+		info = fi
+		before, ok1 := fileIDOf(fi)
+		now, ok2 := fileIDOf(after)
+		if ok1 && ok2 && before == now && before.size == size {
+			cache.Store(key, cached{id: before, sha: sha, hashedAt: hashedAt})
+		}
+	}
+	e.Mode = info.Mode().Perm()
+	e.MTime = info.ModTime().UnixNano()
+	e.Size = size
+	e.SHA256 = sha
+	return s.ensureBlob(ctx, up, j, data)
+}
+
+// openSame opens the file at p and checks it is still the regular file the walk saw, not something put
+// in its place (os.Root already keeps the open inside the directory).
+func (s *Snapshotter) openSame(root *os.Root, p string, want fs.FileInfo) (*os.File, fs.FileInfo, error) {
+	f, err := root.OpenFile(p, openFlags, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() || !os.SameFile(fi, want) {
+		f.Close()
+		return nil, nil, errChanged
+	}
+	return f, fi, nil
+}
+
+// ensureBlob uploads the entry's content unless it is known to be in the store or found there. data is
+// the content if already read.
+func (s *Snapshotter) ensureBlob(ctx context.Context, up *uploads, j *fileJob, data []byte) error {
+	e := j.entry
+	leader, err := up.acquire(ctx, e.SHA256)
+	if err != nil || !leader {
+		return err
+	}
+	ok := false
+	defer func() { up.release(e.SHA256, ok) }()
+	key := blobKey(s.cfg.Prefix, e.SHA256)
+	exists, err := s.cfg.Store.Exists(ctx, key)
+	if err != nil {
+		return fmt.Errorf("blob %s: %w", e.SHA256, err)
+	}
+	if exists {
+		ok = true
+		return nil
+	}
+	if data != nil || e.Size == 0 {
+		err = s.cfg.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+	} else {
+		// Read again; the verifier fails the Put, so nothing is stored under the hash, if the content
+		// is no longer what was hashed.
+		f, _, oerr := s.openSame(j.root, e.Path, j.info)
+		if oerr != nil {
+			return oerr
+		}
+		v := &verifier{r: io.LimitReader(f, e.Size+1), h: sha256.New(), size: e.Size, want: e.SHA256}
+		err = s.cfg.Store.Put(ctx, key, v, e.Size)
+		f.Close()
+		if v.changed {
+			return errChanged
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("upload blob %s: %w", e.SHA256, err)
+	}
+	ok = true
+	j.didPut = true
+	j.uploaded = e.Size
+	return nil
+}
+
+// verifier passes a file's content through and fails at the end if it is not size bytes hashing to
+// want.
+type verifier struct {
+	r       io.Reader
+	h       hash.Hash
+	n, size int64
+	want    string
+	changed bool
+}
+
+func (v *verifier) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	v.h.Write(p[:n])
+	v.n += int64(n)
+	if v.n > v.size {
+		v.changed = true
+		return n, errChanged
+	}
+	if err == io.EOF && (v.n != v.size || hex.EncodeToString(v.h.Sum(nil)) != v.want) {
+		v.changed = true
+		return n, errChanged
+	}
+	return n, err
+}
+
+// uploads tracks, during one snapshot, the blobs known to be in the store and those being uploaded, so
+// identical files are uploaded once.
+type uploads struct {
+	mu       sync.Mutex
+	known    map[string]struct{}
+	inflight map[string]chan struct{}
+}
+
+// acquire returns true if the caller must make sure the blob is stored (and then call release), false if
+// it already is.
+func (u *uploads) acquire(ctx context.Context, sha string) (bool, error) {
+	for {
+		u.mu.Lock()
+		if _, ok := u.known[sha]; ok {
+			u.mu.Unlock()
+			return false, nil
+		}
+		ch, busy := u.inflight[sha]
+		if !busy {
+			u.inflight[sha] = make(chan struct{})
+			u.mu.Unlock()
+			return true, nil
+		}
+		u.mu.Unlock()
+		select {
+		case <-ch: // done; known now, or failed and this caller takes over
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+func (u *uploads) release(sha string, stored bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if stored {
+		u.known[sha] = struct{}{}
+	}
+	close(u.inflight[sha])
+	delete(u.inflight, sha)
+}
+
+// parallel calls fn for 0..n-1 on up to workers goroutines and returns the first error, after which the
+// remaining calls are skipped and ctx is cancelled for those in flight.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range min(workers, n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
