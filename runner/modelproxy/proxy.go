@@ -1,0 +1,408 @@
+// Package modelproxy is the agent's only way to the model: a loopback HTTP proxy for the Anthropic
+// Messages API that keeps the real API key out of the sandbox (DESIGN.md §7) and meters every call against
+// the user's budget by reserving its worst case before forwarding it and settling its reported usage after
+// (DESIGN.md §5).
+//
+// The agent (the Claude Code CLI) is pointed at the proxy with ANTHROPIC_BASE_URL and authenticates with a
+// per-session token from OpenSession as its API key. The proxy answers refusals itself in the API's error
+// shape, choosing statuses the CLI does not retry (see apierror.go and README.md).
+package modelproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-mesh/warren/billing"
+)
+
+const (
+	// DefaultHoldTTL is Config.HoldTTL when zero. The CLI gives up on a call after 10 minutes
+	// (API_TIMEOUT_MS), so a hold rarely needs to outlive it.
+	DefaultHoldTTL = 10 * time.Minute
+	// MaxBodyBytes bounds a request body, as the API does (32 MB).
+	MaxBodyBytes = 32 << 20
+	// settleTimeout bounds one Settle or Release; a call's upstream deadline leaves this much of the hold's
+	// life for settling, so the hold never expires before it is settled.
+	settleTimeout = 10 * time.Second
+	// minOutputTokens is the smallest max_tokens worth forwarding when the budget forces a clamp.
+	minOutputTokens = 1
+	// bodySlack covers the bytes the proxy's own edits (max_tokens inserted or rewritten) add to a body.
+	bodySlack = 64
+)
+
+// Config configures a Proxy; it is validated by New.
+type Config struct {
+	// Upstream is the Messages API base URL, e.g. https://api.anthropic.com or the scripted model server.
+	Upstream string
+	// APIKey is the real key. It is only ever sent upstream, as x-api-key.
+	APIKey string
+	// Reserver holds and settles budget (required).
+	Reserver billing.Reserver
+	// Prices prices calls by model; the zero value means billing.DefaultPrices().
+	Prices billing.Prices
+	// HoldTTL is how long a reservation lives (DefaultHoldTTL when zero; at least 30s). A call is cut when
+	// only settleTimeout of its hold is left, so no hold expires while its call still runs.
+	HoldTTL time.Duration
+	// Logger receives the proxy's logs (never tokens or keys); discarded when nil.
+	Logger *slog.Logger
+	// Now stamps usage events; time.Now when nil.
+	Now func() time.Time
+	// Client calls the upstream; a client with the default transport when nil. Redirects are never
+	// followed (they would carry the key elsewhere).
+	Client *http.Client
+	// Metrics registers the proxy's metrics when set.
+	Metrics prometheus.Registerer
+}
+
+// Proxy is the model proxy. Its methods are safe for concurrent use.
+type Proxy struct {
+	upstream    *url.URL
+	apiKey      string
+	reserver    billing.Reserver
+	prices      billing.Prices
+	holdTTL     time.Duration
+	callTimeout time.Duration
+	log         *slog.Logger
+	now         func() time.Time
+	client      *http.Client
+	m           *metrics
+	handler     http.Handler
+	sess        sessions
+	holds       holds
+
+	mu        sync.Mutex
+	closed    bool
+	done      chan struct{} // closed by Close: settle retries give up
+	inflight  sync.WaitGroup
+	srv       *http.Server
+	serveDone chan struct{}
+}
+
+// New validates cfg and returns a Proxy; serve it with Start or mount Handler.
+func New(cfg Config) (*Proxy, error) {
+	u, err := url.Parse(cfg.Upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("upstream %q is not an http(s) URL: %w", cfg.Upstream, ErrInvalidConfig)
+	}
+	if cfg.APIKey == "" {
+		return nil, fmt.Errorf("no API key: %w", ErrInvalidConfig)
+	}
+	if cfg.Reserver == nil {
+		return nil, fmt.Errorf("no reserver: %w", ErrInvalidConfig)
+	}
+	if cfg.HoldTTL == 0 {
+		cfg.HoldTTL = DefaultHoldTTL
+	}
+	if cfg.HoldTTL < 3*settleTimeout {
+		return nil, fmt.Errorf("hold ttl %v is below %v: %w", cfg.HoldTTL, 3*settleTimeout, ErrInvalidConfig)
+	}
+	if cfg.Prices.Models == nil && cfg.Prices.Default == (billing.Price{}) {
+		cfg.Prices = billing.DefaultPrices()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	var client http.Client
+	if cfg.Client != nil {
+		client = *cfg.Client
+	} else {
+		client.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	p := &Proxy{
+		upstream:    u,
+		apiKey:      cfg.APIKey,
+		reserver:    cfg.Reserver,
+		prices:      cfg.Prices,
+		holdTTL:     cfg.HoldTTL,
+		callTimeout: cfg.HoldTTL - settleTimeout,
+		log:         cfg.Logger,
+		now:         cfg.Now,
+		client:      &client,
+		m:           m,
+		done:        make(chan struct{}),
+		sess:        sessions{byID: map[string]*session{}, byToken: map[[32]byte]*session{}},
+	}
+	p.handler = http.HandlerFunc(p.serveHTTP)
+	return p, nil
+}
+
+// Handler serves the proxy's API: POST /v1/messages (metered), POST /v1/messages/count_tokens
+// (forwarded, free), 404 for anything else. Every request needs a session token.
+func (p *Proxy) Handler() http.Handler { return p.handler }
+
+// Start listens on addr, which must be a loopback address (e.g. "127.0.0.1:0"), and serves until Close.
+// It returns the base URL for ANTHROPIC_BASE_URL, like "http://127.0.0.1:PORT".
+func (p *Proxy) Start(addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", fmt.Errorf("listen %s: %w", addr, ErrNotLoopback)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return "", ErrClosed
+	}
+	if p.srv != nil {
+		return "", ErrStarted
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		ln.Close()
+		return "", fmt.Errorf("listen %s: bound %s: %w", addr, ip, ErrNotLoopback)
+	}
+	p.srv = &http.Server{
+		Handler:           p.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	p.serveDone = make(chan struct{})
+	srv, done := p.srv, p.serveDone
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			p.log.Error("model proxy stopped serving", "err", err)
+		}
+	}()
+	url := "http://" + ln.Addr().String()
+	p.log.Info("model proxy listening", "url", url, "upstream", p.upstream.Redacted())
+	return url, nil
+}
+
+// Close stops serving (open streams get 5 seconds to finish, then are cut), waits for the calls in
+// flight to be settled and stops retrying failed settles (their events are logged as lost). It is
+// idempotent.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	srv, serveDone := p.srv, p.serveDone
+	p.mu.Unlock()
+
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+		cancel()
+		<-serveDone
+	}
+	close(p.done)
+	p.inflight.Wait()
+	p.client.CloseIdleConnections()
+	return nil
+}
+
+// begin counts a request or a settle retry in flight; false once Close has begun.
+func (p *Proxy) begin() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.inflight.Add(1)
+	return true
+}
+
+func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.begin() {
+		writeAPIError(w, errShuttingDown)
+		return
+	}
+	defer p.inflight.Done()
+
+	s := p.sessionByToken(requestToken(r))
+	if s == nil {
+		p.m.rejected.WithLabelValues(rejectAuth).Inc()
+		writeAPIError(w, errUnauthenticated)
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
+		p.serveMessages(w, r, s)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
+		p.serveForward(w, r)
+	default:
+		// Batches, files and the rest are refused: they would use the key unmetered.
+		p.m.rejected.WithLabelValues(rejectNotFound).Inc()
+		writeAPIError(w, errNotFound)
+	}
+}
+
+// requestToken is the session token the agent sent as its API key.
+func requestToken(r *http.Request) string {
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// readBody reads a request body up to MaxBodyBytes; ok is false when an error answer was written.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		p.m.rejected.WithLabelValues(rejectTooLarge).Inc()
+		writeAPIError(w, errTooLarge)
+		return nil, false
+	case err != nil:
+		p.m.rejected.WithLabelValues(rejectInvalid).Inc()
+		writeAPIError(w, badRequest("could not read the request body"))
+		return nil, false
+	}
+	return body, true
+}
+
+// serveForward passes a free request (count_tokens) through with the real key.
+func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request) {
+	body, ok := p.readBody(w, r)
+	if !ok {
+		return
+	}
+	resp, err := p.client.Do(p.upstreamRequest(r.Context(), r, body))
+	if err != nil {
+		if r.Context().Err() == nil {
+			p.log.Warn("model API unreachable", "path", r.URL.Path, "err", err)
+			p.m.rejected.WithLabelValues(rejectUpstream).Inc()
+			writeAPIError(w, errUpstream)
+		}
+		return
+	}
+	defer resp.Body.Close()
+	copyHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	cut, _ := pump(w, resp.Body, nil)
+	abortIfCut(cut)
+}
+
+// hopHeaders are per-connection headers a proxy must not forward (RFC 9110 §7.6.1).
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te",
+	"Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func removeHopHeaders(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// upstreamRequest is r sent to the upstream with body and the real key. The agent's headers pass
+// (anthropic-version, anthropic-beta, ...) except its credentials, cookies, hop-by-hop headers and
+// Accept-Encoding: the transport negotiates compression itself and hands the proxy plain bytes to read
+// usage from.
+func (p *Proxy) upstreamRequest(ctx context.Context, r *http.Request, body []byte) *http.Request {
+	u := *p.upstream
+	u.Path += r.URL.Path
+	u.RawPath = ""
+	u.RawQuery = r.URL.RawQuery
+	h := r.Header.Clone()
+	removeHopHeaders(h)
+	for _, name := range []string{"X-Api-Key", "Authorization", "Cookie", "Accept-Encoding", "Content-Length", "Host"} {
+		h.Del(name)
+	}
+	h.Set("X-Api-Key", p.apiKey)
+	out := &http.Request{
+		Method:        r.Method,
+		URL:           &u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Host:          u.Host,
+	}
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return out.WithContext(ctx)
+}
+
+// copyHeader copies an upstream response's headers for the agent, minus hop-by-hop ones.
+func copyHeader(dst, src http.Header) {
+	h := src.Clone()
+	removeHopHeaders(h)
+	for k, vs := range h {
+		dst[k] = vs
+	}
+}
+
+// pump copies body to w as it arrives, flushing after every read so that each SSE event reaches the agent
+// as soon as the upstream sent it, and feeds the same bytes to tap. It returns nil when body ended cleanly,
+// else the first failure; upstreamCut tells a failed read (the upstream cut the answer) from a failed write
+// (the agent left).
+func pump(w http.ResponseWriter, body io.Reader, tap io.Writer) (upstreamCut bool, err error) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return false, fmt.Errorf("write to agent: %w", err)
+			}
+			if err := rc.Flush(); err != nil {
+				return false, fmt.Errorf("flush to agent: %w", err)
+			}
+			if tap != nil {
+				_, _ = tap.Write(buf[:n])
+			}
+		}
+		if rerr == io.EOF {
+			return false, nil
+		}
+		if rerr != nil {
+			return true, fmt.Errorf("read from model API: %w", rerr)
+		}
+	}
+}
+
+// abortIfCut passes an upstream's cut on to the agent: instead of ending the response cleanly (which
+// would make a truncated answer look complete), the connection is dropped.
+func abortIfCut(upstreamCut bool) {
+	if upstreamCut {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// newHoldID names one call's reservation; its usage event is "ai/" + the id.
+func newHoldID() string { return "mp-" + rand.Text() }

@@ -1,0 +1,171 @@
+package modelproxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+)
+
+// Bounds on what an agent may ask for.
+const (
+	// DefaultMaxTokens is set in the forwarded body of a request without max_tokens, so the worst case the
+	// proxy reserved for is the bound the model works under.
+	DefaultMaxTokens = 32_000
+	// maxMaxTokens refuses absurd max_tokens before they overflow the worst-case arithmetic; models
+	// answer at most 128k tokens today.
+	maxMaxTokens = 1 << 20
+	// minThinkingBudget is the API's smallest thinking.budget_tokens.
+	minThinkingBudget = 1024
+)
+
+// span is a byte range [start, end) of a request body.
+type span struct{ start, end int }
+
+// messagesRequest is what the proxy reads of a Messages API body: only the top-level fields that price
+// and bound the call. Keys are compared exactly, as the API does (encoding/json's case-insensitive field
+// matching would let "MAX_TOKENS" mean one thing here and another upstream).
+type messagesRequest struct {
+	body      []byte
+	open      int // offset just after the object's '{'
+	empty     bool
+	model     string
+	maxTokens int64 // -1 when absent
+	maxSpan   span
+	// thinking is the raw "thinking" value and its span; nil when absent.
+	thinking     json.RawMessage
+	thinkingSpan span
+}
+
+// parseMessagesRequest scans an untrusted request body. It fails when the body is not one JSON object,
+// when model, max_tokens or thinking appear more than once (the proxy and the API could otherwise read
+// different values), when model is not a string, or when max_tokens is not an integer in [0, 2^20].
+func parseMessagesRequest(body []byte) (*messagesRequest, error) {
+	r := &messagesRequest{body: body, maxTokens: -1}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("body is not a JSON object")
+	}
+	r.open = int(dec.InputOffset())
+	r.empty = true
+	seen := map[string]bool{}
+	for dec.More() {
+		r.empty = false
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("read key: %w", err)
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("read %q: %w", key, err)
+		}
+		end := int(dec.InputOffset())
+		sp := span{end - len(raw), end}
+		switch key {
+		case "model", "max_tokens", "thinking":
+		default:
+			continue
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("%s appears more than once", key)
+		}
+		seen[key] = true
+		if sp.start < 0 || !bytes.Equal(body[sp.start:sp.end], raw) {
+			return nil, fmt.Errorf("locate %s", key) // cannot happen with encoding/json; refuse rather than misedit
+		}
+		switch key {
+		case "model":
+			if err := json.Unmarshal(raw, &r.model); err != nil {
+				return nil, errors.New("model is not a string")
+			}
+		case "max_tokens":
+			n, err := strconv.ParseInt(string(raw), 10, 64)
+			if err != nil || n < 0 || n > maxMaxTokens {
+				return nil, fmt.Errorf("max_tokens must be an integer from 0 to %d", maxMaxTokens)
+			}
+			r.maxTokens, r.maxSpan = n, sp
+		case "thinking":
+			r.thinking, r.thinkingSpan = raw, sp
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, errors.New("body is not a JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON object")
+	}
+	return r, nil
+}
+
+// thinkingBudget is thinking.budget_tokens of an extended-thinking request ("type":"enabled"), else 0.
+// Keys are matched exactly, as everywhere in this file.
+func (r *messagesRequest) thinkingBudget() int64 {
+	if r.thinking == nil {
+		return 0
+	}
+	var t map[string]json.RawMessage
+	if json.Unmarshal(r.thinking, &t) != nil {
+		return 0
+	}
+	var typ string
+	var budget int64
+	if json.Unmarshal(t["type"], &typ) != nil || typ != "enabled" || json.Unmarshal(t["budget_tokens"], &budget) != nil {
+		return 0
+	}
+	return budget
+}
+
+// withLimits returns the body to forward: max_tokens set to maxTokens (inserted when absent) and, when
+// thinkingBudget > 0, thinking.budget_tokens set to it. The rest of the body is kept byte for byte.
+func (r *messagesRequest) withLimits(maxTokens, thinkingBudget int64) ([]byte, error) {
+	type edit struct {
+		at   span
+		text []byte
+	}
+	var edits []edit
+	num := strconv.AppendInt(nil, maxTokens, 10)
+	switch {
+	case r.maxTokens >= 0 && r.maxTokens == maxTokens:
+	case r.maxTokens >= 0:
+		edits = append(edits, edit{r.maxSpan, num})
+	case r.empty:
+		edits = append(edits, edit{span{r.open, r.open}, append([]byte(`"max_tokens":`), num...)})
+	default:
+		edits = append(edits, edit{span{r.open, r.open}, append(append([]byte(`"max_tokens":`), num...), ',')})
+	}
+	if thinkingBudget > 0 {
+		var t map[string]json.RawMessage
+		if err := json.Unmarshal(r.thinking, &t); err != nil {
+			return nil, fmt.Errorf("rewrite thinking: %w", err)
+		}
+		t["budget_tokens"] = json.RawMessage(strconv.AppendInt(nil, thinkingBudget, 10))
+		var text bytes.Buffer
+		enc := json.NewEncoder(&text)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(t); err != nil {
+			return nil, fmt.Errorf("rewrite thinking: %w", err)
+		}
+		edits = append(edits, edit{r.thinkingSpan, bytes.TrimSuffix(text.Bytes(), []byte("\n"))})
+	}
+	if len(edits) == 0 {
+		return r.body, nil
+	}
+	sort.Slice(edits, func(i, j int) bool { return edits[i].at.start < edits[j].at.start })
+	out := make([]byte, 0, len(r.body)+32)
+	prev := 0
+	for _, e := range edits {
+		out = append(out, r.body[prev:e.at.start]...)
+		out = append(out, e.text...)
+		prev = e.at.end
+	}
+	return append(out, r.body[prev:]...), nil
+}

@@ -1,0 +1,145 @@
+package modelproxy
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestParseMessagesRequest(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		model     string
+		maxTokens int64
+		budget    int64
+		wantErr   bool
+	}{
+		{name: "plain", body: `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[]}`, model: "claude-sonnet-4-5", maxTokens: 1024},
+		{name: "no max_tokens", body: `{"model":"m","messages":[{"role":"user","content":"max_tokens"}]}`, model: "m", maxTokens: -1},
+		{name: "nested max_tokens ignored", body: `{"model":"m","metadata":{"max_tokens":5},"max_tokens":7}`, model: "m", maxTokens: 7},
+		{name: "escaped key", body: `{"model":"m","max\u005ftokens":9}`, model: "m", maxTokens: 9},
+		{name: "other case is another key", body: `{"model":"m","MAX_TOKENS":9}`, model: "m", maxTokens: -1},
+		{name: "whitespace", body: " {\n \"model\" : \"m\" ,\t\"max_tokens\" :  12 }\n", model: "m", maxTokens: 12},
+		{name: "thinking", body: `{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":3000}}`, model: "m", maxTokens: 4000, budget: 3000},
+		{name: "adaptive thinking", body: `{"model":"m","max_tokens":4000,"thinking":{"type":"adaptive"}}`, model: "m", maxTokens: 4000},
+		{name: "empty object", body: `{}`, maxTokens: -1},
+		{name: "duplicate max_tokens", body: `{"max_tokens":1,"max_tokens":100000}`, wantErr: true},
+		{name: "duplicate model", body: `{"model":"claude-3-haiku","model":"claude-opus-4"}`, wantErr: true},
+		{name: "float max_tokens", body: `{"max_tokens":1e3}`, wantErr: true},
+		{name: "string max_tokens", body: `{"max_tokens":"100"}`, wantErr: true},
+		{name: "negative max_tokens", body: `{"max_tokens":-1}`, wantErr: true},
+		{name: "huge max_tokens", body: `{"max_tokens":99999999999999999999}`, wantErr: true},
+		{name: "model not a string", body: `{"model":3}`, wantErr: true},
+		{name: "array", body: `[]`, wantErr: true},
+		{name: "trailing data", body: `{"model":"m"} {}`, wantErr: true},
+		{name: "truncated", body: `{"model":"m"`, wantErr: true},
+		{name: "invalid", body: `{"model":"m",}`, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := parseMessagesRequest([]byte(tc.body))
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("parsed %q, want an error", tc.body)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.model != tc.model || r.maxTokens != tc.maxTokens || r.thinkingBudget() != tc.budget {
+				t.Errorf("got model %q max_tokens %d budget %d, want %q %d %d", r.model, r.maxTokens, r.thinkingBudget(), tc.model, tc.maxTokens, tc.budget)
+			}
+		})
+	}
+}
+
+func TestWithLimits(t *testing.T) {
+	tests := []struct {
+		name     string
+		body     string
+		max      int64
+		thinking int64
+		want     string
+	}{
+		{"unchanged", `{"model":"m","max_tokens":100}`, 100, 0, `{"model":"m","max_tokens":100}`},
+		{"lowered", `{"model":"m", "max_tokens" : 32000 ,"x":1}`, 7, 0, `{"model":"m", "max_tokens" : 7 ,"x":1}`},
+		{"inserted", `{"model":"m"}`, 32000, 0, `{"max_tokens":32000,"model":"m"}`},
+		{"inserted into empty", ` { } `, 5, 0, ` {"max_tokens":5 } `},
+		{"thinking lowered", `{"max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":3000},"z":[]}`, 2000, 1999,
+			`{"max_tokens":2000,"thinking":{"budget_tokens":1999,"type":"enabled"},"z":[]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := parseMessagesRequest([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := r.withLimits(tc.max, tc.thinking)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzMessagesRequest: whatever the agent sends, a body the proxy accepts is rewritten into valid JSON
+// whose top-level max_tokens is exactly the bound the proxy chose, read back by the same parser and by
+// encoding/json, and nothing else of the body changes.
+func FuzzMessagesRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m"}`, `{}`, ` {"max_tokens" : 5 } `, `{"thinking":{"type":"enabled","budget_tokens":2048},"max_tokens":4096}`,
+		`{"max\u005ftokens":3}`, `{"a":{"max_tokens":1},"b":"max_tokens"}`, `[1]`, `{"max_tokens":1,"max_tokens":2}`,
+	} {
+		f.Add([]byte(s), int64(100))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, bound int64) {
+		r, err := parseMessagesRequest(body)
+		if err != nil {
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		bound = max(0, bound%maxMaxTokens)
+		out, err := r.withLimits(bound, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(out) {
+			t.Fatalf("rewrote %q into invalid JSON %q", body, out)
+		}
+		again, err := parseMessagesRequest(out)
+		if err != nil {
+			t.Fatalf("rewritten body %q does not parse: %v", out, err)
+		}
+		if again.maxTokens != bound || again.model != r.model {
+			t.Fatalf("rewritten %q reads max_tokens %d model %q, want %d %q", out, again.maxTokens, again.model, bound, r.model)
+		}
+		var before, after map[string]json.RawMessage
+		if err := json.Unmarshal(body, &before); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out, &after); err != nil {
+			t.Fatal(err)
+		}
+		var got int64
+		if err := json.Unmarshal(after["max_tokens"], &got); err != nil || got != bound {
+			t.Fatalf("encoding/json reads max_tokens %s from %q, want %d", after["max_tokens"], out, bound)
+		}
+		delete(before, "max_tokens")
+		delete(after, "max_tokens")
+		if len(before) != len(after) {
+			t.Fatalf("keys changed: %q -> %q", body, out)
+		}
+		for k, v := range before {
+			if string(after[k]) != string(v) {
+				t.Fatalf("%q changed: %s -> %s", k, v, after[k])
+			}
+		}
+	})
+}
