@@ -15,7 +15,7 @@ export GOPROXY ?= https://proxy.golang.org
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-dev: bwrap build ## run the whole platform on this machine (warren dev, embedded defaults)
+dev: bwrap claude-code build ## run the whole platform on this machine (warren dev, embedded defaults)
 	$(BIN) dev
 
 build: ## build the warren binary into bin/
@@ -48,7 +48,7 @@ load: build ## end-to-end load tool: sandbox start latency, exec round trips, ru
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
 
-CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/testenv/testenv.go)
+CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
 tools: bwrap claude-code ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)

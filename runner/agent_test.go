@@ -342,20 +342,42 @@ func TestAgentPluggedIn(t *testing.T) {
 	a.send(`{"type":"user","message":{"role":"user","content":"wait"}}`)
 	a.expectControl(8, wire.ActionSessionInfo)
 	a.read() // assistant
+	// A prompt sent while a turn runs is queued; the interrupt drops it along with the turn.
 	a.send(`{"type":"user","message":{"role":"user","content":"again"}}`)
-	if m := a.read(); m.errorPayload().Code != wire.Conflict {
-		t.Fatalf("second turn while one runs: %s", m.raw)
-	}
 	a.send(`{"type":"control","payload":{"action":"interrupt"}}`)
-	if d := a.expectControl(11, wire.ActionSessionInfo); d["state"] != wire.StateReady {
+	if d := a.expectControl(10, wire.ActionSessionInfo); d["state"] != wire.StateReady {
 		t.Fatalf("after interrupt %v", d)
 	}
 
 	a.send(`{"type":"user","message":{"role":"user","content":"fail"}}`)
-	a.expectControl(12, wire.ActionSessionInfo)
+	a.expectControl(11, wire.ActionSessionInfo)
 	a.read()
 	a.read()
 	if m := a.read(); m.errorPayload().Code != wire.Internal || m.errorPayload().Message != "internal error" {
 		t.Fatalf("agent failure: %s", m.raw)
+	}
+}
+
+// A prompt that arrives while a turn is winding down runs right after it, in order.
+func TestPromptsQueueBehindARunningTurn(t *testing.T) {
+	h := startRunner(t, func(c *runner.Config) { c.Agent = scriptedAgent{} })
+	a := h.dialAgent(t)
+	a.send(`{"type":"init","payload":{"sessionId":"q"}}`)
+	for i := 0; i < 3; i++ {
+		a.read()
+	}
+	a.send(`{"type":"user","message":{"role":"user","content":"one"}}`)
+	a.send(`{"type":"user","message":{"role":"user","content":"two"}}`)
+	results, readies := 0, 0
+	for results < 2 || readies < 2 {
+		m := a.read()
+		switch {
+		case m.Type == "result":
+			results++
+		case m.Type == wire.TypeError:
+			t.Fatalf("queued prompt refused: %s", m.raw)
+		case m.Type == wire.TypeControl && strings.Contains(string(m.raw), `"state":"ready"`):
+			readies++
+		}
 	}
 }

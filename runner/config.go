@@ -2,7 +2,10 @@ package runner
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/blob"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -53,12 +56,37 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown (default 10s), shorter than a scheduler's kill timeout.
 	ShutdownTimeout time.Duration
 
-	// Agent runs agent turns; nil means session.NoAgent (every turn fails with unavailable).
+	// Agent runs agent turns; nil means Model decides (the Claude Code driver behind the metered model
+	// proxy), or, without Model, session.NoAgent (every turn fails with unavailable).
 	Agent session.Agent
+	// Model configures the agent: the Claude Code CLI in the sandbox, talking only to the runner's model
+	// proxy. Nil: no agent.
+	Model *ModelConfig
+	// Snapshots persists the workspace and the agent's transcripts: restored on start, written after every
+	// completed turn and before sleeping, fenced by Epoch. Nil: nothing is persisted.
+	Snapshots blob.Store
+	// SnapshotPrefix names this sandbox in the store (e.g. "sandboxes/<sandbox id>").
+	SnapshotPrefix string
+	// IdleTimeout: with no client attached, no turn running and no command running for that long, the
+	// runner snapshots and exits (the sandbox sleeps). 0 disables.
+	IdleTimeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+}
+
+// ModelConfig is the agent's side of a runner.
+type ModelConfig struct {
+	CLIPath      string            // host path of the Claude Code CLI
+	Home         string            // host dir mounted as the agent's HOME (transcripts); required
+	Upstream     string            // the model API the proxy forwards to
+	APIKey       string            // the real key; stays in the proxy
+	Reserver     billing.Reserver  // the ledger holds budget before each call
+	Prices       billing.Prices    // zero value: billing.DefaultPrices()
+	Env          map[string]string // extra env for the CLI (e.g. ANTHROPIC_CUSTOM_HEADERS)
+	DefaultModel string
+	Notice       string // shown to clients in control ready (e.g. "scripted demo model")
 }
 
 // Defaults.
@@ -95,7 +123,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	if c.Agent == nil {
+	if c.Agent == nil && c.Model == nil {
 		c.Agent = session.NoAgent{}
 	}
 	if c.Logger == nil {

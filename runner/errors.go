@@ -16,4 +16,8 @@ var (
 	ErrAlreadyRunning = errors.New("runner already running")
 	// ErrShuttingDown is the cancellation cause of in-flight work when Run's context ends.
 	ErrShuttingDown = errors.New("runner shutting down")
+	// ErrIdle is the stop cause when the sandbox goes to sleep after IdleTimeout.
+	ErrIdle = errors.New("runner idle")
+	// ErrFencedOff is the stop cause when a newer epoch owns the sandbox (a snapshot write was fenced).
+	ErrFencedOff = errors.New("runner fenced off by a newer epoch")
 )

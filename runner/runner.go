@@ -22,8 +22,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/session"
+	"github.com/warren-mesh/warren/runner/snapshot"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
@@ -39,6 +41,13 @@ type Runner struct {
 	started atomic.Bool
 	clients atomic.Int64 // open agent WebSocket connections
 	running atomic.Int64 // commands running
+
+	grant  atomic.Pointer[wire.Grant] // newest grant from the edge
+	agent  *agentParts                // nil without cfg.Model
+	snap   *snapshot.Snapshotter      // nil without cfg.Snapshots
+	snapMu sync.Mutex
+	stop   func(cause error) // ends Run (idle sleep, fencing); set by Run
+	hub    *session.Hub
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -60,11 +69,21 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, sandbox: sb, ready: make(chan struct{})}
+	r := &Runner{cfg: cfg, log: cfg.Logger, sandbox: sb, ready: make(chan struct{}), stop: func(error) {}}
 	r.metrics = newMetrics(
 		func() float64 { return float64(r.clients.Load()) },
 		func() float64 { return float64(r.running.Load()) },
 	)
+	if cfg.Snapshots != nil {
+		if err := r.buildSnapshots(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Model != nil && cfg.Agent == nil {
+		if err := r.buildAgent(); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -96,21 +115,40 @@ func (r *Runner) Run(ctx context.Context) error {
 	if r.sandbox.Insecure() {
 		r.log.Warn("commands run WITHOUT a sandbox (-insecure-no-sandbox): they can read and write anything this process can")
 	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	r.stop = stop
+	if err := r.restore(ctx); err != nil {
+		return err
+	}
 	root, err := workspace.Open(r.cfg.Workspace)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
+	if r.agent != nil {
+		url, err := r.agent.proxy.Start("127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("model proxy: %w", err)
+		}
+		r.agent.proxyURL = url
+	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", r.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", r.cfg.Listen, err)
 	}
 
+	var extra map[string]any
+	if r.cfg.Model != nil && r.cfg.Model.Notice != "" {
+		extra = map[string]any{"notice": r.cfg.Model.Notice}
+	}
 	hub := session.NewHub(session.Config{
-		Region: r.cfg.Region,
-		Agent:  r.cfg.Agent,
-		Logger: r.log.With("component", "agent"),
+		Region:     r.cfg.Region,
+		Agent:      r.cfg.Agent,
+		Logger:     r.log.With("component", "agent"),
+		ReadyExtra: extra,
 	})
+	r.hub = hub
 	// Request contexts derive from work, not from ctx, so that shutdown decides when in-flight work ends.
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
@@ -139,8 +177,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
+		r.idleLoop(gctx, func() bool { return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 })
+		return nil
+	})
+	g.Go(func() error {
 		<-gctx.Done()
-		return r.shutdown(srv, hub, stopWork, &a.conns)
+		r.log.Info("stopping", "cause", context.Cause(gctx))
+		err := r.shutdown(srv, hub, stopWork, &a.conns)
+		return errors.Join(err, r.afterShutdown(context.Cause(ctx)))
 	})
 	return g.Wait()
 }

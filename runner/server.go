@@ -134,6 +134,15 @@ func (a *api) auth(next http.Handler) http.Handler {
 			a.fail(w, req, wire.Errorf(wire.Unauthenticated, "missing or invalid runner key"))
 			return
 		}
+		// The edge says who it admitted; the newest grant decides which budget window the agent charges.
+		if h := req.Header.Get(wire.HeaderGrant); h != "" {
+			g, err := wire.DecodeGrant(h)
+			if err != nil {
+				a.fail(w, req, err)
+				return
+			}
+			a.r.grant.Store(&g)
+		}
 		next.ServeHTTP(w, req)
 	})
 }

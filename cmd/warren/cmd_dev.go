@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/tools"
 )
 
 func init() {
@@ -26,6 +27,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	insecure := fs.Bool("insecure-no-sandbox", false, "run user commands without bubblewrap isolation (only for machines without bwrap)")
 	startTimeout := fs.Duration("start-timeout", 30*time.Second, "how long a sandbox may take to start")
 	logLevel := fs.String("log-level", envOr("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
+	claudeCLI := fs.String("claude-cli", tools.FindClaudeCLI(), "Claude Code CLI the sandboxes run ($WARREN_CLAUDE_CLI; default: the `make tools` cache, then PATH)")
+	noAgent := fs.Bool("no-agent", false, "run sandboxes without the agent (exec and files only)")
+	upstream := fs.String("model-upstream", envOr("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "model API used with $ANTHROPIC_API_KEY")
+	idle := fs.Duration("idle-timeout", 10*time.Minute, "a sandbox sleeps (snapshot, exit) after this long idle; 0 never")
+	model := fs.String("model", "", "default model of new sessions")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -36,9 +42,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *insecure {
 		fmt.Fprintln(stderr, "WARNING: -insecure-no-sandbox: user commands run WITHOUT isolation, as this user, on this machine.")
 	}
+	cli := *claudeCLI
+	if *noAgent {
+		cli = ""
+	} else if cli == "" {
+		return fmt.Errorf("the Claude Code CLI is not installed: run `make tools` (or pass -claude-cli, or -no-agent)")
+	}
+	apiKey := os.Getenv("ANTHROPIC_API_KEY")
 	st, err := devstack.Start(ctx, devstack.Config{
 		DataDir: *dataDir, Listen: *listen, Region: *region, Insecure: *insecure,
 		StartTimeout: startTimeout.Abs(), Logger: log,
+		ClaudeCLI: cli, ModelAPIKey: apiKey, ModelUpstream: *upstream, IdleTimeout: *idle, DefaultModel: *model,
 	})
 	if err != nil {
 		return err
@@ -53,13 +67,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   billing    SQLite ledger in %[3]s
   issuer     %[4]q (%[5]s; secret in %[3]s/secrets.json)
   isolation  %[6]s
+  agent      %[8]s
 
 Try it:
   export WARREN_URL=%[1]s
   export WARREN_TOKEN=$(%[7]s token -data-dir %[3]s -user alice)
   %[7]s exec -- 'echo hi > f && cat f'
   %[7]s files get f
-`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0])
+  %[7]s chat -p "create hello.txt containing hi"
+`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st))
+	if cli != "" && apiKey == "" {
+		fmt.Fprintln(stderr, "\n*** NO ANTHROPIC_API_KEY: a built-in SCRIPTED demo model answers every prompt, not Claude. ***\n*** Export ANTHROPIC_API_KEY and restart to use the real API.                              ***")
+	}
 
 	select {
 	case <-ctx.Done():
@@ -71,6 +90,17 @@ Try it:
 	}
 	fmt.Fprintln(stderr, "shutting down: stopping sandboxes...")
 	return st.Close()
+}
+
+func agentLabel(cli, apiKey string, st *devstack.Stack) string {
+	switch {
+	case cli == "":
+		return "off (-no-agent)"
+	case apiKey == "":
+		return "Claude Code " + cli + " → SCRIPTED demo model at " + st.Model.URL() + " (no ANTHROPIC_API_KEY)"
+	default:
+		return "Claude Code " + cli + " → the Anthropic API (key from $ANTHROPIC_API_KEY)"
+	}
 }
 
 func isolationLabel(insecure bool) string {

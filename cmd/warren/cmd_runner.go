@@ -9,15 +9,21 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
+	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
+	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
 	"github.com/warren-mesh/warren/runner"
 )
 
 // runnerKeyEnv carries the runner's bearer key from the scheduler's driver. It is removed from the
 // process environment as soon as it is read so no child process can inherit it.
 const runnerKeyEnv = "WARREN_RUNNER_KEY"
+
+// modelKeyEnv carries the real model API key to the runner's model proxy; removed like the runner key.
+const modelKeyEnv = "WARREN_MODEL_API_KEY"
 
 func init() {
 	register("runner", "run one user's sandbox (started by the scheduler)", runRunner)
@@ -51,6 +57,28 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&cfg.MaxExecTimeout, "max-exec-timeout", runner.DefaultMaxExecTimeout, "largest timeout a command may ask for")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&watchStdin, "watch-stdin", false, "shut down when stdin reaches EOF (the parent holds the pipe)")
+	var (
+		claudeCLI, home, upstream, defaultModel, notice string
+		ledgerPath, blobDir, snapPrefix                 string
+		agentEnv                                        = map[string]string{}
+	)
+	fs.StringVar(&claudeCLI, "claude-cli", "", "path of the Claude Code CLI; enables the agent")
+	fs.StringVar(&home, "home", "", "the agent's home directory (transcripts), required with -claude-cli")
+	fs.StringVar(&upstream, "model-upstream", "https://api.anthropic.com", "model API the proxy forwards to; the key is read from $"+modelKeyEnv)
+	fs.StringVar(&defaultModel, "default-model", "", "model used when neither client nor token names one")
+	fs.StringVar(&notice, "model-notice", "", "notice shown to clients in control ready (e.g. a demo model answers)")
+	fs.Func("agent-env", "K=V added to the agent's environment (repeatable)", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want K=V, got %q", v)
+		}
+		agentEnv[k] = val
+		return nil
+	})
+	fs.StringVar(&ledgerPath, "ledger-sqlite", "", "SQLite ledger file (warren dev) the model proxy reserves budget in")
+	fs.StringVar(&blobDir, "blob-dir", "", "directory blob store for snapshots (warren dev)")
+	fs.StringVar(&snapPrefix, "snapshot-prefix", "", "key prefix of this sandbox's snapshots")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "sleep (snapshot and exit) after this long idle; 0 never")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: warren runner [flags]\n\nThe bearer key is read from $%s (required).\n\nflags:\n", runnerKeyEnv)
 		fs.PrintDefaults()
@@ -65,6 +93,31 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.Key = os.Getenv(runnerKeyEnv)
 	if err := os.Unsetenv(runnerKeyEnv); err != nil {
 		return fmt.Errorf("unset %s: %w", runnerKeyEnv, err)
+	}
+	modelKey := os.Getenv(modelKeyEnv)
+	if err := os.Unsetenv(modelKeyEnv); err != nil {
+		return fmt.Errorf("unset %s: %w", modelKeyEnv, err)
+	}
+	if claudeCLI != "" {
+		if ledgerPath == "" {
+			return errors.New("-claude-cli needs a ledger to meter model calls (-ledger-sqlite)")
+		}
+		ledger, err := billingsqlite.New(ctx, ledgerPath)
+		if err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		defer ledger.Close()
+		cfg.Model = &runner.ModelConfig{
+			CLIPath: claudeCLI, Home: home, Upstream: upstream, APIKey: modelKey, Reserver: ledger,
+			Env: agentEnv, DefaultModel: defaultModel, Notice: notice,
+		}
+	}
+	if blobDir != "" {
+		store, err := blobfs.New(blobDir)
+		if err != nil {
+			return fmt.Errorf("blob store: %w", err)
+		}
+		cfg.Snapshots, cfg.SnapshotPrefix = store, snapPrefix
 	}
 	if cfg.Key == "" {
 		return fmt.Errorf("%s is not set: the runner needs its bearer key", runnerKeyEnv)

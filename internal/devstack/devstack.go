@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/mem"
 	"github.com/warren-mesh/warren/internal/secrets"
@@ -36,6 +39,9 @@ import (
 // DevIssuer is the issuer created on first start.
 const DevIssuer = "dev"
 
+// DemoModelNotice is shown in every control ready when the scripted model answers.
+const DemoModelNotice = "no ANTHROPIC_API_KEY: a built-in scripted demo model answers, not Claude"
+
 // Config configures the dev stack.
 type Config struct {
 	DataDir       string        // required; created if missing
@@ -47,6 +53,15 @@ type Config struct {
 	StartTimeout  time.Duration // per sandbox start (default 30s)
 	MeterInterval time.Duration // compute metering period (default 10s)
 	Logger        *slog.Logger
+
+	// ClaudeCLI enables the agent: the Claude Code CLI runners start inside the sandbox. "" disables it.
+	ClaudeCLI string
+	// ModelAPIKey is the real model API key; without it the built-in scripted model answers (loudly).
+	ModelAPIKey   string
+	ModelUpstream string            // default https://api.anthropic.com (ignored without a key)
+	AgentEnv      map[string]string // extra env for every agent (e.g. ANTHROPIC_CUSTOM_HEADERS)
+	DefaultModel  string
+	IdleTimeout   time.Duration // sandboxes sleep after this long idle (0: never)
 }
 
 // Stack is a running platform.
@@ -61,6 +76,8 @@ type Stack struct {
 	Registry  registry.Registry
 	Scheduler *scheduler.Scheduler
 	Ledger    billing.Ledger
+	// Model is the scripted model server when no API key was given (nil otherwise).
+	Model *modelserver.Server
 
 	closers []func() error
 	served  chan error
@@ -122,10 +139,45 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.Ledger = ledger
 	s.Registry = mem.New()
 
+	runnerArgs := slices.Clone(cfg.RunnerArgs)
+	runnerEnv := []string{}
+	blobDir := filepath.Join(cfg.DataDir, "blobs")
+	runnerArgs = append(runnerArgs, "-blob-dir", blobDir)
+	if cfg.IdleTimeout > 0 {
+		runnerArgs = append(runnerArgs, "-idle-timeout", cfg.IdleTimeout.String())
+	}
+	if cfg.ClaudeCLI != "" {
+		upstream := cfg.ModelUpstream
+		if upstream == "" {
+			upstream = "https://api.anthropic.com"
+		}
+		if cfg.ModelAPIKey == "" {
+			s.Model = modelserver.New(modelserver.Options{Logger: s.log.With("component", "modelserver")})
+			if upstream, err = s.Model.Start("127.0.0.1:0"); err != nil {
+				return nil, fmt.Errorf("devstack: scripted model: %w", err)
+			}
+			s.closers = append(s.closers, s.Model.Close)
+			runnerArgs = append(runnerArgs, "-model-notice", DemoModelNotice)
+			// The scripted model accepts any key; the proxy insists on having one to send.
+			runnerEnv = append(runnerEnv, "WARREN_MODEL_API_KEY=scripted-demo-key")
+			s.log.Warn("no model API key: the built-in SCRIPTED model answers every prompt", "url", upstream)
+		} else {
+			runnerEnv = append(runnerEnv, "WARREN_MODEL_API_KEY="+cfg.ModelAPIKey)
+		}
+		runnerArgs = append(runnerArgs, "-claude-cli", cfg.ClaudeCLI, "-model-upstream", upstream,
+			"-ledger-sqlite", filepath.Join(cfg.DataDir, "ledger.db"))
+		if cfg.DefaultModel != "" {
+			runnerArgs = append(runnerArgs, "-default-model", cfg.DefaultModel)
+		}
+		for _, k := range slices.Sorted(maps.Keys(cfg.AgentEnv)) {
+			runnerArgs = append(runnerArgs, "-agent-env", k+"="+cfg.AgentEnv[k])
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	driver, err := local.New(local.Config{
-		Binary: cfg.Binary, DataDir: cfg.DataDir, Insecure: cfg.Insecure, ExtraArgs: cfg.RunnerArgs,
+		Binary: cfg.Binary, DataDir: cfg.DataDir, Insecure: cfg.Insecure, ExtraArgs: runnerArgs, Env: runnerEnv,
 		Logger: s.log.With("component", "driver"),
 	})
 	if err != nil {

@@ -1,7 +1,9 @@
 // Package isolate runs one user command inside the sandbox boundary: a bubblewrap (bwrap) sandbox with its
 // own PID, IPC and UTS namespaces, read-only system directories, a private /tmp and the user's workspace
 // at /workspace, a cleared environment, its own process group, a wall-clock timeout that kills the whole
-// tree, and nothing else of the host visible.
+// tree, and nothing else of the host visible. Run runs a command to completion with captured output;
+// Start runs a long-lived program (the agent CLI) under the same boundary with pipes, extra bind mounts
+// and a kill of its whole tree on Close or when its context ends.
 //
 // Insecure mode runs the same command line directly (no namespaces, no mount isolation) with the same
 // cleared environment and the working directory inside the host workspace; it exists for machines without

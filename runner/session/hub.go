@@ -36,7 +36,9 @@ type Conn interface {
 // Config configures a Hub. Zero values take the documented defaults.
 type Config struct {
 	// Region is reported in the ready message.
-	Region string
+	// ReadyExtra is merged into every ready message's data (e.g. a notice that a demo model answers).
+	ReadyExtra map[string]any
+	Region     string
 	// Agent runs turns; nil means NoAgent.
 	Agent Agent
 	// Logger; nil discards.
@@ -250,10 +252,20 @@ func (h *Hub) handshake(s *conversation, sub *subscriber) {
 		s.sendToLocked(sub, sessionInfo(s.id, wire.StateInitializing))
 		s.state = wire.StateReady
 	}
-	s.sendToLocked(sub, wire.Control(wire.ActionReady, map[string]any{
+	s.sendToLocked(sub, wire.Control(wire.ActionReady, h.readyData(map[string]any{
 		"sessionId": s.id, "region": h.cfg.Region, "model": s.model(),
-	}))
+	})))
 	s.sendToLocked(sub, sessionInfo(s.id, s.state))
+}
+
+// readyData merges ReadyExtra under the handshake's own keys.
+func (h *Hub) readyData(d map[string]any) map[string]any {
+	for k, v := range h.cfg.ReadyExtra {
+		if _, own := d[k]; !own {
+			d[k] = v
+		}
+	}
+	return d
 }
 
 // writeDirect answers a connection that has no session yet; its seq counter starts at 1.
@@ -349,18 +361,33 @@ func isProtocolError(err error) bool {
 	return errors.As(err, &we)
 }
 
-// startTurn begins a turn unless one is running: session_info processing now, then the agent's events,
-// an error message if it failed, and session_info ready, all recorded for replay.
+// maxQueued bounds the prompts a session holds while a turn runs.
+const maxQueued = 8
+
+// startTurn begins a turn, or queues the prompt when one is running (a client may send its next prompt as
+// soon as it sees a result, before the agent has wound the turn down; Claude Code queues input the same
+// way). A turn emits session_info processing, the agent's events, an error message if it failed, and
+// session_info ready, all recorded for replay.
 func (h *Hub) startTurn(s *conversation, sub *subscriber, m wire.ClientMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.turnCancel != nil {
-		s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Conflict, "a turn is already running; interrupt it first")))
+		if len(s.queued) >= maxQueued {
+			s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Conflict, "%d prompts are already queued; wait or interrupt", maxQueued)))
+			return
+		}
+		s.queued = append(s.queued, queuedTurn{sub: sub, msg: m})
 		return
 	}
+	h.beginLocked(s, sub, m)
+}
+
+// beginLocked starts a turn; s.mu is held and no turn is running.
+func (h *Hub) beginLocked(s *conversation, sub *subscriber, m wire.ClientMessage) {
 	h.turnMu.Lock()
 	defer h.turnMu.Unlock()
 	if h.turnClosed {
+		s.queued = nil
 		s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Unavailable, "runner shutting down")))
 		return
 	}
@@ -372,6 +399,11 @@ func (h *Hub) startTurn(s *conversation, sub *subscriber, m wire.ClientMessage) 
 	h.running.Add(1)
 	turn := Turn{SessionID: s.id, Options: s.opts, Message: m}
 	go h.runTurn(ctx, s, turn)
+}
+
+type queuedTurn struct {
+	sub *subscriber
+	msg wire.ClientMessage
 }
 
 func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
@@ -404,4 +436,12 @@ func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
 	}
 	s.state = wire.StateReady
 	s.emitLocked(sessionInfo(s.id, wire.StateReady))
+	if interrupted {
+		s.queued = nil // an interrupt drops what was queued behind the turn
+	}
+	if len(s.queued) > 0 {
+		next := s.queued[0]
+		s.queued = s.queued[1:]
+		h.beginLocked(s, next.sub, next.msg)
+	}
 }

@@ -39,6 +39,7 @@ type conversation struct {
 	maxBytes   int
 	subs       map[*subscriber]struct{}
 	turnCancel context.CancelFunc // non-nil while a turn runs
+	queued     []queuedTurn       // prompts waiting for the running turn
 	used       uint64             // hub tick of the last attach; guarded by the hub's mu
 }
 

@@ -83,8 +83,8 @@ type readyLine struct {
 // Start launches `warren runner` for spec and waits for its ready line.
 func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (scheduler.Sandbox, error) {
 	dir := filepath.Join(d.cfg.DataDir, "sandboxes", spec.ID)
-	ws, state := filepath.Join(dir, "workspace"), filepath.Join(dir, "state")
-	for _, p := range []string{ws, state} {
+	ws, state, home := filepath.Join(dir, "workspace"), filepath.Join(dir, "state"), filepath.Join(dir, "home")
+	for _, p := range []string{ws, state, home} {
 		if err := os.MkdirAll(p, 0o700); err != nil {
 			return scheduler.Sandbox{}, fmt.Errorf("create sandbox dir: %w", err)
 		}
@@ -97,7 +97,8 @@ func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (scheduler.Sand
 	args := []string{"runner",
 		"-issuer", spec.Issuer, "-user", spec.User, "-epoch", strconv.FormatInt(spec.Epoch, 10),
 		"-region", spec.Region, "-listen", "127.0.0.1:0",
-		"-workspace", ws, "-state-dir", state, "-watch-stdin",
+		"-workspace", ws, "-state-dir", state, "-home", home, "-snapshot-prefix", "sandboxes/" + spec.ID,
+		"-watch-stdin",
 	}
 	if d.cfg.Insecure {
 		args = append(args, "-insecure-no-sandbox")

@@ -1,0 +1,356 @@
+package devstack_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/modelserver"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/scheduler"
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+type agentOpts struct {
+	apiKey   string // real key: the test brings its own scripted upstream
+	upstream string
+	idle     time.Duration
+}
+
+// agentStack is the dev platform with the real Claude Code CLI in every sandbox.
+func agentStack(t *testing.T, o agentOpts) *devstack.Stack {
+	t.Helper()
+	cli := testenv.ClaudeCLI(t)
+	st, err := devstack.Start(context.Background(), devstack.Config{
+		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary, MeterInterval: time.Second,
+		ClaudeCLI: cli, ModelAPIKey: o.apiKey, ModelUpstream: o.upstream, IdleTimeout: o.idle,
+		DefaultModel: "claude-sonnet-4-5",
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("start dev stack: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = st.Close()
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(st.Config().DataDir, "sandboxes", "*", "state", "runner.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s:\n%s", l, tail(string(b), 6000))
+			}
+		}
+	})
+	return st
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func agentCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// turn sends prompt and returns the turn's events and its result.
+func turn(t *testing.T, ctx context.Context, s *warren.Session, prompt string) ([]warren.Event, *warren.ResultEvent) {
+	t.Helper()
+	var evs []warren.Event
+	for ev, err := range s.Prompt(ctx, prompt) {
+		if err != nil {
+			t.Fatalf("prompt %q: %v", prompt, err)
+		}
+		evs = append(evs, ev)
+		if r, ok := ev.Result(); ok {
+			return evs, r
+		}
+	}
+	t.Fatalf("prompt %q: no result among %d events", prompt, len(evs))
+	return nil, nil
+}
+
+func withBudget(aiMicros int64) func(*token.Claims) {
+	return func(c *token.Claims) {
+		c.HasBudget = true
+		c.Budget = token.Budget{AIMicros: aiMicros, ComputeSeconds: 3600, Window: "lifetime"}
+	}
+}
+
+func mainRequests(m *modelserver.Server) []modelserver.Request {
+	var out []modelserver.Request
+	for _, r := range m.Requests() {
+		if r.Main {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func TestAgentWritesAndRunsThroughTheEdge(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	c := client(t, st, "zoe", withBudget(5_000_000))
+	s, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	evs, res := turn(t, ctx, s, "create hello.txt containing hi")
+	if res.IsError {
+		t.Fatalf("turn 1 failed: %+v", res)
+	}
+	sawWrite := false
+	for _, ev := range evs {
+		if a, ok := ev.Assistant(); ok {
+			for _, u := range a.ToolUses() {
+				sawWrite = sawWrite || u.Name == "Write"
+			}
+		}
+	}
+	if !sawWrite {
+		t.Fatal("no Write tool use among the streamed events")
+	}
+	_, res2 := turn(t, ctx, s, "run cat hello.txt > copy.txt")
+	if res2.IsError {
+		t.Fatalf("turn 2 failed: %+v", res2)
+	}
+	for _, f := range []string{"hello.txt", "copy.txt"} {
+		b, err := c.Sandbox().ReadFile(ctx, f)
+		if err != nil || strings.TrimSpace(string(b)) != "hi" {
+			t.Fatalf("%s = %q, %v", f, b, err)
+		}
+	}
+	// Multi-turn on one conversation: the second turn's model requests carry the first turn.
+	reqs := mainRequests(st.Model)
+	last := reqs[len(reqs)-1]
+	if !strings.Contains(string(last.Body), "create hello.txt containing hi") {
+		t.Fatal("the last model request does not contain the first turn")
+	}
+	// The result's cost is Warren's and matches the ledger exactly.
+	var sum int64
+	for _, r := range []*warren.ResultEvent{res, res2} {
+		if r.Cost == nil || r.Cost.AIMicrodollars <= 0 || len(r.Cost.Models) == 0 {
+			t.Fatalf("result without a cost extension: %+v", r)
+		}
+		sum += r.Cost.AIMicrodollars
+	}
+	u, err := st.Ledger.Usage(ctx, billing.Account{Issuer: devstack.DevIssuer, User: "zoe", Window: billing.Lifetime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.AIMicros != sum || u.HeldAIMicros != 0 {
+		t.Fatalf("ledger used %d (held %d), results say %d", u.AIMicros, u.HeldAIMicros, sum)
+	}
+}
+
+func TestAgentBudgetRunsOutMidSession(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	const limit = 400_000 // a plain turn costs ~66,000 µ$ but reserves its worst case: two or three fit
+	c := client(t, st, "yara", withBudget(limit))
+	s, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	acct := billing.Account{Issuer: devstack.DevIssuer, User: "yara", Window: billing.Lifetime}
+	var ended *warren.ResultEvent
+	paid := 0
+	for i := 0; i < 8 && ended == nil; i++ {
+		_, r := turn(t, ctx, s, "say something "+strconv.Itoa(i))
+		if r.Subtype == warren.ResultErrorMaxBudget {
+			ended = r
+		} else if !r.IsError {
+			paid++
+		}
+		u, err := st.Ledger.Usage(ctx, acct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.AIMicros > limit {
+			t.Fatalf("ledger used %d over the limit %d", u.AIMicros, limit)
+		}
+	}
+	if ended == nil || !ended.IsError || paid == 0 {
+		t.Fatalf("want paid turns then one ended by the budget; paid %d, ended %+v", paid, ended)
+	}
+	if u, _ := st.Ledger.Usage(ctx, acct); u.AIMicros == 0 || u.HeldAIMicros != 0 {
+		t.Fatalf("ledger after the budget ran out: %+v", u)
+	}
+}
+
+func TestModelKeyNeverEntersTheSandbox(t *testing.T) {
+	const realKey = "sk-warren-test-REAL-key-7f3a9c"
+	ms := modelserver.New(modelserver.Options{})
+	url, err := ms.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	st := agentStack(t, agentOpts{apiKey: realKey, upstream: url})
+	ctx := agentCtx(t)
+	c := client(t, st, "kim", withBudget(5_000_000))
+	s, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, res := turn(t, ctx, s, "run env > env.txt; cat /proc/*/environ > environ.txt 2>/dev/null; grep -rl "+realKey[:12]+" /workspace /tmp /home /opt /etc > grep.txt 2>/dev/null; true")
+	if res.IsError {
+		t.Fatalf("turn failed: %+v", res)
+	}
+	for _, f := range []string{"env.txt", "environ.txt", "grep.txt"} {
+		b, err := c.Sandbox().ReadFile(ctx, f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if strings.Contains(string(b), realKey) || strings.Contains(string(b), realKey[:12]) {
+			t.Fatalf("the model key is visible inside the sandbox (%s):\n%s", f, b)
+		}
+		if f == "env.txt" && !strings.Contains(string(b), "ANTHROPIC_BASE_URL=http://127.0.0.1") {
+			t.Fatalf("the agent does not talk to the runner's proxy:\n%s", b)
+		}
+	}
+	// The key did reach the model, from the proxy.
+	got := false
+	for _, r := range mainRequests(ms) {
+		got = got || r.Header.Get("X-Api-Key") == realKey
+	}
+	if !got {
+		t.Fatal("the proxy never sent the real key upstream")
+	}
+}
+
+func TestAgentResumesAfterRunnerKill(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	c := client(t, st, "liam", withBudget(5_000_000))
+	s, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := s.ID()
+	if _, r := turn(t, ctx, s, "create notes.txt containing remember me"); r.IsError {
+		t.Fatalf("turn 1: %+v", r)
+	}
+	e, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "liam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(e.Alloc)
+	_ = syscall.Kill(-pid, syscall.SIGKILL) // the runner and everything it started
+	_ = s.Close()
+
+	s2, err := c.Dial(ctx, &warren.SessionOptions{SessionID: sid})
+	if err != nil {
+		t.Fatalf("reconnect: %v", err)
+	}
+	defer s2.Close()
+	if e2, _ := st.Registry.Lookup(ctx, devstack.DevIssuer, "liam"); e2.Epoch <= e.Epoch {
+		t.Fatalf("epoch %d after kill, was %d", e2.Epoch, e.Epoch)
+	}
+	before := len(mainRequests(st.Model))
+	if _, r := turn(t, ctx, s2, "what did I ask before?"); r.IsError {
+		t.Fatalf("turn after resume: %+v", r)
+	}
+	reqs := mainRequests(st.Model)[before:]
+	if len(reqs) == 0 || !strings.Contains(string(reqs[0].Body), "create notes.txt containing remember me") {
+		t.Fatal("the resumed conversation lost the earlier turn")
+	}
+	if b, err := c.Sandbox().ReadFile(ctx, "notes.txt"); err != nil || string(b) != "remember me" {
+		t.Fatalf("notes.txt = %q, %v", b, err)
+	}
+}
+
+func TestSleepsWhenIdleAndWakesFromSnapshot(t *testing.T) {
+	st := agentStack(t, agentOpts{idle: 2 * time.Second})
+	ctx := agentCtx(t)
+	c := client(t, st, "mia", withBudget(5_000_000))
+	s, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := s.ID()
+	if _, r := turn(t, ctx, s, "create plan.txt containing step one"); r.IsError {
+		t.Fatalf("turn 1: %+v", r)
+	}
+	_ = s.Close()
+	// Idle: the runner snapshots and exits; the placement goes to sleep.
+	waitFor(t, 30*time.Second, "the sandbox to sleep", func() bool {
+		_, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "mia")
+		return errors.Is(err, registry.ErrNotFound)
+	})
+	// Prove the wake-up restores from object storage, not from the local directory.
+	sbDir := filepath.Join(st.Config().DataDir, "sandboxes", scheduler.SandboxID(devstack.DevIssuer, "mia"))
+	for _, d := range []string{"workspace", "home"} {
+		if err := os.RemoveAll(filepath.Join(sbDir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := c.Dial(ctx, &warren.SessionOptions{SessionID: sid})
+	if err != nil {
+		t.Fatalf("wake: %v", err)
+	}
+	defer s2.Close()
+	if b, err := c.Sandbox().ReadFile(ctx, "plan.txt"); err != nil || string(b) != "step one" {
+		t.Fatalf("plan.txt after wake = %q, %v", b, err)
+	}
+	before := len(mainRequests(st.Model))
+	if _, r := turn(t, ctx, s2, "and then?"); r.IsError {
+		t.Fatalf("turn after wake: %+v", r)
+	}
+	reqs := mainRequests(st.Model)[before:]
+	if len(reqs) == 0 || !strings.Contains(string(reqs[0].Body), "create plan.txt containing step one") {
+		t.Fatal("the woken conversation lost the earlier turn")
+	}
+}
+
+// TestChatCLI is the README's agent tour: warren chat -p, then warren files get.
+func TestChatCLI(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	tok := mint(t, st, "nina", withBudget(5_000_000))
+	env := append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_TOKEN="+tok)
+	cmd := exec.Command(binary, "chat", "-p", "create hello.txt containing hi")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("warren chat: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "Write") || !strings.Contains(string(out), "cost:") {
+		t.Fatalf("chat output lacks the tool call or the cost:\n%s", out)
+	}
+	cmd = exec.Command(binary, "files", "get", "hello.txt")
+	cmd.Env = env
+	out, err = cmd.Output()
+	if err != nil || string(out) != "hi" {
+		t.Fatalf("files get hello.txt = %q, %v", out, err)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
+	}
+}

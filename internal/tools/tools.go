@@ -1,0 +1,51 @@
+// Package tools knows where `make tools` installs what Warren runs but does not build: the Claude Code CLI
+// now, the servers of the production adapters later. The cache lives outside the repository.
+package tools
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// ClaudeCodeVersion is the pinned @anthropic-ai/claude-code release `make tools` installs.
+const ClaudeCodeVersion = "2.1.330"
+
+// Dir is where `make tools` installs: $WARREN_TOOLS_DIR, else $XDG_CACHE_HOME/warren/tools, else
+// ~/.cache/warren/tools.
+func Dir() string {
+	if d := os.Getenv("WARREN_TOOLS_DIR"); d != "" {
+		return d
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "warren", "tools")
+}
+
+// ClaudeCLIPath is the native Claude Code binary installed by `make tools`, or "" when it is not there.
+func ClaudeCLIPath() string {
+	p := filepath.Join(Dir(), "claude-code", "node_modules", "@anthropic-ai", "claude-code-linux-x64", "claude")
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		return p
+	}
+	return ""
+}
+
+// FindClaudeCLI is the CLI a runner uses: $WARREN_CLAUDE_CLI, else the tools cache, else `claude` in PATH.
+func FindClaudeCLI() string {
+	if p := os.Getenv("WARREN_CLAUDE_CLI"); p != "" {
+		return p
+	}
+	if p := ClaudeCLIPath(); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("claude"); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	return ""
+}

@@ -1,0 +1,570 @@
+// Package claude is the agent driver that runs the Claude Code CLI inside the sandbox's bubblewrap
+// boundary. It implements session.Agent: each live session has one CLI process in stream-json mode
+// (`claude -p --input-format=stream-json --output-format=stream-json --verbose`), reused across turns; a
+// turn writes the user message to its stdin and relays every JSON line of its stdout until the `result`.
+//
+// The CLI sees only the sandbox: the workspace at /workspace (its cwd), its own binary read-only at
+// CLIMount, Config.Home read-write at HomeMount (HOME, and CLAUDE_CONFIG_DIR=HOME/.claude, where its
+// transcripts live: projects/<cwd slug>/<session>.jsonl), and an environment built from scratch whose
+// ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY are the runner's model proxy and a per-session token, never the
+// real key. A process that dies is replaced at the next turn by one that resumes the transcript.
+package claude
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/isolate"
+	"github.com/warren-mesh/warren/runner/session"
+)
+
+// Permissions are the token's permissions claim (PROTOCOL.md §1).
+type Permissions struct {
+	// Tools, when non-nil, are the only built-in tools the agent may use (an empty list: none).
+	Tools []string
+	// BlockedTools are always disallowed.
+	BlockedTools []string
+	// MaxTurns caps the agent turns per prompt (0: no cap).
+	MaxTurns int
+	// Model, when set, is the only model allowed.
+	Model string
+}
+
+// Config configures a Driver.
+type Config struct {
+	// CLIPath is the host path of the claude binary; it is mounted read-only at CLIMount.
+	CLIPath string
+	// Workspace is the host directory mounted at /workspace.
+	Workspace string
+	// Home is the host directory mounted at HomeMount (created if missing). Transcripts live in it, so it
+	// must outlive processes (and runners, through snapshots) for sessions to resume.
+	Home string
+	// Bwrap is the bubblewrap binary; required unless Insecure.
+	Bwrap string
+	// Insecure runs the CLI without bubblewrap (host paths, same cleared environment).
+	Insecure bool
+	// Endpoint returns the model API the CLI of a session talks to (the runner's proxy) and the key it
+	// uses (a per-session token). It is called each time a process starts. Required.
+	Endpoint func(sessionID string) (baseURL, apiKey string, err error)
+	// Env is added to the CLI's environment (e.g. ANTHROPIC_CUSTOM_HEADERS); it may not set the variables
+	// the driver sets itself (PATH, HOME, ANTHROPIC_BASE_URL, ...).
+	Env map[string]string
+	// Decorate, when set, rewrites each `result` event before it is emitted (the runner adds its cost
+	// extension there). It is called from the turn's goroutine.
+	Decorate func(sessionID string, event []byte) []byte
+	// Permissions and SDKConfig come from the token and override the client's session options.
+	Permissions Permissions
+	SDKConfig   json.RawMessage
+	// DefaultModel is used when neither the client nor the token picks a model; "" leaves it to the CLI.
+	DefaultModel string
+	// Logger; nil discards.
+	Logger *slog.Logger
+
+	// IdleTimeout stops a session's process after that long without a turn (default 10 minutes); the next
+	// turn resumes the transcript in a new process.
+	IdleTimeout time.Duration
+	// InterruptGrace is how long an interrupted turn waits for the CLI's own `result` before the process is
+	// killed (default 5 s).
+	InterruptGrace time.Duration
+}
+
+const (
+	defaultIdleTimeout    = 10 * time.Minute
+	defaultInterruptGrace = 5 * time.Second
+	writeTimeout          = 10 * time.Second
+	shutdownGrace         = 2 * time.Second
+	// exitDrain bounds how long output is still read after the process has exited.
+	exitDrain = 2 * time.Second
+	// noiseLogs is how many non-JSON stdout lines per turn are logged.
+	noiseLogs = 5
+)
+
+// Driver runs agent turns with the Claude Code CLI. It is safe for concurrent use.
+type Driver struct {
+	cfg    Config
+	log    *slog.Logger
+	sb     *isolate.Sandbox
+	sdk    map[string]json.RawMessage
+	life   context.Context // processes live until Close cancels it
+	cancel context.CancelFunc
+	reqID  atomic.Uint64
+
+	mu       sync.Mutex // guards sessions, closed and background.Add
+	sessions map[string]*agentSession
+	closed   bool
+	// background counts idle stops in progress; Close waits for them.
+	background sync.WaitGroup
+}
+
+var _ session.Agent = (*Driver)(nil)
+
+// agentSession is the driver's state for one hub session.
+type agentSession struct {
+	id    string // hub id
+	cliID string
+	// turn is a one-slot semaphore held by a running turn (and by the idle stop): it guards proc,
+	// lastUsed and idle.
+	turn     chan struct{}
+	proc     *cliProc
+	lastUsed time.Time
+	idle     *time.Timer
+	// live mirrors proc for Close, which must not wait for a running turn.
+	liveMu sync.Mutex
+	live   *cliProc
+}
+
+// New validates cfg and prepares the sandbox; it starts no process.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = defaultIdleTimeout
+	}
+	if cfg.InterruptGrace <= 0 {
+		cfg.InterruptGrace = defaultInterruptGrace
+	}
+	if cfg.Endpoint == nil {
+		return nil, fmt.Errorf("%w: Endpoint is required", ErrConfig)
+	}
+	if fi, err := os.Stat(cfg.CLIPath); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 || !filepath.IsAbs(cfg.CLIPath) {
+		return nil, fmt.Errorf("%w: CLIPath %q is not an absolute path to an executable file", ErrConfig, cfg.CLIPath)
+	}
+	if !filepath.IsAbs(cfg.Home) {
+		return nil, fmt.Errorf("%w: Home %q is not an absolute path", ErrConfig, cfg.Home)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Home, ".claude"), 0o700); err != nil {
+		return nil, fmt.Errorf("%w: create home: %w", ErrConfig, err)
+	}
+	if err := isolate.ValidateEnv(cfg.Env); err != nil {
+		return nil, fmt.Errorf("%w: Env: %w", ErrConfig, err)
+	}
+	for k := range cfg.Env {
+		for _, r := range reservedEnv {
+			if k == r {
+				return nil, fmt.Errorf("%w: Env may not set %s", ErrConfig, k)
+			}
+		}
+	}
+	sdk, err := parseSDKConfig(cfg.SDKConfig)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := isolate.New(isolate.Config{Workspace: cfg.Workspace, Bwrap: cfg.Bwrap, Insecure: cfg.Insecure})
+	if err != nil {
+		return nil, fmt.Errorf("claude agent sandbox: %w", err)
+	}
+	life, cancel := context.WithCancel(context.Background())
+	return &Driver{
+		cfg: cfg, log: cfg.Logger, sb: sb, sdk: sdk, life: life, cancel: cancel,
+		sessions: make(map[string]*agentSession),
+	}, nil
+}
+
+// Close ends every CLI process (end of input, then a kill after a short grace or when ctx ends) and makes
+// later turns fail with unavailable. Running turns end with a synthesized error result. It is idempotent.
+func (d *Driver) Close(ctx context.Context) error {
+	d.mu.Lock()
+	d.closed = true
+	sessions := make([]*agentSession, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		sessions = append(sessions, s)
+	}
+	d.mu.Unlock()
+	d.background.Wait()
+
+	grace := shutdownGrace
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < grace {
+		grace = max(time.Until(dl), 0)
+	}
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		s.liveMu.Lock()
+		p := s.live
+		s.liveMu.Unlock()
+		if p != nil {
+			wg.Go(func() { p.shutdown(grace) })
+		}
+	}
+	wg.Wait()
+	d.cancel()
+	return nil
+}
+
+// Run implements session.Agent: it runs one turn of turn.SessionID in the session's CLI process, starting
+// (or resuming) the process when there is none.
+//
+// Errors: invalid_argument for options or a message the CLI cannot take; unavailable when the driver is
+// closed, the process cannot start or it exits during the turn (after a synthesized error `result`);
+// ctx's error when the turn was interrupted (after the CLI's own `result`, or a synthesized one when the
+// CLI had to be killed).
+func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []byte)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	opts, err := effectiveOptions(turn.Options, d.sdk, d.cfg.Permissions, d.cfg.DefaultModel)
+	if err != nil {
+		return err
+	}
+	s, err := d.session(turn.SessionID)
+	if err != nil {
+		return err
+	}
+	input, err := userLine(turn.Message, s.cliID)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer d.release(s)
+	log := d.log.With("session", s.id)
+
+	if s.proc != nil && s.proc.exited() {
+		d.setProc(s, nil)
+	}
+	if s.proc == nil {
+		p, err := d.start(s, opts, log)
+		if err != nil {
+			return err
+		}
+		d.setProc(s, p)
+	}
+	p := s.proc
+	drainStale(p, log)
+	t := &turnRun{d: d, s: s, p: p, log: log, emit: emit, start: time.Now()}
+	if err := p.write(input, writeTimeout); err != nil {
+		return t.exited(fmt.Errorf("write the prompt: %w", err))
+	}
+	return t.relay(ctx)
+}
+
+// session returns the driver's state for a hub session, creating it.
+func (d *Driver) session(id string) (*agentSession, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, wire.Wrap(wire.Unavailable, ErrClosed, "agent shutting down")
+	}
+	s, ok := d.sessions[id]
+	if !ok {
+		s = &agentSession{id: id, cliID: cliSessionID(id), turn: make(chan struct{}, 1)}
+		d.sessions[id] = s
+	}
+	return s, nil
+}
+
+// release ends a turn's hold on the session and arms its idle stop.
+func (d *Driver) release(s *agentSession) {
+	s.lastUsed = time.Now()
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	if s.proc != nil {
+		s.idle = time.AfterFunc(d.cfg.IdleTimeout, func() { d.stopIdle(s) })
+	}
+	<-s.turn
+}
+
+// stopIdle stops a session's process that has had no turn for IdleTimeout.
+func (d *Driver) stopIdle(s *agentSession) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return // Close stops the process
+	}
+	d.background.Add(1)
+	d.mu.Unlock()
+	defer d.background.Done()
+	select {
+	case s.turn <- struct{}{}:
+	default:
+		return // a turn is running
+	}
+	defer func() { <-s.turn }()
+	if s.proc == nil || time.Since(s.lastUsed) < d.cfg.IdleTimeout {
+		return
+	}
+	d.log.Debug("stopping idle agent process", "session", s.id)
+	s.proc.shutdown(shutdownGrace)
+	d.setProc(s, nil)
+}
+
+func (d *Driver) setProc(s *agentSession, p *cliProc) {
+	if s.proc != nil && s.proc != p {
+		s.proc.close()
+	}
+	s.proc = p
+	s.liveMu.Lock()
+	s.live = p
+	s.liveMu.Unlock()
+}
+
+// start launches the session's CLI: resuming its transcript when there is one, otherwise forking the
+// session named by the options (forkSession, or continue: the most recent transcript), otherwise a new
+// conversation under the session's id.
+func (d *Driver) start(s *agentSession, opts wire.SessionOptions, log *slog.Logger) (*cliProc, error) {
+	l := launch{SessionID: s.cliID}
+	fork := opts.ForkSession && opts.SessionID != ""
+	switch {
+	case fork && cliSessionID(opts.SessionID) == s.cliID:
+		// A fork continues under a new id, which the hub assigns (Turn.SessionID) while the options keep
+		// the source's (Options.SessionID). With the same id on both sides there is nothing to fork into,
+		// and continuing the source instead would write the fork's turns into it.
+		return nil, wire.Errorf(wire.Unavailable, "forkSession needs a new session id for the fork")
+	case transcriptPath(d.cfg.Home, s.cliID) != "":
+		l.Resume = true
+	case fork:
+		src := cliSessionID(opts.SessionID)
+		if transcriptPath(d.cfg.Home, src) == "" {
+			return nil, wire.Errorf(wire.NotFound, "session %s not found", opts.SessionID)
+		}
+		l.ForkFrom = src
+	case opts.Continue && opts.SessionID == "":
+		l.ForkFrom = latestTranscript(d.cfg.Home, s.cliID)
+	}
+
+	baseURL, apiKey, err := d.cfg.Endpoint(s.id)
+	if err != nil {
+		return nil, wire.Wrap(wire.Unavailable, err, "model endpoint unavailable")
+	}
+	spec := isolate.ProcessSpec{Args: cliArgs(opts, l)}
+	if d.cfg.Insecure {
+		spec.Command = d.cfg.CLIPath
+		spec.Env = agentEnv(opts.Env, d.cfg.Env, d.cfg.Home, baseURL, apiKey)
+	} else {
+		spec.Command = CLIMount
+		spec.Env = agentEnv(opts.Env, d.cfg.Env, HomeMount, baseURL, apiKey)
+		spec.Binds = []isolate.Bind{
+			{Host: d.cfg.CLIPath, Sandbox: CLIMount},
+			{Host: d.cfg.Home, Sandbox: HomeMount, Writable: true},
+		}
+	}
+	p, err := startCLI(d.life, d.sb, spec, log)
+	if err != nil {
+		return nil, wire.Wrap(wire.Unavailable, err, "cannot start the agent")
+	}
+	log.Debug("agent process started", "pid", p.p.Pid(), "resume", l.Resume, "fork_from", l.ForkFrom)
+	return p, nil
+}
+
+// userLine converts the client's user message to the CLI's stream-json input line.
+func userLine(m wire.ClientMessage, cliID string) ([]byte, error) {
+	if m.Type != wire.TypeUser || len(m.Message) == 0 {
+		return nil, wire.Errorf(wire.InvalidArgument, "a turn needs a user message")
+	}
+	in := struct {
+		Type            string          `json:"type"`
+		Message         json.RawMessage `json:"message"`
+		ParentToolUseID *string         `json:"parent_tool_use_id"`
+		SessionID       string          `json:"session_id"`
+		UUID            string          `json:"uuid,omitempty"`
+	}{Type: "user", Message: m.Message, ParentToolUseID: m.ParentToolUseID, SessionID: cliID}
+	if isUUID(m.UUID) {
+		in.UUID = m.UUID
+	}
+	b, err := json.Marshal(in) // compacts Message: one line
+	if err != nil {
+		return nil, wire.Errorf(wire.InvalidArgument, "user message: %v", err)
+	}
+	return b, nil
+}
+
+// drainStale discards output left over from an earlier turn (lines the CLI wrote after its result).
+func drainStale(p *cliProc, log *slog.Logger) {
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				return
+			}
+			log.Debug("discarding agent output written between turns", "bytes", len(l))
+		default:
+			return
+		}
+	}
+}
+
+// turnRun is one turn being relayed.
+type turnRun struct {
+	d     *Driver
+	s     *agentSession
+	p     *cliProc
+	log   *slog.Logger
+	emit  func([]byte)
+	start time.Time
+	noise int
+}
+
+// event is the part of a CLI line the driver looks at.
+type event struct {
+	Type      string `json:"type"`
+	Subtype   string `json:"subtype"`
+	RequestID string `json:"request_id"`
+}
+
+// relay emits the CLI's events until the turn's result. On interrupt it asks the CLI to stop (a
+// control_request) and kills it if it has not ended the turn within InterruptGrace.
+func (t *turnRun) relay(ctx context.Context) error {
+	var (
+		ctxDone   = ctx.Done()
+		grace     <-chan time.Time
+		exited    = t.p.p.Done()
+		drain     <-chan time.Time
+		interrupt bool
+	)
+	for {
+		select {
+		case line, ok := <-t.p.lines:
+			if !ok {
+				if interrupt {
+					return t.killed(ctx)
+				}
+				return t.exited(nil)
+			}
+			done, err := t.handle(line)
+			if done {
+				if interrupt {
+					return ctx.Err()
+				}
+				return err
+			}
+		case <-ctxDone:
+			ctxDone, interrupt = nil, true
+			req := fmt.Sprintf(`{"type":"control_request","request_id":"warren-interrupt-%d","request":{"subtype":"interrupt"}}`, t.d.reqID.Add(1))
+			if err := t.p.write([]byte(req), time.Second); err != nil {
+				t.log.Debug("interrupt request not delivered; killing the agent", "err", err)
+				return t.killed(ctx)
+			}
+			timer := time.NewTimer(t.d.cfg.InterruptGrace)
+			defer timer.Stop()
+			grace = timer.C
+		case <-grace:
+			t.log.Warn("agent did not end the interrupted turn in time; killing it", "grace", t.d.cfg.InterruptGrace)
+			return t.killed(ctx)
+		case <-exited:
+			// Keep reading what the process wrote before it exited, for a bounded time.
+			exited = nil
+			timer := time.NewTimer(exitDrain)
+			defer timer.Stop()
+			drain = timer.C
+		case <-drain:
+			if interrupt {
+				return t.killed(ctx)
+			}
+			return t.exited(nil)
+		}
+	}
+}
+
+// handle relays one line; done reports the turn's result.
+func (t *turnRun) handle(line []byte) (done bool, err error) {
+	var ev event
+	if line[0] != '{' || json.Unmarshal(line, &ev) != nil || ev.Type == "" {
+		if t.noise < noiseLogs {
+			preview := line[:min(len(line), 200)]
+			t.log.Warn("agent wrote a line that is not a JSON event; skipped", "bytes", len(line), "preview", string(preview))
+		}
+		t.noise++
+		return false, nil
+	}
+	switch ev.Type {
+	case "control_response":
+		return false, nil // the answer to our interrupt
+	case "control_request":
+		// Requests for an SDK host (permission prompts, hooks, MCP): Warren configures none of them, so
+		// refuse rather than leave the CLI waiting.
+		resp, _ := json.Marshal(map[string]any{"type": "control_response", "response": map[string]any{
+			"subtype": "error", "request_id": ev.RequestID, "error": "not supported by this host",
+		}})
+		if err := t.p.write(resp, time.Second); err != nil {
+			t.log.Debug("cannot answer the agent's control request", "err", err)
+		}
+		return false, nil
+	case "result":
+		t.emit(t.decorate(line))
+		return true, nil
+	}
+	t.emit(line)
+	return false, nil
+}
+
+func (t *turnRun) decorate(result []byte) []byte {
+	if t.d.cfg.Decorate == nil {
+		return result
+	}
+	return t.d.cfg.Decorate(t.s.id, result)
+}
+
+// exited ends a turn whose process died: a synthesized error result, the process forgotten (the next turn
+// resumes in a new one), and unavailable.
+func (t *turnRun) exited(cause error) error {
+	wait := time.NewTimer(exitDrain)
+	select {
+	case <-t.p.p.Done():
+	case <-wait.C:
+	}
+	wait.Stop()
+	reason := t.p.exitReason()
+	if cause != nil {
+		reason = cause.Error() + ": " + reason
+	}
+	t.log.Warn("agent process ended during a turn", "reason", reason, "stderr", t.p.stderrTail())
+	t.emit(t.decorate(t.synthesize("agent process exited: " + reason)))
+	t.d.setProc(t.s, nil)
+	return wire.Wrap(wire.Unavailable, fmt.Errorf("%w: %s", ErrExited, reason), "the agent process exited; the next prompt resumes the session")
+}
+
+// killed ends an interrupted turn the CLI did not end itself.
+func (t *turnRun) killed(ctx context.Context) error {
+	t.d.setProc(t.s, nil)
+	t.emit(t.decorate(t.synthesize("interrupted")))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.Canceled
+}
+
+// synthesize builds an error_during_execution result in the CLI's shape.
+func (t *turnRun) synthesize(msg string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"type":            "result",
+		"subtype":         "error_during_execution",
+		"is_error":        true,
+		"session_id":      t.s.cliID,
+		"result":          msg,
+		"duration_ms":     time.Since(t.start).Milliseconds(),
+		"duration_api_ms": 0,
+		"num_turns":       0,
+		"total_cost_usd":  0,
+		"usage": map[string]int{
+			"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+		},
+	})
+	return b
+}
+
+// processCount is the number of CLI processes (for tests).
+func (d *Driver) processCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, s := range d.sessions {
+		s.liveMu.Lock()
+		if s.live != nil {
+			n++
+		}
+		s.liveMu.Unlock()
+	}
+	return n
+}

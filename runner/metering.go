@@ -1,0 +1,117 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/modelproxy"
+	"github.com/warren-mesh/warren/runner/session"
+)
+
+// meteredAgent wraps the agent driver with what the runner owns around a turn: the session is opened with
+// the model proxy under the grant of the newest admitted caller, every `result` gets Warren's cost extension
+// (PROTOCOL.md §3) computed from what the proxy settled in that turn, a turn that hit the budget ends with
+// subtype error_max_budget_usd, and a snapshot is taken after every completed turn.
+type meteredAgent struct {
+	inner     session.Agent
+	proxy     *modelproxy.Proxy
+	proxyURL  func() string
+	grant     func() wire.Grant
+	afterTurn func(ctx context.Context) // snapshot; nil when persistence is off
+	now       func() time.Time
+	log       *slog.Logger
+
+	mu    sync.Mutex
+	turns map[string]turnMark
+}
+
+type turnMark struct {
+	base  modelproxy.SessionUsage
+	start time.Time
+}
+
+var _ session.Agent = (*meteredAgent)(nil)
+
+// open (re)opens the session with the proxy under the current grant and returns its token.
+func (m *meteredAgent) open(sessionID string) string {
+	g := m.grant()
+	return m.proxy.OpenSession(sessionID, accountOf(g), g.AIMicros)
+}
+
+// Endpoint is the driver's view of the model: the runner's proxy and a per-session token.
+func (m *meteredAgent) Endpoint(sessionID string) (string, string, error) {
+	return m.proxyURL(), m.open(sessionID), nil
+}
+
+// Run implements session.Agent.
+func (m *meteredAgent) Run(ctx context.Context, turn session.Turn, emit func([]byte)) error {
+	m.open(turn.SessionID)
+	mark := turnMark{base: m.proxy.TurnStart(turn.SessionID), start: m.now()}
+	m.mu.Lock()
+	m.turns[turn.SessionID] = mark
+	m.mu.Unlock()
+	err := m.inner.Run(ctx, turn, emit)
+	if m.afterTurn != nil {
+		m.afterTurn(context.WithoutCancel(ctx))
+	}
+	return err
+}
+
+// Cost is the Warren extension on every result.
+type Cost struct {
+	AIMicrodollars int64                            `json:"ai_microdollars"`
+	ComputeSeconds float64                          `json:"compute_seconds"`
+	Models         map[string]modelproxy.ModelUsage `json:"models"`
+}
+
+// Decorate adds the cost of the turn to a result event and marks a budget-ended turn.
+func (m *meteredAgent) Decorate(sessionID string, event []byte) []byte {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(event, &obj); err != nil {
+		return event
+	}
+	m.mu.Lock()
+	mark, ok := m.turns[sessionID]
+	m.mu.Unlock()
+	if !ok {
+		mark = turnMark{base: modelproxy.SessionUsage{Models: map[string]modelproxy.ModelUsage{}}, start: m.now()}
+	}
+	d := m.proxy.Usage(sessionID).Since(mark.base)
+	cost := Cost{
+		AIMicrodollars: d.AIMicros,
+		ComputeSeconds: math.Round(m.now().Sub(mark.start).Seconds()*1000) / 1000,
+		Models:         d.Models,
+	}
+	set := func(k string, v any) {
+		b, _ := json.Marshal(v)
+		obj[k] = b
+	}
+	set("cost", cost)
+	set("total_cost_usd", float64(d.AIMicros)/1e6)
+	if d.BudgetExhausted {
+		set("subtype", "error_max_budget_usd")
+		set("is_error", true)
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return event
+	}
+	return out
+}
+
+func accountOf(g wire.Grant) billing.Account {
+	a := billing.Account{Issuer: g.Issuer, User: g.User, Window: billing.Window(g.Window)}
+	if a.Window == "" {
+		a.Window = billing.Lifetime
+	}
+	if a.Window != billing.Lifetime {
+		a.WindowStart = g.WindowStart.UTC().Truncate(time.Second)
+	}
+	return a
+}

@@ -1,0 +1,186 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/agent/claude"
+	"github.com/warren-mesh/warren/runner/modelproxy"
+	"github.com/warren-mesh/warren/runner/snapshot"
+)
+
+// agentParts are the pieces New builds when cfg.Model is set.
+type agentParts struct {
+	proxy    *modelproxy.Proxy
+	driver   *claude.Driver
+	meter    *meteredAgent
+	proxyURL string
+}
+
+// buildAgent wires the model proxy, the metering wrapper and the Claude Code driver.
+func (r *Runner) buildAgent() error {
+	mc := r.cfg.Model
+	if mc.Home == "" {
+		return fmt.Errorf("%w: model home dir is required", ErrConfig)
+	}
+	prices := mc.Prices
+	if prices.Models == nil && prices.Default == (billing.Price{}) {
+		prices = billing.DefaultPrices()
+	}
+	proxy, err := modelproxy.New(modelproxy.Config{
+		Upstream: mc.Upstream, APIKey: mc.APIKey, Reserver: mc.Reserver, Prices: prices,
+		Logger: r.log.With("component", "modelproxy"), Now: r.cfg.Now, Metrics: r.metrics.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("model proxy: %w", err)
+	}
+	parts := &agentParts{proxy: proxy}
+	m := &meteredAgent{
+		proxy: proxy, proxyURL: func() string { return parts.proxyURL }, grant: r.Grant,
+		now: r.cfg.Now, log: r.log, turns: map[string]turnMark{},
+	}
+	if r.snap != nil {
+		m.afterTurn = func(ctx context.Context) { r.snapshot(ctx, "turn") }
+	}
+	driver, err := claude.New(claude.Config{
+		CLIPath: mc.CLIPath, Workspace: r.cfg.Workspace, Home: mc.Home, Bwrap: r.cfg.BwrapPath,
+		Insecure: r.cfg.Insecure, Endpoint: m.Endpoint, Env: mc.Env, Decorate: m.Decorate,
+		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"),
+	})
+	if err != nil {
+		return fmt.Errorf("agent driver: %w", err)
+	}
+	m.inner = driver
+	parts.driver, parts.meter = driver, m
+	r.agent = parts
+	r.cfg.Agent = m
+	return nil
+}
+
+// buildSnapshots sets up persistence of the workspace and the agent's home.
+func (r *Runner) buildSnapshots() error {
+	dirs := map[string]string{"workspace": r.cfg.Workspace}
+	if r.cfg.Model != nil {
+		dirs["home"] = r.cfg.Model.Home
+	}
+	s, err := snapshot.New(snapshot.Config{
+		Store: r.cfg.Snapshots, Prefix: r.cfg.SnapshotPrefix, Dirs: dirs,
+		Logger: r.log.With("component", "snapshot"), Now: r.cfg.Now,
+	})
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	r.snap = s
+	return nil
+}
+
+// restore brings back the latest snapshot before the runner serves anything.
+func (r *Runner) restore(ctx context.Context) error {
+	if r.snap == nil {
+		return nil
+	}
+	start := time.Now()
+	m, ok, err := r.snap.Latest(ctx)
+	if err != nil {
+		return fmt.Errorf("read latest snapshot: %w", err)
+	}
+	if !ok {
+		r.log.Info("no snapshot to restore")
+		return nil
+	}
+	if m.Epoch > r.cfg.Epoch {
+		return fmt.Errorf("latest snapshot has epoch %d above ours (%d): %w", m.Epoch, r.cfg.Epoch, snapshot.ErrFenced)
+	}
+	st, err := r.snap.Restore(ctx, m)
+	if err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	r.log.Info("snapshot restored", "from_epoch", m.Epoch, "files", st.Files, "bytes", st.Bytes, "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// snapshot writes a snapshot; a fenced write means a newer runner owns the sandbox, so this one stops.
+func (r *Runner) snapshot(ctx context.Context, why string) {
+	if r.snap == nil {
+		return
+	}
+	r.snapMu.Lock()
+	defer r.snapMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	_, st, err := r.snap.Snapshot(ctx, r.cfg.Epoch)
+	switch {
+	case errors.Is(err, snapshot.ErrFenced):
+		r.log.Error("snapshot fenced: a newer runner owns this sandbox; stopping", "why", why)
+		r.stop(ErrFencedOff)
+	case err != nil:
+		r.log.Error("snapshot failed", "why", why, "err", err)
+	default:
+		r.log.Info("snapshot written", "why", why, "files", st.Files, "uploaded_files", st.FilesUploaded,
+			"uploaded_bytes", st.BytesUploaded, "ms", st.Duration.Milliseconds())
+	}
+}
+
+// Grant is the newest grant an admitted caller brought (zero before any).
+func (r *Runner) Grant() wire.Grant {
+	if g := r.grant.Load(); g != nil {
+		return *g
+	}
+	return wire.Grant{Issuer: r.cfg.Issuer, User: r.cfg.User, Window: "lifetime", AIMicros: 0, ComputeSeconds: 0}
+}
+
+// idleLoop stops the runner once nothing has happened for IdleTimeout: snapshot, then exit (sleep).
+func (r *Runner) idleLoop(ctx context.Context, busy func() bool) {
+	if r.cfg.IdleTimeout <= 0 {
+		return
+	}
+	tick := min(r.cfg.IdleTimeout/4, time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last := r.cfg.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := r.cfg.Now()
+		if busy() {
+			last = now
+			continue
+		}
+		if now.Sub(last) >= r.cfg.IdleTimeout {
+			r.log.Info("idle: sleeping", "idle_for", now.Sub(last).String())
+			r.stop(ErrIdle)
+			return
+		}
+	}
+}
+
+// afterShutdown stops the agent's processes and the proxy, then writes the last snapshot (the sandbox may
+// resume elsewhere from it) unless a newer epoch fenced this runner off.
+func (r *Runner) afterShutdown(cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if r.agent != nil {
+		if err := r.agent.driver.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop agent: %w", err))
+		}
+		if err := r.agent.proxy.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("stop model proxy: %w", err))
+		}
+	}
+	if !errors.Is(cause, ErrFencedOff) {
+		why := "shutdown"
+		if errors.Is(cause, ErrIdle) {
+			why = "sleep"
+		}
+		r.snapshot(ctx, why)
+	}
+	return errors.Join(errs...)
+}
