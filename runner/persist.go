@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -49,7 +50,7 @@ func (r *Runner) buildAgent() error {
 	driver, err := claude.New(claude.Config{
 		CLIPath: mc.CLIPath, Workspace: r.cfg.Workspace, Home: mc.Home, Bwrap: r.cfg.BwrapPath,
 		Insecure: r.cfg.Insecure, Endpoint: m.Endpoint, Env: mc.Env, Decorate: m.Decorate,
-		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"),
+		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"), Policy: r.policy,
 	})
 	if err != nil {
 		return fmt.Errorf("agent driver: %w", err)
@@ -183,4 +184,24 @@ func (r *Runner) afterShutdown(cause error) error {
 		r.snapshot(ctx, why)
 	}
 	return errors.Join(errs...)
+}
+
+// policy is the newest grant's permissions and sdkConfig (PROTOCOL.md §1), which override the client's
+// session options.
+func (r *Runner) policy() (claude.Permissions, json.RawMessage) {
+	g := r.Grant()
+	var p struct {
+		Tools        []string `json:"tools"`
+		BlockedTools []string `json:"blockedTools"`
+		MaxTurns     int      `json:"maxTurns"`
+		Model        string   `json:"model"`
+	}
+	if len(g.Permissions) > 0 {
+		if err := json.Unmarshal(g.Permissions, &p); err != nil {
+			// The edge verified the token; a grant it encoded that we cannot read is a bug: deny all tools.
+			r.log.Error("unreadable permissions in grant; denying tools", "err", err)
+			return claude.Permissions{Tools: []string{}}, nil
+		}
+	}
+	return claude.Permissions{Tools: p.Tools, BlockedTools: p.BlockedTools, MaxTurns: p.MaxTurns, Model: p.Model}, g.SDKConfig
 }

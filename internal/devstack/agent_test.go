@@ -354,3 +354,58 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
 	}
 }
+
+// The token's permissions override what the client asks for: a blocked tool never runs.
+func TestTokenPermissionsBindTheAgent(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	c := client(t, st, "omar", withBudget(5_000_000), func(cl *token.Claims) {
+		cl.Permissions = token.Permissions{BlockedTools: []string{"Bash"}}
+	})
+	s, err := c.Dial(ctx, &warren.SessionOptions{AllowedTools: []string{"Bash"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	evs, _ := turn(t, ctx, s, "run echo ran > blocked.txt")
+	for _, ev := range evs {
+		if sys, ok := ev.System(); ok && sys.Subtype == "init" {
+			for _, tool := range sys.Tools {
+				if tool == "Bash" {
+					t.Fatalf("Bash offered to the agent despite the token: %v", sys.Tools)
+				}
+			}
+		}
+	}
+	if _, err := c.Sandbox().ReadFile(ctx, "blocked.txt"); !warren.IsCode(err, warren.CodeNotFound) {
+		t.Fatalf("a blocked tool ran: %v", err)
+	}
+}
+
+// At most two sessions of one user are live at once (PROTOCOL.md §6 concurrency_limit).
+func TestLiveSessionCap(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	c := client(t, st, "pia", withBudget(5_000_000))
+	a, err := c.Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := c.Dial(ctx, nil); !warren.IsCode(err, warren.CodeConcurrencyLimit) {
+		t.Fatalf("third live session: %v, want concurrency_limit", err)
+	}
+	// Closing one frees a place; resuming it later counts again.
+	_ = a.Close()
+	waitFor(t, 10*time.Second, "a place to free up", func() bool {
+		s, err := c.Dial(ctx, nil)
+		if err == nil {
+			_ = s.Close()
+		}
+		return err == nil
+	})
+}

@@ -51,6 +51,9 @@ type Config struct {
 	// session with no connection and no running turn is forgotten, and if there is none init fails with
 	// unavailable.
 	MaxSessions int
+	// MaxLive caps the sessions live at once — with a client attached or a turn running — per sandbox,
+	// that is per user (default 2). Attaching one more fails with concurrency_limit.
+	MaxLive int
 	// InitTimeout is how long a new connection may take to send init (default 30s).
 	InitTimeout time.Duration
 }
@@ -98,6 +101,9 @@ func NewHub(cfg Config) *Hub {
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 64
+	}
+	if cfg.MaxLive <= 0 {
+		cfg.MaxLive = 2
 	}
 	if cfg.InitTimeout <= 0 {
 		cfg.InitTimeout = 30 * time.Second
@@ -212,11 +218,24 @@ func (h *Hub) open(opts wire.SessionOptions, onDrop func()) (*conversation, *sub
 		return nil, nil, wire.Wrap(wire.Unavailable, ErrClosed, "runner shutting down")
 	}
 	id := opts.SessionID
-	if !ValidID(id) {
+	if !ValidID(id) || opts.ForkSession || opts.Continue {
+		// A fork or a continuation is a new conversation; opts.SessionID stays the source for the agent.
 		id = NewID()
 	}
 	h.tick++
 	s, ok := h.sessions[id]
+	if !ok || s.idle() {
+		live := 0
+		for _, o := range h.sessions {
+			if o != s && !o.idle() {
+				live++
+			}
+		}
+		if live >= h.cfg.MaxLive {
+			return nil, nil, wire.Errorf(wire.ConcurrencyLimit, "%d sessions are already live in this sandbox; close one first", live).
+				WithDetails(map[string]any{"max_live_sessions": h.cfg.MaxLive})
+		}
+	}
 	if !ok {
 		if len(h.sessions) >= h.cfg.MaxSessions && !h.evictLocked() {
 			return nil, nil, wire.Errorf(wire.Unavailable, "too many sessions in this sandbox (%d)", h.cfg.MaxSessions)

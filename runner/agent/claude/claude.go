@@ -63,6 +63,9 @@ type Config struct {
 	// Permissions and SDKConfig come from the token and override the client's session options.
 	Permissions Permissions
 	SDKConfig   json.RawMessage
+	// Policy, when set, replaces Permissions and SDKConfig and is asked at every turn (the runner answers
+	// with the newest admitted token's).
+	Policy func() (Permissions, json.RawMessage)
 	// DefaultModel is used when neither the client nor the token picks a model; "" leaves it to the CLI.
 	DefaultModel string
 	// Logger; nil discards.
@@ -210,7 +213,18 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	opts, err := effectiveOptions(turn.Options, d.sdk, d.cfg.Permissions, d.cfg.DefaultModel)
+	perms, sdk := d.cfg.Permissions, d.sdk
+	if d.cfg.Policy != nil {
+		// The newest token's permissions and sdkConfig decide each turn.
+		var raw json.RawMessage
+		perms, raw = d.cfg.Policy()
+		parsed, err := parseSDKConfig(raw)
+		if err != nil {
+			return err
+		}
+		sdk = parsed
+	}
+	opts, err := effectiveOptions(turn.Options, sdk, perms, d.cfg.DefaultModel)
 	if err != nil {
 		return err
 	}
