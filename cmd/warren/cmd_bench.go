@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/internal/tools"
 	"github.com/warren-mesh/warren/internal/wire"
 	warren "github.com/warren-mesh/warren/sdk"
 )
@@ -37,6 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	execs := fs.Int("execs", 200, "exec round trips per path (edge, direct)")
 	insecure := fs.Bool("insecure-no-sandbox", false, "measure without bubblewrap")
 	keep := fs.Bool("keep", false, "keep the temporary data dir")
+	turns := fs.Int("turns", 0, "also measure agent turns (real Claude Code CLI, scripted model): prompt → first agent event and → result")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,7 +50,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
-	st, err := devstack.Start(ctx, devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure})
+	cli := ""
+	if *turns > 0 {
+		if cli = tools.FindClaudeCLI(); cli == "" {
+			return errors.New("-turns needs the Claude Code CLI: run `make tools`")
+		}
+	}
+	st, err := devstack.Start(ctx, devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure, ClaudeCLI: cli})
 	if err != nil {
 		return err
 	}
@@ -135,6 +144,44 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "%-44s %d KiB (pid %s)\n", "idle runner RSS", rss, entry.Alloc)
+	if *turns > 0 {
+		return benchTurns(ctx, stdout, c, *turns)
+	}
+	return nil
+}
+
+// benchTurns measures agent turns on one session: the first turn starts the CLI process, later ones reuse it.
+func benchTurns(ctx context.Context, stdout io.Writer, c *warren.Client, n int) error {
+	s, err := c.Dial(ctx, &wire.SessionOptions{})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var first, whole []time.Duration
+	for i := range n {
+		t0 := time.Now()
+		var ttfe time.Duration
+		for ev, err := range s.Prompt(ctx, fmt.Sprintf("say something %d", i)) {
+			if err != nil {
+				return fmt.Errorf("turn %d: %w", i, err)
+			}
+			if ttfe == 0 && ev.Type != wire.TypeControl {
+				ttfe = time.Since(t0)
+			}
+			if r, ok := ev.Result(); ok && r.IsError {
+				return fmt.Errorf("turn %d failed: %s", i, r.Result)
+			}
+		}
+		if i == 0 {
+			fmt.Fprintf(stdout, "%-44s first=%s whole=%s\n", "agent turn 1 (starts the CLI process)", ttfe.Round(10*time.Microsecond), time.Since(t0).Round(10*time.Microsecond))
+			continue
+		}
+		first, whole = append(first, ttfe), append(whole, time.Since(t0))
+	}
+	if len(first) > 0 {
+		report(stdout, "agent turn: prompt → first agent event", first)
+		report(stdout, "agent turn: prompt → result", whole)
+	}
 	return nil
 }
 
