@@ -42,8 +42,8 @@ lint: ## go vet, plus staticcheck when installed
 bench: ## micro-benchmarks of hot paths
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
-load: build ## end-to-end load tool: sandbox start latency, exec round trips, runner RSS
-	$(BIN) bench -users 50
+load: tools build ## end-to-end load tool: sandbox start latency, exec round trips, runner RSS
+	$(BIN) bench -users 50 -turns 20
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
