@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/runner/snapshot"
 	"github.com/warren-mesh/warren/scheduler"
 	warren "github.com/warren-mesh/warren/sdk"
 )
@@ -276,6 +278,20 @@ func TestAgentResumesAfterRunnerKill(t *testing.T) {
 	}
 	if b, err := c.Sandbox().ReadFile(ctx, "notes.txt"); err != nil || string(b) != "remember me" {
 		t.Fatalf("notes.txt = %q, %v", b, err)
+	}
+	// A stale runner of the old epoch cannot commit a snapshot over the new owner's.
+	store, err := blobfs.New(filepath.Join(st.Config().DataDir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := scheduler.SandboxID(devstack.DevIssuer, "liam")
+	stale, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + id,
+		Dirs: map[string]string{"workspace": filepath.Join(st.Config().DataDir, "sandboxes", id, "workspace")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := stale.Snapshot(ctx, e.Epoch); !errors.Is(err, snapshot.ErrFenced) {
+		t.Fatalf("snapshot at stale epoch %d = %v, want ErrFenced", e.Epoch, err)
 	}
 }
 
