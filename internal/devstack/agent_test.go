@@ -290,6 +290,10 @@ func TestAgentResumesAfterRunnerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 30*time.Second, "the new epoch's snapshot", func() bool {
+		m, ok, err := stale.Latest(ctx)
+		return err == nil && ok && m.Epoch > e.Epoch
+	})
 	if _, _, err := stale.Snapshot(ctx, e.Epoch); !errors.Is(err, snapshot.ErrFenced) {
 		t.Fatalf("snapshot at stale epoch %d = %v, want ErrFenced", e.Epoch, err)
 	}
