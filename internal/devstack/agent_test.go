@@ -429,3 +429,26 @@ func TestLiveSessionCap(t *testing.T) {
 		return err == nil
 	})
 }
+
+// The README's default data dir is relative (./.warren); runners run elsewhere, so every path they get must
+// be absolute.
+func TestRelativeDataDir(t *testing.T) {
+	cli := testenv.ClaudeCLI(t)
+	t.Chdir(t.TempDir())
+	st, err := devstack.Start(context.Background(), devstack.Config{
+		DataDir: ".warren", Listen: "127.0.0.1:0", Binary: binary, ClaudeCLI: cli, DefaultModel: "claude-sonnet-4-5",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := agentCtx(t)
+	s, err := client(t, st, "rel", withBudget(5_000_000)).Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, r := turn(t, ctx, s, "create rel.txt containing ok"); r.IsError {
+		t.Fatalf("turn: %+v", r)
+	}
+}

@@ -110,6 +110,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, ErrNoBubblewrap
 		}
 	}
+	// Runners run with their own state dir as working directory: every path handed to them is absolute.
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("devstack: data dir: %w", err)
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: data dir: %w", err)
 	}
