@@ -376,6 +376,9 @@ type ReadyInfo struct {
 	SessionID string `json:"sessionId"`
 	Region    string `json:"region"`
 	Model     string `json:"model"`
+	// Notice is set when the platform wants the user told something, e.g. that a scripted demo model
+	// answers instead of Claude.
+	Notice string `json:"notice,omitempty"`
 }
 
 // System returns the system message of a system event; ok is false for any other event.

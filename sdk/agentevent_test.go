@@ -231,7 +231,7 @@ func TestTypedEventsLenient(t *testing.T) {
 			}},
 		{"ready", `{"type":"control","payload":{"action":"ready","data":{"sessionId":"s9","region":"eu","model":"m"}}}`,
 			func(t *testing.T, ev Event) {
-				if rd, ok := ev.Ready(); !ok || *rd != (ReadyInfo{"s9", "eu", "m"}) {
+				if rd, ok := ev.Ready(); !ok || *rd != (ReadyInfo{SessionID: "s9", Region: "eu", Model: "m"}) {
 					t.Fatalf("Ready = %+v, %v", rd, ok)
 				}
 			}},

@@ -58,6 +58,7 @@ type Session struct {
 	id     string
 	region string
 	model  string
+	notice string
 
 	stop context.CancelFunc // stops the reader
 	done chan struct{}      // closed when the reader has exited; err is final by then
@@ -165,7 +166,7 @@ func (s *Session) awaitReady(ctx context.Context) error {
 		}
 		s.push(ev)
 		if rd, ok := ev.Ready(); ok {
-			s.id, s.region, s.model = rd.SessionID, rd.Region, rd.Model
+			s.id, s.region, s.model, s.notice = rd.SessionID, rd.Region, rd.Model, rd.Notice
 			return nil
 		}
 	}
@@ -257,6 +258,10 @@ func (s *Session) Region() string { return s.region }
 
 // Model is the model the session runs.
 func (s *Session) Model() string { return s.model }
+
+// Notice is what the platform asked to tell the user at ready ("" if nothing), e.g. that a scripted demo
+// model answers.
+func (s *Session) Notice() string { return s.notice }
 
 // LastSeq is the seq of the last event handed out by Next or Events (or of a pong answering Ping when no
 // event was waiting): pass it to Client.Resume after a lost connection to receive what came after.

@@ -159,6 +159,9 @@ flags:
 			model = " (" + s.Model() + ")"
 		}
 		fmt.Fprintf(stderr, "warren chat: session %s%s; continue it later with -resume %s\n", s.ID(), model, s.ID())
+		if n := s.Notice(); n != "" {
+			fmt.Fprintf(stderr, "warren chat: NOTE: %s\n", n)
+		}
 	}
 
 	if oneShot {

@@ -114,6 +114,19 @@ func TestAgentWritesAndRunsThroughTheEdge(t *testing.T) {
 	}
 	defer s.Close()
 
+	noticed := false
+	for ev, err := range s.Events() { // the handshake is queued first
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := ev.Ready(); ok {
+			noticed = strings.Contains(r.Notice, "scripted")
+			break
+		}
+	}
+	if !noticed {
+		t.Fatal("control ready does not say that a scripted model answers")
+	}
 	evs, res := turn(t, ctx, s, "create hello.txt containing hi")
 	if res.IsError {
 		t.Fatalf("turn 1 failed: %+v", res)
