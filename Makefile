@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools bwrap claude-code clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools bwrap claude-code postgres clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,7 +51,7 @@ fmt: ## gofmt every Go file
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
-tools: bwrap claude-code ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+tools: bwrap claude-code postgres ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
 
 claude-code: ## install the pinned Claude Code CLI with npm into the tools cache
 	@if [ -x "$(CLAUDE_CLI)" ] && "$(CLAUDE_CLI)" --version 2>/dev/null | grep -q "^$(CLAUDE_CODE_VERSION) "; then \
@@ -62,6 +62,11 @@ claude-code: ## install the pinned Claude Code CLI with npm into the tools cache
 	  npm install --no-audit --no-fund --loglevel=error --prefix $(TOOLS_DIR)/claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && \
 	  "$(CLAUDE_CLI)" --version; \
 	fi
+
+postgres: ## install PostgreSQL (the CockroachDB wire stand-in for tests) from Debian if missing
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
+	@echo "postgres: $$( (command -v initdb || ls /usr/lib/postgresql/*/bin/initdb) | head -1)"
 
 bwrap: ## install bubblewrap from Debian if missing
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
