@@ -67,7 +67,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
 		}
 	}
 	e.m.admissions.WithLabelValues("ok").Inc()
-	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct})
+	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct, ComputeLimit: budget.ComputeSeconds})
 	if err != nil {
 		return nil, err
 	}

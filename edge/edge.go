@@ -24,9 +24,10 @@ type Verifier interface {
 
 // SandboxRequest names the sandbox a request needs and the account its compute time is charged to.
 type SandboxRequest struct {
-	Issuer  string
-	User    string
-	Account billing.Account
+	Issuer       string
+	User         string
+	Account      billing.Account
+	ComputeLimit int64 // seconds in Account's window; < 0 unlimited
 }
 
 // Sandboxes finds or starts users' runners (the scheduler). Safe for concurrent use.

@@ -35,7 +35,15 @@ func (a *api) agent(w http.ResponseWriter, req *http.Request) {
 	c.SetReadLimit(wire.MaxFrame)
 	a.r.clients.Add(1)
 	defer a.r.clients.Add(-1)
-	reason := a.hub.Serve(req.Context(), &wsConn{c: c})
+	// This connection's own grant (not the newest of all callers) decides what its prompts may do and
+	// which budget they spend.
+	g := a.r.Grant()
+	if h := req.Header.Get(wire.HeaderGrant); h != "" {
+		if dg, err := wire.DecodeGrant(h); err == nil {
+			g = dg
+		}
+	}
+	reason := a.hub.Serve(req.Context(), &wsConn{c: c, grant: g})
 	a.logger(req).Debug("agent connection closed", "reason", reason)
 }
 
@@ -55,9 +63,13 @@ func isUpgrade(req *http.Request) bool {
 
 // wsConn adapts a WebSocket to session.Conn.
 type wsConn struct {
-	c    *websocket.Conn
-	once sync.Once
+	c     *websocket.Conn
+	once  sync.Once
+	grant wire.Grant
 }
+
+// Meta implements session.MetaConn: the grant travels with every turn this connection starts.
+func (w *wsConn) Meta() any { return w.grant }
 
 var _ session.Conn = (*wsConn)(nil)
 

@@ -342,15 +342,18 @@ func TestAgentPluggedIn(t *testing.T) {
 	a.send(`{"type":"user","message":{"role":"user","content":"wait"}}`)
 	a.expectControl(8, wire.ActionSessionInfo)
 	a.read() // assistant
-	// A prompt sent while a turn runs is queued; the interrupt drops it along with the turn.
+	// A prompt sent while a turn runs is queued; the interrupt drops it along with the turn, and says so.
 	a.send(`{"type":"user","message":{"role":"user","content":"again"}}`)
 	a.send(`{"type":"control","payload":{"action":"interrupt"}}`)
 	if d := a.expectControl(10, wire.ActionSessionInfo); d["state"] != wire.StateReady {
 		t.Fatalf("after interrupt %v", d)
 	}
+	if m := a.read(); m.errorPayload().Code != wire.Conflict {
+		t.Fatalf("dropped queued prompt: %s", m.raw)
+	}
 
 	a.send(`{"type":"user","message":{"role":"user","content":"fail"}}`)
-	a.expectControl(11, wire.ActionSessionInfo)
+	a.expectControl(12, wire.ActionSessionInfo)
 	a.read()
 	a.read()
 	if m := a.read(); m.errorPayload().Code != wire.Internal || m.errorPayload().Message != "internal error" {

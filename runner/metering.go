@@ -27,8 +27,9 @@ type meteredAgent struct {
 	now       func() time.Time
 	log       *slog.Logger
 
-	mu    sync.Mutex
-	turns map[string]turnMark
+	mu     sync.Mutex
+	turns  map[string]turnMark
+	grants map[string]wire.Grant // per session: the grant of the connection that sent the running prompt
 }
 
 type turnMark struct {
@@ -38,9 +39,19 @@ type turnMark struct {
 
 var _ session.Agent = (*meteredAgent)(nil)
 
-// open (re)opens the session with the proxy under the current grant and returns its token.
+// grantOf is the grant a session's turns run under: the prompting connection's, else the newest.
+func (m *meteredAgent) grantOf(sessionID string) wire.Grant {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g, ok := m.grants[sessionID]; ok {
+		return g
+	}
+	return m.grant()
+}
+
+// open (re)opens the session with the proxy under its grant and returns its token.
 func (m *meteredAgent) open(sessionID string) string {
-	g := m.grant()
+	g := m.grantOf(sessionID)
 	return m.proxy.OpenSession(sessionID, accountOf(g), g.AIMicros)
 }
 
@@ -51,6 +62,11 @@ func (m *meteredAgent) Endpoint(sessionID string) (string, string, error) {
 
 // Run implements session.Agent.
 func (m *meteredAgent) Run(ctx context.Context, turn session.Turn, emit func([]byte)) error {
+	if g, ok := turn.Meta.(wire.Grant); ok {
+		m.mu.Lock()
+		m.grants[turn.SessionID] = g
+		m.mu.Unlock()
+	}
 	m.open(turn.SessionID)
 	mark := turnMark{base: m.proxy.TurnStart(turn.SessionID), start: m.now()}
 	m.mu.Lock()

@@ -42,15 +42,23 @@ func (r *Runner) buildAgent() error {
 	parts := &agentParts{proxy: proxy}
 	m := &meteredAgent{
 		proxy: proxy, proxyURL: func() string { return parts.proxyURL }, grant: r.Grant,
-		now: r.cfg.Now, log: r.log, turns: map[string]turnMark{},
+		now: r.cfg.Now, log: r.log, turns: map[string]turnMark{}, grants: map[string]wire.Grant{},
 	}
 	if r.snap != nil {
-		m.afterTurn = func(ctx context.Context) { r.snapshot(ctx, "turn") }
+		// After the turn, not inside it: the turn (and the session's state) ends when its result is out;
+		// the snapshot follows in the background, serialized with the others and awaited on shutdown.
+		m.afterTurn = func(ctx context.Context) {
+			r.bg.Add(1)
+			go func() {
+				defer r.bg.Done()
+				r.snapshot(ctx, "turn")
+			}()
+		}
 	}
 	driver, err := claude.New(claude.Config{
 		CLIPath: mc.CLIPath, Workspace: r.cfg.Workspace, Home: mc.Home, Bwrap: r.cfg.BwrapPath,
 		Insecure: r.cfg.Insecure, Endpoint: m.Endpoint, Env: mc.Env, Decorate: m.Decorate,
-		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"), Policy: r.policy,
+		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"), Policy: func(sessionID string) (claude.Permissions, json.RawMessage) { return r.policy(m.grantOf(sessionID)) },
 	})
 	if err != nil {
 		return fmt.Errorf("agent driver: %w", err)
@@ -154,6 +162,9 @@ func (r *Runner) idleLoop(ctx context.Context, busy func() bool) {
 			last = now
 			continue
 		}
+		if la := time.Unix(0, r.lastActive.Load()); la.After(last) {
+			last = la
+		}
 		if now.Sub(last) >= r.cfg.IdleTimeout {
 			r.log.Info("idle: sleeping", "idle_for", now.Sub(last).String())
 			r.stop(ErrIdle)
@@ -176,6 +187,7 @@ func (r *Runner) afterShutdown(cause error) error {
 			errs = append(errs, fmt.Errorf("stop model proxy: %w", err))
 		}
 	}
+	r.bg.Wait() // snapshots of finished turns
 	if !errors.Is(cause, ErrFencedOff) {
 		why := "shutdown"
 		if errors.Is(cause, ErrIdle) {
@@ -186,10 +198,9 @@ func (r *Runner) afterShutdown(cause error) error {
 	return errors.Join(errs...)
 }
 
-// policy is the newest grant's permissions and sdkConfig (PROTOCOL.md §1), which override the client's
+// policy is a grant's permissions and sdkConfig (PROTOCOL.md §1), which override the client's
 // session options.
-func (r *Runner) policy() (claude.Permissions, json.RawMessage) {
-	g := r.Grant()
+func (r *Runner) policy(g wire.Grant) (claude.Permissions, json.RawMessage) {
 	var p struct {
 		Tools        []string `json:"tools"`
 		BlockedTools []string `json:"blockedTools"`

@@ -46,8 +46,12 @@ type Runner struct {
 	agent  *agentParts                // nil without cfg.Model
 	snap   *snapshot.Snapshotter      // nil without cfg.Snapshots
 	snapMu sync.Mutex
-	stop   func(cause error) // ends Run (idle sleep, fencing); set by Run
-	hub    *session.Hub
+	bg     sync.WaitGroup // background snapshots
+
+	inflight   atomic.Int64      // authenticated requests being served
+	lastActive atomic.Int64      // unix nanos of the last authenticated request
+	stop       func(cause error) // ends Run (idle sleep, fencing); set by Run
+	hub        *session.Hub
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -177,7 +181,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		r.idleLoop(gctx, func() bool { return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 })
+		r.idleLoop(gctx, func() bool {
+			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0
+		})
 		return nil
 	})
 	g.Go(func() error {

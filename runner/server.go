@@ -143,6 +143,13 @@ func (a *api) auth(next http.Handler) http.Handler {
 			}
 			a.r.grant.Store(&g)
 		}
+		// Activity keeps the sandbox awake, however short the request (the idle check samples).
+		a.r.inflight.Add(1)
+		a.r.lastActive.Store(a.r.cfg.Now().UnixNano())
+		defer func() {
+			a.r.lastActive.Store(a.r.cfg.Now().UnixNano())
+			a.r.inflight.Add(-1)
+		}()
 		next.ServeHTTP(w, req)
 	})
 }

@@ -30,11 +30,13 @@ type Config struct {
 	Now           func() time.Time
 }
 
-// Request asks for the sandbox of (Issuer, User); Account is charged for its compute time.
+// Request asks for the sandbox of (Issuer, User); Account is charged for its compute time, up to
+// ComputeLimit seconds in its window (<= 0: not enforced here — admission refuses a zero allowance), after which the sandbox is stopped (it sleeps).
 type Request struct {
-	Issuer  string
-	User    string
-	Account billing.Account
+	Issuer       string
+	User         string
+	Account      billing.Account
+	ComputeLimit int64
 }
 
 // Scheduler gives every (issuer, user) at most one live runner. Safe for concurrent use.
@@ -55,6 +57,7 @@ type live struct {
 	entry   registry.Entry
 	sb      Sandbox
 	account billing.Account
+	limit   int64         // compute seconds of account's window; < 0 unlimited
 	stopped chan struct{} // closed when the supervisor finished
 }
 
@@ -116,7 +119,7 @@ func New(cfg Config) (*Scheduler, error) {
 // *wire.Error (unavailable, timeout) ready for a client.
 func (s *Scheduler) Ensure(ctx context.Context, req Request) (registry.Entry, error) {
 	if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
-		s.charge(SandboxID(req.Issuer, req.User), req.Account)
+		s.charge(SandboxID(req.Issuer, req.User), req.Account, req.ComputeLimit)
 		return e, nil
 	} else if !errors.Is(err, registry.ErrNotFound) {
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "sandbox registry unavailable")
@@ -164,6 +167,23 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 	// Another caller may have finished a start between our lookup and the singleflight.
 	if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
 		return e, nil
+	} else if !errors.Is(err, registry.ErrNotFound) {
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "sandbox registry unavailable")
+	}
+	// A runner we still supervise but that is no longer registered (forgotten, or its registration
+	// failed) must be gone before a new epoch starts: never two live runners for one user.
+	s.mu.Lock()
+	old := s.live[id]
+	s.mu.Unlock()
+	if old != nil {
+		if err := s.cfg.Driver.Stop(ctx, old.sb.Alloc); err != nil {
+			return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "stop the previous runner")
+		}
+		select {
+		case <-old.stopped:
+		case <-ctx.Done():
+			return registry.Entry{}, wire.Wrap(wire.Timeout, ctx.Err(), "the previous runner did not stop in time")
+		}
 	}
 	begin := time.Now()
 	expect := int64(0)
@@ -202,7 +222,7 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		Issuer: req.Issuer, User: req.User, Epoch: claimed.Epoch, Region: s.cfg.Region,
 		Alloc: sb.Alloc, Addr: sb.Addr, Key: sb.Key, Since: s.cfg.Now(),
 	}
-	l := &live{entry: entry, sb: sb, account: req.Account, stopped: make(chan struct{})}
+	l := &live{entry: entry, sb: sb, account: req.Account, limit: req.ComputeLimit, stopped: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -256,12 +276,35 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 	last := s.cfg.Now()
 	var carry time.Duration
 	seq := 0
+	// pending is an event whose write failed: it is retried unchanged under its own key (the write may
+	// have committed before the error; a changed amount under the same key would then be lost).
+	var pending *billing.UsageEvent
+	spent := false
+	record := func(ev billing.UsageEvent) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.cfg.Ledger.Record(ctx, ev); err != nil {
+			log.Warn("record compute usage", "key", ev.Key, "err", err)
+			return false
+		}
+		s.metrics.computeSecs.Add(float64(ev.ComputeSeconds))
+		return true
+	}
 	meter := func() {
 		now := s.cfg.Now()
 		carry += now.Sub(last)
 		last = now
+		if s.cfg.Ledger == nil {
+			return
+		}
+		if pending != nil {
+			if !record(*pending) {
+				return
+			}
+			pending = nil
+		}
 		secs := int64(carry / time.Second)
-		if secs <= 0 || s.cfg.Ledger == nil {
+		if secs <= 0 {
 			return
 		}
 		s.mu.Lock()
@@ -272,17 +315,29 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 			Key:     fmt.Sprintf("compute/%s/%d/%d", id, l.entry.Epoch, seq),
 			Account: acct, Kind: billing.KindCompute, ComputeSeconds: secs, At: now,
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.cfg.Ledger.Record(ctx, ev); err != nil {
-			// Kept in carry and retried next tick under a new key; spooling to disk comes with the
-			// budgets work (DESIGN.md §5).
-			seq--
-			log.Warn("record compute usage", "err", err)
+		carry -= time.Duration(secs) * time.Second
+		if !record(ev) {
+			pending = &ev // spooling to disk comes with the budgets work (DESIGN.md §5)
 			return
 		}
-		carry -= time.Duration(secs) * time.Second
-		s.metrics.computeSecs.Add(float64(secs))
+		s.mu.Lock()
+		limit := l.limit
+		s.mu.Unlock()
+		if limit > 0 && !spent { // 0 never gets past admission; < 0 is unlimited
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			u, err := s.cfg.Ledger.Usage(ctx, acct)
+			cancel()
+			if err == nil && u.ComputeSeconds >= limit {
+				// The compute budget of the window is spent: the sandbox sleeps (snapshot, exit).
+				spent = true
+				log.Info("compute budget spent; stopping the sandbox", "used_s", u.ComputeSeconds, "limit_s", limit)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					_ = s.cfg.Driver.Stop(ctx, l.sb.Alloc)
+				}()
+			}
+		}
 	}
 	for done := false; !done; {
 		select {
@@ -318,11 +373,11 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 }
 
 // charge makes later compute of the user's live sandbox count against acct (the newest token's window).
-func (s *Scheduler) charge(id string, acct billing.Account) {
+func (s *Scheduler) charge(id string, acct billing.Account, limit int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.live[id]; l != nil && acct.Issuer != "" {
-		l.account = acct
+		l.account, l.limit = acct, limit
 	}
 }
 

@@ -38,6 +38,7 @@ func agentStack(t *testing.T, o agentOpts) *devstack.Stack {
 	st, err := devstack.Start(context.Background(), devstack.Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary, MeterInterval: time.Second,
 		ClaudeCLI: cli, ModelAPIKey: o.apiKey, ModelUpstream: o.upstream, IdleTimeout: o.idle,
+		RunnerArgs:   []string{"-log-level", "debug"},
 		DefaultModel: "claude-sonnet-4-5",
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -82,6 +83,9 @@ func turn(t *testing.T, ctx context.Context, s *warren.Session, prompt string) (
 		if r, ok := ev.Result(); ok {
 			return evs, r
 		}
+	}
+	for _, ev := range evs {
+		t.Logf("event: %s", ev.Raw)
 	}
 	t.Fatalf("prompt %q: no result among %d events", prompt, len(evs))
 	return nil, nil
@@ -463,5 +467,38 @@ func TestRelativeDataDir(t *testing.T) {
 	defer s.Close()
 	if _, r := turn(t, ctx, s, "create rel.txt containing ok"); r.IsError {
 		t.Fatalf("turn: %+v", r)
+	}
+}
+
+// Two tokens of one user: a restricted token prompting into a session another token opened still runs
+// under its own permissions (the CLI restarts with the new flags and resumes).
+func TestPermissionsFollowTheConnection(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	open := client(t, st, "quin", withBudget(5_000_000))
+	s, err := open.Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r := turn(t, ctx, s, "run echo first > first.txt"); r.IsError {
+		t.Fatalf("turn 1: %+v", r)
+	}
+	sid := s.ID()
+	_ = s.Close()
+
+	restricted := client(t, st, "quin", withBudget(5_000_000), func(cl *token.Claims) {
+		cl.Permissions = token.Permissions{BlockedTools: []string{"Bash"}}
+	})
+	s2, err := restricted.Dial(ctx, &warren.SessionOptions{SessionID: sid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	turn(t, ctx, s2, "run echo second > second.txt")
+	if _, err := restricted.Sandbox().ReadFile(ctx, "second.txt"); !warren.IsCode(err, warren.CodeNotFound) {
+		t.Fatalf("the restricted token ran Bash in a session opened by another token: %v", err)
+	}
+	if b, err := restricted.Sandbox().ReadFile(ctx, "first.txt"); err != nil || strings.TrimSpace(string(b)) != "first" {
+		t.Fatalf("first.txt = %q, %v", b, err)
 	}
 }

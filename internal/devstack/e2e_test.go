@@ -511,3 +511,25 @@ func TestStreamedExecRepeatedly(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox that spends its window's compute budget is stopped, and the next admission is refused.
+func TestComputeBudgetStopsTheSandbox(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	tight := func(c *token.Claims) {
+		c.HasBudget = true
+		c.Budget = token.Budget{AIMicros: 1000, ComputeSeconds: 1, Window: "lifetime"}
+	}
+	sb := client(t, st, "olga", tight).Sandbox()
+	res, err := sb.Exec(ctx, wire.ExecRequest{Command: "sleep 20", TimeoutMs: 30_000})
+	if err == nil && !res.TimedOut && res.ExitCode == 0 {
+		t.Fatalf("a 20 s command finished on a 1 s compute budget: %+v", res)
+	}
+	waitFor(t, 20*time.Second, "the sandbox to stop", func() bool {
+		_, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "olga")
+		return errors.Is(err, registry.ErrNotFound)
+	})
+	if _, err := sb.Exec(ctx, wire.ExecRequest{Command: "true"}); !warren.IsCode(err, warren.CodeBudgetExceeded) {
+		t.Fatalf("after the compute budget: %v, want budget_exceeded", err)
+	}
+}

@@ -26,6 +26,14 @@ type Turn struct {
 	Options wire.SessionOptions
 	// Message is the client's user message as received.
 	Message wire.ClientMessage
+	// Meta is what the connection that sent the prompt carries (see MetaConn): in the runner, the grant of
+	// the token that connection was admitted with.
+	Meta any
+}
+
+// MetaConn is a Conn that says who is on the other end; its Meta goes with every turn it starts.
+type MetaConn interface {
+	Meta() any
 }
 
 // NoAgent is the Agent used until an agent driver is configured: every turn fails with unavailable.

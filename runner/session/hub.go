@@ -179,6 +179,11 @@ func (h *Hub) serve(ctx context.Context, c Conn) error {
 		h.writeDirect(ctx, c, err)
 		return err
 	}
+	if mc, ok := c.(MetaConn); ok {
+		sess.mu.Lock()
+		sub.meta = mc.Meta()
+		sess.mu.Unlock()
+	}
 	log := h.log.With("session", sess.id)
 	defer sess.detach(sub)
 	h.handshake(sess, sub)
@@ -218,7 +223,7 @@ func (h *Hub) open(opts wire.SessionOptions, onDrop func()) (*conversation, *sub
 		return nil, nil, wire.Wrap(wire.Unavailable, ErrClosed, "runner shutting down")
 	}
 	id := opts.SessionID
-	if !ValidID(id) || opts.ForkSession || opts.Continue {
+	if !ValidID(id) || opts.ForkSession || (opts.Continue && opts.SessionID == "") {
 		// A fork or a continuation is a new conversation; opts.SessionID stays the source for the agent.
 		id = NewID()
 	}
@@ -406,8 +411,8 @@ func (h *Hub) beginLocked(s *conversation, sub *subscriber, m wire.ClientMessage
 	h.turnMu.Lock()
 	defer h.turnMu.Unlock()
 	if h.turnClosed {
-		s.queued = nil
 		s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Unavailable, "runner shutting down")))
+		s.dropQueuedLocked(wire.Errorf(wire.Unavailable, "runner shutting down"))
 		return
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
@@ -416,8 +421,19 @@ func (h *Hub) beginLocked(s *conversation, sub *subscriber, m wire.ClientMessage
 	s.emitLocked(sessionInfo(s.id, wire.StateProcessing))
 	h.turns.Add(1)
 	h.running.Add(1)
-	turn := Turn{SessionID: s.id, Options: s.opts, Message: m}
+	turn := Turn{SessionID: s.id, Options: s.opts, Message: m, Meta: sub.meta}
 	go h.runTurn(ctx, s, turn)
+}
+
+// dropQueuedLocked answers every queued prompt whose client is still attached with err (each prompt gets
+// an answer: a result or an error) and empties the queue.
+func (s *conversation) dropQueuedLocked(err *wire.Error) {
+	for _, q := range s.queued {
+		if _, attached := s.subs[q.sub]; attached {
+			s.sendToLocked(q.sub, wire.ErrorMessage(err))
+		}
+	}
+	s.queued = nil
 }
 
 type queuedTurn struct {
@@ -456,11 +472,16 @@ func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
 	s.state = wire.StateReady
 	s.emitLocked(sessionInfo(s.id, wire.StateReady))
 	if interrupted {
-		s.queued = nil // an interrupt drops what was queued behind the turn
+		// An interrupt drops what was queued behind the turn; each dropped prompt is told so.
+		s.dropQueuedLocked(wire.Errorf(wire.Conflict, "interrupted before it started"))
 	}
-	if len(s.queued) > 0 {
+	for len(s.queued) > 0 {
 		next := s.queued[0]
 		s.queued = s.queued[1:]
+		if _, attached := s.subs[next.sub]; !attached {
+			continue // its client left: nobody would see the answer, and it would spend budget
+		}
 		h.beginLocked(s, next.sub, next.msg)
+		break
 	}
 }

@@ -22,6 +22,7 @@ type subscriber struct {
 	ch     chan []byte
 	gone   chan struct{}
 	onDrop func()
+	meta   any // the connection's Meta (who is asking), handed to the turns it starts
 }
 
 // conversation is one session's state: its sequence counter, its recent history for replay, its attached

@@ -31,6 +31,10 @@ type Config struct {
 	Insecure  bool     // pass -insecure-no-sandbox to runners
 	ExtraArgs []string // appended to the runner's flags
 	Env       []string // extra environment for runners (the runner clears it for user commands)
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 30s). It must cover the
+	// runner's graceful shutdown plus its final snapshot (twice the runner's ShutdownTimeout and a margin),
+	// or a killed final snapshot loses the last turn.
+	StopGrace time.Duration
 	Logger    *slog.Logger
 }
 
@@ -70,6 +74,9 @@ func New(cfg Config) (*Driver, error) {
 	cfg.DataDir = abs
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 30 * time.Second
 	}
 	return &Driver{cfg: cfg, log: cfg.Logger, procs: map[string]*proc{}}, nil
 }
@@ -121,6 +128,7 @@ func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (scheduler.Sand
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		_ = stdin.Close()
 		return scheduler.Sandbox{}, err
 	}
 	if err := cmd.Start(); err != nil {
@@ -129,6 +137,10 @@ func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (scheduler.Sand
 	p := &proc{cmd: cmd, stdin: stdin, exited: make(chan struct{})}
 	alloc := strconv.Itoa(cmd.Process.Pid)
 
+	// Registered before the wait goroutine can run, so its delete always follows this insert.
+	d.mu.Lock()
+	d.procs[alloc] = p
+	d.mu.Unlock()
 	ready := make(chan readyLine, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -149,9 +161,6 @@ func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (scheduler.Sand
 		d.mu.Unlock()
 		close(p.exited)
 	}()
-	d.mu.Lock()
-	d.procs[alloc] = p
-	d.mu.Unlock()
 
 	select {
 	case rl := <-ready:
@@ -175,7 +184,7 @@ func (d *Driver) Stop(ctx context.Context, alloc string) error {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	_ = p.stdin.Close()
-	grace := time.NewTimer(5 * time.Second)
+	grace := time.NewTimer(d.cfg.StopGrace)
 	defer grace.Stop()
 	select {
 	case <-p.exited:
@@ -193,6 +202,7 @@ func (d *Driver) Stop(ctx context.Context, alloc string) error {
 }
 
 func (d *Driver) kill(p *proc) {
-	// Negative pid: the whole process group, so bubblewrap and user commands go too.
+	// Negative pid: the runner's process group. bubblewrap and the agent's processes have groups of their
+	// own and die with the runner through Pdeathsig (and --die-with-parent).
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 }

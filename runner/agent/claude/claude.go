@@ -63,9 +63,9 @@ type Config struct {
 	// Permissions and SDKConfig come from the token and override the client's session options.
 	Permissions Permissions
 	SDKConfig   json.RawMessage
-	// Policy, when set, replaces Permissions and SDKConfig and is asked at every turn (the runner answers
-	// with the newest admitted token's).
-	Policy func() (Permissions, json.RawMessage)
+	// Policy, when set, replaces Permissions and SDKConfig and is asked at every turn of a session (the
+	// runner answers with the grant of the connection that sent the prompt).
+	Policy func(sessionID string) (Permissions, json.RawMessage)
 	// DefaultModel is used when neither the client nor the token picks a model; "" leaves it to the CLI.
 	DefaultModel string
 	// Logger; nil discards.
@@ -117,6 +117,7 @@ type agentSession struct {
 	// lastUsed and idle.
 	turn     chan struct{}
 	proc     *cliProc
+	optsKey  string // the effective options proc was started with
 	lastUsed time.Time
 	idle     *time.Timer
 	// live mirrors proc for Close, which must not wait for a running turn.
@@ -217,7 +218,7 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 	if d.cfg.Policy != nil {
 		// The newest token's permissions and sdkConfig decide each turn.
 		var raw json.RawMessage
-		perms, raw = d.cfg.Policy()
+		perms, raw = d.cfg.Policy(turn.SessionID)
 		parsed, err := parseSDKConfig(raw)
 		if err != nil {
 			return err
@@ -247,12 +248,21 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 	if s.proc != nil && s.proc.exited() {
 		d.setProc(s, nil)
 	}
+	key := optionsKey(opts)
+	if s.proc != nil && s.optsKey != key {
+		// Another token (other permissions, model or sdkConfig) prompts this session now: the CLI's flags
+		// are fixed at start, so it resumes in a new process under the new ones.
+		log.Info("agent options changed; restarting the agent process")
+		s.proc.shutdown(shutdownGrace)
+		d.setProc(s, nil)
+	}
 	if s.proc == nil {
 		p, err := d.start(s, opts, log)
 		if err != nil {
 			return err
 		}
 		d.setProc(s, p)
+		s.optsKey = key
 	}
 	p := s.proc
 	drainStale(p, log)
@@ -581,4 +591,12 @@ func (d *Driver) processCount() int {
 		s.liveMu.Unlock()
 	}
 	return n
+}
+
+// optionsKey fingerprints the options a CLI process is started with, minus how the session was selected
+// (those only matter for the first start).
+func optionsKey(o wire.SessionOptions) string {
+	o.SessionID, o.ForkSession, o.Continue, o.LastSeq = "", false, false, nil
+	b, _ := json.Marshal(o)
+	return string(b)
 }

@@ -1,0 +1,215 @@
+// Package cockroach is the production billing.Ledger and billing.Reserver: usage events, per-window totals
+// and budget holds in CockroachDB (and in PostgreSQL, its stand-in in tests), through pgx.
+//
+// Every write is one SERIALIZABLE transaction run by cockroachdb.ExecuteTx (crdb.ExecuteTx on
+// CockroachDB), retried on serialization failures. Recording is idempotent by event key (the primary key
+// of usage_events) and the totals move in the same transaction as the event insert, so a redelivered event
+// is never counted twice; a hold is granted in the same transaction that reads what is used and held, so
+// concurrent callers in any number of processes cannot overspend. Because every operation is idempotent, a
+// commit whose outcome is unknown (the connection failed during COMMIT) is resolved by running the
+// operation again: the idempotency key finds what the first run did.
+//
+// Times (event times, hold expiries) are values of the Go clock (WithClock), never now() in SQL, so
+// processes and tests agree on what has expired.
+package cockroach
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/cockroachdb"
+)
+
+// migrations are append-only; see cockroachdb.Migrate. They run on CockroachDB and PostgreSQL alike.
+// window_start is the window's start truncated to the second, 1970-01-01 UTC for the lifetime window.
+var migrations = []string{
+	`CREATE TABLE usage_events (
+		key             TEXT        PRIMARY KEY,
+		issuer          TEXT        NOT NULL,
+		"user"          TEXT        NOT NULL,
+		"window"        TEXT        NOT NULL,
+		window_start    TIMESTAMPTZ NOT NULL,
+		kind            TEXT        NOT NULL,
+		model           TEXT        NOT NULL DEFAULT '',
+		ai_micros       INT8        NOT NULL CHECK (ai_micros >= 0),
+		compute_seconds INT8        NOT NULL CHECK (compute_seconds >= 0),
+		at              TIMESTAMPTZ NOT NULL
+	);
+	CREATE TABLE usage_totals (
+		issuer          TEXT        NOT NULL,
+		"user"          TEXT        NOT NULL,
+		"window"        TEXT        NOT NULL,
+		window_start    TIMESTAMPTZ NOT NULL,
+		ai_micros       INT8        NOT NULL DEFAULT 0,
+		compute_seconds INT8        NOT NULL DEFAULT 0,
+		PRIMARY KEY (issuer, "user", "window", window_start)
+	)`,
+	// Holds (billing.Reserver). The index serves the per-account reads of Reserve and Usage: the sum of the
+	// unexpired holds and the sweep of the expired ones.
+	`CREATE TABLE holds (
+		id           TEXT        PRIMARY KEY,
+		issuer       TEXT        NOT NULL,
+		"user"       TEXT        NOT NULL,
+		"window"     TEXT        NOT NULL,
+		window_start TIMESTAMPTZ NOT NULL,
+		granted      INT8        NOT NULL CHECK (granted > 0),
+		expires_at   TIMESTAMPTZ NOT NULL
+	);
+	CREATE INDEX holds_by_account ON holds (issuer, "user", "window", window_start, expires_at)`,
+}
+
+// multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as
+// the schema "ledger-multiregion": PostgreSQL and single-region CockroachDB reject table localities. Each
+// table becomes REGIONAL BY ROW: a row is homed (leaseholder and voting replicas) in the region that
+// inserted it — the runner's region, where its user's events, totals and holds are written and read — while
+// the primary keys stay unique across regions, so idempotency keys and hold ids keep their meaning.
+var multiRegionMigrations = []string{
+	`ALTER TABLE usage_events SET LOCALITY REGIONAL BY ROW`,
+	`ALTER TABLE usage_totals SET LOCALITY REGIONAL BY ROW`,
+	`ALTER TABLE holds SET LOCALITY REGIONAL BY ROW`,
+}
+
+// Ledger is a billing.Ledger and billing.Reserver over a CockroachDB (or PostgreSQL) database. Safe for
+// concurrent use, by any number of processes on one database.
+type Ledger struct {
+	pool *pgxpool.Pool
+	srv  cockroachdb.Server
+	now  func() time.Time
+}
+
+var _ billing.Ledger = (*Ledger)(nil)
+
+// Option configures New.
+type Option func(*Ledger)
+
+// WithClock sets the clock that stamps events recorded without At and decides when holds expire (default
+// time.Now). Processes sharing one database should agree on the time: a hold expires by the clock of
+// whoever looks at it.
+func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
+
+// New returns a ledger on pool, creating or migrating its tables if needed (several processes may do so at
+// once). The caller keeps ownership of pool and closes it after the last call.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, error) {
+	l := &Ledger{pool: pool, now: time.Now}
+	for _, o := range opts {
+		o(l)
+	}
+	var err error
+	if l.srv, err = cockroachdb.Detect(ctx, pool); err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if err := cockroachdb.Migrate(ctx, pool, "ledger", migrations); err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	multi, err := cockroachdb.IsMultiRegion(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if multi {
+		if err := cockroachdb.Migrate(ctx, pool, "ledger-multiregion", multiRegionMigrations); err != nil {
+			return nil, fmt.Errorf("open ledger: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// Usage reads the account's running totals and, in the same snapshot, the sum of its unexpired holds (one
+// statement, so a concurrent Settle is seen either wholly or not at all). Database failures wrap
+// billing.ErrUnavailable.
+func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage, error) {
+	if err := acct.Validate(); err != nil {
+		return billing.Usage{}, fmt.Errorf("usage: %w", err)
+	}
+	var u billing.Usage
+	err := l.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT
+			COALESCE(t.ai_micros, 0), COALESCE(t.compute_seconds, 0),
+			(SELECT COALESCE(sum(granted), 0)::INT8 FROM holds
+				WHERE issuer = $1 AND "user" = $2 AND "window" = $3 AND window_start = $4 AND expires_at > $5)
+			FROM (SELECT 1) AS one LEFT JOIN usage_totals AS t
+				ON t.issuer = $1 AND t."user" = $2 AND t."window" = $3 AND t.window_start = $4`,
+			acct.Issuer, acct.User, string(acct.Window), windowStart(acct), l.now(),
+		).Scan(&u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
+	})
+	if err != nil {
+		return billing.Usage{}, fmt.Errorf("usage of %s: %w: %w", describe(acct), billing.ErrUnavailable, err)
+	}
+	return u, nil
+}
+
+// Record inserts the event unless its key is already stored and, only if it inserted, adds its amounts to
+// the account's totals, all in one transaction. An event without At is stamped with the ledger's clock.
+// Invalid events wrap billing.ErrInvalid; database failures wrap billing.ErrUnavailable.
+func (l *Ledger) Record(ctx context.Context, ev billing.UsageEvent) error {
+	if err := ev.Validate(); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	if err := l.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
+		return l.recordTx(ctx, tx, ev)
+	}); err != nil {
+		return fmt.Errorf("record usage event %s: %w: %w", ev.Key, billing.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// recordTx inserts ev unless its key is stored and, only if it inserted, adds its amounts to the totals.
+func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, ev billing.UsageEvent) error {
+	at := ev.At
+	if at.IsZero() {
+		at = l.now()
+	}
+	acct, start := ev.Account, windowStart(ev.Account)
+	tag, err := tx.Exec(ctx, `INSERT INTO usage_events
+		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (key) DO NOTHING`,
+		ev.Key, acct.Issuer, acct.User, string(acct.Window), start, ev.Kind, ev.Model,
+		ev.AIMicros, ev.ComputeSeconds, at.UTC())
+	if err != nil {
+		return fmt.Errorf("insert event: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil // already recorded: the first delivery counted it
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO usage_totals
+		(issuer, "user", "window", window_start, ai_micros, compute_seconds)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (issuer, "user", "window", window_start) DO UPDATE SET
+			ai_micros       = usage_totals.ai_micros + excluded.ai_micros,
+			compute_seconds = usage_totals.compute_seconds + excluded.compute_seconds`,
+		acct.Issuer, acct.User, string(acct.Window), start, ev.AIMicros, ev.ComputeSeconds); err != nil {
+		return fmt.Errorf("add to totals: %w", err)
+	}
+	return nil
+}
+
+// tx runs f in one serializable transaction, retried on serialization failures (cockroachdb.ExecuteTx).
+func (l *Ledger) tx(ctx context.Context, opts cockroachdb.TxOptions, f func(tx pgx.Tx) error) error {
+	return cockroachdb.ExecuteTx(ctx, l.pool, l.srv, opts, f)
+}
+
+// epoch is the stored window start of the lifetime window.
+var epoch = time.Unix(0, 0).UTC()
+
+// windowStart is the stored form of the account's window start: truncated to the second (as billing/sqlite
+// stores it, so both ledgers agree on which starts name one account), the Unix epoch for the lifetime
+// window.
+func windowStart(a billing.Account) time.Time {
+	if a.Window == billing.Lifetime {
+		return epoch
+	}
+	return time.Unix(a.WindowStart.Unix(), 0).UTC()
+}
+
+// describe names an account in errors, as billing's own messages do.
+func describe(a billing.Account) string {
+	if a.Window == billing.Lifetime {
+		return fmt.Sprintf("%s/%s lifetime", a.Issuer, a.User)
+	}
+	return fmt.Sprintf("%s/%s %s from %s", a.Issuer, a.User, a.Window, a.WindowStart.UTC().Format(time.RFC3339))
+}
