@@ -15,8 +15,8 @@ import (
 
 // TxOptions configures ExecuteTx.
 type TxOptions struct {
-	// ReadOnly runs a transaction that only reads. PostgreSQL then never picks it as a serialization-failure
-	// victim's partner as often, and CockroachDB never takes write intents.
+	// ReadOnly declares a transaction that only reads (BEGIN ... READ ONLY): the server refuses writes in it,
+	// and PostgreSQL's serializable isolation tracks it more cheaply.
 	ReadOnly bool
 	// Idempotent says that running fn again after it committed changes nothing (it is keyed by an
 	// idempotency key, or a compare-and-set that a second run finds done). ExecuteTx then resolves an
@@ -96,8 +96,11 @@ func attemptTx(ctx context.Context, pool *pgxpool.Pool, txo pgx.TxOptions, fn fu
 	}
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) {
-			return err // the server answered, or the COMMIT was never sent: nothing committed
+		// Only the server's own answer says the transaction did not commit. (pgconn.SafeToRetry is no
+		// guide here: a connection lost while reading the COMMIT's answer reports "conn closed", which
+		// claims to be safe to retry.)
+		if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) {
+			return err
 		}
 		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 	}

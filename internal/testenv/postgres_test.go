@@ -76,6 +76,9 @@ func TestPostgreSQL(t *testing.T) {
 
 // Databases are dropped when their test ends.
 func TestPostgreSQLDropsDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
 	var name string
 	t.Run("user", func(t *testing.T) {
 		name = queryString(t, connect(t, PostgreSQL(t)), "SELECT current_database()")

@@ -1,0 +1,187 @@
+// Package cockroach is the production scheduler.Placements: one row per (issuer, user) in CockroachDB (and
+// in PostgreSQL, its stand-in in tests), through pgx. A claim is one compare-and-set on the epoch in a
+// SERIALIZABLE transaction, so of any number of concurrent claims with the same expected epoch, in any
+// number of processes and regions, exactly one wins; updates are fenced by the epoch (DESIGN.md §4).
+package cockroach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warren-mesh/warren/internal/cockroachdb"
+	"github.com/warren-mesh/warren/scheduler"
+)
+
+// migrations are append-only; see cockroachdb.Migrate.
+var migrations = []string{
+	`CREATE TABLE placements (
+		issuer  TEXT        NOT NULL,
+		"user"  TEXT        NOT NULL,
+		region  TEXT        NOT NULL,
+		epoch   INT8        NOT NULL CHECK (epoch > 0),
+		state   TEXT        NOT NULL CHECK (state IN ('starting', 'running', 'asleep')),
+		alloc   TEXT        NOT NULL DEFAULT '',
+		updated TIMESTAMPTZ NOT NULL,
+		PRIMARY KEY (issuer, "user")
+	)`,
+}
+
+// multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as
+// the schema "placements-multiregion": PostgreSQL and single-region CockroachDB reject table localities.
+// REGIONAL BY ROW homes each placement in the region of the edge that first claimed it, where its user is
+// usually served, and keeps (issuer, user) unique across regions, which is what makes a claim a global
+// compare-and-set.
+var multiRegionMigrations = []string{
+	`ALTER TABLE placements SET LOCALITY REGIONAL BY ROW`,
+}
+
+// Placements is a scheduler.Placements over a CockroachDB (or PostgreSQL) database. Safe for concurrent
+// use, by any number of processes on one database.
+type Placements struct {
+	pool *pgxpool.Pool
+	srv  cockroachdb.Server
+	now  func() time.Time
+}
+
+var _ scheduler.Placements = (*Placements)(nil)
+
+// Option configures New.
+type Option func(*Placements)
+
+// WithClock sets the clock that stamps Placement.Updated (default time.Now).
+func WithClock(now func() time.Time) Option { return func(p *Placements) { p.now = now } }
+
+// New returns the placements stored through pool, creating or migrating the table if needed (several
+// processes may do so at once). The caller keeps ownership of pool and closes it after the last call.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Placements, error) {
+	p := &Placements{pool: pool, now: time.Now}
+	for _, o := range opts {
+		o(p)
+	}
+	var err error
+	if p.srv, err = cockroachdb.Detect(ctx, pool); err != nil {
+		return nil, fmt.Errorf("open placements: %w", err)
+	}
+	if err := cockroachdb.Migrate(ctx, pool, "placements", migrations); err != nil {
+		return nil, fmt.Errorf("open placements: %w", err)
+	}
+	multi, err := cockroachdb.IsMultiRegion(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("open placements: %w", err)
+	}
+	if multi {
+		if err := cockroachdb.Migrate(ctx, pool, "placements-multiregion", multiRegionMigrations); err != nil {
+			return nil, fmt.Errorf("open placements: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// Get returns the placement of (issuer, user) or an error wrapping scheduler.ErrNotFound.
+func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Placement, error) {
+	pl := scheduler.Placement{Issuer: issuer, User: user}
+	var state string
+	err := p.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT region, epoch, state, alloc, updated FROM placements
+			WHERE issuer = $1 AND "user" = $2`, issuer, user).Scan(&pl.Region, &pl.Epoch, &state, &pl.Alloc, &pl.Updated)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, scheduler.ErrNotFound)
+	}
+	if err != nil {
+		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, err)
+	}
+	pl.State, pl.Updated = scheduler.State(state), pl.Updated.UTC()
+	return pl, nil
+}
+
+// Claim is one compare-and-set statement in a serializable transaction: an INSERT that does nothing on an
+// existing row when expect is 0, otherwise an UPDATE guarded by the expected epoch; exactly one row changes
+// or the claim lost (scheduler.ErrConflict). A concurrent claim that commits first makes this one's
+// transaction fail serialization; on the retry the row no longer matches, so it loses cleanly.
+//
+// Claim is not idempotent — run twice, the second run finds the epoch moved and reports ErrConflict — so
+// an ambiguous commit (the connection failed during COMMIT) is returned as an error, classified
+// cockroachdb.Ambiguous: Get tells whether this claim won.
+func (p *Placements) Claim(ctx context.Context, issuer, user, region string, expect int64) (scheduler.Placement, error) {
+	if issuer == "" || user == "" || region == "" {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s in %q: empty issuer, user or region", issuer, user, region)
+	}
+	if expect < 0 {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, scheduler.ErrConflict)
+	}
+	now := p.now().UTC()
+	var n int64
+	err := p.tx(ctx, cockroachdb.TxOptions{}, func(tx pgx.Tx) error {
+		var sql string
+		args := []any{issuer, user, region, now}
+		if expect == 0 {
+			sql = `INSERT INTO placements (issuer, "user", region, epoch, state, alloc, updated)
+				VALUES ($1, $2, $3, 1, 'starting', '', $4)
+				ON CONFLICT (issuer, "user") DO NOTHING`
+		} else {
+			sql = `UPDATE placements SET region = $3, epoch = epoch + 1, state = 'starting', alloc = '', updated = $4
+				WHERE issuer = $1 AND "user" = $2 AND epoch = $5`
+			args = append(args, expect)
+		}
+		tag, err := tx.Exec(ctx, sql, args...)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, err)
+	}
+	if n != 1 {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, scheduler.ErrConflict)
+	}
+	return scheduler.Placement{
+		Issuer: issuer, User: user, Region: region,
+		Epoch: expect + 1, State: scheduler.StateStarting, Updated: now,
+	}, nil
+}
+
+// Update changes state and alloc only under the stored epoch. When no row changes, a second read inside the
+// same transaction tells a missing placement (ErrNotFound) from a different epoch (ErrStaleEpoch, whether the
+// caller's epoch is older or, from a confused caller, newer). Setting the same state and alloc twice is
+// harmless, so an ambiguous commit is resolved by running the update again.
+func (p *Placements) Update(ctx context.Context, issuer, user string, epoch int64, state scheduler.State, alloc string) error {
+	switch state {
+	case scheduler.StateStarting, scheduler.StateRunning, scheduler.StateAsleep:
+	default:
+		return fmt.Errorf("update placement %s/%s: unknown state %q", issuer, user, state)
+	}
+	now := p.now().UTC()
+	err := p.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE placements SET state = $1, alloc = $2, updated = $3
+			WHERE issuer = $4 AND "user" = $5 AND epoch = $6`, string(state), alloc, now, issuer, user, epoch)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		var stored int64
+		err = tx.QueryRow(ctx, `SELECT epoch FROM placements WHERE issuer = $1 AND "user" = $2`, issuer, user).Scan(&stored)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return scheduler.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("stored %d: %w", stored, scheduler.ErrStaleEpoch)
+	})
+	if err != nil {
+		return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+	}
+	return nil
+}
+
+// tx runs f in one serializable transaction, retried on serialization failures (cockroachdb.ExecuteTx).
+func (p *Placements) tx(ctx context.Context, opts cockroachdb.TxOptions, f func(tx pgx.Tx) error) error {
+	return cockroachdb.ExecuteTx(ctx, p.pool, p.srv, opts, f)
+}
