@@ -51,6 +51,33 @@ var migrations = []string{
 		expires_at   INTEGER NOT NULL
 	);
 	CREATE INDEX holds_by_account ON holds (issuer, "user", "window", window_start, expires_at)`,
+	// The billing API's tables (admin.go). created is Unix seconds UTC; a quota's "user" is '' for the
+	// issuer's default.
+	`CREATE TABLE issuers (
+		id      TEXT    PRIMARY KEY,
+		name    TEXT    NOT NULL,
+		created INTEGER NOT NULL
+	);
+	CREATE TABLE quotas (
+		issuer          TEXT    NOT NULL,
+		"user"          TEXT    NOT NULL,
+		ai_micros       INTEGER NOT NULL CHECK (ai_micros >= -1),
+		compute_seconds INTEGER NOT NULL CHECK (compute_seconds >= -1),
+		"window"        TEXT    NOT NULL,
+		max_sessions    INTEGER NOT NULL CHECK (max_sessions >= -1),
+		revision        INTEGER NOT NULL CHECK (revision > 0),
+		PRIMARY KEY (issuer, "user")
+	);
+	CREATE TABLE prices (
+		model          TEXT    PRIMARY KEY,
+		input          INTEGER NOT NULL CHECK (input >= 0),
+		output         INTEGER NOT NULL CHECK (output >= 0),
+		cache_read     INTEGER NOT NULL CHECK (cache_read >= 0),
+		cache_creation INTEGER NOT NULL CHECK (cache_creation >= 0)
+	)`,
+	// Usage reports (QueryUsage) select events by time, for every issuer or for one issuer or user.
+	`CREATE INDEX usage_events_by_time ON usage_events (at);
+	CREATE INDEX usage_events_by_user ON usage_events (issuer, "user", at)`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

@@ -64,7 +64,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, `warren dev is running
   edge       %[1]s   (WebSocket %[1]s/ws, REST %[1]s/v1/sandbox/..., metrics %[1]s/metrics)
   scheduler  local process driver, region %[2]q
-  billing    SQLite ledger in %[3]s
+  billing    SQLite ledger in %[3]s; admin API %[1]s/v1/{issuers,quotas,usage,prices} (try: %[7]s admin issuers ls)
   issuer     %[4]q (%[5]s; secret in %[3]s/secrets.json)
   isolation  %[6]s
   agent      %[8]s

@@ -82,3 +82,30 @@ func TestRefusesWithoutBubblewrap(t *testing.T) {
 	}
 	_ = st.Close()
 }
+
+// The billing API is served by warren dev and driven by warren admin with the admin key from the data dir.
+func TestAdminCLI(t *testing.T) {
+	st := startStack(t)
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"admin"}, args...)...)
+		cmd.Env = append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_DATA_DIR="+st.Config().DataDir)
+		out, _ := cmd.CombinedOutput()
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	if out, code := run("issuers", "ls"); code != 0 || !strings.Contains(out, devstack.DevIssuer) {
+		t.Fatalf("issuers ls: %d %s", code, out)
+	}
+	if out, code := run("quota", "set", devstack.DevIssuer, "-ai-usd", "2", "-compute", "600", "-window", "day", "-max-sessions", "2"); code != 0 {
+		t.Fatalf("quota set: %d %s", code, out)
+	}
+	if out, code := run("quota", "get", devstack.DevIssuer, "-json"); code != 0 || !strings.Contains(out, "2000000") {
+		t.Fatalf("quota get: %d %s", code, out)
+	}
+	// Without the key: unauthenticated.
+	cmd := exec.Command(binary, "admin", "-admin-key", "wrong", "issuers", "ls")
+	cmd.Env = append(os.Environ(), "WARREN_URL="+st.URL())
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() == 0 {
+		t.Fatalf("a wrong admin key was accepted: %s", out)
+	}
+}

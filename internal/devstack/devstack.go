@@ -72,6 +72,7 @@ type Stack struct {
 	srv       *http.Server
 	secrets   *file.Store
 	DevKey    secrets.Key // the dev issuer's current key
+	AdminKey  string      // bearer key of the billing API
 	Created   bool        // the dev issuer was created by this start
 	Registry  registry.Registry
 	Scheduler *scheduler.Scheduler
@@ -130,6 +131,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.DevKey, s.Created, err = s.secrets.EnsureIssuer(DevIssuer); err != nil {
 		return nil, fmt.Errorf("devstack: dev issuer: %w", err)
 	}
+	if s.AdminKey, _, err = s.secrets.EnsureAdminKey(); err != nil {
+		return nil, fmt.Errorf("devstack: admin key: %w", err)
+	}
 	placements, err := schedsqlite.New(ctx, filepath.Join(cfg.DataDir, "placements.db"))
 	if err != nil {
 		return nil, fmt.Errorf("devstack: placements: %w", err)
@@ -141,6 +145,14 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.closers = append(s.closers, ledger.Close)
 	s.Ledger = ledger
+	// The billing API rotates keys only for registered issuers.
+	if _, err := ledger.GetIssuer(ctx, DevIssuer); errors.Is(err, billing.ErrNotFound) {
+		if _, err := ledger.PutIssuer(ctx, DevIssuer, "warren dev"); err != nil {
+			return nil, fmt.Errorf("devstack: register dev issuer: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("devstack: dev issuer: %w", err)
+	}
 	s.Registry = mem.New()
 
 	runnerArgs := slices.Clone(cfg.RunnerArgs)
@@ -208,6 +220,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", ed.Handler())
+	api, err := billing.NewAPI(billing.APIConfig{Store: ledger, Keys: s.secrets, AdminKeys: s.secrets.AdminKeys,
+		Logger: s.log.With("component", "billing"), Metrics: reg})
+	if err != nil {
+		return nil, err
+	}
+	api.Mount(mux) // /v1/issuers, /v1/quotas/, /v1/usage, /v1/prices, /v1/openapi.json
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {

@@ -1,7 +1,8 @@
-// Package file is the file-backed Secrets store of `warren dev`: issuer HMAC keys in one JSON file (mode 0600)
-// in the data directory. Every version of an issuer's key is kept; IssuerKeys lists them newest first. Writes
-// replace the file atomically under an advisory lock, and readers reload it when it changes on disk, so a
-// `warren token` in another process and the dev server agree on the keys.
+// Package file is the file-backed Secrets store of `warren dev`: issuer HMAC keys, and the billing API's admin
+// keys, in one JSON file (mode 0600) in the data directory. Every version of an issuer's key is kept;
+// IssuerKeys lists them newest first. Writes replace the file atomically under an advisory lock, and readers
+// reload it when it changes on disk, so a `warren token` in another process and the dev server agree on the
+// keys.
 package file
 
 import (
@@ -33,10 +34,12 @@ const secretSize = 32
 
 const formatVersion = 1
 
-// document is the file's JSON form.
+// document is the file's JSON form. AdminKeys is omitted while empty, so a file without admin keys reads
+// exactly as before they existed.
 type document struct {
-	Version int                    `json:"version"`
-	Issuers map[string][]storedKey `json:"issuers"`
+	Version   int                    `json:"version"`
+	Issuers   map[string][]storedKey `json:"issuers"`
+	AdminKeys []storedAdminKey       `json:"admin_keys,omitempty"`
 }
 
 // storedKey is one key version; an issuer's list is kept newest first.
@@ -152,6 +155,11 @@ func (s *Store) update(issuer string, fn func(*document) (changed bool, err erro
 	if !validIssuer(issuer) {
 		return fmt.Errorf("issuer %q: %w", issuer, ErrInvalidIssuer)
 	}
+	return s.updateDoc(fn)
+}
+
+// updateDoc is update for changes that are not an issuer's.
+func (s *Store) updateDoc(fn func(*document) (changed bool, err error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
@@ -308,6 +316,9 @@ func parse(data []byte) (document, error) {
 			}
 		}
 	}
+	if err := checkAdminKeys(d.AdminKeys); err != nil {
+		return document{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
 	return d, nil
 }
 
@@ -327,7 +338,7 @@ func emptyDocument() document {
 }
 
 func (d document) clone() document {
-	c := document{Version: d.Version, Issuers: make(map[string][]storedKey, len(d.Issuers))}
+	c := document{Version: d.Version, Issuers: make(map[string][]storedKey, len(d.Issuers)), AdminKeys: slices.Clone(d.AdminKeys)}
 	for iss, keys := range d.Issuers {
 		c.Issuers[iss] = slices.Clone(keys)
 	}

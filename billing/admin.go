@@ -1,0 +1,355 @@
+package billing
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The admin ports' sentinel errors. They live here rather than in errors.go only because this change may
+// not touch existing files; move them there with the next edit of errors.go.
+var (
+	// ErrNotFound: the issuer, quota or price asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a write named a revision that is no longer the current one.
+	ErrConflict = errors.New("stale revision")
+)
+
+// Unlimited is the value written for a limit without a ceiling. Any negative limit reads as unlimited.
+const Unlimited = -1
+
+// MaxNameLen bounds issuer ids, user ids, issuer names and model names (as the token package bounds iss and
+// sub).
+const MaxNameLen = 256
+
+// Issuer is a registered issuer (a customer's project): the iss of its users' tokens.
+type Issuer struct {
+	ID      string    `json:"iss"`
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	// Quota is the issuer's default quota (nil when none is set). It is read here for convenience and
+	// written through Quotas.
+	Quota *Quota `json:"default_quota,omitempty"`
+}
+
+// Quota is a platform team's ceiling for an issuer (the default of all its users) or for one user of it
+// (an override of that default). Amounts are per window; zero allows nothing and a negative value is
+// unlimited, as in Budget.
+type Quota struct {
+	AIMicros              int64  `json:"ai_microdollars"`
+	ComputeSeconds        int64  `json:"compute_seconds"`
+	Window                Window `json:"window"`
+	MaxConcurrentSessions int64  `json:"max_concurrent_sessions"`
+	// Revision counts the writes of this quota: 1 after the first, +1 after every other. Writers name the
+	// revision they read (optimistic concurrency).
+	Revision int64 `json:"revision"`
+}
+
+// QuotaKey names a quota: the issuer's default when User is empty, else the override of that user.
+type QuotaKey struct {
+	Issuer string
+	User   string
+}
+
+// Issuers registers and lists issuers. Safe for concurrent use.
+type Issuers interface {
+	// PutIssuer registers the issuer or renames it (keeping Created) and returns it as stored. ErrInvalid
+	// for a bad id or name; errors wrapping ErrUnavailable when the store cannot be reached.
+	PutIssuer(ctx context.Context, id, name string) (Issuer, error)
+	// GetIssuer returns the issuer with its default quota. ErrNotFound when it is not registered.
+	GetIssuer(ctx context.Context, id string) (Issuer, error)
+	// ListIssuers returns every registered issuer with its default quota, ordered by id.
+	ListIssuers(ctx context.Context) ([]Issuer, error)
+}
+
+// Quotas reads and writes quotas with optimistic concurrency. Safe for concurrent use, also across
+// processes sharing a store.
+type Quotas interface {
+	// GetQuota returns the quota stored under k. ErrNotFound when there is none.
+	GetQuota(ctx context.Context, k QuotaKey) (Quota, error)
+	// PutQuota stores q under k if k's current revision is expected (0: k has no quota yet) and returns q
+	// with its new revision, expected+1; q.Revision is ignored. ErrConflict when the revision is stale;
+	// ErrNotFound when k's issuer is not registered; ErrInvalid for a bad key or quota.
+	PutQuota(ctx context.Context, k QuotaKey, q Quota, expected int64) (Quota, error)
+}
+
+// PriceStore keeps the per-model overrides of DefaultPrices. Safe for concurrent use.
+type PriceStore interface {
+	// GetPrice returns the override stored for exactly model. ErrNotFound when there is none.
+	GetPrice(ctx context.Context, model string) (Price, error)
+	// PutPrice stores (or replaces) model's override. ErrInvalid for a bad name or a negative price.
+	PutPrice(ctx context.Context, model string, p Price) error
+	// ListPrices returns every override by model name.
+	ListPrices(ctx context.Context) (map[string]Price, error)
+}
+
+// UsageQuery reports recorded usage. Safe for concurrent use.
+type UsageQuery interface {
+	// QueryUsage sums the usage events of f's range into rows grouped by f.GroupBy, ordered by issuer and
+	// group key, one page at a time. ErrInvalid for a filter that fails Validate (a bad cursor included).
+	QueryUsage(ctx context.Context, f UsageFilter) (UsagePage, error)
+}
+
+// AdminStore is everything the billing API keeps in the ledger's database.
+type AdminStore interface {
+	Issuers
+	Quotas
+	PriceStore
+	UsageQuery
+}
+
+// GroupBy is how QueryUsage groups events.
+type GroupBy string
+
+// The groupings of QueryUsage. Every row also carries the issuer, the first sort key.
+const (
+	GroupByUser  GroupBy = "user"  // per end user
+	GroupByDay   GroupBy = "day"   // per UTC day of the event time
+	GroupByModel GroupBy = "model" // per model; compute time has the empty model
+)
+
+// Valid reports whether g is a known grouping.
+func (g GroupBy) Valid() bool { return g == GroupByUser || g == GroupByDay || g == GroupByModel }
+
+// Page sizes of QueryUsage.
+const (
+	DefaultUsageLimit = 100
+	MaxUsageLimit     = 1000
+)
+
+// UsageFilter selects the events QueryUsage sums: those at or after From and before To, of Issuer and User
+// when set.
+type UsageFilter struct {
+	Issuer  string
+	User    string // needs Issuer
+	From    time.Time
+	To      time.Time
+	GroupBy GroupBy
+	Cursor  string // NextCursor of the previous page; empty for the first
+	Limit   int    // rows per page, 1 to MaxUsageLimit
+}
+
+// UsageRow is the usage of one group.
+type UsageRow struct {
+	Issuer string
+	// Key is the group: the user, the UTC day as 2006-01-02, or the model ("" for compute time).
+	Key            string
+	AIMicros       int64
+	ComputeSeconds int64
+	Events         int64
+}
+
+// UsageTotals sums every row of a filter, not only one page's.
+type UsageTotals struct {
+	AIMicros       int64 `json:"ai_microdollars"`
+	ComputeSeconds int64 `json:"compute_seconds"`
+	Events         int64 `json:"events"`
+}
+
+// UsagePage is one page of QueryUsage.
+type UsagePage struct {
+	Rows   []UsageRow
+	Totals UsageTotals
+	// NextCursor continues after the last row; empty on the last page. Pages are keyed by the group, so
+	// events recorded while paging may change rows not yet read but never repeat or skip a group.
+	NextCursor string
+}
+
+// Validate reports, wrapping ErrInvalid, a filter without a range or with an empty one, a user without an
+// issuer, bad names, an unknown grouping, a limit out of range, or a cursor not made for this grouping.
+func (f UsageFilter) Validate() error {
+	switch {
+	case f.From.IsZero() || f.To.IsZero():
+		return fmt.Errorf("usage filter without from or to: %w", ErrInvalid)
+	case !f.From.Before(f.To):
+		return fmt.Errorf("usage filter from %s is not before to %s: %w", f.From.Format(time.RFC3339), f.To.Format(time.RFC3339), ErrInvalid)
+	case f.Issuer != "" && !ValidName(f.Issuer):
+		return fmt.Errorf("usage filter: bad issuer: %w", ErrInvalid)
+	case f.User != "" && (f.Issuer == "" || !ValidName(f.User)):
+		return fmt.Errorf("usage filter: a user needs an issuer and a valid id: %w", ErrInvalid)
+	case !f.GroupBy.Valid():
+		return fmt.Errorf("usage filter: unknown grouping %q: %w", f.GroupBy, ErrInvalid)
+	case f.Limit < 1 || f.Limit > MaxUsageLimit:
+		return fmt.Errorf("usage filter: limit %d not in 1..%d: %w", f.Limit, MaxUsageLimit, ErrInvalid)
+	}
+	if f.Cursor != "" {
+		if _, err := ParseUsageCursor(f.Cursor, f.GroupBy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UsageCursor is the position after a row of QueryUsage: the next page starts at the next group.
+type UsageCursor struct {
+	GroupBy GroupBy `json:"g"`
+	Issuer  string  `json:"i"`
+	Key     string  `json:"k"`
+}
+
+// CursorAfter is the cursor continuing after row r of a query grouped by g.
+func CursorAfter(g GroupBy, r UsageRow) string {
+	b, _ := json.Marshal(UsageCursor{GroupBy: g, Issuer: r.Issuer, Key: r.Key}) // cannot fail
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ParseUsageCursor decodes a cursor made by CursorAfter for grouping g. A cursor that does not decode, or
+// was made for another grouping, wraps ErrInvalid.
+func ParseUsageCursor(s string, g GroupBy) (UsageCursor, error) {
+	var c UsageCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) > 2*MaxNameLen+64 || json.Unmarshal(b, &c) != nil || c.Issuer == "" {
+		return UsageCursor{}, fmt.Errorf("malformed usage cursor: %w", ErrInvalid)
+	}
+	if c.GroupBy != g {
+		return UsageCursor{}, fmt.Errorf("usage cursor of a query grouped by %q, not %q: %w", c.GroupBy, g, ErrInvalid)
+	}
+	return c, nil
+}
+
+// Validate reports, wrapping ErrInvalid, an unknown window or a limit below Unlimited (-1).
+func (q Quota) Validate() error {
+	switch {
+	case !q.Window.Valid():
+		return fmt.Errorf("quota: unknown window %q: %w", q.Window, ErrInvalid)
+	case q.AIMicros < Unlimited || q.ComputeSeconds < Unlimited || q.MaxConcurrentSessions < Unlimited:
+		return fmt.Errorf("quota: limits below %d: %w", Unlimited, ErrInvalid)
+	}
+	return nil
+}
+
+// Validate reports, wrapping ErrInvalid, a key with a bad issuer or user id.
+func (k QuotaKey) Validate() error {
+	if !ValidName(k.Issuer) || (k.User != "" && !ValidName(k.User)) {
+		return fmt.Errorf("quota key %q/%q: bad issuer or user id: %w", k.Issuer, k.User, ErrInvalid)
+	}
+	return nil
+}
+
+// MaxPrice bounds each price (microdollars per million tokens: one million USD), so costs cannot overflow.
+const MaxPrice = 1_000_000_000_000
+
+// Validate reports, wrapping ErrInvalid, a negative price or one above MaxPrice.
+func (p Price) Validate() error {
+	for _, v := range []int64{p.Input, p.Output, p.CacheRead, p.CacheCreation} {
+		if v < 0 || v > MaxPrice {
+			return fmt.Errorf("price %d not in 0..%d microdollars per million tokens: %w", v, int64(MaxPrice), ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// ValidName reports whether s is usable as an issuer, user or model name: 1 to MaxNameLen bytes of UTF-8
+// without control or format characters (the token package's rule for iss and sub).
+func ValidName(s string) bool {
+	return s != "" && validText(s)
+}
+
+// validText is ValidName allowing the empty string (issuer display names).
+func validText(s string) bool {
+	if len(s) > MaxNameLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidIssuerName reports whether s is usable as an issuer's display name: like ValidName, but may be empty.
+func ValidIssuerName(s string) bool { return validText(s) }
+
+// Limit is what the edge enforces on one user: a budget in the token's window and how many sessions may run
+// at once (negative: unlimited).
+type Limit struct {
+	Budget
+	MaxConcurrentSessions int64
+}
+
+// EffectiveLimit combines a token's budget with the quota that applies to its user: the user's override when
+// there is one, else the issuer's default, else none. Each dimension is the smaller of the two, a negative
+// value standing for unlimited on either side; without a quota the token's budget stands and sessions are
+// unlimited.
+//
+// The amounts are compared as they are, in the token's window: the ledger sums usage per token account, so
+// a quota whose Window differs from the token's cannot be enforced over its own window by this function.
+func EffectiveLimit(token Budget, issuer, user *Quota) Limit {
+	q := user
+	if q == nil {
+		q = issuer
+	}
+	if q == nil {
+		return Limit{Budget: token, MaxConcurrentSessions: Unlimited}
+	}
+	return Limit{
+		Budget: Budget{
+			AIMicros:       minLimit(token.AIMicros, q.AIMicros),
+			ComputeSeconds: minLimit(token.ComputeSeconds, q.ComputeSeconds),
+		},
+		MaxConcurrentSessions: minLimit(Unlimited, q.MaxConcurrentSessions),
+	}
+}
+
+// minLimit is the smaller of two limits where negative means unlimited; unlimited comes out as Unlimited.
+func minLimit(a, b int64) int64 {
+	switch {
+	case a < 0 && b < 0:
+		return Unlimited
+	case a < 0:
+		return b
+	case b < 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// UserQuotas reads the two quotas EffectiveLimit combines for iss/sub: the issuer's default and the user's
+// override, each nil when not set.
+func UserQuotas(ctx context.Context, qs Quotas, iss, sub string) (issuer, user *Quota, err error) {
+	get := func(k QuotaKey) (*Quota, error) {
+		q, err := qs.GetQuota(ctx, k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+		return &q, nil
+	}
+	if issuer, err = get(QuotaKey{Issuer: iss}); err != nil {
+		return nil, nil, fmt.Errorf("quotas of %s/%s: %w", iss, sub, err)
+	}
+	if user, err = get(QuotaKey{Issuer: iss, User: sub}); err != nil {
+		return nil, nil, fmt.Errorf("quotas of %s/%s: %w", iss, sub, err)
+	}
+	return issuer, user, nil
+}
+
+// EffectivePrices is DefaultPrices with the store's overrides on top.
+func EffectivePrices(ctx context.Context, s PriceStore) (Prices, error) {
+	overrides, err := s.ListPrices(ctx)
+	if err != nil {
+		return Prices{}, fmt.Errorf("effective prices: %w", err)
+	}
+	return withOverrides(overrides), nil
+}
+
+// Match is Lookup that also names the entry it picked: the longest model-name prefix of model, or "" for
+// Default.
+func (ps Prices) Match(model string) (name string, p Price) {
+	p, bestLen := ps.Default, -1
+	for n, np := range ps.Models {
+		if strings.HasPrefix(model, n) && len(n) > bestLen {
+			name, p, bestLen = n, np, len(n)
+		}
+	}
+	return name, p
+}

@@ -1,0 +1,411 @@
+package billing
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed" // the OpenAPI document
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// openAPI is GET /v1/openapi.json: the billing API (PROTOCOL.md §7) as OpenAPI 3.1. A test keeps its paths
+// and methods equal to the routes below.
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// DefaultMaxBodyBytes bounds request bodies of the billing API; larger ones are payload_too_large.
+const DefaultMaxBodyBytes = 64 << 10
+
+// KeyRotator writes new versions of issuers' HMAC keys to the secret store; *file.Store satisfies it. Safe
+// for concurrent use. The returned secrets are handed to the caller once and never logged.
+type KeyRotator interface {
+	// Rotate adds a key version to an issuer that has keys and returns it; secrets.ErrUnknownIssuer when
+	// the issuer has none.
+	Rotate(issuer string) (secrets.Key, error)
+	// CreateIssuer writes an issuer's first key and returns it; an error when it has keys already.
+	CreateIssuer(issuer string) (secrets.Key, error)
+}
+
+// APIConfig configures the billing API.
+type APIConfig struct {
+	Store AdminStore // issuers, quotas, prices and usage; required
+	Keys  KeyRotator // the secret store issuer keys are written to; required
+	// AdminKeys returns the admin keys accepted as bearer tokens (*file.Store's AdminKeys); required. It is
+	// asked on every request, so keys added or removed take effect at once. An error answers unavailable.
+	AdminKeys    func(ctx context.Context) ([]string, error)
+	Logger       *slog.Logger
+	Metrics      prometheus.Registerer // optional
+	MaxBodyBytes int64                 // default DefaultMaxBodyBytes
+}
+
+// API is the billing role's admin HTTP API (PROTOCOL.md §7). Safe for concurrent use.
+type API struct {
+	cfg     APIConfig
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+	m       *apiMetrics
+}
+
+// route is one method and path of the API; the mux, Mount and the OpenAPI test all read this table.
+type route struct {
+	method, pattern string
+	serve           func(a *API, w http.ResponseWriter, r *http.Request) error
+}
+
+var routes = []route{
+	{http.MethodGet, "/v1/issuers", (*API).listIssuers},
+	{http.MethodGet, "/v1/issuers/{iss}", (*API).getIssuer},
+	{http.MethodPut, "/v1/issuers/{iss}", (*API).putIssuer},
+	{http.MethodPost, "/v1/issuers/{iss}/keys", (*API).rotateKey},
+	{http.MethodGet, "/v1/quotas/{iss}", (*API).getQuota},
+	{http.MethodPut, "/v1/quotas/{iss}", (*API).putQuota},
+	{http.MethodGet, "/v1/quotas/{iss}/users/{sub}", (*API).getQuota},
+	{http.MethodPut, "/v1/quotas/{iss}/users/{sub}", (*API).putQuota},
+	{http.MethodGet, "/v1/usage", (*API).usage},
+	{http.MethodGet, "/v1/prices", (*API).listPrices},
+	{http.MethodGet, "/v1/prices/{model}", (*API).getPrice},
+	{http.MethodPut, "/v1/prices/{model}", (*API).putPrice},
+	{http.MethodGet, "/v1/openapi.json", (*API).openAPI},
+}
+
+// NewAPI validates cfg and returns the API.
+func NewAPI(cfg APIConfig) (*API, error) {
+	if cfg.Store == nil || cfg.Keys == nil || cfg.AdminKeys == nil {
+		return nil, errors.New("billing api: store, keys and admin keys are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	m, err := newAPIMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	a := &API{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), m: m}
+	// Patterns carry no method: the dispatcher answers a wrong method itself, so that error too has the
+	// PROTOCOL.md §6 shape.
+	byPattern := map[string]map[string]route{}
+	var order []string
+	for _, rt := range routes {
+		if byPattern[rt.pattern] == nil {
+			byPattern[rt.pattern] = map[string]route{}
+			order = append(order, rt.pattern)
+		}
+		byPattern[rt.pattern][rt.method] = rt
+	}
+	for _, p := range order {
+		a.mux.Handle(p, a.dispatch(byPattern[p]))
+	}
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.authenticate(r); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		a.fail(w, r, wire.Errorf(wire.NotFound, "no such billing API route %s %s (see GET /v1/openapi.json)", r.Method, r.URL.Path))
+	})
+	a.handler = a.withRequest(a.mux)
+	return a, nil
+}
+
+// ServeHTTP serves the API.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.handler.ServeHTTP(w, r) }
+
+// Mount registers the API's path prefixes (/v1/issuers, /v1/quotas/, /v1/usage, /v1/prices,
+// /v1/openapi.json and their subtrees) on mux, so the API can share a server with other handlers.
+func (a *API) Mount(mux *http.ServeMux) {
+	for _, p := range Prefixes() {
+		mux.Handle(p, a)
+	}
+}
+
+// Prefixes are the patterns Mount registers.
+func Prefixes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, rt := range routes {
+		segs := strings.SplitN(strings.TrimPrefix(rt.pattern, "/"), "/", 3) // "v1", "issuers", rest
+		p := "/" + segs[0] + "/" + segs[1]
+		if len(segs) == 3 {
+			p += "/"
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// requestInfo is what the middleware learns about a request as it passes through.
+type requestInfo struct {
+	id    string
+	route string
+}
+
+type ctxKey struct{}
+
+func info(r *http.Request) *requestInfo {
+	ri, _ := r.Context().Value(ctxKey{}).(*requestInfo)
+	if ri == nil {
+		return &requestInfo{}
+	}
+	return ri
+}
+
+// withRequest gives the request an id (a sane X-Request-Id, or a random one), echoes it, and counts the
+// response by route and status.
+func (a *API) withRequest(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ri := &requestInfo{id: r.Header.Get("X-Request-Id"), route: "unmatched"}
+		if !validRequestID(ri.id) {
+			b := make([]byte, 8)
+			_, _ = rand.Read(b)
+			ri.id = hex.EncodeToString(b)
+		}
+		w.Header().Set("X-Request-Id", ri.id)
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri)))
+		a.m.requests.WithLabelValues(ri.route, fmt.Sprint(sw.status)).Inc()
+	})
+}
+
+// authenticate accepts requests bearing one of the admin keys; every route, unknown ones included, asks it
+// first. Every configured key is compared, in constant time, as a SHA-256 digest, so neither the key's
+// bytes nor its length leak through timing.
+func (a *API) authenticate(r *http.Request) error {
+	scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	got = strings.TrimSpace(got)
+	if !strings.EqualFold(scheme, "Bearer") || got == "" {
+		a.m.authFailures.WithLabelValues("missing").Inc()
+		return wire.Errorf(wire.Unauthenticated, "no admin key: send Authorization: Bearer <admin key>")
+	}
+	keys, err := a.cfg.AdminKeys(r.Context())
+	if err != nil {
+		return wire.Wrap(wire.Unavailable, err, "the admin keys cannot be read")
+	}
+	sum := sha256.Sum256([]byte(got))
+	match := 0
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		ks := sha256.Sum256([]byte(k))
+		match |= subtle.ConstantTimeCompare(sum[:], ks[:])
+	}
+	if match != 1 {
+		a.m.authFailures.WithLabelValues("wrong").Inc()
+		a.logger(r).Info("admin key rejected", "remote", r.RemoteAddr)
+		return wire.Errorf(wire.Unauthenticated, "the admin key was rejected")
+	}
+	return nil
+}
+
+// dispatch serves one path pattern: it authenticates, then chooses the route by method.
+func (a *API) dispatch(byMethod map[string]route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := byMethod[r.Method]
+		if ok {
+			info(r).route = rt.method + " " + rt.pattern
+		}
+		if err := a.authenticate(r); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if !ok {
+			allowed := make([]string, 0, len(byMethod))
+			for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost} {
+				if _, ok := byMethod[m]; ok {
+					allowed = append(allowed, m)
+				}
+			}
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			a.fail(w, r, wire.Errorf(wire.NotFound, "no such billing API route %s %s; %s allows %s",
+				r.Method, r.URL.Path, r.Pattern, strings.Join(allowed, ", ")).WithDetails(map[string]any{"allow": allowed}))
+			return
+		}
+		if err := rt.serve(a, w, r); err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+// fail writes err as the PROTOCOL.md §6 error body; causes of internal errors are logged, never sent.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	wire.WriteHTTPError(w, a.logger(r), err)
+}
+
+func (a *API) logger(r *http.Request) *slog.Logger {
+	ri := info(r)
+	return a.log.With("request_id", ri.id, "route", ri.route)
+}
+
+// writeJSON answers v with status. Answers are never cached: they carry quotas and, once, secrets.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v) // a failed write is a client gone: nothing left to tell it
+}
+
+func (a *API) openAPI(w http.ResponseWriter, _ *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPI)
+	return nil
+}
+
+// invalidField is an invalid_argument naming the offending field in details.
+func invalidField(field, format string, args ...any) *wire.Error {
+	return wire.Errorf(wire.InvalidArgument, format, args...).WithDetails(map[string]any{"field": field})
+}
+
+// decodeBody reads a JSON object of at most MaxBodyBytes into dst, refusing unknown fields and trailing data.
+func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
+	limit := a.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return wire.Errorf(wire.PayloadTooLarge, "request body of %d bytes is over the limit of %d", r.ContentLength, limit)
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = terr
+			if err == nil {
+				return wire.Errorf(wire.InvalidArgument, "request body holds more than one JSON value")
+			}
+		}
+	}
+	var (
+		maxErr    *http.MaxBytesError
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &maxErr):
+		return wire.Errorf(wire.PayloadTooLarge, "request body is over the limit of %d bytes", limit)
+	case errors.Is(err, io.EOF):
+		return wire.Errorf(wire.InvalidArgument, "request body is empty: want a JSON object")
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return wire.Errorf(wire.InvalidArgument, "request body must be a JSON object")
+		}
+		return invalidField(typeErr.Field, "%s must be a JSON %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()))
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return wire.Errorf(wire.InvalidArgument, "request body is not valid JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalidField(field, "unknown field %q", field)
+	}
+	return wire.Wrap(wire.InvalidArgument, err, "request body cannot be read")
+}
+
+func jsonKind(goKind string) string {
+	switch {
+	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
+		return "integer"
+	case goKind == "string":
+		return "string"
+	}
+	return "value of another type"
+}
+
+// pathName reads and checks a path value naming an issuer, user or model.
+func pathName(r *http.Request, name string) (string, error) {
+	v := r.PathValue(name)
+	if !ValidName(v) {
+		return "", invalidField(name, "%s must be 1 to %d bytes of UTF-8 without control characters", name, MaxNameLen)
+	}
+	return v, nil
+}
+
+// storeError maps a port's error to the wire; notFound is the message for ErrNotFound.
+func storeError(err error, notFound string) error {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return wire.Wrap(wire.NotFound, err, notFound)
+	case errors.Is(err, ErrConflict):
+		return wire.Wrap(wire.Conflict, err, "stale revision")
+	case errors.Is(err, ErrInvalid):
+		return wire.Wrap(wire.InvalidArgument, err, err.Error())
+	case errors.Is(err, ErrUnavailable):
+		return wire.Wrap(wire.Unavailable, err, "the billing database is unavailable")
+	}
+	return err
+}
+
+func validRequestID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// statusWriter remembers the status for the metrics; Unwrap lets http.ResponseController flush through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status  int
+	written bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.written {
+		w.status, w.written = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.written = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type apiMetrics struct {
+	requests     *prometheus.CounterVec
+	authFailures *prometheus.CounterVec
+}
+
+func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
+	m := &apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_billing_api_requests_total", Help: "Billing API requests by route and status code.",
+		}, []string{"route", "code"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_billing_api_auth_failures_total", Help: "Billing API requests refused for their admin key, by reason.",
+		}, []string{"reason"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.authFailures} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("billing api: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,118 @@
+package billing
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// quotaRequest is the body of PUT /v1/quotas/...: every field is required, so a forgotten one is an error
+// rather than a zero that allows nothing.
+type quotaRequest struct {
+	AIMicros              *int64  `json:"ai_microdollars"`
+	ComputeSeconds        *int64  `json:"compute_seconds"`
+	Window                *string `json:"window"`
+	MaxConcurrentSessions *int64  `json:"max_concurrent_sessions"`
+	Revision              *int64  `json:"revision"`
+}
+
+// quotaResponse is a quota with the issuer and user it belongs to.
+type quotaResponse struct {
+	Issuer string `json:"iss"`
+	User   string `json:"sub,omitempty"`
+	Quota
+}
+
+// quotaKey reads {iss} and, on the user routes, {sub}.
+func quotaKey(r *http.Request) (QuotaKey, error) {
+	iss, err := pathName(r, "iss")
+	if err != nil {
+		return QuotaKey{}, err
+	}
+	k := QuotaKey{Issuer: iss}
+	if strings.HasSuffix(r.Pattern, "/users/{sub}") {
+		if k.User, err = pathName(r, "sub"); err != nil {
+			return QuotaKey{}, err
+		}
+	}
+	return k, nil
+}
+
+func (a *API) getQuota(w http.ResponseWriter, r *http.Request) error {
+	k, err := quotaKey(r)
+	if err != nil {
+		return err
+	}
+	q, err := a.cfg.Store.GetQuota(r.Context(), k)
+	if err != nil {
+		msg := fmt.Sprintf("issuer %q has no quota", k.Issuer)
+		if k.User != "" {
+			msg = fmt.Sprintf("user %q of issuer %q has no quota of its own: the issuer's applies", k.User, k.Issuer)
+		}
+		return storeError(err, msg)
+	}
+	return writeJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: q})
+}
+
+func (a *API) putQuota(w http.ResponseWriter, r *http.Request) error {
+	k, err := quotaKey(r)
+	if err != nil {
+		return err
+	}
+	var req quotaRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	q, expected, err := req.quota()
+	if err != nil {
+		return err
+	}
+	stored, err := a.cfg.Store.PutQuota(r.Context(), k, q, expected)
+	if errors.Is(err, ErrConflict) {
+		details := map[string]any{"field": "revision"}
+		if cur, gerr := a.cfg.Store.GetQuota(r.Context(), k); gerr == nil {
+			details["current_revision"] = cur.Revision
+		}
+		return wire.Wrap(wire.Conflict, err, fmt.Sprintf(
+			"revision %d is stale: the quota was changed; read it again and retry with its revision", expected)).WithDetails(details)
+	}
+	if err != nil {
+		return storeError(err, fmt.Sprintf("issuer %q is not registered: PUT /v1/issuers/%s first", k.Issuer, k.Issuer))
+	}
+	return writeJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: stored})
+}
+
+// quota checks the request field by field, naming the first bad one.
+func (req quotaRequest) quota() (Quota, int64, error) {
+	limits := []struct {
+		field string
+		v     *int64
+	}{
+		{"ai_microdollars", req.AIMicros},
+		{"compute_seconds", req.ComputeSeconds},
+		{"max_concurrent_sessions", req.MaxConcurrentSessions},
+	}
+	for _, l := range limits {
+		switch {
+		case l.v == nil:
+			return Quota{}, 0, invalidField(l.field, "%s is required (-1 for unlimited)", l.field)
+		case *l.v < Unlimited:
+			return Quota{}, 0, invalidField(l.field, "%s must be -1 (unlimited) or more, not %d", l.field, *l.v)
+		}
+	}
+	switch {
+	case req.Window == nil:
+		return Quota{}, 0, invalidField("window", "window is required: hour, day, week, month or lifetime")
+	case !Window(*req.Window).Valid():
+		return Quota{}, 0, invalidField("window", "window %q: want hour, day, week, month or lifetime", *req.Window)
+	case req.Revision == nil:
+		return Quota{}, 0, invalidField("revision", "revision is required: the revision read, or 0 to create")
+	case *req.Revision < 0:
+		return Quota{}, 0, invalidField("revision", "revision must not be negative")
+	}
+	return Quota{AIMicros: *req.AIMicros, ComputeSeconds: *req.ComputeSeconds, Window: Window(*req.Window),
+		MaxConcurrentSessions: *req.MaxConcurrentSessions}, *req.Revision, nil
+}

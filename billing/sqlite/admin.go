@@ -1,0 +1,338 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+)
+
+var _ billing.AdminStore = (*Ledger)(nil)
+
+// PutIssuer registers id or renames it, keeping its creation time (billing.Issuers). Bad names wrap
+// billing.ErrInvalid; database failures wrap billing.ErrUnavailable.
+func (l *Ledger) PutIssuer(ctx context.Context, id, name string) (billing.Issuer, error) {
+	if !billing.ValidName(id) || !billing.ValidIssuerName(name) {
+		return billing.Issuer{}, fmt.Errorf("put issuer %q: bad id or name: %w", id, billing.ErrInvalid)
+	}
+	var iss billing.Issuer
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO issuers (id, name, created) VALUES (?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name`, id, name, l.now().UTC().Unix()); err != nil {
+			return fmt.Errorf("upsert: %w", err)
+		}
+		var err error
+		iss, err = getIssuer(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return billing.Issuer{}, fmt.Errorf("put issuer %s: %w", id, classifyAdmin(err))
+	}
+	return iss, nil
+}
+
+// GetIssuer returns the registered issuer id with its default quota (billing.Issuers).
+func (l *Ledger) GetIssuer(ctx context.Context, id string) (billing.Issuer, error) {
+	if !billing.ValidName(id) {
+		return billing.Issuer{}, fmt.Errorf("get issuer: bad id: %w", billing.ErrInvalid)
+	}
+	iss, err := getIssuer(ctx, l.db, id)
+	if err != nil {
+		return billing.Issuer{}, fmt.Errorf("get issuer %s: %w", id, classifyAdmin(err))
+	}
+	return iss, nil
+}
+
+// ListIssuers returns every registered issuer with its default quota, ordered by id (billing.Issuers).
+func (l *Ledger) ListIssuers(ctx context.Context) ([]billing.Issuer, error) {
+	rows, err := l.db.QueryContext(ctx, issuerSelect+` ORDER BY i.id`)
+	if err != nil {
+		return nil, fmt.Errorf("list issuers: %w: %w", billing.ErrUnavailable, err)
+	}
+	defer rows.Close()
+	var out []billing.Issuer
+	for rows.Next() {
+		iss, err := scanIssuer(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list issuers: %w: %w", billing.ErrUnavailable, err)
+		}
+		out = append(out, iss)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list issuers: %w: %w", billing.ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+// querier is what both *sql.DB and *sql.Tx offer.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+const issuerSelect = `SELECT i.id, i.name, i.created,
+	q.ai_micros, q.compute_seconds, q."window", q.max_sessions, q.revision
+	FROM issuers i LEFT JOIN quotas q ON q.issuer = i.id AND q."user" = ''`
+
+func getIssuer(ctx context.Context, db querier, id string) (billing.Issuer, error) {
+	iss, err := scanIssuer(db.QueryRowContext(ctx, issuerSelect+` WHERE i.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return billing.Issuer{}, fmt.Errorf("issuer %q is not registered: %w", id, billing.ErrNotFound)
+	}
+	return iss, err
+}
+
+func scanIssuer(row interface{ Scan(...any) error }) (billing.Issuer, error) {
+	var (
+		iss                        billing.Issuer
+		created                    int64
+		ai, compute, sessions, rev sql.NullInt64
+		window                     sql.NullString
+	)
+	if err := row.Scan(&iss.ID, &iss.Name, &created, &ai, &compute, &window, &sessions, &rev); err != nil {
+		return billing.Issuer{}, err
+	}
+	iss.Created = time.Unix(created, 0).UTC()
+	if rev.Valid {
+		iss.Quota = &billing.Quota{AIMicros: ai.Int64, ComputeSeconds: compute.Int64, Window: billing.Window(window.String),
+			MaxConcurrentSessions: sessions.Int64, Revision: rev.Int64}
+	}
+	return iss, nil
+}
+
+// GetQuota returns the quota stored under k (billing.Quotas).
+func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quota, error) {
+	if err := k.Validate(); err != nil {
+		return billing.Quota{}, fmt.Errorf("get quota: %w", err)
+	}
+	q, err := getQuota(ctx, l.db, k)
+	if err != nil {
+		return billing.Quota{}, fmt.Errorf("get quota %s: %w", quotaName(k), classifyAdmin(err))
+	}
+	return q, nil
+}
+
+// PutQuota stores q under k if k's revision is still expected (billing.Quotas). One immediate transaction
+// reads the revision and writes the next, so two writers that read the same revision cannot both succeed,
+// in this process or another.
+func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quota, expected int64) (billing.Quota, error) {
+	if err := k.Validate(); err != nil {
+		return billing.Quota{}, fmt.Errorf("put quota: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", quotaName(k), err)
+	}
+	if expected < 0 {
+		return billing.Quota{}, fmt.Errorf("put quota %s: negative revision %d: %w", quotaName(k), expected, billing.ErrInvalid)
+	}
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM issuers WHERE id = ?`, k.Issuer).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("issuer %q is not registered: %w", k.Issuer, billing.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read issuer: %w", err)
+		}
+		var current int64
+		err = tx.QueryRowContext(ctx, `SELECT revision FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).Scan(&current)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read revision: %w", err)
+		}
+		if current != expected {
+			return fmt.Errorf("revision %d is stale, the current one is %d: %w", expected, current, billing.ErrConflict)
+		}
+		q.Revision = current + 1
+		if _, err := tx.ExecContext(ctx, `INSERT INTO quotas
+			(issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (issuer, "user") DO UPDATE SET
+				ai_micros = excluded.ai_micros, compute_seconds = excluded.compute_seconds, "window" = excluded."window",
+				max_sessions = excluded.max_sessions, revision = excluded.revision`,
+			k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision); err != nil {
+			return fmt.Errorf("write quota: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", quotaName(k), classifyAdmin(err))
+	}
+	return q, nil
+}
+
+func getQuota(ctx context.Context, db querier, k billing.QuotaKey) (billing.Quota, error) {
+	var q billing.Quota
+	err := db.QueryRowContext(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision
+		FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).
+		Scan(&q.AIMicros, &q.ComputeSeconds, &q.Window, &q.MaxConcurrentSessions, &q.Revision)
+	if errors.Is(err, sql.ErrNoRows) {
+		return billing.Quota{}, fmt.Errorf("no quota: %w", billing.ErrNotFound)
+	}
+	return q, err
+}
+
+func quotaName(k billing.QuotaKey) string {
+	if k.User == "" {
+		return k.Issuer
+	}
+	return k.Issuer + "/" + k.User
+}
+
+// GetPrice returns the override stored for exactly model (billing.PriceStore).
+func (l *Ledger) GetPrice(ctx context.Context, model string) (billing.Price, error) {
+	if !billing.ValidName(model) {
+		return billing.Price{}, fmt.Errorf("get price: bad model name: %w", billing.ErrInvalid)
+	}
+	var p billing.Price
+	err := l.db.QueryRowContext(ctx, `SELECT input, output, cache_read, cache_creation FROM prices WHERE model = ?`, model).
+		Scan(&p.Input, &p.Output, &p.CacheRead, &p.CacheCreation)
+	if errors.Is(err, sql.ErrNoRows) {
+		return billing.Price{}, fmt.Errorf("get price of %s: no override: %w", model, billing.ErrNotFound)
+	}
+	if err != nil {
+		return billing.Price{}, fmt.Errorf("get price of %s: %w: %w", model, billing.ErrUnavailable, err)
+	}
+	return p, nil
+}
+
+// PutPrice stores or replaces model's override (billing.PriceStore).
+func (l *Ledger) PutPrice(ctx context.Context, model string, p billing.Price) error {
+	if !billing.ValidName(model) {
+		return fmt.Errorf("put price: bad model name: %w", billing.ErrInvalid)
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("put price of %s: %w", model, err)
+	}
+	if _, err := l.db.ExecContext(ctx, `INSERT INTO prices (model, input, output, cache_read, cache_creation)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET input = excluded.input, output = excluded.output,
+		cache_read = excluded.cache_read, cache_creation = excluded.cache_creation`,
+		model, p.Input, p.Output, p.CacheRead, p.CacheCreation); err != nil {
+		return fmt.Errorf("put price of %s: %w: %w", model, billing.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// ListPrices returns every override by model name (billing.PriceStore).
+func (l *Ledger) ListPrices(ctx context.Context) (map[string]billing.Price, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT model, input, output, cache_read, cache_creation FROM prices`)
+	if err != nil {
+		return nil, fmt.Errorf("list prices: %w: %w", billing.ErrUnavailable, err)
+	}
+	defer rows.Close()
+	out := map[string]billing.Price{}
+	for rows.Next() {
+		var (
+			m string
+			p billing.Price
+		)
+		if err := rows.Scan(&m, &p.Input, &p.Output, &p.CacheRead, &p.CacheCreation); err != nil {
+			return nil, fmt.Errorf("list prices: %w: %w", billing.ErrUnavailable, err)
+		}
+		out[m] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list prices: %w: %w", billing.ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+// groupKeys are the SQL expressions of the groupings' keys. A day is the UTC date of the event time.
+var groupKeys = map[billing.GroupBy]string{
+	billing.GroupByUser:  `"user"`,
+	billing.GroupByModel: `model`,
+	billing.GroupByDay:   `strftime('%Y-%m-%d', at / 1000000000, 'unixepoch')`,
+}
+
+// QueryUsage sums usage events into one page of groups (billing.UsageQuery). The page and the totals come
+// from one statement, so they agree with each other; every page sums the whole range again, which SQLite
+// does quickly at warren dev's sizes thanks to the by-time indexes.
+func (l *Ledger) QueryUsage(ctx context.Context, f billing.UsageFilter) (billing.UsagePage, error) {
+	if err := f.Validate(); err != nil {
+		return billing.UsagePage{}, fmt.Errorf("query usage: %w", err)
+	}
+	where := []string{"at >= ?", "at < ?"}
+	args := []any{unixNanoSat(f.From), unixNanoSat(f.To)}
+	if f.Issuer != "" {
+		where, args = append(where, "issuer = ?"), append(args, f.Issuer)
+	}
+	if f.User != "" {
+		where, args = append(where, `"user" = ?`), append(args, f.User)
+	}
+	cond := strings.Join(where, " AND ")
+	groups := `SELECT issuer, ` + groupKeys[f.GroupBy] + ` AS k, SUM(ai_micros) AS ai, SUM(compute_seconds) AS cs,
+		COUNT(*) AS n FROM usage_events WHERE ` + cond + ` GROUP BY issuer, k`
+	after := ""
+	pageArgs := args
+	if f.Cursor != "" {
+		c, err := billing.ParseUsageCursor(f.Cursor, f.GroupBy)
+		if err != nil {
+			return billing.UsagePage{}, fmt.Errorf("query usage: %w", err)
+		}
+		after = `WHERE (issuer, k) > (?, ?)`
+		pageArgs = append(append([]any{}, args...), c.Issuer, c.Key)
+	}
+	// The totals are window sums over every group, taken before the cursor's WHERE (SQLite does not push a
+	// WHERE into a subquery with window functions), so they cover the whole range on every page.
+	q := `WITH g AS (` + groups + `),
+		t AS (SELECT issuer, k, ai, cs, n, SUM(ai) OVER () AS tai, SUM(cs) OVER () AS tcs, SUM(n) OVER () AS tn FROM g)
+		SELECT issuer, k, ai, cs, n, tai, tcs, tn FROM t ` + after + ` ORDER BY issuer, k LIMIT ?`
+	rows, err := l.db.QueryContext(ctx, q, append(pageArgs, f.Limit+1)...)
+	if err != nil {
+		return billing.UsagePage{}, fmt.Errorf("query usage: %w: %w", billing.ErrUnavailable, err)
+	}
+	defer rows.Close()
+	var page billing.UsagePage
+	for rows.Next() {
+		var r billing.UsageRow
+		if err := rows.Scan(&r.Issuer, &r.Key, &r.AIMicros, &r.ComputeSeconds, &r.Events,
+			&page.Totals.AIMicros, &page.Totals.ComputeSeconds, &page.Totals.Events); err != nil {
+			return billing.UsagePage{}, fmt.Errorf("query usage: %w: %w", billing.ErrUnavailable, err)
+		}
+		page.Rows = append(page.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return billing.UsagePage{}, fmt.Errorf("query usage: %w: %w", billing.ErrUnavailable, err)
+	}
+	if len(page.Rows) > f.Limit {
+		page.Rows = page.Rows[:f.Limit]
+		page.NextCursor = billing.CursorAfter(f.GroupBy, page.Rows[f.Limit-1])
+	}
+	if len(page.Rows) == 0 { // past the last group: the totals need their own statement
+		err := l.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(ai_micros), 0), COALESCE(SUM(compute_seconds), 0), COUNT(*)
+			FROM usage_events WHERE `+cond, args...).Scan(&page.Totals.AIMicros, &page.Totals.ComputeSeconds, &page.Totals.Events)
+		if err != nil {
+			return billing.UsagePage{}, fmt.Errorf("query usage totals: %w: %w", billing.ErrUnavailable, err)
+		}
+	}
+	return page, nil
+}
+
+// Event times are stored as Unix nanoseconds, which cover 1678 to 2262; a range bound outside saturates.
+var (
+	minNanoTime = time.Unix(0, math.MinInt64)
+	maxNanoTime = time.Unix(0, math.MaxInt64)
+)
+
+func unixNanoSat(t time.Time) int64 {
+	switch {
+	case t.Before(minNanoTime):
+		return math.MinInt64
+	case t.After(maxNanoTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// classifyAdmin passes through the errors that say what was wrong with the request; anything else is the
+// database failing and wraps billing.ErrUnavailable.
+func classifyAdmin(err error) error {
+	for _, known := range []error{billing.ErrInvalid, billing.ErrNotFound, billing.ErrConflict} {
+		if errors.Is(err, known) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", billing.ErrUnavailable, err)
+}

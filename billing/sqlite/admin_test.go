@@ -1,0 +1,79 @@
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/admintest"
+	"github.com/warren-mesh/warren/billing/sqlite"
+	"github.com/warren-mesh/warren/internal/sqlitedb"
+)
+
+func TestAdminContract(t *testing.T) {
+	admintest.Run(t, func(t *testing.T) admintest.Store {
+		return open(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+}
+
+// A ledger file written by the binary before the billing API gains its tables and keeps its usage.
+func TestAdminMigratesOldLedger(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sqlitedb.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlitedb.Migrate(ctx, db, "ledger", sqlite.Migrations[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO usage_events
+		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at)
+		VALUES ('old', 'acme', 'alice', 'lifetime', 0, 'ai', 'opus', 42, 0, ?)`, admintest.Day0.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	l := open(t, path)
+	page := admintest.MustQuery(t, l, admintest.Range(billing.GroupByModel))
+	if len(page.Rows) != 1 || page.Rows[0] != (billing.UsageRow{Issuer: "acme", Key: "opus", AIMicros: 42, Events: 1}) {
+		t.Fatalf("usage recorded before the migration: %+v", page.Rows)
+	}
+	admintest.MustPutIssuer(t, l, "acme", "")
+}
+
+// Issuers are stamped by the ledger's clock, to the second.
+func TestIssuerCreatedByClock(t *testing.T) {
+	now := time.Date(2031, 1, 2, 3, 4, 5, 600, time.UTC)
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), sqlite.WithClock(func() time.Time { return now }))
+	if iss := admintest.MustPutIssuer(t, l, "acme", ""); !iss.Created.Equal(now.Truncate(time.Second)) {
+		t.Fatalf("created %v, want %v", iss.Created, now.Truncate(time.Second))
+	}
+}
+
+func TestAdminClosedIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	l, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	errs := map[string]error{}
+	_, errs["PutIssuer"] = l.PutIssuer(ctx, "acme", "")
+	_, errs["GetIssuer"] = l.GetIssuer(ctx, "acme")
+	_, errs["ListIssuers"] = l.ListIssuers(ctx)
+	_, errs["GetQuota"] = l.GetQuota(ctx, billing.QuotaKey{Issuer: "acme"})
+	_, errs["PutQuota"] = l.PutQuota(ctx, billing.QuotaKey{Issuer: "acme"}, admintest.Quota(1), 0)
+	_, errs["GetPrice"] = l.GetPrice(ctx, "m")
+	errs["PutPrice"] = l.PutPrice(ctx, "m", billing.Price{})
+	_, errs["ListPrices"] = l.ListPrices(ctx)
+	_, errs["QueryUsage"] = l.QueryUsage(ctx, admintest.Range(billing.GroupByUser))
+	for op, err := range errs {
+		if !errors.Is(err, billing.ErrUnavailable) {
+			t.Errorf("%s on a closed ledger: %v, want ErrUnavailable", op, err)
+		}
+	}
+}

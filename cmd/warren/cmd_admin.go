@@ -1,0 +1,854 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/secrets/file"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+func init() {
+	register("admin", "manage issuers, keys, quotas, prices and usage through the billing API", runAdmin)
+}
+
+const adminUsage = `usage: warren admin <command> [arguments] [flags]
+
+commands:
+  issuers ls                       list registered issuers and their default quotas
+  issuers put ISS [-name NAME]     register an issuer, or rename it
+  keys rotate ISS                  write a new key version of ISS and print its secret (shown once)
+  quota get ISS [-user SUB]        the issuer's default quota, or a user's override
+  quota set ISS [-user SUB] [-ai-usd X] [-compute S] [-window W] [-max-sessions N] [-revision R]
+                                   change a quota (flags left out keep their value; a new quota needs all four)
+  usage [-iss ISS] [-user SUB] [-from T] [-to T] [-group-by user|day|model] [-csv]
+                                   usage and cost (default: this UTC month, by user)
+  prices ls                        the model price table, USD per million tokens
+  prices set MODEL [-input X] [-output X] [-cache-read X] [-cache-creation X]
+                                   override a model's prices, USD per million tokens
+
+Flags may come before or after the arguments. Every command takes:
+`
+
+// adminFlags are the flags of every admin command: which billing API, with which key, and how to print.
+type adminFlags struct {
+	url     string
+	key     string
+	dataDir string
+	json    bool
+}
+
+// newAdminFlags starts from $WARREN_BILLING_URL (else $WARREN_URL) and $WARREN_ADMIN_KEY.
+func newAdminFlags() *adminFlags {
+	af := &adminFlags{url: os.Getenv("WARREN_BILLING_URL"), key: os.Getenv("WARREN_ADMIN_KEY"), dataDir: defaultDataDir()}
+	if af.url == "" {
+		af.url = os.Getenv("WARREN_URL")
+	}
+	if af.url == "" {
+		af.url = "http://127.0.0.1:8080"
+	}
+	return af
+}
+
+// register defines the common flags on fs. They are Func flags so that defining them on the group's and the
+// command's flag sets keeps what was parsed earlier, and so that -h never prints the key.
+func (af *adminFlags) register(fs *flag.FlagSet) {
+	fs.Func("url", "the billing API's base `URL` (default $WARREN_BILLING_URL, $WARREN_URL or http://127.0.0.1:8080)", func(s string) error {
+		af.url = s
+		return nil
+	})
+	fs.Func("admin-key", "the admin `key` (default $WARREN_ADMIN_KEY, else the one in the data dir's "+file.DefaultFileName+")", func(s string) error {
+		af.key = s
+		return nil
+	})
+	fs.Func("data-dir", "the `dir` warren dev keeps its state in, where the admin key is looked up ($WARREN_DATA_DIR, default ./.warren)", func(s string) error {
+		af.dataDir = s
+		return nil
+	})
+	fs.BoolFunc("json", "print JSON for scripts instead of tables", func(s string) error {
+		b, err := strconv.ParseBool(s)
+		af.json = b
+		return err
+	})
+}
+
+// flagSet is a command's flag set with the common flags on it.
+func (af *adminFlags) flagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("warren admin "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	af.register(fs)
+	return fs
+}
+
+// adminCommand runs one command with its arguments (after the command's words).
+type adminCommand func(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error
+
+var adminCommands = map[string]adminCommand{
+	"issuers ls":  adminIssuersList,
+	"issuers put": adminIssuersPut,
+	"keys rotate": adminKeysRotate,
+	"quota get":   adminQuotaGet,
+	"quota set":   adminQuotaSet,
+	"usage":       adminUsageReport,
+	"prices ls":   adminPricesList,
+	"prices set":  adminPricesSet,
+}
+
+func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	af := newAdminFlags()
+	fs := flag.NewFlagSet("warren admin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	af.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, adminUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return errors.New("missing command")
+	}
+	name := rest[0]
+	if name == "help" {
+		fs.Usage()
+		return nil
+	}
+	if name != "usage" && len(rest) > 1 {
+		name += " " + rest[1]
+	}
+	run, ok := adminCommands[name]
+	if !ok {
+		fs.Usage()
+		return fmt.Errorf("unknown command %q", strings.Join(rest[:min(2, len(rest))], " "))
+	}
+	return run(ctx, af, rest[len(strings.Fields(name)):], stdout, stderr)
+}
+
+// wantArgs checks the positional arguments' count and names them in the error.
+func wantArgs(pos []string, names ...string) error {
+	if len(pos) < len(names) {
+		return fmt.Errorf("missing %s", strings.Join(names[len(pos):], " "))
+	}
+	if len(pos) > len(names) {
+		return fmt.Errorf("unexpected arguments %q", pos[len(names):])
+	}
+	return nil
+}
+
+func adminIssuersList(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("issuers ls", stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	var list struct {
+		Issuers []issuerView `json:"issuers"`
+	}
+	if err := c.call(ctx, "GET", "/v1/issuers", nil, nil, &list); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, list)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ISS\tNAME\tCREATED\tAI\tCOMPUTE\tSESSIONS\tREVISION")
+	for _, iss := range list.Issuers {
+		ai, compute, sessions, rev := "-", "-", "-", "-"
+		if q := iss.Quota; q != nil {
+			ai, compute, sessions, rev = usdLimit(q.AIMicros)+" per "+string(q.Window), secondsLimit(q.ComputeSeconds), countLimit(q.MaxConcurrentSessions), strconv.FormatInt(q.Revision, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", iss.ID, iss.Name, iss.Created.UTC().Format(time.DateTime), ai, compute, sessions, rev)
+	}
+	return tw.Flush()
+}
+
+// issuerView is an issuer as the API answers it.
+type issuerView struct {
+	ID      string         `json:"iss"`
+	Name    string         `json:"name"`
+	Created time.Time      `json:"created"`
+	Quota   *billing.Quota `json:"default_quota,omitempty"`
+}
+
+func adminIssuersPut(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("issuers put", stderr)
+	name := fs.String("name", "", "display name (default: keep the current one)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, "ISS"); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	path := "/v1/issuers/" + url.PathEscape(pos[0])
+	var cur issuerView
+	existed := true
+	if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
+		if !isCode(err, wire.NotFound) {
+			return err
+		}
+		existed = false
+	}
+	newName := cur.Name
+	if flagSet(fs, "name") {
+		newName = *name
+	}
+	var iss issuerView
+	if err := c.call(ctx, "PUT", path, nil, map[string]string{"name": newName}, &iss); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, iss)
+	}
+	if existed {
+		fmt.Fprintf(stdout, "issuer %s updated (name %q)\n", iss.ID, iss.Name)
+		return nil
+	}
+	fmt.Fprintf(stdout, "issuer %s registered (name %q)\nnext: `warren admin keys rotate %s` writes its signing key; `warren admin quota set %s ...` its default quota\n",
+		iss.ID, iss.Name, iss.ID, iss.ID)
+	return nil
+}
+
+func adminKeysRotate(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("keys rotate", stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, "ISS"); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	var key struct {
+		Kid    string `json:"kid"`
+		Secret string `json:"secret"`
+	}
+	if err := c.call(ctx, "POST", "/v1/issuers/"+url.PathEscape(pos[0])+"/keys", nil, nil, &key); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, key)
+	}
+	fmt.Fprintf(stdout, "kid     %s\nsecret  %s\n", key.Kid, key.Secret)
+	fmt.Fprintf(stderr, "The secret is shown only this once: store it in your backend's secret manager. Tokens signed with it\n"+
+		"should carry kid %q (warren token -issuer %s -kid %s -secret base64:SECRET -user USER).\n", key.Kid, pos[0], key.Kid)
+	return nil
+}
+
+// quotaPath is the API path of ISS's quota or of its user's override.
+func quotaPath(iss, user string) string {
+	p := "/v1/quotas/" + url.PathEscape(iss)
+	if user != "" {
+		p += "/users/" + url.PathEscape(user)
+	}
+	return p
+}
+
+// quotaView is a quota as the API answers it.
+type quotaView struct {
+	Issuer string `json:"iss"`
+	User   string `json:"sub,omitempty"`
+	billing.Quota
+}
+
+func adminQuotaGet(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("quota get", stderr)
+	user := fs.String("user", "", "the end user (`SUB`) whose override to show")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, "ISS"); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	var q quotaView
+	err = c.call(ctx, "GET", quotaPath(pos[0], *user), nil, nil, &q)
+	fallback := false
+	if *user != "" && isCode(err, wire.NotFound) {
+		// The user has no override: show what applies instead, the issuer's default.
+		fallback = true
+		err = c.call(ctx, "GET", quotaPath(pos[0], ""), nil, nil, &q)
+	}
+	if err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, q)
+	}
+	if fallback {
+		fmt.Fprintf(stdout, "user %s has no quota of its own; the issuer's default applies:\n", *user)
+	}
+	printQuota(stdout, q)
+	return nil
+}
+
+func printQuota(w io.Writer, q quotaView) {
+	who := q.Issuer + " (issuer default)"
+	if q.User != "" {
+		who = q.Issuer + "/" + q.User
+	}
+	per := " per " + string(q.Window)
+	if q.Window == billing.Lifetime {
+		per = " in total"
+	}
+	fmt.Fprintf(w, "quota of %s, revision %d\n  ai        %s\n  compute   %s\n  sessions  %s at once\n",
+		who, q.Revision, usdLimit(q.AIMicros)+per, secondsLimit(q.ComputeSeconds)+per, countLimit(q.MaxConcurrentSessions))
+}
+
+func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("quota set", stderr)
+	user := fs.String("user", "", "set the override of this end user (`SUB`) instead of the issuer's default")
+	fs.String("ai-usd", "", "model budget per window in `USD`, or unlimited")
+	fs.String("compute", "", "compute budget per window in `seconds` (or a duration: 2h), or unlimited")
+	fs.String("window", "", "budget `window`: hour, day, week, month or lifetime")
+	fs.String("max-sessions", "", "sessions one user may run at once (`N`), or unlimited")
+	revision := fs.Int64("revision", -1, "the `revision` you read (default: the current one, read just before writing)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, "ISS"); err != nil {
+		return err
+	}
+	var missing []string
+	set := func(flagName string, apply func(string) error) error {
+		if !flagSet(fs, flagName) {
+			missing = append(missing, "-"+flagName)
+			return nil
+		}
+		v := fs.Lookup(flagName).Value.String()
+		if err := apply(v); err != nil {
+			return fmt.Errorf("-%s %q: %w", flagName, v, err)
+		}
+		return nil
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	// Start from the current quota, so flags left out keep their value.
+	path := quotaPath(pos[0], *user)
+	var cur quotaView
+	exists := true
+	if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
+		if !isCode(err, wire.NotFound) {
+			return err
+		}
+		exists = false
+	}
+	q := cur.Quota
+	for _, f := range []struct {
+		name  string
+		apply func(string) error
+	}{
+		{"ai-usd", func(v string) (err error) { q.AIMicros, err = parseUSDLimit(v); return }},
+		{"compute", func(v string) (err error) { q.ComputeSeconds, err = parseSecondsLimit(v); return }},
+		{"window", func(v string) error {
+			if q.Window = billing.Window(v); !q.Window.Valid() {
+				return errors.New("want hour, day, week, month or lifetime")
+			}
+			return nil
+		}},
+		{"max-sessions", func(v string) (err error) { q.MaxConcurrentSessions, err = parseCountLimit(v); return }},
+	} {
+		if err := set(f.name, f.apply); err != nil {
+			return err
+		}
+	}
+	switch {
+	case !exists && len(missing) > 0:
+		return fmt.Errorf("%s has no quota yet: a new one needs %s", strings.TrimPrefix(path, "/v1/quotas/"), strings.Join(missing, ", "))
+	case len(missing) == 4:
+		return errors.New("nothing to set: pass -ai-usd, -compute, -window or -max-sessions")
+	}
+	expected := cur.Revision
+	if flagSet(fs, "revision") {
+		if *revision < 0 {
+			return errors.New("-revision must not be negative")
+		}
+		expected = *revision
+	}
+	body := map[string]any{"ai_microdollars": q.AIMicros, "compute_seconds": q.ComputeSeconds, "window": q.Window,
+		"max_concurrent_sessions": q.MaxConcurrentSessions, "revision": expected}
+	var stored quotaView
+	if err := c.call(ctx, "PUT", path, nil, body, &stored); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, stored)
+	}
+	printQuota(stdout, stored)
+	return nil
+}
+
+func adminUsageReport(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("usage", stderr)
+	iss := fs.String("iss", "", "only this issuer")
+	user := fs.String("user", "", "only this end user of -iss")
+	now := time.Now().UTC()
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	from := fs.String("from", month.Format(time.DateOnly), "start, inclusive: a date (UTC) or RFC 3339 time")
+	to := fs.String("to", month.AddDate(0, 1, 0).Format(time.DateOnly), "end, exclusive: a date (UTC) or RFC 3339 time")
+	groupBy := fs.String("group-by", "user", "user, day (UTC) or model")
+	asCSV := fs.Bool("csv", false, "print CSV (streamed from the API)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos); err != nil {
+		return err
+	}
+	if *user != "" && *iss == "" {
+		return errors.New("-user needs -iss: users are named within their issuer")
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"from": {*from}, "to": {*to}, "group_by": {*groupBy}}
+	if *iss != "" {
+		q.Set("iss", *iss)
+	}
+	if *user != "" {
+		q.Set("sub", *user)
+	}
+	if *asCSV {
+		resp, err := c.do(ctx, "GET", "/v1/usage", q, nil, "text/csv")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(stdout, resp.Body); err != nil {
+			return adminError{fmt.Errorf("usage export broke off: %w", err)}
+		}
+		return nil
+	}
+	// Every page, collected: one report.
+	var report struct {
+		GroupBy string              `json:"group_by"`
+		From    time.Time           `json:"from"`
+		To      time.Time           `json:"to"`
+		Rows    []map[string]any    `json:"rows"`
+		Totals  billing.UsageTotals `json:"totals"`
+	}
+	q.Set("limit", strconv.Itoa(billing.MaxUsageLimit))
+	for {
+		var page struct {
+			GroupBy    string              `json:"group_by"`
+			From       time.Time           `json:"from"`
+			To         time.Time           `json:"to"`
+			Rows       []map[string]any    `json:"rows"`
+			Totals     billing.UsageTotals `json:"totals"`
+			NextCursor string              `json:"next_cursor"`
+		}
+		if err := c.call(ctx, "GET", "/v1/usage", q, nil, &page); err != nil {
+			return err
+		}
+		report.GroupBy, report.From, report.To, report.Totals = page.GroupBy, page.From, page.To, page.Totals
+		report.Rows = append(report.Rows, page.Rows...)
+		if page.NextCursor == "" {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+	if report.Rows == nil {
+		report.Rows = []map[string]any{}
+	}
+	if af.json {
+		return printJSON(stdout, report)
+	}
+	col := report.GroupBy
+	if col == "user" {
+		col = "sub"
+	}
+	fmt.Fprintf(stdout, "usage from %s to %s by %s\n", report.From.Format(time.RFC3339), report.To.Format(time.RFC3339), report.GroupBy)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ISS\t%s\tAI USD\tCOMPUTE\tEVENTS\n", strings.ToUpper(col))
+	for _, r := range report.Rows {
+		key, _ := r[col].(string)
+		if col == "model" && key == "" {
+			key = "(compute)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r["iss"], key, usd(jsonInt(r["ai_microdollars"])),
+			seconds(jsonInt(r["compute_seconds"])), strconv.FormatInt(jsonInt(r["events"]), 10))
+	}
+	t := report.Totals
+	fmt.Fprintf(tw, "TOTAL\t\t%s\t%s\t%d\n", usd(t.AIMicros), seconds(t.ComputeSeconds), t.Events)
+	return tw.Flush()
+}
+
+func jsonInt(v any) int64 {
+	f, _ := v.(float64)
+	return int64(f)
+}
+
+// priceTable is GET /v1/prices.
+type priceTable struct {
+	Default billing.Price `json:"default"`
+	Models  []struct {
+		Model  string        `json:"model"`
+		Price  billing.Price `json:"price"`
+		Custom bool          `json:"custom"`
+	} `json:"models"`
+}
+
+func adminPricesList(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("prices ls", stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	var table priceTable
+	if err := c.call(ctx, "GET", "/v1/prices", nil, nil, &table); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, table)
+	}
+	fmt.Fprintln(stdout, "USD per million tokens; a model is charged at its longest matching name prefix, else at (default)")
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tINPUT\tOUTPUT\tCACHE READ\tCACHE CREATION\tSOURCE")
+	row := func(name string, p billing.Price, source string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, usd(p.Input), usd(p.Output), usd(p.CacheRead), usd(p.CacheCreation), source)
+	}
+	for _, m := range table.Models {
+		source := "built-in"
+		if m.Custom {
+			source = "custom"
+		}
+		row(m.Model, m.Price, source)
+	}
+	row("(default)", table.Default, "built-in")
+	return tw.Flush()
+}
+
+func adminPricesSet(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("prices set", stderr)
+	for _, name := range []string{"input", "output", "cache-read", "cache-creation"} {
+		fs.String(name, "", "`USD` per million "+strings.ReplaceAll(name, "-", " ")+" tokens (default: the model's current price)")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, "MODEL"); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	path := "/v1/prices/" + url.PathEscape(pos[0])
+	var cur struct {
+		Price billing.Price `json:"price"`
+	}
+	if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
+		return err
+	}
+	p := cur.Price
+	changed := false
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"input", &p.Input}, {"output", &p.Output}, {"cache-read", &p.CacheRead}, {"cache-creation", &p.CacheCreation}} {
+		if !flagSet(fs, f.name) {
+			continue
+		}
+		changed = true
+		v := fs.Lookup(f.name).Value.String()
+		n, err := parseUSD(v)
+		if err != nil {
+			return fmt.Errorf("-%s %q: %w", f.name, v, err)
+		}
+		*f.dst = n
+	}
+	if !changed {
+		return errors.New("nothing to set: pass -input, -output, -cache-read or -cache-creation")
+	}
+	var stored struct {
+		Model string        `json:"model"`
+		Price billing.Price `json:"price"`
+	}
+	if err := c.call(ctx, "PUT", path, nil, p, &stored); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, stored)
+	}
+	fmt.Fprintf(stdout, "%s now costs, in USD per million tokens: input %s, output %s, cache read %s, cache creation %s\n",
+		stored.Model, usd(stored.Price.Input), usd(stored.Price.Output), usd(stored.Price.CacheRead), usd(stored.Price.CacheCreation))
+	return nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func isUnlimited(s string) bool { return s == "unlimited" || s == "-1" }
+
+// parseUSD reads a non-negative USD amount into microdollars.
+func parseUSD(s string) (int64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > math.MaxInt64/1e6 {
+		return 0, errors.New("want a non-negative amount in USD")
+	}
+	return int64(math.Round(f * 1e6)), nil
+}
+
+func parseUSDLimit(s string) (int64, error) {
+	if isUnlimited(s) {
+		return billing.Unlimited, nil
+	}
+	return parseUSD(s)
+}
+
+func parseSecondsLimit(s string) (int64, error) {
+	if isUnlimited(s) {
+		return billing.Unlimited, nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
+		return n, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return int64(d / time.Second), nil
+	}
+	return 0, errors.New("want seconds, a duration such as 2h, or unlimited")
+}
+
+func parseCountLimit(s string) (int64, error) {
+	if isUnlimited(s) {
+		return billing.Unlimited, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errors.New("want a non-negative count or unlimited")
+	}
+	return n, nil
+}
+
+// usd formats microdollars as USD with at least two decimals and no rounding: 0.30, 3.75, 0.0001.
+func usd(micros int64) string {
+	sign := ""
+	if micros < 0 {
+		sign, micros = "-", -micros
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%06d", micros%1_000_000), "0")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return fmt.Sprintf("%s%d.%s", sign, micros/1_000_000, frac)
+}
+
+func usdLimit(micros int64) string {
+	if micros < 0 {
+		return "unlimited"
+	}
+	return "$" + usd(micros)
+}
+
+func seconds(s int64) string {
+	if s >= 60 {
+		return fmt.Sprintf("%ds (%s)", s, time.Duration(s)*time.Second)
+	}
+	return fmt.Sprintf("%ds", s)
+}
+
+func secondsLimit(s int64) string {
+	if s < 0 {
+		return "unlimited"
+	}
+	return seconds(s)
+}
+
+func countLimit(n int64) string {
+	if n < 0 {
+		return "unlimited"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// adminClient calls the billing API with the admin key.
+type adminClient struct {
+	base string
+	key  string
+	http *http.Client
+}
+
+// client resolves the key (-admin-key, $WARREN_ADMIN_KEY, else the data dir's secrets file) and the URL.
+func (af *adminFlags) client(ctx context.Context) (*adminClient, error) {
+	u, err := url.Parse(af.url)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("bad -url %q: want http(s)://host:port", af.url)
+	}
+	key := af.key
+	if key == "" {
+		path := filepath.Join(af.dataDir, file.DefaultFileName)
+		if _, err := os.Stat(path); err == nil {
+			store, err := file.Open(path)
+			if err != nil {
+				return nil, fmt.Errorf("read the admin key: %w", err)
+			}
+			keys, err := store.AdminKeys(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("read the admin key: %w", err)
+			}
+			if len(keys) > 0 {
+				key = keys[0]
+			}
+		}
+	}
+	if key == "" {
+		return nil, fmt.Errorf("no admin key: pass -admin-key or set WARREN_ADMIN_KEY (warren dev keeps one in %s)",
+			filepath.Join(af.dataDir, file.DefaultFileName))
+	}
+	return &adminClient{base: strings.TrimRight(af.url, "/"), key: key, http: &http.Client{Timeout: 0}}, nil
+}
+
+// do sends one request and returns a 2xx response; any other status becomes an adminError holding the
+// *wire.Error the API answered.
+func (c *adminClient) do(ctx context.Context, method, path string, q url.Values, body any, accept string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	target := c.base + path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return nil, fmt.Errorf("bad -url %q: %w", c.base, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "warren-cli/"+version)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, adminError{err}
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, adminError{wire.ReadHTTPError(resp.StatusCode, data)}
+	}
+	return resp, nil
+}
+
+// call sends a JSON request and decodes the JSON answer into out.
+func (c *adminClient) call(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	resp, err := c.do(ctx, method, path, q, body, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return adminError{fmt.Errorf("read the answer of %s %s: %w", method, path, err)}
+	}
+	return nil
+}
+
+// isCode reports whether err is the API's error with code c.
+func isCode(err error, c wire.Code) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == c
+}
+
+// adminError is an error of the billing API as the CLI shows it; the original stays underneath.
+type adminError struct{ err error }
+
+func (e adminError) Unwrap() error { return e.err }
+
+func (e adminError) Error() string {
+	var we *wire.Error
+	if errors.As(e.err, &we) {
+		m := we.Message
+		switch we.Code {
+		case wire.Unauthenticated:
+			return fmt.Sprintf("the admin key was rejected: %s (pass -admin-key or set WARREN_ADMIN_KEY; warren dev keeps one in its data dir's %s)", m, file.DefaultFileName)
+		case wire.Conflict:
+			return fmt.Sprintf("conflict: %s (someone changed it meanwhile: check with `warren admin quota get`, then retry)", m)
+		case wire.NotFound:
+			return "not found: " + m
+		case wire.InvalidArgument:
+			return "invalid request: " + m
+		case wire.PayloadTooLarge:
+			return "too large: " + m
+		case wire.Unavailable:
+			return "the billing service is unavailable: " + m
+		case wire.Internal:
+			return fmt.Sprintf("the billing API failed: %s (its log has the cause)", m)
+		}
+		return fmt.Sprintf("%s: %s", we.Code, m)
+	}
+	if errors.Is(e.err, syscall.ECONNREFUSED) {
+		var ue *url.Error
+		where := "the billing API"
+		if errors.As(e.err, &ue) {
+			if u, err := url.Parse(ue.URL); err == nil {
+				where += " at " + u.Scheme + "://" + u.Host
+			}
+		}
+		return fmt.Sprintf("cannot reach %s — is `warren dev` running? (or pass -url or set WARREN_BILLING_URL)", where)
+	}
+	return describeError(e.err)
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/json"
+	"net"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/sqlite"
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/secrets/file"
+	"github.com/warren-mesh/warren/internal/token"
+)
+
+// adminEnv is the billing API over a real SQLite ledger and secrets file in a dev-like data dir.
+type adminEnv struct {
+	url, dataDir, key string
+	ledger            *sqlite.Ledger
+	store             *file.Store
+}
+
+func newAdminEnv(t *testing.T) *adminEnv {
+	t.Helper()
+	for _, k := range []string{"WARREN_BILLING_URL", "WARREN_URL", "WARREN_ADMIN_KEY", "WARREN_DATA_DIR"} {
+		t.Setenv(k, "")
+	}
+	e := &adminEnv{dataDir: t.TempDir()}
+	var err error
+	if e.ledger, err = sqlite.New(context.Background(), filepath.Join(e.dataDir, "ledger.db")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.ledger.Close() })
+	if e.store, err = file.Open(filepath.Join(e.dataDir, file.DefaultFileName)); err != nil {
+		t.Fatal(err)
+	}
+	if e.key, _, err = e.store.EnsureAdminKey(); err != nil {
+		t.Fatal(err)
+	}
+	api, err := billing.NewAPI(billing.APIConfig{Store: e.ledger, Keys: e.store, AdminKeys: e.store.AdminKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	e.url = srv.URL
+	return e
+}
+
+// run runs `warren admin -url URL -data-dir DIR args...`, so the key comes from the data dir.
+func (e *adminEnv) run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := runAdmin(context.Background(), append([]string{"-url", e.url, "-data-dir", e.dataDir}, args...), &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func (e *adminEnv) mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, stderr, err := e.run(t, args...)
+	if err != nil {
+		t.Fatalf("warren admin %v: %v (stderr %q)", args, err, stderr)
+	}
+	return out
+}
+
+func (e *adminEnv) mustJSON(t *testing.T, out any, args ...string) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(e.mustRun(t, append(args, "-json")...)), out); err != nil {
+		t.Fatalf("warren admin %v -json: %v", args, err)
+	}
+}
+
+func TestAdminIssuersAndKeys(t *testing.T) {
+	e := newAdminEnv(t)
+	out := e.mustRun(t, "issuers", "put", "acme", "-name", "Acme")
+	if !strings.Contains(out, "issuer acme registered") || !strings.Contains(out, "keys rotate acme") {
+		t.Fatalf("issuers put: %q", out)
+	}
+	// Without -name the current name is kept.
+	if out := e.mustRun(t, "issuers", "put", "acme"); !strings.Contains(out, `updated (name "Acme")`) {
+		t.Fatalf("issuers put again: %q", out)
+	}
+	e.mustRun(t, "quota", "set", "acme", "-ai-usd", "2.5", "-compute", "1h", "-window", "week", "-max-sessions", "3")
+	out = e.mustRun(t, "issuers", "ls")
+	for _, want := range []string{"ISS", "acme", "Acme", "$2.50 per week", "3600s (1h0m0s)", "3"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("issuers ls lacks %q:\n%s", want, out)
+		}
+	}
+	var list struct{ Issuers []issuerView }
+	e.mustJSON(t, &list, "issuers", "ls")
+	if len(list.Issuers) != 1 || list.Issuers[0].Quota == nil || list.Issuers[0].Quota.AIMicros != 2_500_000 {
+		t.Fatalf("issuers ls -json: %+v", list)
+	}
+
+	// keys rotate: the secret printed once signs tokens the file store's verifier accepts under the kid.
+	var key struct{ Kid, Secret string }
+	e.mustJSON(t, &key, "keys", "rotate", "acme")
+	if key.Kid != "acme-v1" {
+		t.Fatalf("kid %q", key.Kid)
+	}
+	raw, err := base64.StdEncoding.DecodeString(key.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := token.Mint(secrets.Key{ID: key.Kid, Secret: raw}, token.Claims{Issuer: "acme", Subject: "u", IssuedAt: now, ExpiresAt: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := token.NewVerifier(e.store, token.VerifierOptions{}).Verify(context.Background(), tok); err != nil {
+		t.Fatalf("token signed with the rotated key: %v", err)
+	}
+	out, stderr, err := e.run(t, "keys", "rotate", "acme")
+	if err != nil || !strings.Contains(out, "kid     acme-v2") || !strings.Contains(stderr, "shown only this once") {
+		t.Fatalf("keys rotate: %v\n%s\n%s", err, out, stderr)
+	}
+	if _, _, err := e.run(t, "keys", "rotate", "ghost"); err == nil || !strings.Contains(err.Error(), "not registered") {
+		t.Fatalf("rotate an unregistered issuer: %v", err)
+	}
+}
+
+func TestAdminQuota(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	if _, _, err := e.run(t, "quota", "set", "acme", "-ai-usd", "5"); err == nil || !strings.Contains(err.Error(), "-compute, -window, -max-sessions") {
+		t.Fatalf("a new quota without every flag: %v", err)
+	}
+	out := e.mustRun(t, "quota", "set", "acme", "-ai-usd", "5", "-compute", "3600", "-window", "day", "-max-sessions", "unlimited")
+	if !strings.Contains(out, "revision 1") || !strings.Contains(out, "$5.00 per day") || !strings.Contains(out, "unlimited at once") {
+		t.Fatalf("quota set: %q", out)
+	}
+	// Flags left out keep their value; the revision read just before is sent.
+	var q quotaView
+	e.mustJSON(t, &q, "quota", "set", "acme", "-ai-usd", "unlimited")
+	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: -1, ComputeSeconds: 3600, Window: billing.Day, MaxConcurrentSessions: -1, Revision: 2}}
+	if q != want {
+		t.Fatalf("quota set -ai-usd unlimited = %+v, want %+v", q, want)
+	}
+	// A stale -revision is a conflict, said so.
+	_, _, err := e.run(t, "quota", "set", "acme", "-ai-usd", "1", "-revision", "1")
+	if err == nil || !strings.Contains(err.Error(), "conflict") || !isCode(err, "conflict") {
+		t.Fatalf("stale -revision: %v", err)
+	}
+	e.mustRun(t, "quota", "set", "acme", "-compute", "2h", "-revision", "2")
+	e.mustJSON(t, &q, "quota", "get", "acme")
+	if q.Revision != 3 || q.ComputeSeconds != 7200 || q.AIMicros != -1 {
+		t.Fatalf("quota get = %+v", q)
+	}
+
+	// A user's override, and the fallback to the issuer's default when there is none.
+	e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-ai-usd", "0.25", "-compute", "60", "-window", "lifetime", "-max-sessions", "1")
+	out = e.mustRun(t, "quota", "get", "acme", "-user", "alice")
+	if !strings.Contains(out, "acme/alice, revision 1") || !strings.Contains(out, "$0.25 in total") {
+		t.Fatalf("quota get -user alice: %q", out)
+	}
+	out = e.mustRun(t, "quota", "get", "-user", "bob", "acme")
+	if !strings.Contains(out, "bob has no quota of its own") || !strings.Contains(out, "acme (issuer default), revision 3") {
+		t.Fatalf("quota get -user bob: %q", out)
+	}
+	if _, _, err := e.run(t, "quota", "get", "beta"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("quota of an unknown issuer: %v", err)
+	}
+}
+
+func TestAdminUsage(t *testing.T) {
+	e := newAdminEnv(t)
+	day := time.Date(2030, 3, 4, 12, 0, 0, 0, time.UTC)
+	acct := billing.Account{Issuer: "acme", User: "alice", Window: billing.Lifetime}
+	for _, ev := range []billing.UsageEvent{
+		{Key: "a", Account: acct, Kind: billing.KindAI, Model: "opus", AIMicros: 1_500_000, At: day},
+		{Key: "b", Account: acct, Kind: billing.KindCompute, ComputeSeconds: 90, At: day},
+		{Key: "c", Account: billing.Account{Issuer: "acme", User: "bob", Window: billing.Lifetime}, Kind: billing.KindAI, Model: "opus", AIMicros: 10, At: day},
+	} {
+		if err := e.ledger.Record(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rng := []string{"-from", "2030-03-01", "-to", "2030-04-01"}
+	out := e.mustRun(t, append([]string{"usage"}, rng...)...)
+	for _, want := range []string{"by user", "alice", "1.50", "90s (1m30s)", "TOTAL", "1.50001"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("usage lacks %q:\n%s", want, out)
+		}
+	}
+	out = e.mustRun(t, append([]string{"usage", "-group-by", "model", "-iss", "acme", "-user", "alice"}, rng...)...)
+	if !strings.Contains(out, "(compute)") || strings.Contains(out, "bob") {
+		t.Fatalf("usage by model of alice:\n%s", out)
+	}
+	var report struct {
+		Rows   []map[string]any
+		Totals billing.UsageTotals
+	}
+	e.mustJSON(t, &report, append([]string{"usage", "-group-by", "day"}, rng...)...)
+	if len(report.Rows) != 1 || report.Rows[0]["day"] != "2030-03-04" || report.Totals.Events != 3 {
+		t.Fatalf("usage -json: %+v", report)
+	}
+	records, err := csv.NewReader(strings.NewReader(e.mustRun(t, append([]string{"usage", "-csv"}, rng...)...))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(records) != 3 || strings.Join(records[1], ",") != "acme,alice,1500000,90,2" {
+		t.Fatalf("usage -csv: %v", records)
+	}
+	if _, _, err := e.run(t, "usage", "-group-by", "week"); err == nil || !strings.Contains(err.Error(), "group_by") {
+		t.Fatalf("bad -group-by: %v", err)
+	}
+	if _, _, err := e.run(t, "usage", "-user", "alice"); err == nil || !strings.Contains(err.Error(), "-user needs -iss") {
+		t.Fatalf("-user without -iss: %v", err)
+	}
+}
+
+func TestAdminPrices(t *testing.T) {
+	e := newAdminEnv(t)
+	out := e.mustRun(t, "prices", "ls")
+	if !strings.Contains(out, "claude-sonnet") || !strings.Contains(out, "3.00") || !strings.Contains(out, "(default)") || strings.Contains(out, "custom") {
+		t.Fatalf("prices ls:\n%s", out)
+	}
+	// Flags left out keep the model's current (here built-in) price.
+	out = e.mustRun(t, "prices", "set", "claude-sonnet", "-input", "2.5", "-cache-read", "0.0001")
+	if !strings.Contains(out, "input 2.50, output 15.00, cache read 0.0001, cache creation 3.75") {
+		t.Fatalf("prices set: %q", out)
+	}
+	var table priceTable
+	e.mustJSON(t, &table, "prices", "ls")
+	for _, m := range table.Models {
+		if m.Model == "claude-sonnet" && (!m.Custom || m.Price.Input != 2_500_000 || m.Price.CacheRead != 100) {
+			t.Fatalf("claude-sonnet after set: %+v", m)
+		}
+	}
+	if _, _, err := e.run(t, "prices", "set", "m", "-input", "-1"); err == nil || !strings.Contains(err.Error(), "-input") {
+		t.Fatalf("negative price: %v", err)
+	}
+	if _, _, err := e.run(t, "prices", "set", "m"); err == nil || !strings.Contains(err.Error(), "nothing to set") {
+		t.Fatalf("no price flag: %v", err)
+	}
+}
+
+func TestAdminKeyAndURL(t *testing.T) {
+	e := newAdminEnv(t)
+	empty := t.TempDir()
+	run := func(args ...string) error {
+		var stdout, stderr bytes.Buffer
+		return runAdmin(context.Background(), args, &stdout, &stderr)
+	}
+	// $WARREN_ADMIN_KEY and $WARREN_BILLING_URL are the defaults; -admin-key wins over both.
+	t.Setenv("WARREN_BILLING_URL", e.url)
+	t.Setenv("WARREN_URL", "http://127.0.0.1:1")
+	t.Setenv("WARREN_ADMIN_KEY", e.key)
+	if err := run("-data-dir", empty, "issuers", "ls"); err != nil {
+		t.Fatalf("key from the environment: %v", err)
+	}
+	err := run("issuers", "ls", "-data-dir", empty, "-admin-key", "wak_wrong")
+	if err == nil || !strings.Contains(err.Error(), "admin key was rejected") {
+		t.Fatalf("wrong -admin-key: %v", err)
+	}
+	t.Setenv("WARREN_ADMIN_KEY", "")
+	if err := run("-data-dir", empty, "issuers", "ls"); err == nil || !strings.Contains(err.Error(), "no admin key") {
+		t.Fatalf("no key anywhere: %v", err)
+	}
+	// $WARREN_URL is the fallback, and a refused connection says what to do.
+	t.Setenv("WARREN_BILLING_URL", "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	t.Setenv("WARREN_URL", "http://"+addr)
+	err = run("-data-dir", e.dataDir, "issuers", "ls")
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the billing API at http://"+addr) {
+		t.Fatalf("refused connection: %v", err)
+	}
+	if err := run("-url", "ftp://x", "-data-dir", e.dataDir, "issuers", "ls"); err == nil || !strings.Contains(err.Error(), "bad -url") {
+		t.Fatalf("bad -url: %v", err)
+	}
+}
+
+func TestAdminArgs(t *testing.T) {
+	e := newAdminEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "missing command"},
+		{[]string{"issuers"}, "unknown command"},
+		{[]string{"issuers", "rm", "x"}, "unknown command"},
+		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"issuers", "put"}, "missing ISS"},
+		{[]string{"issuers", "put", "a", "b"}, "unexpected arguments"},
+		{[]string{"keys", "rotate"}, "missing ISS"},
+		{[]string{"quota", "get"}, "missing ISS"},
+		{[]string{"prices", "set"}, "missing MODEL"},
+		{[]string{"issuers", "ls", "extra"}, "unexpected arguments"},
+		{[]string{"quota", "set", "acme", "-window", "year"}, "-window"},
+		{[]string{"quota", "set", "acme", "-ai-usd", "lots"}, "-ai-usd"},
+		{[]string{"quota", "set", "acme", "-compute", "-5"}, "-compute"},
+		{[]string{"quota", "set", "acme", "-max-sessions", "1.5"}, "-max-sessions"},
+		{[]string{"quota", "set", "acme", "-revision", "-3", "-ai-usd", "1"}, "-revision"},
+		{[]string{"issuers", "put", "a\x01b"}, "invalid request"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			if tc.want == "-window" || tc.want == "-ai-usd" || tc.want == "-compute" || tc.want == "-max-sessions" || tc.want == "-revision" {
+				e.mustRun(t, "issuers", "put", "acme")
+				e.mustRun(t, "quota", "set", "acme", "-ai-usd", "1", "-compute", "1", "-window", "day", "-max-sessions", "1")
+			}
+			_, _, err := e.run(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	// The subcommand is registered with the dispatcher.
+	if _, ok := commands["admin"]; !ok {
+		t.Fatal("admin is not registered")
+	}
+}
