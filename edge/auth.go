@@ -56,6 +56,16 @@ func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
 	}
 	log = log.With("issuer", claims.Issuer, "user", claims.Subject)
 	acct, budget := accountOf(claims)
+	if e.cfg.Quotas != nil {
+		// The effective limit is the smaller of the token's budget and the quota (user override, else the
+		// issuer's default), in the token's window.
+		iq, uq, err := billing.UserQuotas(ctx, e.cfg.Quotas, claims.Issuer, claims.Subject)
+		if err != nil {
+			e.m.admissions.WithLabelValues("unavailable").Inc()
+			return nil, wire.Wrap(wire.Unavailable, err, "quotas are unavailable; new sessions are refused until they are back")
+		}
+		budget = billing.EffectiveLimit(budget, iq, uq).Budget
+	}
 	if err := billing.Admit(ctx, e.cfg.Ledger, acct, budget); err != nil {
 		switch {
 		case errors.Is(err, billing.ErrBudgetExceeded):

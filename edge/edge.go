@@ -50,6 +50,7 @@ type Config struct {
 	Verifier     Verifier
 	Sandboxes    Sandboxes
 	Ledger       billing.Ledger // admission checks
+	Quotas       billing.Quotas // optional: per-issuer and per-user quotas cap the token's budget
 	Regions      []Region       // answered by GET /v1/regions; defaults to this region alone
 	PingInterval time.Duration  // server pings a silent WebSocket client this often (default 30s)
 	Logger       *slog.Logger

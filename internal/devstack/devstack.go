@@ -212,7 +212,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 
 	verifier := token.NewVerifier(secrets.NewCache(s.secrets, secrets.CacheOptions{}), token.VerifierOptions{})
 	ed, err := edge.New(edge.Config{
-		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: ledger,
+		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: ledger, Quotas: ledger,
 		Logger: s.log.With("component", "edge"), Metrics: reg,
 	})
 	if err != nil {

@@ -533,3 +533,21 @@ func TestComputeBudgetStopsTheSandbox(t *testing.T) {
 		t.Fatalf("after the compute budget: %v, want budget_exceeded", err)
 	}
 }
+
+// A quota caps a token's budget at admission: a user whose quota allows nothing is refused even with a
+// token that carries no budget (and a user without a quota is not affected).
+func TestQuotaCapsTheToken(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	qs := st.Ledger.(billing.Quotas)
+	if _, err := qs.PutQuota(ctx, billing.QuotaKey{Issuer: devstack.DevIssuer, User: "paul"},
+		billing.Quota{AIMicros: 0, ComputeSeconds: 0, Window: billing.Lifetime, MaxConcurrentSessions: 2}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client(t, st, "paul").Sandbox().Exec(ctx, wire.ExecRequest{Command: "true"}); !warren.IsCode(err, warren.CodeBudgetExceeded) {
+		t.Fatalf("user with a zero quota: %v, want budget_exceeded", err)
+	}
+	if _, err := client(t, st, "rita").Sandbox().Exec(ctx, wire.ExecRequest{Command: "true"}); err != nil {
+		t.Fatalf("user without a quota: %v", err)
+	}
+}
