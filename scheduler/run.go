@@ -22,7 +22,7 @@ type Config struct {
 	Placements    Placements
 	Registry      registry.Registry
 	Driver        Driver
-	Ledger        billing.Ledger // compute seconds are recorded here; nil disables metering
+	Ledger        billing.Ledger // compute seconds are recorded here, best through a *spool.Spool (DESIGN.md §5); nil disables metering
 	StartTimeout  time.Duration  // how long one sandbox may take to become ready (default 30s)
 	MeterInterval time.Duration  // how often live sandboxes' compute seconds are recorded (default 10s)
 	Logger        *slog.Logger
@@ -277,13 +277,20 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 	var carry time.Duration
 	seq := 0
 	// pending is an event whose write failed: it is retried unchanged under its own key (the write may
-	// have committed before the error; a changed amount under the same key would then be lost).
+	// have committed before the error; a changed amount under the same key would then be lost). A spool as
+	// Ledger takes what the ledger cannot, so with one only the spool's own disk failing leaves an event
+	// here; without one this memory is all there is, and it is gone if the process is.
 	var pending *billing.UsageEvent
 	spent := false
 	record := func(ev billing.UsageEvent) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.cfg.Ledger.Record(ctx, ev); err != nil {
+			if errors.Is(err, billing.ErrInvalid) {
+				// Retrying cannot make it valid, and a pending event would hold up every later one.
+				log.Error("compute usage event refused: dropped", "key", ev.Key, "compute_seconds", ev.ComputeSeconds, "err", err)
+				return true
+			}
 			log.Warn("record compute usage", "key", ev.Key, "err", err)
 			return false
 		}
@@ -317,7 +324,7 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 		}
 		carry -= time.Duration(secs) * time.Second
 		if !record(ev) {
-			pending = &ev // spooling to disk comes with the budgets work (DESIGN.md §5)
+			pending = &ev
 			return
 		}
 		s.mu.Lock()

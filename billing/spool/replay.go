@@ -72,10 +72,12 @@ func (s *Spool) drain(ctx context.Context) bool {
 		err := s.deliver(ctx, e)
 		switch {
 		case err == nil:
+			s.setDown(false)
 			s.m.replayed.WithLabelValues("ok").Inc()
 		case ctx.Err() != nil:
 			return false
 		case errors.Is(err, billing.ErrInvalid) && !errors.Is(err, billing.ErrUnavailable):
+			s.setDown(false)
 			// It was valid when spooled, so a ledger with stricter rules refuses it: retrying cannot help,
 			// and keeping it would hold up every event behind it. Logged in full for a replay by hand.
 			s.m.replayed.WithLabelValues("dropped").Inc()
@@ -84,6 +86,7 @@ func (s *Spool) drain(ctx context.Context) bool {
 				"window_start", e.ev.Account.WindowStart, "kind", e.ev.Kind, "model", e.ev.Model,
 				"ai_micros", e.ev.AIMicros, "compute_seconds", e.ev.ComputeSeconds, "at", e.ev.At)
 		default:
+			s.setDown(true)
 			s.m.failures.Inc()
 			s.log.Debug("ledger still unavailable: replay postponed", "err", err, "depth", s.Depth())
 			return false

@@ -8,11 +8,14 @@
 //   - Record and Settle try the ledger. When it fails with an error wrapping billing.ErrUnavailable, the
 //     event is appended to the spool file and fsynced, and the call returns nil: the event is durable and
 //     will reach the ledger. Other errors (billing.ErrInvalid) are returned and nothing is spooled.
-//   - While events wait in the spool, new ones are appended behind them without trying the ledger: only the
-//     replayer probes a ledger that was down, so an outage costs callers no timeouts, and events reach the
-//     ledger in the order they were recorded.
-//   - The replayer (started by Open, stopped by Close) delivers spooled events in order, one at a time.
-//     When the ledger fails it waits — doubling from MinBackoff to MaxBackoff, jittered — and tries again.
+//   - While the ledger is known to be down (its last answer, to a caller or to the replayer, was
+//     unavailable), events are spooled without trying it: only the replayer probes it, so an outage costs
+//     a caller at most one timeout, not one per event.
+//   - The replayer (started by Open, stopped by Close) delivers spooled events in the order they were
+//     spooled, one at a time. When the ledger fails it waits — doubling from MinBackoff to MaxBackoff,
+//     jittered — and tries again. Once it gets through, callers go to the ledger directly again while it
+//     drains the backlog behind them, so a busy spool drains too; the ledger sums by key, so the order in
+//     which events reach it does not matter.
 //     Delivered events leave the file by compaction: truncation when nothing is left, otherwise an atomic
 //     rewrite (temporary file, fsync, rename) of what remains.
 //   - A crash between the ledger accepting an event and the compaction leaves it in the file: the next Open
@@ -90,6 +93,7 @@ type Spool struct {
 	queue     []entry  // spooled and not yet delivered, oldest first
 	delivered int      // entries delivered since the last compaction: still in the file, no longer queued
 	written   uint64   // lines appended, ever
+	down      bool     // the ledger's last answer was unavailable: spool without trying it
 	size      int64    // bytes of whole lines in the file
 	empty     chan struct{}
 	closed    bool
@@ -211,8 +215,8 @@ func (s *Spool) Usage(ctx context.Context, acct billing.Account) (billing.Usage,
 	return s.ledger.Usage(ctx, acct)
 }
 
-// Record stores ev in the ledger, or, when the ledger is unavailable or events already wait in the spool,
-// appends it to the spool and returns nil once it is on disk. An invalid event wraps billing.ErrInvalid
+// Record stores ev in the ledger, or, when the ledger is unavailable (or known to be), appends it to the
+// spool and returns nil once it is on disk. An invalid event wraps billing.ErrInvalid
 // and is not spooled; other errors of the ledger are returned as they are. When the spool cannot be
 // written either, the error wraps billing.ErrUnavailable. After Close: ErrClosed.
 func (s *Spool) Record(ctx context.Context, ev billing.UsageEvent) error {
@@ -222,16 +226,16 @@ func (s *Spool) Record(ctx context.Context, ev billing.UsageEvent) error {
 	return s.deliverOrSpool(entry{ev: ev}, func() error { return s.ledger.Record(ctx, ev) })
 }
 
-// deliverOrSpool runs deliver unless events wait in the spool, and spools e when deliver finds the ledger
-// unavailable.
+// deliverOrSpool runs deliver unless the ledger is known to be down, and spools e when it is or deliver
+// finds it so.
 func (s *Spool) deliverOrSpool(e entry, deliver func() error) error {
 	s.mu.Lock()
-	closed, waiting := s.closed, len(s.queue) > 0
+	closed, down := s.closed, s.down
 	s.mu.Unlock()
 	if closed {
 		return fmt.Errorf("usage event %s: %w", e.ev.Key, ErrClosed)
 	}
-	if !waiting {
+	if !down {
 		err := deliver()
 		if err == nil || !errors.Is(err, billing.ErrUnavailable) {
 			return err
@@ -272,13 +276,15 @@ func (s *Spool) append(e entry) error {
 	seq := s.written
 	wasEmpty := len(s.queue) == 0
 	s.queue = append(s.queue, e)
+	// Marked with e queued, so the replayer — which probes a known-down ledger — has something to replay,
+	// and its next success clears the mark after this.
+	s.setDownLocked(true)
 	if wasEmpty {
 		select {
 		case <-s.empty:
 			s.empty = make(chan struct{})
 		default: // emptied but not yet compacted: whoever waits for it now waits for e too
 		}
-		s.log.Warn("ledger unavailable: spooling usage events until it is back")
 	}
 	s.mu.Unlock()
 	s.m.spooled.Inc()
@@ -364,6 +370,24 @@ func (s *Spool) Close() error {
 		return fmt.Errorf("close usage spool %s: %w", s.path, err)
 	}
 	return nil
+}
+
+// setDown records whether the ledger's last answer was unavailable.
+func (s *Spool) setDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setDownLocked(down)
+}
+
+func (s *Spool) setDownLocked(down bool) {
+	if s.down != down {
+		s.down = down
+		if down {
+			s.log.Warn("ledger unavailable: spooling usage events until it is back")
+		} else {
+			s.log.Info("ledger back: replaying spooled usage events", "events", len(s.queue))
+		}
+	}
 }
 
 func (s *Spool) wake() {

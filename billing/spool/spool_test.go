@@ -379,9 +379,8 @@ func TestOneSpoolPerFile(t *testing.T) {
 	openSpool(t, path, l, fast)
 }
 
-// While events wait, new ones queue behind them without trying the ledger; once the ledger is back
-// (another process's ledger here) a Flush delivers everything, the late ones included.
-func TestEventsQueueBehindSpooled(t *testing.T) {
+// Flush waits for the ledger; once it is back (another process's ledger here) everything is delivered.
+func TestFlushWaitsForTheLedger(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	ledgerPath, spoolPath := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "spool")

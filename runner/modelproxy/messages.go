@@ -54,7 +54,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 		err = errors.New("the request cannot be bounded within its reservation")
 	}
 	if err != nil {
-		p.release(r.Context(), log, holdID)
+		p.free(r.Context(), log, s, a)
 		p.m.rejected.WithLabelValues(rejectInvalid).Inc()
 		writeAPIError(w, badRequest(err.Error()))
 		return
@@ -66,7 +66,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 	start := time.Now()
 	resp, err := p.client.Do(p.upstreamRequest(ctx, r, fwdBody))
 	if err != nil {
-		p.release(r.Context(), log, holdID)
+		p.free(r.Context(), log, s, a)
 		if r.Context().Err() == nil {
 			log.Warn("model API unreachable", "err", err)
 			p.m.rejected.WithLabelValues(rejectUpstream).Inc()
@@ -81,7 +81,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 	if resp.StatusCode/100 != 2 {
 		// An error answer costs nothing: free the hold, pass the answer on as it is (the CLI decides
 		// whether to retry it).
-		p.release(r.Context(), log, holdID)
+		p.free(r.Context(), log, s, a)
 		w.WriteHeader(resp.StatusCode)
 		cut, _ := pump(w, resp.Body, nil)
 		log.Info("model API answered an error", "status", resp.StatusCode)
@@ -122,6 +122,9 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 	p.settle(r.Context(), log, holdID, billing.UsageEvent{
 		Key: "ai/" + holdID, Account: pl.acct, Kind: billing.KindAI, Model: req.model, AIMicros: cost, At: p.now(),
 	})
+	if a.grace {
+		s.endGrace(granted, cost, a.graceEpoch)
+	}
 	s.add(req.model, usage, cost, overspent)
 	p.m.micros.Add(float64(cost))
 	p.m.tokens.WithLabelValues("input").Add(float64(usage.InputTokens))
@@ -171,6 +174,10 @@ type admission struct {
 	granted   int64
 	maxTokens int64
 	thinking  int64 // the budget_tokens to forward; 0 to leave thinking alone
+	// grace: the ledger was unavailable and the session's grace allowance took the call; holdID was never
+	// reserved and granted is held from the grace (taken in graceEpoch).
+	grace      bool
+	graceEpoch uint64
 }
 
 // admit reserves a call's worst case and bounds the call to what was granted. When the budget cannot
@@ -185,10 +192,18 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *session, log *s
 	for {
 		changed := p.holds.watch() // before reserving, so no settle in between goes unnoticed
 		holdID := newHoldID()
-		granted, err := p.reserver.Reserve(ctx, holdID, pl.acct, pl.limit, pl.want, p.holdTTL)
+		// Bounded, so a ledger that hangs (a partition) counts as unavailable instead of stalling the call.
+		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		granted, err := p.reserver.Reserve(rctx, holdID, pl.acct, pl.limit, pl.want, p.holdTTL)
+		cancel()
+		if err == nil || errors.Is(err, billing.ErrBudgetExceeded) {
+			s.resetGrace() // the ledger answers again
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return admission{}, false // the agent left; a failed Reserve holds nothing
+		case errors.Is(err, billing.ErrUnavailable):
+			return p.admitGrace(w, s, log, pl, key, err)
 		case err != nil && !errors.Is(err, billing.ErrBudgetExceeded):
 			p.m.reservations.WithLabelValues(reserveError).Inc()
 			log.Error("cannot reserve budget: refusing the call", "err", err)
@@ -235,6 +250,31 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *session, log *s
 			return admission{}, false
 		}
 	}
+}
+
+// admitGrace lets a call through on its session's grace allowance when the ledger cannot be reached
+// (DESIGN.md §10), bounded exactly like a reservation of what is left of the grace. Its usage is settled
+// through the Reserver under a hold id that was never reserved (settling a hold that is gone records the
+// event once), which a spool keeps on disk until the ledger is back. When the grace cannot take even a
+// minimal answer the call is refused as before: 402, MeteringUnavailable. ok is false when an answer was
+// written.
+func (p *Proxy) admitGrace(w http.ResponseWriter, s *session, log *slog.Logger, pl plan, key string, cause error) (admission, bool) {
+	if held, epoch := s.takeGrace(p.grace, pl.want); held > 0 {
+		if maxTokens, thinking, ok := pl.bound(held); ok {
+			p.holds.add(key) // counted like a hold, so that serveMessages's done balances
+			p.m.reservations.WithLabelValues(reserveGrace).Inc()
+			holdID := newHoldID()
+			log.Warn("ledger unavailable: the call goes ahead on the session's grace allowance", "err", cause,
+				"hold", holdID, "want", pl.want, "granted", held, "max_tokens", pl.maxTokens, "clamped_to", maxTokens)
+			return admission{key: key, holdID: holdID, granted: held, maxTokens: maxTokens, thinking: thinking,
+				grace: true, graceEpoch: epoch}, true
+		}
+		s.endGrace(held, 0, epoch)
+	}
+	p.m.reservations.WithLabelValues(reserveError).Inc()
+	log.Error("cannot reserve budget: refusing the call", "err", cause, "grace", p.grace)
+	p.refuse(w, s, log, false, "ledger unavailable")
+	return admission{}, false
 }
 
 // holds counts, per account, the calls this proxy has reserved for and not yet settled or released.
@@ -311,6 +351,16 @@ func (p *Proxy) refuse(w http.ResponseWriter, s *session, log *slog.Logger, budg
 	writeAPIError(w, errMeteringDown)
 }
 
+// free ends an admitted call that will cost nothing: its grace goes back to the session, or its hold is
+// released.
+func (p *Proxy) free(ctx context.Context, log *slog.Logger, s *session, a admission) {
+	if a.grace {
+		s.endGrace(a.granted, 0, a.graceEpoch)
+		return
+	}
+	p.release(ctx, log, a.holdID)
+}
+
 // release frees a hold whose call will cost nothing. A failed release is only logged: the hold expires.
 func (p *Proxy) release(ctx context.Context, log *slog.Logger, holdID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
@@ -320,9 +370,10 @@ func (p *Proxy) release(ctx context.Context, log *slog.Logger, holdID string) {
 	}
 }
 
-// settle records a call's usage and frees its hold. The event is idempotent by key, so a failed settle is
-// retried in the background until it lands or the proxy closes; an event given up is logged in full so it
-// can be replayed by hand (a local spool comes later).
+// settle records a call's usage and frees its hold. A spool.Spool as Reserver takes the event onto local
+// disk when the ledger is unavailable and answers nil. Otherwise (another Reserver, or a spool that could
+// not write) the event, idempotent by key, is retried in the background until it lands or the proxy
+// closes; an event given up is logged in full so it can be replayed by hand.
 func (p *Proxy) settle(ctx context.Context, log *slog.Logger, holdID string, ev billing.UsageEvent) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	err := p.reserver.Settle(sctx, holdID, ev)

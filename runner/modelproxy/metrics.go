@@ -11,7 +11,8 @@ const (
 	reserveGranted  = "granted"  // the whole worst case was held
 	reserveClamped  = "clamped"  // less was held; max_tokens was lowered to fit
 	reserveExceeded = "exceeded" // nothing (or too little for a minimal answer) was left
-	reserveError    = "error"    // the ledger failed
+	reserveError    = "error"    // the ledger failed (and no grace was left)
+	reserveGrace    = "grace"    // the ledger failed; the session's grace allowance took the call
 )
 
 // Rejection reasons.
@@ -40,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_modelproxy_reservations_total",
-			Help: "Budget reservations before model calls, by outcome (granted, clamped, exceeded, error).",
+			Help: "Budget reservations before model calls, by outcome (granted, clamped, exceeded, error, grace).",
 		}, []string{"outcome"}),
 		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_modelproxy_settles_total",

@@ -41,6 +41,8 @@ const (
 	minOutputTokens = 1
 	// bodySlack covers the bytes the proxy's own edits (max_tokens inserted or rewritten) add to a body.
 	bodySlack = 64
+	// DefaultGrace is a suggested Config.Grace: $0.20 per session.
+	DefaultGrace = 200_000
 )
 
 // Config configures a Proxy; it is validated by New.
@@ -49,8 +51,16 @@ type Config struct {
 	Upstream string
 	// APIKey is the real key. It is only ever sent upstream, as x-api-key.
 	APIKey string
-	// Reserver holds and settles budget (required).
+	// Reserver holds and settles budget (required). A spool.Spool in front of the ledger keeps the usage
+	// of settles the ledger cannot take on local disk until it is back; any other Reserver only retries
+	// them from memory while the proxy runs.
 	Reserver billing.Reserver
+	// Grace is what each session may spend, in microdollars, while the ledger cannot be reached (DESIGN.md
+	// §10): a call whose Reserve fails with billing.ErrUnavailable goes ahead bounded by what is left of its
+	// session's grace, as if that much had been granted, and its usage is settled through Reserver (so it
+	// should be a spool.Spool). A session whose grace is spent is refused as before. The grace is whole
+	// again once the ledger answers a Reserve. 0 disables it; DefaultGrace is the suggested value.
+	Grace int64
 	// Prices prices calls by model; the zero value means billing.DefaultPrices().
 	Prices billing.Prices
 	// HoldTTL is how long a reservation lives (DefaultHoldTTL when zero; at least 30s). A call is cut when
@@ -72,6 +82,7 @@ type Proxy struct {
 	upstream    *url.URL
 	apiKey      string
 	reserver    billing.Reserver
+	grace       int64
 	prices      billing.Prices
 	holdTTL     time.Duration
 	callTimeout time.Duration
@@ -102,6 +113,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.Reserver == nil {
 		return nil, fmt.Errorf("no reserver: %w", ErrInvalidConfig)
+	}
+	if cfg.Grace < 0 {
+		return nil, fmt.Errorf("grace %d microdollars is negative: %w", cfg.Grace, ErrInvalidConfig)
 	}
 	if cfg.HoldTTL == 0 {
 		cfg.HoldTTL = DefaultHoldTTL
@@ -134,6 +148,7 @@ func New(cfg Config) (*Proxy, error) {
 		upstream:    u,
 		apiKey:      cfg.APIKey,
 		reserver:    cfg.Reserver,
+		grace:       cfg.Grace,
 		prices:      cfg.Prices,
 		holdTTL:     cfg.HoldTTL,
 		callTimeout: cfg.HoldTTL - settleTimeout,

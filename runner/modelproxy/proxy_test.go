@@ -33,6 +33,7 @@ type env struct {
 	ms     *modelserver.Server
 	msURL  string
 	ledger *sqlite.Ledger
+	lpath  string // the ledger's file
 	proxy  *modelproxy.Proxy
 	url    string
 	prices billing.Prices
@@ -91,7 +92,8 @@ func startEnv(t testing.TB, opts modelserver.Options, mod ...func(*modelproxy.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ms.Close() })
-	ledger, err := sqlite.New(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	lpath := filepath.Join(t.TempDir(), "ledger.db")
+	ledger, err := sqlite.New(context.Background(), lpath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func startEnv(t testing.TB, opts modelserver.Options, mod ...func(*modelproxy.Co
 			t.Error(err)
 		}
 	})
-	return &env{ms: ms, msURL: msURL, ledger: ledger, proxy: p, url: url, prices: cfg.Prices, rec: rec, reg: reg}
+	return &env{ms: ms, msURL: msURL, ledger: ledger, lpath: lpath, proxy: p, url: url, prices: cfg.Prices, rec: rec, reg: reg}
 }
 
 // body is a Messages API request; maxTokens < 0 leaves max_tokens out.

@@ -75,6 +75,12 @@ type session struct {
 	acct  billing.Account
 	limit int64
 	usage SessionUsage
+	// The grace allowance (Config.Grace) for calls made while the ledger is unavailable: graceUsed is what
+	// such calls cost since the ledger last answered, graceHeld what those in flight may still cost.
+	// graceEpoch counts the answers that made the grace whole again, so a call begun before one is not
+	// charged to the new grace.
+	graceUsed, graceHeld int64
+	graceEpoch           uint64
 }
 
 func (s *session) budget() (billing.Account, int64) {
@@ -108,6 +114,40 @@ func (s *session) add(model string, tu billing.TokenUsage, micros int64, overspe
 	s.usage.Calls++
 	if overspent {
 		s.usage.BudgetExhausted = true
+	}
+}
+
+// takeGrace holds up to want microdollars of the session's grace (total per outage) for one call; held is
+// 0 when nothing is left.
+func (s *session) takeGrace(total, want int64) (held int64, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if left := total - s.graceUsed - s.graceHeld; left > 0 {
+		held = min(want, left)
+		s.graceHeld += held
+	}
+	return held, s.graceEpoch
+}
+
+// endGrace ends a call takeGrace let through: its hold is given back and its cost charged, unless the
+// ledger answered since it began (the grace is whole again then, and the cost is on its way to the ledger
+// through the spool).
+func (s *session) endGrace(held, cost int64, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.graceHeld -= held
+	if epoch == s.graceEpoch {
+		s.graceUsed += cost
+	}
+}
+
+// resetGrace makes the grace whole again: the ledger answered.
+func (s *session) resetGrace() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.graceUsed != 0 || s.graceHeld != 0 {
+		s.graceUsed = 0
+		s.graceEpoch++
 	}
 }
 
