@@ -87,6 +87,9 @@ type ModelConfig struct {
 	Env          map[string]string // extra env for the CLI (e.g. ANTHROPIC_CUSTOM_HEADERS)
 	DefaultModel string
 	Notice       string // shown to clients in control ready (e.g. "scripted demo model")
+	// Grace is what a session may spend, in microdollars, while the ledger cannot be reached (its usage
+	// is spooled and recorded later); 0 disables.
+	Grace int64
 }
 
 // Defaults.

@@ -33,7 +33,7 @@ func (r *Runner) buildAgent() error {
 		prices = billing.DefaultPrices()
 	}
 	proxy, err := modelproxy.New(modelproxy.Config{
-		Upstream: mc.Upstream, APIKey: mc.APIKey, Reserver: mc.Reserver, Prices: prices,
+		Upstream: mc.Upstream, APIKey: mc.APIKey, Reserver: mc.Reserver, Prices: prices, Grace: mc.Grace,
 		Logger: r.log.With("component", "modelproxy"), Now: r.cfg.Now, Metrics: r.metrics.reg,
 	})
 	if err != nil {

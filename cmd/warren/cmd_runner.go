@@ -9,13 +9,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/warren-mesh/warren/billing/spool"
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
 	"github.com/warren-mesh/warren/runner"
+	"github.com/warren-mesh/warren/runner/modelproxy"
 )
 
 // runnerKeyEnv carries the runner's bearer key from the scheduler's driver. It is removed from the
@@ -79,6 +82,8 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&blobDir, "blob-dir", "", "directory blob store for snapshots (warren dev)")
 	fs.StringVar(&snapPrefix, "snapshot-prefix", "", "key prefix of this sandbox's snapshots")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "sleep (snapshot and exit) after this long idle; 0 never")
+	var grace int64
+	fs.Int64Var(&grace, "grace-microdollars", modelproxy.DefaultGrace, "what a session may spend while the ledger is unreachable (spooled); 0 disables")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: warren runner [flags]\n\nThe bearer key is read from $%s (required).\n\nflags:\n", runnerKeyEnv)
 		fs.PrintDefaults()
@@ -107,9 +112,28 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("ledger: %w", err)
 		}
 		defer ledger.Close()
+		// Usage the ledger cannot take now is spooled on the runner's own disk and replayed; sessions
+		// carry on within a grace allowance meanwhile (DESIGN.md §10).
+		spoolDir := cfg.StateDir
+		if spoolDir == "" {
+			spoolDir = cfg.Workspace + ".state"
+		}
+		if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+			return fmt.Errorf("usage spool: %w", err)
+		}
+		sp, err := spool.Open(filepath.Join(spoolDir, "usage.spool"), ledger, spool.Options{})
+		if err != nil {
+			return fmt.Errorf("usage spool: %w", err)
+		}
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = sp.Flush(fctx) // what stays is replayed by the next runner of this sandbox
+			_ = sp.Close()
+		}()
 		cfg.Model = &runner.ModelConfig{
-			CLIPath: claudeCLI, Home: home, Upstream: upstream, APIKey: modelKey, Reserver: ledger,
-			Env: agentEnv, DefaultModel: defaultModel, Notice: notice,
+			CLIPath: claudeCLI, Home: home, Upstream: upstream, APIKey: modelKey, Reserver: sp,
+			Env: agentEnv, DefaultModel: defaultModel, Notice: notice, Grace: grace,
 		}
 	}
 	if blobDir != "" {
