@@ -502,3 +502,58 @@ func TestPermissionsFollowTheConnection(t *testing.T) {
 		t.Fatalf("first.txt = %q, %v", b, err)
 	}
 }
+
+// Two sessions of one user in parallel against a budget that one turn's reservation can fit but not two:
+// one turn completes, the other ends with error_max_budget_usd, and the ledger never passes the limit.
+// (A reservation is the worst case — request bytes at the dearest input price plus max_tokens — so ~0.38 $
+// fits one ~0.07 $ turn's reservation, and what is left after it settles no longer fits a second.)
+func TestParallelSessionsShareOneBudget(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	const limit = 380_000
+	c := client(t, st, "sam", withBudget(limit))
+	var sessions [2]*warren.Session
+	for i := range sessions {
+		s, err := c.Dial(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		sessions[i] = s
+	}
+	results := make(chan *warren.ResultEvent, 2)
+	for i, s := range sessions {
+		go func() {
+			for ev, err := range s.Prompt(ctx, "say hello "+strconv.Itoa(i)) {
+				if err != nil {
+					results <- nil
+					return
+				}
+				if r, ok := ev.Result(); ok {
+					results <- r
+					return
+				}
+			}
+			results <- nil
+		}()
+	}
+	ok, budget := 0, 0
+	for range 2 {
+		r := <-results
+		switch {
+		case r == nil:
+			t.Fatal("a turn ended without a result")
+		case r.Subtype == warren.ResultErrorMaxBudget:
+			budget++
+		case !r.IsError:
+			ok++
+		}
+	}
+	u, err := st.Ledger.Usage(ctx, billing.Account{Issuer: devstack.DevIssuer, User: "sam", Window: billing.Lifetime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != 1 || budget != 1 || u.AIMicros > limit || u.AIMicros == 0 || u.HeldAIMicros != 0 {
+		t.Fatalf("completed %d, budget-ended %d, ledger %+v (limit %d)", ok, budget, u, limit)
+	}
+}
