@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -22,4 +23,21 @@ type Reserver interface {
 	Settle(ctx context.Context, id string, ev UsageEvent) error
 	// Release deletes hold id without recording usage; a missing hold is not an error.
 	Release(ctx context.Context, id string) error
+}
+
+// ValidateReserve checks Reserve's arguments the same way for every adapter; failures wrap ErrInvalid.
+func ValidateReserve(id string, acct Account, want int64, ttl time.Duration) error {
+	if id == "" {
+		return fmt.Errorf("reserve: hold without id: %w", ErrInvalid)
+	}
+	if err := acct.Validate(); err != nil {
+		return fmt.Errorf("reserve hold %s: %w", id, err)
+	}
+	if want <= 0 {
+		return fmt.Errorf("reserve hold %s: want %d microdollars, need > 0: %w", id, want, ErrInvalid)
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("reserve hold %s: ttl %v, need > 0: %w", id, ttl, ErrInvalid)
+	}
+	return nil
 }

@@ -24,7 +24,7 @@ var _ billing.Reserver = (*Ledger)(nil)
 // billing.ErrInvalid; a spent budget wraps billing.ErrBudgetExceeded; database failures wrap
 // billing.ErrUnavailable.
 func (l *Ledger) Reserve(ctx context.Context, id string, acct billing.Account, limit, want int64, ttl time.Duration) (int64, error) {
-	if err := validateReserve(id, acct, want, ttl); err != nil {
+	if err := billing.ValidateReserve(id, acct, want, ttl); err != nil {
 		return 0, err
 	}
 	var granted int64
@@ -37,22 +37,6 @@ func (l *Ledger) Reserve(ctx context.Context, id string, acct billing.Account, l
 		return 0, fmt.Errorf("reserve hold %s for %s: %w", id, describe(acct), classify(err))
 	}
 	return granted, nil
-}
-
-func validateReserve(id string, acct billing.Account, want int64, ttl time.Duration) error {
-	if id == "" {
-		return fmt.Errorf("reserve: hold without id: %w", billing.ErrInvalid)
-	}
-	if err := acct.Validate(); err != nil {
-		return fmt.Errorf("reserve hold %s: %w", id, err)
-	}
-	if want <= 0 {
-		return fmt.Errorf("reserve hold %s: want %d microdollars, need > 0: %w", id, want, billing.ErrInvalid)
-	}
-	if ttl <= 0 {
-		return fmt.Errorf("reserve hold %s: ttl %v, need > 0: %w", id, ttl, billing.ErrInvalid)
-	}
-	return nil
 }
 
 func reserveTx(ctx context.Context, tx pgx.Tx, now time.Time, id string, acct billing.Account, limit, want int64, ttl time.Duration) (int64, error) {
