@@ -78,6 +78,15 @@ var migrations = []string{
 	// Usage reports (QueryUsage) select events by time, for every issuer or for one issuer or user.
 	`CREATE INDEX usage_events_by_time ON usage_events (at);
 	CREATE INDEX usage_events_by_user ON usage_events (issuer, "user", at)`,
+	// Session leases (billing.Sessions, sessions.go). The index serves the per-issuer count and sweep;
+	// its prefix, the per-user count.
+	`CREATE TABLE session_leases (
+		id         TEXT    PRIMARY KEY,
+		issuer     TEXT    NOT NULL,
+		"user"     TEXT    NOT NULL,
+		expires_at INTEGER NOT NULL
+	);
+	CREATE INDEX session_leases_by_user ON session_leases (issuer, "user", expires_at)`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

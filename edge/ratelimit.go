@@ -1,0 +1,114 @@
+package edge
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultLimiterKeys is how many keys a Limiter tracks at most unless told otherwise.
+const DefaultLimiterKeys = 100_000
+
+// sweepEvery is how often, by the limiter's clock, Allow drops the buckets that have refilled.
+const sweepEvery = time.Minute
+
+// Limiter is a set of token buckets, one per key (an issuer and user, say), that admission asks before
+// letting a request in (DESIGN.md §5; PROTOCOL.md §6 rate_limited). Safe for concurrent use.
+//
+// Each bucket is kept as the time at which it will be full again (the generic cell rate algorithm, an exact
+// token bucket in one value): a request is let in if the bucket would be full again within burst refill
+// intervals after taking its token. A full bucket is the same as no bucket, so buckets that have refilled
+// are dropped (every minute of the clock, and whenever the table is full) and memory follows the keys
+// active in the last burst/rate minutes. Should more keys than the bound be active at once, the buckets
+// nearest to full are dropped first, giving those keys back at most the tokens they had already
+// regained; the limiter never refuses a key for lack of room.
+type Limiter struct {
+	now     func() time.Time
+	maxKeys int
+
+	mu        sync.Mutex
+	buckets   map[string]time.Time // key -> when its bucket is full again; absent: full
+	nextSweep time.Time
+}
+
+// NewLimiter returns a limiter reading now (nil: time.Now) that tracks at most maxKeys keys (<= 0:
+// DefaultLimiterKeys).
+func NewLimiter(now func() time.Time, maxKeys int) *Limiter {
+	if now == nil {
+		now = time.Now
+	}
+	if maxKeys <= 0 {
+		maxKeys = DefaultLimiterKeys
+	}
+	return &Limiter{now: now, maxKeys: maxKeys, buckets: make(map[string]time.Time)}
+}
+
+// Allow takes a token from key's bucket, which holds burst tokens and refills at ratePerMin tokens a minute,
+// and reports whether there was one. When there was not, retryAfter is how long until there will be (for
+// the Retry-After header; round it up). A refused request takes nothing.
+//
+// ratePerMin < 0 is unlimited; 0 lets nothing in (retryAfter is then a minute, a hint, as no wait helps).
+// burst < 1 counts as 1. Rate and burst may differ from call to call for one key (a quota changed): the
+// bucket's state carries over under the new parameters.
+func (l *Limiter) Allow(key string, ratePerMin, burst int64) (ok bool, retryAfter time.Duration) {
+	switch {
+	case ratePerMin < 0:
+		return true, 0
+	case ratePerMin == 0:
+		return false, time.Minute
+	}
+	interval := time.Minute / time.Duration(ratePerMin) // the time one token takes to come back
+	if interval <= 0 {
+		return true, 0 // more than one a nanosecond: no limit worth tracking
+	}
+	burst = max(burst, 1)
+	tolerance := time.Duration(math.MaxInt64) // how far ahead of now a bucket may be full again
+	if burst <= math.MaxInt64/int64(interval) {
+		tolerance = interval * time.Duration(burst)
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	full, ok := l.buckets[key]
+	if !ok || full.Before(now) {
+		full = now
+	}
+	next := full.Add(interval)
+	if ahead := next.Sub(now); ahead > tolerance {
+		return false, ahead - tolerance
+	}
+	if !ok && len(l.buckets) >= l.maxKeys || !now.Before(l.nextSweep) {
+		l.sweep(now)
+	}
+	l.buckets[key] = next
+	return true, 0
+}
+
+// sweep drops the buckets that are full again at now and, if the table is still nearly full, the ones
+// nearest to full until an eighth of it is free, so that sweeps on overflow are rare. Called with mu held.
+func (l *Limiter) sweep(now time.Time) {
+	l.nextSweep = now.Add(sweepEvery)
+	for k, full := range l.buckets {
+		if !full.After(now) {
+			delete(l.buckets, k)
+		}
+	}
+	keep := l.maxKeys - max(l.maxKeys/8, 1)
+	if len(l.buckets) <= keep {
+		return
+	}
+	type entry struct {
+		key  string
+		full time.Time
+	}
+	entries := make([]entry, 0, len(l.buckets))
+	for k, full := range l.buckets {
+		entries = append(entries, entry{k, full})
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return a.full.Compare(b.full) })
+	for _, e := range entries[:len(entries)-keep] {
+		delete(l.buckets, e.key)
+	}
+}
