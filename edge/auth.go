@@ -33,15 +33,18 @@ func bearer(r *http.Request) (string, error) {
 
 // admitted is a request that passed auth and admission and has a runner.
 type admitted struct {
-	claims  *token.Claims
-	account billing.Account
-	budget  billing.Budget
-	entry   registry.Entry
-	log     *slog.Logger
+	claims      *token.Claims
+	account     billing.Account
+	budget      billing.Budget
+	maxSessions int64  // per user, from the quota; < 0 unlimited
+	lease       string // the agent connection's session lease ("" without one)
+	entry       registry.Entry
+	log         *slog.Logger
 }
 
-// admit authenticates r, checks the budget and finds or starts the user's runner.
-func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
+// admit authenticates r, checks the budget and finds or starts the user's runner. An agent channel
+// (channel) is also rate limited per user and issuer and takes a session lease; the caller releases it.
+func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admitted, error) {
 	log := e.log.With("request_id", requestID(ctx))
 	raw, err := bearer(r)
 	if err != nil {
@@ -56,6 +59,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
 	}
 	log = log.With("issuer", claims.Issuer, "user", claims.Subject)
 	acct, budget := accountOf(claims)
+	maxSessions := int64(billing.Unlimited)
 	if e.cfg.Quotas != nil {
 		// The effective limit is the smaller of the token's budget and the quota (user override, else the
 		// issuer's default), in the token's window.
@@ -64,7 +68,8 @@ func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
 			e.m.admissions.WithLabelValues("unavailable").Inc()
 			return nil, wire.Wrap(wire.Unavailable, err, "quotas are unavailable; new sessions are refused until they are back")
 		}
-		budget = billing.EffectiveLimit(budget, iq, uq).Budget
+		lim := billing.EffectiveLimit(budget, iq, uq)
+		budget, maxSessions = lim.Budget, lim.MaxConcurrentSessions
 	}
 	if err := billing.Admit(ctx, e.cfg.Ledger, acct, budget); err != nil {
 		switch {
@@ -76,12 +81,20 @@ func (e *Edge) admit(ctx context.Context, r *http.Request) (*admitted, error) {
 			return nil, wire.Wrap(wire.Unavailable, err, "the ledger is unavailable; new sessions are refused until it is back")
 		}
 	}
+	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, log: log}
+	if channel {
+		if err := e.admitChannel(ctx, a); err != nil {
+			return nil, err
+		}
+	}
 	e.m.admissions.WithLabelValues("ok").Inc()
 	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct, ComputeLimit: budget.ComputeSeconds})
 	if err != nil {
+		e.releaseLease(a)
 		return nil, err
 	}
-	return &admitted{claims: claims, account: acct, budget: budget, entry: entry, log: log.With("epoch", entry.Epoch)}, nil
+	a.entry, a.log = entry, log.With("epoch", entry.Epoch)
+	return a, nil
 }
 
 // grant is what the runner is told about this caller.
@@ -109,4 +122,73 @@ func accountOf(c *token.Claims) (billing.Account, billing.Budget) {
 		acct.WindowStart = c.Budget.WindowStart.UTC().Truncate(time.Second)
 	}
 	return acct, billing.Budget{AIMicros: c.Budget.AIMicros, ComputeSeconds: c.Budget.ComputeSeconds}
+}
+
+// leaseTTL bounds how long a crashed edge's connections keep counting against the caps.
+const leaseTTL = time.Minute
+
+// admitChannel applies the connect rates and takes the connection's session lease.
+func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
+	iss, sub := a.claims.Issuer, a.claims.Subject
+	for _, l := range []struct {
+		key  string
+		rate int64
+	}{{"connect/user/" + iss + "\x00" + sub, e.cfg.Rates.ConnectsPerUser}, {"connect/issuer/" + iss, e.cfg.Rates.ConnectsPerIssuer}} {
+		if ok, retry := e.limiter.Allow(l.key, l.rate, max(l.rate, 1)); !ok {
+			e.m.admissions.WithLabelValues("rate_limited").Inc()
+			return rateLimited("too many connections; slow down", retry)
+		}
+	}
+	if e.cfg.Sessions == nil {
+		return nil
+	}
+	id := requestID(ctx)
+	err := e.cfg.Sessions.Acquire(ctx, billing.SessionLease{ID: "edge/" + id, Issuer: iss, User: sub}, a.maxSessions, billing.Unlimited, leaseTTL)
+	switch {
+	case errors.Is(err, billing.ErrConcurrencyLimit):
+		e.m.admissions.WithLabelValues("concurrency_limit").Inc()
+		return wire.Wrap(wire.ConcurrencyLimit, err, "too many concurrent sessions for this user; close one first").
+			WithDetails(map[string]any{"max_concurrent_sessions": a.maxSessions})
+	case err != nil:
+		e.m.admissions.WithLabelValues("unavailable").Inc()
+		return wire.Wrap(wire.Unavailable, err, "session leases are unavailable; new sessions are refused until they are back")
+	}
+	a.lease = "edge/" + id
+	return nil
+}
+
+// keepLease renews the connection's lease until ctx ends.
+func (e *Edge) keepLease(ctx context.Context, a *admitted) {
+	if a.lease == "" {
+		return
+	}
+	t := time.NewTicker(leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := e.cfg.Sessions.Renew(ctx, a.lease, leaseTTL); err != nil && ctx.Err() == nil {
+				a.log.Warn("renew session lease", "err", err)
+			}
+		}
+	}
+}
+
+func (e *Edge) releaseLease(a *admitted) {
+	if a.lease == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.cfg.Sessions.Release(ctx, a.lease); err != nil {
+		a.log.Warn("release session lease", "err", err)
+	}
+}
+
+// rateLimited is a rate_limited error carrying Retry-After in whole seconds.
+func rateLimited(msg string, retry time.Duration) *wire.Error {
+	secs := int((retry + time.Second - 1) / time.Second)
+	return wire.Errorf(wire.RateLimited, "%s", msg).WithDetails(map[string]any{"retry_after_seconds": max(secs, 1)})
 }

@@ -46,21 +46,38 @@ type Region struct {
 
 // Config configures an edge.
 type Config struct {
-	Region       string
-	Verifier     Verifier
-	Sandboxes    Sandboxes
-	Ledger       billing.Ledger // admission checks
-	Quotas       billing.Quotas // optional: per-issuer and per-user quotas cap the token's budget
-	Regions      []Region       // answered by GET /v1/regions; defaults to this region alone
-	PingInterval time.Duration  // server pings a silent WebSocket client this often (default 30s)
+	Region    string
+	Verifier  Verifier
+	Sandboxes Sandboxes
+	Ledger    billing.Ledger // admission checks
+	Quotas    billing.Quotas // optional: per-issuer and per-user quotas cap the token's budget
+	// Sessions, when set, holds a lease per agent connection so the quota's max_concurrent_sessions holds
+	// across every edge (the runner also caps live sessions per user).
+	Sessions billing.Sessions
+	// Rates limit agent connects per minute per user and per issuer, and prompts per minute per user
+	// (zero values: DefaultRates; negative: unlimited).
+	Rates        Rates
+	Regions      []Region      // answered by GET /v1/regions; defaults to this region alone
+	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
 	Logger       *slog.Logger
 	Metrics      prometheus.Registerer
 	HTTPClient   *http.Client // for calls to runners; default has sane timeouts
 }
 
+// Rates are per-minute limits; the burst equals the rate.
+type Rates struct {
+	ConnectsPerUser   int64
+	ConnectsPerIssuer int64
+	PromptsPerUser    int64
+}
+
+// DefaultRates are generous: they stop runaway clients, not people.
+var DefaultRates = Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60}
+
 // Edge serves end users. Safe for concurrent use.
 type Edge struct {
 	cfg     Config
+	limiter *Limiter
 	log     *slog.Logger
 	m       *edgeMetrics
 	runners *http.Client
@@ -81,11 +98,14 @@ func New(cfg Config) (*Edge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Rates == (Rates{}) {
+		cfg.Rates = DefaultRates
+	}
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient}
+	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0)}
 	if e.runners == nil {
 		e.runners = &http.Client{Transport: &http.Transport{
 			Proxy:                 nil,

@@ -29,11 +29,15 @@ func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer e.m.active.WithLabelValues("websocket").Dec()
 	ctx := r.Context()
 
-	a, err := e.admit(ctx, r)
+	a, err := e.admit(ctx, r, true)
 	if err != nil {
 		e.closeWith(ctx, c, err)
 		return
 	}
+	defer e.releaseLease(a)
+	lctx, stopLease := context.WithCancel(ctx)
+	defer stopLease()
+	go e.keepLease(lctx, a)
 	rc, err := e.dialRunner(ctx, a)
 	if err != nil {
 		e.closeWith(ctx, c, err)
@@ -137,9 +141,18 @@ func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
 			e.closeWith(ctx, c, wire.Errorf(wire.InvalidArgument, "binary frames are not part of the protocol; send JSON text frames"))
 			break
 		}
-		if _, perr := wire.ParseClientMessage(data); perr != nil {
+		m, perr := wire.ParseClientMessage(data)
+		if perr != nil {
 			e.closeWith(ctx, c, perr)
 			break
+		}
+		if m.Type == wire.TypeUser {
+			key := "prompt/user/" + a.claims.Issuer + "\x00" + a.claims.Subject
+			if ok, retry := e.limiter.Allow(key, e.cfg.Rates.PromptsPerUser, max(e.cfg.Rates.PromptsPerUser, 1)); !ok {
+				// The prompt is refused, the channel stays open.
+				_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(rateLimited("too many prompts; slow down", retry)))
+				continue
+			}
 		}
 		e.m.frames.WithLabelValues("to_runner").Inc()
 		if err := rc.Write(ctx, websocket.MessageText, data); err != nil {

@@ -62,6 +62,7 @@ type Config struct {
 	AgentEnv      map[string]string // extra env for every agent (e.g. ANTHROPIC_CUSTOM_HEADERS)
 	DefaultModel  string
 	IdleTimeout   time.Duration // sandboxes sleep after this long idle (0: never)
+	Rates         edge.Rates    // zero: edge.DefaultRates
 }
 
 // Stack is a running platform.
@@ -213,6 +214,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	verifier := token.NewVerifier(secrets.NewCache(s.secrets, secrets.CacheOptions{}), token.VerifierOptions{})
 	ed, err := edge.New(edge.Config{
 		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: ledger, Quotas: ledger,
+		Sessions: ledger.Sessions(), Rates: cfg.Rates,
 		Logger: s.log.With("component", "edge"), Metrics: reg,
 	})
 	if err != nil {

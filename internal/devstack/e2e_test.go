@@ -21,6 +21,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
@@ -549,5 +550,53 @@ func TestQuotaCapsTheToken(t *testing.T) {
 	}
 	if _, err := client(t, st, "rita").Sandbox().Exec(ctx, wire.ExecRequest{Command: "true"}); err != nil {
 		t.Fatalf("user without a quota: %v", err)
+	}
+}
+
+// max_concurrent_sessions from the quota holds through a lease per agent connection, released on close;
+// connects beyond the per-minute rate are refused with rate_limited.
+func TestSessionCapAndConnectRate(t *testing.T) {
+	st, err := devstack.Start(context.Background(), devstack.Config{
+		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary,
+		Rates: edge.Rates{ConnectsPerUser: 5, ConnectsPerIssuer: -1, PromptsPerUser: -1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := ctxT(t)
+	qs := st.Ledger.(billing.Quotas)
+	if _, err := qs.PutQuota(ctx, billing.QuotaKey{Issuer: devstack.DevIssuer, User: "uma"},
+		billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, st, "uma")
+	s1, err := c.Dial(ctx, nil) // connect 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Dial(ctx, nil); !warren.IsCode(err, warren.CodeConcurrencyLimit) { // connect 2
+		t.Fatalf("second concurrent session: %v, want concurrency_limit", err)
+	}
+	_ = s1.Close()
+	waitFor(t, 10*time.Second, "the lease to be released", func() bool { // connects 3..5 at most
+		s, err := c.Dial(ctx, nil)
+		if err == nil {
+			_ = s.Close()
+		}
+		return err == nil
+	})
+	var last error
+	for range 6 {
+		s, err := c.Dial(ctx, nil)
+		if err == nil {
+			_ = s.Close()
+		}
+		if last = err; warren.IsCode(err, warren.CodeRateLimited) {
+			break
+		}
+	}
+	if !warren.IsCode(last, warren.CodeRateLimited) {
+		t.Fatalf("connects beyond 5/min: %v, want rate_limited", last)
 	}
 }
