@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/spool"
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
@@ -131,9 +132,14 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			_ = sp.Flush(fctx) // what stays is replayed by the next runner of this sandbox
 			_ = sp.Close()
 		}()
+		// Prices set through the billing API override the built-in table (read at start).
+		prices, err := billing.EffectivePrices(ctx, ledger)
+		if err != nil {
+			return fmt.Errorf("prices: %w", err)
+		}
 		cfg.Model = &runner.ModelConfig{
 			CLIPath: claudeCLI, Home: home, Upstream: upstream, APIKey: modelKey, Reserver: sp,
-			Env: agentEnv, DefaultModel: defaultModel, Notice: notice, Grace: grace,
+			Env: agentEnv, DefaultModel: defaultModel, Notice: notice, Grace: grace, Prices: prices,
 		}
 	}
 	if blobDir != "" {

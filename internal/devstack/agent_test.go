@@ -557,3 +557,29 @@ func TestParallelSessionsShareOneBudget(t *testing.T) {
 		t.Fatalf("completed %d, budget-ended %d, ledger %+v (limit %d)", ok, budget, u, limit)
 	}
 }
+
+// Prices set through the billing API are what a sandbox started afterwards charges.
+func TestAPIPricesReachTheProxy(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	ps := st.Ledger.(billing.PriceStore)
+	// Ten times the list price: a turn must cost ten times what the built-in table says.
+	if err := ps.PutPrice(ctx, "claude-sonnet-4-5", billing.Price{Input: 30_000_000, Output: 150_000_000, CacheRead: 3_000_000, CacheCreation: 37_500_000}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := client(t, st, "vic", withBudget(50_000_000)).Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, r := turn(t, ctx, s, "hello")
+	if r.IsError || r.Cost == nil {
+		t.Fatalf("turn: %+v", r)
+	}
+	m := r.Cost.Models["claude-sonnet-4-5"]
+	want := billing.Price{Input: 30_000_000, Output: 150_000_000, CacheRead: 3_000_000, CacheCreation: 37_500_000}.Cost(billing.TokenUsage{
+		InputTokens: m.InputTokens, OutputTokens: m.OutputTokens, CacheReadInputTokens: m.CacheReadInputTokens, CacheCreationInputTokens: m.CacheCreationInputTokens})
+	if m.Microdollars != want || want == 0 {
+		t.Fatalf("charged %d µ$ for %+v, want %d at the API's price", m.Microdollars, m, want)
+	}
+}
