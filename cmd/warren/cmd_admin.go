@@ -156,14 +156,7 @@ func wantArgs(pos []string, names ...string) error {
 
 func adminIssuersList(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
 	fs := af.flagSet("issuers ls", stderr)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos); err != nil {
-		return err
-	}
-	c, err := af.client(ctx)
+	_, c, err := af.start(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -199,14 +192,7 @@ type issuerView struct {
 func adminIssuersPut(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
 	fs := af.flagSet("issuers put", stderr)
 	name := fs.String("name", "", "display name (default: keep the current one)")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, "ISS"); err != nil {
-		return err
-	}
-	c, err := af.client(ctx)
+	pos, c, err := af.start(ctx, fs, args, "ISS")
 	if err != nil {
 		return err
 	}
@@ -241,14 +227,7 @@ func adminIssuersPut(ctx context.Context, af *adminFlags, args []string, stdout,
 
 func adminKeysRotate(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
 	fs := af.flagSet("keys rotate", stderr)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, "ISS"); err != nil {
-		return err
-	}
-	c, err := af.client(ctx)
+	pos, c, err := af.start(ctx, fs, args, "ISS")
 	if err != nil {
 		return err
 	}
@@ -287,14 +266,7 @@ type quotaView struct {
 func adminQuotaGet(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
 	fs := af.flagSet("quota get", stderr)
 	user := fs.String("user", "", "the end user (`SUB`) whose override to show")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, "ISS"); err != nil {
-		return err
-	}
-	c, err := af.client(ctx)
+	pos, c, err := af.start(ctx, fs, args, "ISS")
 	if err != nil {
 		return err
 	}
@@ -531,14 +503,7 @@ type priceTable struct {
 
 func adminPricesList(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
 	fs := af.flagSet("prices ls", stderr)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos); err != nil {
-		return err
-	}
-	c, err := af.client(ctx)
+	_, c, err := af.start(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -571,14 +536,7 @@ func adminPricesSet(ctx context.Context, af *adminFlags, args []string, stdout, 
 	for _, name := range []string{"input", "output", "cache-read", "cache-creation"} {
 		fs.String(name, "", "`USD` per million "+strings.ReplaceAll(name, "-", " ")+" tokens (default: the model's current price)")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, "MODEL"); err != nil {
-		return err
-	}
-	c, err := af.client(ctx)
+	pos, c, err := af.start(ctx, fs, args, "MODEL")
 	if err != nil {
 		return err
 	}
@@ -728,6 +686,20 @@ type adminClient struct {
 }
 
 // client resolves the key (-admin-key, $WARREN_ADMIN_KEY, else the data dir's secrets file) and the URL.
+// start is every subcommand's preamble: parse flags and positional arguments, check the required ones
+// (names), and make the client.
+func (af *adminFlags) start(ctx context.Context, fs *flag.FlagSet, args []string, names ...string) ([]string, *adminClient, error) {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := wantArgs(pos, names...); err != nil {
+		return nil, nil, err
+	}
+	c, err := af.client(ctx)
+	return pos, c, err
+}
+
 func (af *adminFlags) client(ctx context.Context) (*adminClient, error) {
 	u, err := url.Parse(af.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
