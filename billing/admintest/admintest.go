@@ -195,39 +195,65 @@ func testInvalidQuota(t *testing.T, s Store) {
 	}
 }
 
-// Writers that read the same revision race: exactly one wins, the others see ErrConflict.
-func testConcurrentQuotaWriters(t *testing.T, s Store) {
+func testConcurrentQuotaWriters(t *testing.T, s Store) { QuotaRace(t, s) }
+
+// QuotaRace races writers of one quota that all name the same revision, spread over stores (one per
+// process sharing a database, or a single store for the goroutines of one process), round after round:
+// first creating the quota (revision 0), then replacing it. In every round exactly one writer wins, the
+// others see ErrConflict, and the quota reads back as the winner wrote it, whichever store reads it. The
+// issuer "acme" is registered through the first store.
+func QuotaRace(t *testing.T, stores ...billing.AdminStore) {
+	t.Helper()
 	ctx := context.Background()
-	MustPutIssuer(t, s, "acme", "")
+	MustPutIssuer(t, stores[0], "acme", "")
 	k := billing.QuotaKey{Issuer: "acme", User: "u"}
-	MustPutQuota(t, s, k, Quota(1), 0)
-	const writers = 8
-	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		won, lost int
+	const (
+		rounds  = 3
+		writers = 8
 	)
-	for i := range writers {
-		wg.Go(func() {
-			_, err := s.PutQuota(ctx, k, Quota(int64(100+i)), 1)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				won++
-			case errors.Is(err, billing.ErrConflict):
-				lost++
-			default:
-				t.Errorf("PutQuota: %v", err)
+	for round := range int64(rounds) {
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			start  = make(chan struct{})
+			won    []billing.Quota
+			lost   int
+			failed bool
+		)
+		for i := range writers {
+			s := stores[i%len(stores)]
+			wg.Go(func() {
+				<-start // all at once, as far as the scheduler lets them
+				got, err := s.PutQuota(ctx, k, Quota(100*round+int64(i)), round)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					won = append(won, got)
+				case errors.Is(err, billing.ErrConflict):
+					lost++
+				default:
+					failed = true
+					t.Errorf("round %d: PutQuota: %v", round, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if failed {
+			t.FailNow()
+		}
+		if len(won) != 1 || lost != writers-1 {
+			t.Fatalf("round %d (revision %d): %d writers won (%+v) and %d lost, want 1 and %d", round, round, len(won), won, lost, writers-1)
+		}
+		if won[0].Revision != round+1 {
+			t.Fatalf("round %d: the winner's revision %d, want %d", round, won[0].Revision, round+1)
+		}
+		for i, s := range stores {
+			if got := MustGetQuota(t, s, k); got != won[0] {
+				t.Fatalf("round %d: store %d reads %+v, want the winner's %+v", round, i, got, won[0])
 			}
-		})
-	}
-	wg.Wait()
-	if won != 1 || lost != writers-1 {
-		t.Fatalf("%d writers won and %d lost, want 1 and %d", won, lost, writers-1)
-	}
-	if got := MustGetQuota(t, s, k); got.Revision != 2 {
-		t.Fatalf("revision after the race %d, want 2", got.Revision)
+		}
 	}
 }
 

@@ -1,5 +1,7 @@
-// Package cockroach is the production billing.Ledger and billing.Reserver: usage events, per-window totals
-// and budget holds in CockroachDB (and in PostgreSQL, its stand-in in tests), through pgx.
+// Package cockroach is the production billing.Ledger, billing.Reserver, billing.Sessions and
+// billing.AdminStore: usage events, per-window totals, budget holds, session leases, and the billing API's
+// issuers, quotas, prices and usage reports in CockroachDB (and in PostgreSQL, its stand-in in tests),
+// through pgx.
 //
 // Every write is one SERIALIZABLE transaction run by cockroachdb.ExecuteTx (crdb.ExecuteTx on
 // CockroachDB), retried on serialization failures. Recording is idempotent by event key (the primary key
@@ -10,7 +12,8 @@
 // operation again: the idempotency key finds what the first run did.
 //
 // Times (event times, hold expiries) are values of the Go clock (WithClock), never now() in SQL, so
-// processes and tests agree on what has expired.
+// processes and tests agree on what has expired. They are stored in UTC; event times to the nanosecond
+// (at and at_nanos), so that usage reports match billing/sqlite's exactly.
 package cockroach
 
 import (
@@ -61,6 +64,39 @@ var migrations = []string{
 		expires_at   TIMESTAMPTZ NOT NULL
 	);
 	CREATE INDEX holds_by_account ON holds (issuer, "user", "window", window_start, expires_at)`,
+	// The billing API's tables (admin.go): issuers, quotas (a quota's "user" is '' for the issuer's
+	// default) and price overrides. created is the registration time truncated to the second, as
+	// billing/sqlite stores it.
+	`CREATE TABLE issuers (
+		id      TEXT        PRIMARY KEY,
+		name    TEXT        NOT NULL,
+		created TIMESTAMPTZ NOT NULL
+	);
+	CREATE TABLE quotas (
+		issuer          TEXT NOT NULL,
+		"user"          TEXT NOT NULL,
+		ai_micros       INT8 NOT NULL CHECK (ai_micros >= -1),
+		compute_seconds INT8 NOT NULL CHECK (compute_seconds >= -1),
+		"window"        TEXT NOT NULL,
+		max_sessions    INT8 NOT NULL CHECK (max_sessions >= -1),
+		revision        INT8 NOT NULL CHECK (revision > 0),
+		PRIMARY KEY (issuer, "user")
+	);
+	CREATE TABLE prices (
+		model          TEXT PRIMARY KEY,
+		input          INT8 NOT NULL CHECK (input >= 0),
+		output         INT8 NOT NULL CHECK (output >= 0),
+		cache_read     INT8 NOT NULL CHECK (cache_read >= 0),
+		cache_creation INT8 NOT NULL CHECK (cache_creation >= 0)
+	)`,
+	// TIMESTAMPTZ keeps microseconds; at_nanos keeps the nanoseconds past at's microsecond, so usage
+	// reports select events by the nanosecond, as billing/sqlite does. Events recorded before this step
+	// were stored to the microsecond, which the default 0 describes exactly. (One DDL statement per step:
+	// CockroachDB runs schema changes on existing tables after the commit.)
+	`ALTER TABLE usage_events ADD COLUMN at_nanos INT8 NOT NULL DEFAULT 0 CHECK (at_nanos BETWEEN 0 AND 999)`,
+	// Usage reports (QueryUsage) select events by time, for every issuer or for one issuer or user.
+	`CREATE INDEX usage_events_by_time ON usage_events (at, at_nanos)`,
+	`CREATE INDEX usage_events_by_user ON usage_events (issuer, "user", at, at_nanos)`,
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as
@@ -68,14 +104,21 @@ var migrations = []string{
 // table becomes REGIONAL BY ROW: a row is homed (leaseholder and voting replicas) in the region that
 // inserted it — the runner's region, where its user's events, totals and holds are written and read — while
 // the primary keys stay unique across regions, so idempotency keys and hold ids keep their meaning.
+//
+// The billing API's tables are GLOBAL instead: every region reads issuers, quotas and prices (an edge
+// admitting a session, a runner pricing a call) without leaving the region, and the rare writes of the
+// platform team pay the cross-region commit.
 var multiRegionMigrations = []string{
 	`ALTER TABLE usage_events SET LOCALITY REGIONAL BY ROW`,
 	`ALTER TABLE usage_totals SET LOCALITY REGIONAL BY ROW`,
 	`ALTER TABLE holds SET LOCALITY REGIONAL BY ROW`,
+	`ALTER TABLE issuers SET LOCALITY GLOBAL`,
+	`ALTER TABLE quotas SET LOCALITY GLOBAL`,
+	`ALTER TABLE prices SET LOCALITY GLOBAL`,
 }
 
-// Ledger is a billing.Ledger and billing.Reserver over a CockroachDB (or PostgreSQL) database. Safe for
-// concurrent use, by any number of processes on one database.
+// Ledger is a billing.Ledger, billing.Reserver and billing.AdminStore over a CockroachDB (or PostgreSQL)
+// database. Safe for concurrent use, by any number of processes on one database.
 type Ledger struct {
 	pool *pgxpool.Pool
 	srv  cockroachdb.Server
@@ -164,12 +207,13 @@ func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, ev billing.UsageEvent)
 		at = l.now()
 	}
 	acct, start := ev.Account, windowStart(ev.Account)
+	atMicro, atNanos := splitNanos(at)
 	tag, err := tx.Exec(ctx, `INSERT INTO usage_events
-		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at, at_nanos)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (key) DO NOTHING`,
 		ev.Key, acct.Issuer, acct.User, string(acct.Window), start, ev.Kind, ev.Model,
-		ev.AIMicros, ev.ComputeSeconds, at.UTC())
+		ev.AIMicros, ev.ComputeSeconds, atMicro, atNanos)
 	if err != nil {
 		return fmt.Errorf("insert event: %w", err)
 	}

@@ -30,3 +30,17 @@ func ClaudeCLI(t testing.TB) string {
 	}
 	return p
 }
+
+// Binary returns the path of a server `make tools` builds (nomad, consul, vault, versitygw), skipping
+// under -short and failing when it is missing: a missing install is never a skip.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs the %s server", name)
+	}
+	p := tools.ServerPath(name)
+	if p == "" {
+		t.Fatalf("%s is not installed in %s/bin: run `make tools`", name, tools.Dir())
+	}
+	return p
+}

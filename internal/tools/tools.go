@@ -49,3 +49,16 @@ func FindClaudeCLI() string {
 	}
 	return ""
 }
+
+// Servers are the programs `make tools` builds into Dir()/bin for the production adapters' tests
+// (internal/tools/servers/build.sh): Nomad v1.6.1, Consul v1.16.3, Vault v1.14.2 and versitygw v1.8.0 (S3).
+var Servers = []string{"nomad", "consul", "vault", "versitygw"}
+
+// ServerPath is the binary of server name built by `make tools`, or "" when it is not there.
+func ServerPath(name string) string {
+	p := filepath.Join(Dir(), "bin", name)
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return p
+	}
+	return ""
+}
