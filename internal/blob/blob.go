@@ -1,7 +1,8 @@
 // Package blob is the BlobStore port (DESIGN.md §3): snapshots, task results and git bundles in object
-// storage. Adapters: fs (a directory, warren dev) and, later, s3. Keys are slash-separated paths of
-// [A-Za-z0-9._/-], at most 1024 bytes, without "." or ".." segments, empty segments or a leading slash;
-// any other key is ErrInvalidKey from every method. "a" and "a/b" are two independent keys, as in S3.
+// storage. Adapters: fs (a directory, warren dev) and s3 (S3 and S3-compatible servers). Keys are
+// slash-separated paths of [A-Za-z0-9._/-], at most 1024 bytes, without "." or ".." segments, empty
+// segments or a leading slash; any other key is ErrInvalidKey from every method (CheckKey). "a" and "a/b"
+// are two independent keys, as in S3.
 //
 // The contract every adapter must pass is the suite in package blobtest.
 package blob
@@ -9,7 +10,9 @@ package blob
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 )
 
 // Store is an object store. Safe for concurrent use by many processes.
@@ -43,3 +46,34 @@ var (
 	ErrInvalidKey   = errors.New("invalid blob key")
 	ErrUnavailable  = errors.New("blob store unavailable")
 )
+
+// MaxKeyLen is the length limit of a key, in bytes (S3's).
+const MaxKeyLen = 1024
+
+// CheckKey returns nil if key follows the key rules in the package comment, else an error wrapping
+// ErrInvalidKey that says why. Adapters call it first in every method; an adapter may refuse more keys
+// (a file system's segment length), never fewer.
+func CheckKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' ||
+			c == '-' || c == '/') {
+			return fmt.Errorf("%w: %q: byte %#x at %d", ErrInvalidKey, key, c, i)
+		}
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		switch {
+		case seg == "":
+			return fmt.Errorf("%w: %q: empty segment or leading or trailing slash", ErrInvalidKey, key)
+		case seg == "." || seg == "..":
+			return fmt.Errorf("%w: %q: %q segment", ErrInvalidKey, key, seg)
+		}
+	}
+	return nil
+}

@@ -27,7 +27,7 @@ import (
 
 const (
 	// MaxKeyLen bounds a key (the port's limit).
-	MaxKeyLen = 1024
+	MaxKeyLen = blob.MaxKeyLen
 	// maxSegmentLen bounds one key segment: NAME_MAX (255) less the suffix.
 	maxSegmentLen = 255 - len(objectSuffix)
 
@@ -341,26 +341,11 @@ func syncDir(dir string) error {
 
 // validKey enforces the port's key rules plus this adapter's segment limit.
 func validKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: empty", blob.ErrInvalidKey)
-	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", blob.ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' ||
-			c == '-' || c == '/') {
-			return fmt.Errorf("%w: %q: byte %#x at %d", blob.ErrInvalidKey, key, c, i)
-		}
+	if err := blob.CheckKey(key); err != nil {
+		return err
 	}
 	for seg := range strings.SplitSeq(key, "/") {
-		switch {
-		case seg == "":
-			return fmt.Errorf("%w: %q: empty segment or leading or trailing slash", blob.ErrInvalidKey, key)
-		case seg == "." || seg == "..":
-			return fmt.Errorf("%w: %q: %q segment", blob.ErrInvalidKey, key, seg)
-		case len(seg) > maxSegmentLen:
+		if len(seg) > maxSegmentLen {
 			return fmt.Errorf("%w: %q: a segment is longer than %d bytes", blob.ErrInvalidKey, key, maxSegmentLen)
 		}
 	}

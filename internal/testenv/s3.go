@@ -1,0 +1,269 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// This file starts versitygw, the S3 server the S3 adapter of the BlobStore port is tested against: the
+// posix backend on a temporary directory (a bucket is a directory, an object a file), listening only on
+// 127.0.0.1, with a random root access key and secret so that requests are signed and checked as by S3.
+// The credentials are handed to versitygw in its environment, not on its command line.
+
+// S3Server is a versitygw server that a test owns. It may be stopped and started again, to test what
+// clients do while S3 is down; its address, credentials and data stay the same across restarts. Methods
+// may be called from one goroutine at a time.
+type S3Server struct {
+	bin     string
+	dir     string // temporary directory: data/ (the posix backend's root) and the log
+	port    int
+	access  string
+	secret  string
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has been waited for
+	waitErr error
+	buckets atomic.Int64
+}
+
+const (
+	s3Region     = "us-east-1"
+	s3DataDir    = "data"
+	s3IAMDir     = "iam"
+	s3LogFile    = "versitygw.log"
+	s3HealthPath = "/health"
+)
+
+// StartS3 starts a versitygw server for t alone and stops it when t ends (its files go with t's temporary
+// directory). Skips under -short; fails when versitygw is missing (`make tools` builds it).
+func StartS3(t testing.TB) *S3Server {
+	t.Helper()
+	s := &S3Server{
+		bin:    Binary(t, "versitygw"),
+		dir:    t.TempDir(),
+		access: "warren" + randomHex(t, 8),
+		secret: randomHex(t, 20),
+	}
+	for _, d := range []string{s3DataDir, s3IAMDir} {
+		if err := os.Mkdir(filepath.Join(s.dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("stop versitygw: %v", err)
+		}
+	})
+	// The port is picked by binding :0 and closing; another process may take it before versitygw binds,
+	// so try a few.
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if s.port, err = freePort(); err == nil {
+			if err = s.start(); err == nil {
+				return s
+			}
+		}
+	}
+	t.Fatalf("start versitygw: %v", err)
+	return nil
+}
+
+// Endpoint is the server's base URL, http://127.0.0.1:port.
+func (s *S3Server) Endpoint() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// AccessKey is the root user's access key ID.
+func (s *S3Server) AccessKey() string { return s.access }
+
+// SecretKey is the root user's secret access key.
+func (s *S3Server) SecretKey() string { return s.secret }
+
+// Region is the region the server signs for.
+func (s *S3Server) Region() string { return s3Region }
+
+// DataDir is the posix backend's root: bucket b is the directory DataDir()/b.
+func (s *S3Server) DataDir() string { return filepath.Join(s.dir, s3DataDir) }
+
+var bucketUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
+
+// CreateBucket creates a new, empty bucket named after t and returns its name.
+func (s *S3Server) CreateBucket(t testing.TB) string {
+	t.Helper()
+	name := strings.Trim(bucketUnsafe.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	name = fmt.Sprintf("t%d-%s", s.buckets.Add(1), name)
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatalf("create bucket %s: %v", name, err)
+	}
+	return name
+}
+
+// client is an S3 client of the root user.
+func (s *S3Server) client() *s3.Client {
+	return s3.New(s3.Options{
+		Region:                     s3Region,
+		BaseEndpoint:               aws.String(s.Endpoint()),
+		UsePathStyle:               true,
+		Credentials:                credentials.NewStaticCredentialsProvider(s.access, s.secret, ""),
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	})
+}
+
+// Running reports whether the server process is up.
+func (s *S3Server) Running() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop shuts the server down; clients get connection errors until Start. Objects are kept.
+func (s *S3Server) Stop(t testing.TB) {
+	t.Helper()
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop versitygw: %v", err)
+	}
+}
+
+// Start starts a stopped server again on the same address, credentials and data.
+func (s *S3Server) Start(t testing.TB) {
+	t.Helper()
+	if s.Running() {
+		t.Fatal("start versitygw: already running")
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("start versitygw: %v", err)
+	}
+}
+
+// start runs versitygw as a child of the test binary and waits until it answers.
+func (s *S3Server) start() error {
+	logf, err := os.OpenFile(filepath.Join(s.dir, s3LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	logStart, _ := logf.Seek(0, 2)
+	cmd := exec.Command(s.bin,
+		"--port", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
+		"--region", s3Region,
+		"--health", s3HealthPath,
+		"--quiet",
+		// The internal IAM service (a file) rather than single-account mode, which answers an unknown
+		// access key with 404 XAdminUserNotFound instead of S3's 403 InvalidAccessKeyId.
+		"--iam-dir", filepath.Join(s.dir, s3IAMDir),
+		"posix", s.DataDir())
+	// Only what versitygw needs: no VGW_* or AWS_* setting of the developer's leaks in.
+	cmd.Env = []string{"ROOT_ACCESS_KEY=" + s.access, "ROOT_SECRET_KEY=" + s.secret, "HOME=" + s.dir, "TZ=UTC"}
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// If the test binary dies without stopping the server (killed, timed out), versitygw goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("versitygw: %w", err)
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.exited)
+	}()
+	if err := s.awaitReady(30 * time.Second); err != nil {
+		s.stop()
+		return fmt.Errorf("versitygw on port %d: %w\n%s", s.port, err, s.logSince(logStart))
+	}
+	return nil
+}
+
+// awaitReady polls the health endpoint until it answers 200, the process exits, or timeout passes.
+func (s *S3Server) awaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get(s.Endpoint() + s3HealthPath)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("health check: %s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %w", timeout, err)
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("exited: %v", s.waitErr)
+		case <-tick.C:
+		}
+	}
+}
+
+// stop asks versitygw to shut down (SIGTERM) and waits for it; after 30 s it kills it.
+func (s *S3Server) stop() error {
+	if !s.Running() {
+		return nil
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+		return errors.New("versitygw did not shut down in 30 s: killed")
+	}
+	return nil
+}
+
+func (s *S3Server) logSince(off int64) string {
+	b, err := os.ReadFile(filepath.Join(s.dir, s3LogFile))
+	if err != nil || off > int64(len(b)) {
+		return ""
+	}
+	b = b[off:]
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+func randomHex(t testing.TB, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
