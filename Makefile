@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools bwrap claude-code postgres clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,7 +51,13 @@ fmt: ## gofmt every Go file
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
-tools: bwrap claude-code postgres ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+tools: bwrap claude-code postgres servers ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+
+# Nomad, Consul and Vault build from small wrapper modules (internal/tools/servers, README there), versitygw
+# (the S3 server) with go install; in parallel, each a no-op when its inputs are unchanged.
+servers: ## build Nomad, Consul, Vault and versitygw for the tests into the tools cache
+	@TOOLS_DIR=$(TOOLS_DIR) bash -c 'set -e; pids=(); for s in nomad consul vault versitygw; do \
+	  internal/tools/servers/build.sh $$s & pids+=($$!); done; rc=0; for p in $${pids[@]}; do wait $$p || rc=1; done; exit $$rc'
 
 claude-code: ## install the pinned Claude Code CLI with npm into the tools cache
 	@if [ -x "$(CLAUDE_CLI)" ] && "$(CLAUDE_CLI)" --version 2>/dev/null | grep -q "^$(CLAUDE_CODE_VERSION) "; then \
