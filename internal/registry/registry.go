@@ -34,4 +34,6 @@ type Registry interface {
 var (
 	ErrNotFound = errors.New("no live runner")
 	ErrStale    = errors.New("stale epoch")
+	// ErrUnavailable wraps failures to reach the registry's store (unreachable, timed out, 5xx).
+	ErrUnavailable = errors.New("registry unavailable")
 )
