@@ -132,3 +132,22 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeWarm(f *testing.F) {
+	f.Add([]byte(`{"region":"r1","alloc":"a","addr":"h:1","key":"k"}`))
+	f.Add([]byte(`{"region":"r/1","alloc":"a","addr":"h:1","key":"k"}`))
+	f.Add([]byte(`{"region":"r1"} {}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		w, err := decodeWarm(in)
+		if err != nil {
+			if !errors.Is(err, ErrBadEntry) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if w.validate() != nil {
+			t.Fatalf("accepted invalid %+v", w)
+		}
+	})
+}

@@ -1,0 +1,196 @@
+package consul
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// The warm pool (issue 4): runners started before anyone needs them, without a user. Each announces itself
+// under <prefix>warm/<region>/<alloc>, held by its own session (so the key vanishes with the process); a
+// scheduler claims one by deleting its key with a check-and-set, so of many claimants exactly one gets it,
+// then tells the runner which sandbox it now is.
+
+// Warm is one warm runner. Key is its bearer key for the assignment call; never logged.
+type Warm struct {
+	Region string `json:"region"`
+	Alloc  string `json:"alloc"`
+	Addr   string `json:"addr"`
+	Key    string `json:"key"`
+}
+
+// ErrNoWarm means the region's pool is empty right now.
+var ErrNoWarm = errors.New("no warm runner available")
+
+var warmName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+func (w Warm) validate() error {
+	if !warmName.MatchString(w.Region) || !warmName.MatchString(w.Alloc) || w.Addr == "" || w.Key == "" {
+		return fmt.Errorf("%w: a warm runner needs region and alloc of [A-Za-z0-9._-]{1,128}, an address and a key", ErrBadEntry)
+	}
+	return nil
+}
+
+// decodeWarm parses a warm key's value (written by another process: untrusted).
+func decodeWarm(b []byte) (Warm, error) {
+	var w Warm
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&w); err != nil {
+		return Warm{}, fmt.Errorf("%w: warm runner: %v", ErrBadEntry, err)
+	}
+	if d.More() {
+		return Warm{}, fmt.Errorf("%w: warm runner: trailing data", ErrBadEntry)
+	}
+	if err := w.validate(); err != nil {
+		return Warm{}, err
+	}
+	return w, nil
+}
+
+func (r *Registry) warmPrefix(region string) string { return r.cfg.Prefix + "warm/" + region + "/" }
+
+// WarmLease keeps a warm runner announced until Release or until its session is lost.
+type WarmLease struct {
+	r       *Registry
+	key     string
+	session string
+	lost    chan struct{}
+	once    sync.Once
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// Lost is closed when the session is gone (Consul unreachable for a whole TTL, or destroyed).
+func (l *WarmLease) Lost() <-chan struct{} { return l.lost }
+
+// Release stops renewing, deletes the announcement if it is still there and destroys the session.
+func (l *WarmLease) Release(ctx context.Context) error {
+	l.cancel()
+	l.wg.Wait()
+	w, cancel := l.r.write(ctx)
+	defer cancel()
+	_, _, err := l.r.client.KV().Release(&api.KVPair{Key: l.key, Session: l.session}, w)
+	if err == nil {
+		_, err = l.r.client.Session().Destroy(l.session, w)
+	}
+	if err != nil {
+		return wrap(ctx, err, "release warm runner %s", l.key)
+	}
+	return nil
+}
+
+// HoldWarm announces w as a warm runner of its region. The session has the Registry's TTL and the delete
+// behaviour: the announcement disappears when the runner does.
+func (r *Registry) HoldWarm(ctx context.Context, w Warm) (*WarmLease, error) {
+	if err := w.validate(); err != nil {
+		return nil, err
+	}
+	value, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	wo, cancel := r.write(ctx)
+	defer cancel()
+	session, _, err := r.client.Session().Create(&api.SessionEntry{
+		Name: "warren-warm-" + w.Alloc, TTL: r.cfg.SessionTTL.String(), Behavior: api.SessionBehaviorDelete,
+		LockDelay: r.cfg.LockDelay, NodeChecks: []string{"serfHealth"},
+	}, wo)
+	if err != nil {
+		return nil, wrap(ctx, err, "create warm session")
+	}
+	key := r.warmPrefix(w.Region) + w.Alloc
+	ok, _, err := r.client.KV().Acquire(&api.KVPair{Key: key, Value: value, Session: session}, wo)
+	if err != nil || !ok {
+		_, _ = r.client.Session().Destroy(session, nil)
+		if err == nil {
+			err = fmt.Errorf("key %s is held by another session", key)
+		}
+		return nil, wrap(ctx, err, "announce warm runner")
+	}
+	lctx, lcancel := context.WithCancel(r.ctx)
+	l := &WarmLease{r: r, key: key, session: session, lost: make(chan struct{}), cancel: lcancel}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		last := time.Now()
+		t := time.NewTicker(r.cfg.SessionTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+			q, cancel := r.write(lctx)
+			entry, _, err := r.client.Session().Renew(session, q)
+			cancel()
+			switch {
+			case err == nil && entry == nil: // Consul no longer knows the session
+				l.once.Do(func() { close(l.lost) })
+				return
+			case err == nil:
+				last = time.Now()
+			case time.Since(last) > r.cfg.SessionTTL:
+				l.once.Do(func() { close(l.lost) })
+				return
+			}
+		}
+	}()
+	return l, nil
+}
+
+// CountWarm is the number of warm runners announced in region.
+func (r *Registry) CountWarm(ctx context.Context, region string) (int, error) {
+	q, cancel := r.query(ctx)
+	defer cancel()
+	keys, _, err := r.client.KV().Keys(r.warmPrefix(region), "", q)
+	if err != nil {
+		return 0, wrap(ctx, err, "count warm runners")
+	}
+	return len(keys), nil
+}
+
+// ClaimWarm takes one warm runner of region out of the pool: its announcement is deleted with a
+// check-and-set, so no other claimant gets it. ErrNoWarm when none is left. Malformed announcements are
+// deleted on the way.
+func (r *Registry) ClaimWarm(ctx context.Context, region string) (Warm, error) {
+	q, cancel := r.query(ctx)
+	pairs, _, err := r.client.KV().List(r.warmPrefix(region), q)
+	cancel()
+	if err != nil {
+		return Warm{}, wrap(ctx, err, "list warm runners")
+	}
+	sort.Slice(pairs, func(i, j int) bool { return pairs[i].CreateIndex < pairs[j].CreateIndex }) // oldest first
+	for _, p := range pairs {
+		if p.Session == "" {
+			continue // its runner is gone
+		}
+		w, decErr := decodeWarm(p.Value)
+		// check-index fails on a key that is gone or changed (a plain delete-cas succeeds on a missing key).
+		res, err := r.txn(ctx, api.KVTxnOps{
+			{Verb: api.KVCheckIndex, Key: p.Key, Index: p.ModifyIndex},
+			{Verb: api.KVDelete, Key: p.Key},
+		})
+		if err != nil {
+			return Warm{}, wrap(ctx, err, "claim warm runner")
+		}
+		if !res.ok {
+			continue // another scheduler was faster
+		}
+		if decErr != nil {
+			r.log.Warn("deleted a malformed warm runner announcement", "key", p.Key, "err", decErr)
+			continue
+		}
+		return w, nil
+	}
+	return Warm{}, ErrNoWarm
+}
