@@ -36,8 +36,15 @@ type CacheOptions struct {
 	// NegativeTTL is how long "unknown issuer" is remembered, so floods of tokens naming one unknown issuer
 	// do not each reach the backing store.
 	NegativeTTL time.Duration
-	// MinRefresh is the least time between two fetches of one issuer caused by Refresh.
+	// MinRefresh is the least time between two fetches of one issuer caused by Refresh, and between two
+	// background refreshes of one issuer.
 	MinRefresh time.Duration
+	// RefreshAhead is how long before an issuer's keys reach their TTL a lookup that is answered from them
+	// also starts a background fetch: an issuer in use is refreshed before it expires, so its lookups never
+	// wait for the backing store. A failed background fetch changes nothing (the cached keys serve until
+	// their TTL) and is tried again at most every MinRefresh. Zero takes TTL/5; negative turns background
+	// refresh off.
+	RefreshAhead time.Duration
 	// FetchTimeout bounds one call to the backing store. The call is detached from the caller's context
 	// (its result is shared by every concurrent caller), so this is what stops a hung backend.
 	FetchTimeout time.Duration
@@ -48,20 +55,24 @@ type CacheOptions struct {
 }
 
 // Cache is a Store that remembers another Store's answers: keys for TTL, unknown issuers for NegativeTTL.
-// Concurrent misses for one issuer share one backing call. Safe for concurrent use.
+// Concurrent misses for one issuer share one backing call, and keys in use are refreshed in the background
+// before they expire (RefreshAhead). Safe for concurrent use; Close waits for background refreshes.
 type Cache struct {
 	backing Store
 	opts    CacheOptions
 	group   singleflight.Group
+	wg      sync.WaitGroup // background refreshes
 
 	mu      sync.Mutex
 	entries map[string]cacheEntry
+	closed  bool
 }
 
 // cacheEntry is one issuer's last answer; keys is nil when the answer was "unknown issuer".
 type cacheEntry struct {
 	keys    []Key
 	fetched time.Time
+	tried   time.Time // when a background refresh of these keys last started
 }
 
 var _ Refresher = (*Cache)(nil)
@@ -76,6 +87,9 @@ func NewCache(backing Store, opts CacheOptions) *Cache {
 	}
 	if opts.MinRefresh <= 0 {
 		opts.MinRefresh = DefaultMinRefresh
+	}
+	if opts.RefreshAhead == 0 {
+		opts.RefreshAhead = opts.TTL / 5
 	}
 	if opts.FetchTimeout <= 0 {
 		opts.FetchTimeout = DefaultFetchTimeout
@@ -95,6 +109,7 @@ func (c *Cache) IssuerKeys(ctx context.Context, issuer string) ([]Key, error) {
 	now := c.opts.Now()
 	if e, ok := c.lookup(issuer); ok {
 		if e.keys != nil && now.Before(e.fetched.Add(c.opts.TTL)) {
+			c.refreshAhead(issuer, now)
 			return cloneKeys(e.keys), nil
 		}
 		if e.keys == nil && now.Before(e.fetched.Add(c.opts.NegativeTTL)) {
@@ -122,6 +137,38 @@ func (c *Cache) Refresh(ctx context.Context, issuer string) ([]Key, error) {
 		return cloneKeys(e.keys), nil
 	}
 	return keys, err
+}
+
+// refreshAhead starts a background fetch of issuer when its cached keys are within RefreshAhead of their TTL
+// and no background fetch of them started in the last MinRefresh.
+func (c *Cache) refreshAhead(issuer string, now time.Time) {
+	if c.opts.RefreshAhead < 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[issuer]
+	if c.closed || !ok || e.keys == nil || now.Before(e.fetched.Add(c.opts.TTL-c.opts.RefreshAhead)) ||
+		(!e.tried.IsZero() && now.Before(e.tried.Add(c.opts.MinRefresh))) {
+		return
+	}
+	e.tried = now
+	c.entries[issuer] = e
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_, _ = c.fetch(context.Background(), issuer) // a failure leaves the entry to serve until its TTL
+	}()
+}
+
+// Close stops starting background refreshes and waits for those running. The Cache still answers from its
+// entries and the backing store afterwards. Idempotent.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.wg.Wait()
+	return nil
 }
 
 // Invalidate forgets what the cache knows about issuer, e.g. after an in-process rotation.

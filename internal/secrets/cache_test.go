@@ -75,6 +75,7 @@ func newFixture(t testing.TB, opts secrets.CacheOptions) *fixture {
 	f := &fixture{files: fs, probe: &probe{Store: fs}, clock: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}}
 	opts.Now = f.clock.Now
 	f.cache = secrets.NewCache(f.probe, opts)
+	t.Cleanup(func() { f.cache.Close() })
 	return f
 }
 
@@ -95,7 +96,7 @@ func (f *fixture) wantCalls(t testing.TB, n int64) {
 }
 
 func TestCacheTTL(t *testing.T) {
-	f := newFixture(t, secrets.CacheOptions{})
+	f := newFixture(t, secrets.CacheOptions{RefreshAhead: -1}) // only the TTL: TestCacheRefreshAhead does the rest
 	if id := f.newest(t, f.cache.IssuerKeys); id != "acme-v1" {
 		t.Fatalf("newest = %q", id)
 	}
@@ -289,6 +290,80 @@ func TestCacheCallerCancel(t *testing.T) {
 		if err := <-second; err != nil {
 			t.Fatalf("second caller: %v", err)
 		}
+		f.wantCalls(t, 1)
+	})
+}
+
+// Keys in use are refreshed in the background before their TTL: lookups keep being answered from the cache
+// and see a rotation without ever waiting for the backing store. A failed background refresh is retried at
+// most every MinRefresh, and the cached keys serve until their TTL and no longer.
+func TestCacheRefreshAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, secrets.CacheOptions{})
+		ahead := secrets.DefaultCacheTTL / 5 // the default RefreshAhead
+		f.newest(t, f.cache.IssuerKeys)
+		if _, err := f.files.Rotate("acme"); err != nil {
+			t.Fatal(err)
+		}
+
+		f.clock.Advance(secrets.DefaultCacheTTL - ahead - time.Second)
+		if id := f.newest(t, f.cache.IssuerKeys); id != "acme-v1" {
+			t.Fatalf("before the refresh window: %q", id)
+		}
+		synctest.Wait()
+		f.wantCalls(t, 1)
+
+		f.clock.Advance(time.Second) // in the window: answered from the cache, refreshed behind it
+		f.probe.gate = make(chan struct{})
+		if id := f.newest(t, f.cache.IssuerKeys); id != "acme-v1" {
+			t.Fatalf("lookup starting the refresh: %q, want the cached acme-v1 at once", id)
+		}
+		synctest.Wait() // the refresh is blocked in the backing store; lookups do not wait for it
+		f.wantCalls(t, 2)
+		if id := f.newest(t, f.cache.IssuerKeys); id != "acme-v1" {
+			t.Fatalf("lookup during the refresh: %q", id)
+		}
+		close(f.probe.gate)
+		synctest.Wait()
+		f.probe.gate = nil
+		if id := f.newest(t, f.cache.IssuerKeys); id != "acme-v2" {
+			t.Fatalf("after the background refresh: %q, want acme-v2", id)
+		}
+		f.wantCalls(t, 2)
+
+		// Backend down: the refreshed entry (fetched at TTL-ahead) serves until its own TTL.
+		f.probe.down.Store(true)
+		f.clock.Advance(secrets.DefaultCacheTTL - ahead)
+		f.newest(t, f.cache.IssuerKeys)
+		synctest.Wait()
+		f.wantCalls(t, 3) // the background refresh failed
+		for range 3 {
+			if id := f.newest(t, f.cache.IssuerKeys); id != "acme-v2" {
+				t.Fatalf("backend down, within TTL: %q", id)
+			}
+		}
+		synctest.Wait()
+		f.wantCalls(t, 3) // no new attempt within MinRefresh
+		f.clock.Advance(secrets.DefaultMinRefresh)
+		f.newest(t, f.cache.IssuerKeys)
+		synctest.Wait()
+		f.wantCalls(t, 4)
+		f.clock.Advance(ahead - secrets.DefaultMinRefresh)
+		if _, err := f.cache.IssuerKeys(context.Background(), "acme"); !errors.Is(err, secrets.ErrUnavailable) {
+			t.Fatalf("backend down, TTL over: %v, want ErrUnavailable", err)
+		}
+	})
+}
+
+func TestCacheCloseStopsRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, secrets.CacheOptions{})
+		f.newest(t, f.cache.IssuerKeys)
+		f.cache.Close()
+		f.cache.Close() // idempotent
+		f.clock.Advance(secrets.DefaultCacheTTL - time.Second)
+		f.newest(t, f.cache.IssuerKeys)
+		synctest.Wait()
 		f.wantCalls(t, 1)
 	})
 }
