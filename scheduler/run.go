@@ -18,16 +18,20 @@ import (
 
 // Config configures a Scheduler.
 type Config struct {
-	Region        string
-	Placements    Placements
-	Registry      registry.Registry
-	Driver        Driver
-	Ledger        billing.Ledger // compute seconds are recorded here, best through a *spool.Spool (DESIGN.md §5); nil disables metering
-	StartTimeout  time.Duration  // how long one sandbox may take to become ready (default 30s)
-	MeterInterval time.Duration  // how often live sandboxes' compute seconds are recorded (default 10s)
-	Logger        *slog.Logger
-	Metrics       prometheus.Registerer // nil: metrics are not registered
-	Now           func() time.Time
+	Region     string
+	Placements Placements
+	Registry   registry.Registry
+	Driver     Driver
+	// RunnerRegisters: runners register themselves in Registry (production: the runner holds its Consul
+	// lock, DESIGN.md §4) and the driver's Start returns once they have; the scheduler then neither
+	// registers nor deregisters them. False: the scheduler registers what the driver started (warren dev).
+	RunnerRegisters bool
+	Ledger          billing.Ledger // compute seconds are recorded here, best through a *spool.Spool (DESIGN.md §5); nil disables metering
+	StartTimeout    time.Duration  // how long one sandbox may take to become ready (default 30s)
+	MeterInterval   time.Duration  // how often live sandboxes' compute seconds are recorded (default 10s)
+	Logger          *slog.Logger
+	Metrics         prometheus.Registerer // nil: metrics are not registered
+	Now             func() time.Time
 }
 
 // Request asks for the sandbox of (Issuer, User); Account is charged for its compute time, up to
@@ -240,9 +244,11 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "the sandbox moved while starting; retry")
 	}
-	if err := s.cfg.Registry.Register(ctx, entry); err != nil {
-		_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
-		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "register sandbox")
+	if !s.cfg.RunnerRegisters {
+		if err := s.cfg.Registry.Register(ctx, entry); err != nil {
+			_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
+			return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "register sandbox")
+		}
 	}
 	s.metrics.starts.WithLabelValues("ok").Inc()
 	s.metrics.startLatency.Observe(time.Since(begin).Seconds())
@@ -365,8 +371,15 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 	meter()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.cfg.Registry.Deregister(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch); err != nil {
-		log.Warn("deregister runner", "err", err)
+	// The runner is gone (slept, crashed or stopped): release what the driver still keeps for it (on
+	// Nomad, the stopped job is purged).
+	if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
+		log.Warn("clean up after the runner", "err", err)
+	}
+	if !s.cfg.RunnerRegisters { // a self-registered runner's lock went with its process
+		if err := s.cfg.Registry.Deregister(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch); err != nil {
+			log.Warn("deregister runner", "err", err)
+		}
 	}
 	if err := s.cfg.Placements.Update(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch, StateAsleep, ""); err != nil && !errors.Is(err, ErrStaleEpoch) {
 		log.Warn("mark placement asleep", "err", err)

@@ -2,31 +2,300 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/warren-mesh/warren/billing"
+	billingcockroach "github.com/warren-mesh/warren/billing/cockroach"
+	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/scheduler"
+	schedcockroach "github.com/warren-mesh/warren/scheduler/cockroach"
+	"github.com/warren-mesh/warren/scheduler/nomad"
+	"github.com/warren-mesh/warren/scheduler/remote"
 )
 
-// The production roles need the production adapters (Vault, Consul, Nomad, CockroachDB, S3), which are not
-// built yet; `warren dev` runs all of them in one process with the embedded adapters.
+// The production roles (DESIGN.md §2): each runs as its own process over the production adapters —
+// Vault (secrets), Consul (registry), CockroachDB (placements, ledger), Nomad (sandboxes), S3 (snapshots,
+// through the runners). `warren dev` runs all of them in one process with the embedded adapters instead.
 func init() {
-	for _, r := range []struct{ name, summary string }{
-		{"edge", "run the edge role (production adapters: not yet available)"},
-		{"scheduler", "run the scheduler role (production adapters: not yet available)"},
-		{"billing", "run the billing role (production adapters: not yet available)"},
-	} {
-		name := r.name
-		register(name, r.summary, func(_ context.Context, args []string, _, stderr io.Writer) error {
-			fs := flag.NewFlagSet(name, flag.ContinueOnError)
-			fs.SetOutput(stderr)
-			if err := fs.Parse(args); err != nil {
-				return err
-			}
-			return errNotProduction(name)
-		})
-	}
+	register("edge", "run the edge role: WebSocket front door, auth (Vault), admission (CockroachDB), routing (Consul)", runEdge)
+	register("scheduler", "run the scheduler role: placements (CockroachDB), sandboxes on Nomad, runners found through Consul", runScheduler)
+	register("billing", "run the billing role: the admin API (issuers, quotas, prices, usage) over CockroachDB and Vault", runBilling)
 }
 
-func errNotProduction(role string) error {
-	return fmt.Errorf("the %s role is not yet configured for production adapters (Vault, Consul, Nomad, CockroachDB, S3); run `warren dev` for the whole platform on one machine", role)
+// schedulerKeyEnv is the shared key between edges and schedulers (the scheduler API hands out runner keys).
+const schedulerKeyEnv = "WARREN_SCHEDULER_KEY"
+
+// roleCommon are the flags every role has.
+type roleCommon struct {
+	listen, region, logLevel string
+}
+
+func (c *roleCommon) register(fs *flag.FlagSet, defListen string) {
+	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", defListen), "listen address ($WARREN_LISTEN)")
+	fs.StringVar(&c.region, "region", envOr("WARREN_REGION", "global"), "this region's name ($WARREN_REGION)")
+	fs.StringVar(&c.logLevel, "log-level", envOr("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error ($WARREN_LOG_LEVEL)")
+}
+
+// serveRole serves h (plus /metrics) on listen until ctx ends, then drains for up to 10 s. It prints one
+// JSON line {"event":"ready","addr":…} on stdout once listening, so tests and supervisors know the port.
+func serveRole(ctx context.Context, role, listen string, h http.Handler, reg *prometheus.Registry, stdout io.Writer, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("%s: listen: %w", role, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String())
+	fmt.Fprintf(stdout, "{\"event\":\"ready\",\"role\":%q,\"addr\":%q}\n", role, ln.Addr().String())
+	select {
+	case err := <-served:
+		return fmt.Errorf("%s: serve: %w", role, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	return nil
+}
+
+func newRoleMetrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func schedulerKey() (string, error) {
+	k := os.Getenv(schedulerKeyEnv)
+	_ = os.Unsetenv(schedulerKeyEnv)
+	if err := remote.CheckKey(k); err != nil {
+		return "", fmt.Errorf("$%s: %w", schedulerKeyEnv, err)
+	}
+	return k, nil
+}
+
+func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		c     roleCommon
+		p     prodFlags
+		sched string
+	)
+	c.register(fs, ":7100")
+	p.registerVault(fs)
+	p.registerConsul(fs)
+	p.registerDB(fs)
+	fs.StringVar(&sched, "scheduler", os.Getenv("WARREN_SCHEDULER_URL"), "this region's scheduler, http://host:port; key from $"+schedulerKeyEnv+" ($WARREN_SCHEDULER_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, c.logLevel)
+	if err != nil {
+		return err
+	}
+	log = log.With("role", "edge", "region", c.region)
+	if sched == "" {
+		return errors.New("-scheduler (or $WARREN_SCHEDULER_URL) is required")
+	}
+	key, err := schedulerKey()
+	if err != nil {
+		return err
+	}
+	keys, err := p.openVault(ctx)
+	if err != nil {
+		return err
+	}
+	defer keys.Close()
+	reg, err := p.openConsul(true)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	pool, err := p.openDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ledger, err := billingcockroach.New(ctx, pool)
+	if err != nil {
+		return err
+	}
+	sessions, err := ledger.Sessions(ctx)
+	if err != nil {
+		return err
+	}
+	metrics := newRoleMetrics()
+	client := &remote.Client{URL: sched, Key: key, Registry: reg}
+	ed, err := edge.New(edge.Config{
+		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
+		Sandboxes: remoteSandboxes{client}, Ledger: ledger, Quotas: ledger, Sessions: sessions,
+		Logger: log, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	return serveRole(ctx, "edge", c.listen, ed.Handler(), metrics, stdout, log)
+}
+
+// remoteSandboxes adapts the scheduler client to the edge's consumer interface.
+type remoteSandboxes struct{ c *remote.Client }
+
+func (a remoteSandboxes) Ensure(ctx context.Context, r edge.SandboxRequest) (registry.Entry, error) {
+	return a.c.Ensure(ctx, scheduler.Request{Issuer: r.Issuer, User: r.User, Account: r.Account, ComputeLimit: r.ComputeLimit})
+}
+
+func (a remoteSandboxes) Forget(ctx context.Context, e registry.Entry) { a.c.Forget(ctx, e) }
+
+func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		c                           roleCommon
+		p                           prodFlags
+		nomadAddr, binary, drv, dcs string
+		cpu, mem                    int
+		startTimeout, killTimeout   time.Duration
+		runnerArgs                  multiFlag
+		runnerEnv                   multiFlag
+	)
+	c.register(fs, ":7300")
+	p.registerConsul(fs)
+	p.registerDB(fs)
+	fs.StringVar(&nomadAddr, "nomad", firstEnv("WARREN_NOMAD_ADDR", "NOMAD_ADDR"), "Nomad HTTP address; token from $NOMAD_TOKEN ($WARREN_NOMAD_ADDR, $NOMAD_ADDR)")
+	fs.StringVar(&dcs, "datacenter", envOr("WARREN_DATACENTER", "dc1"), "Nomad datacenter of sandboxes ($WARREN_DATACENTER)")
+	fs.StringVar(&binary, "runner-binary", envOr("WARREN_RUNNER_BINARY", "/usr/local/bin/warren"), "path of warren on the Nomad clients ($WARREN_RUNNER_BINARY)")
+	fs.StringVar(&drv, "nomad-driver", envOr("WARREN_NOMAD_DRIVER", "exec"), "task driver of sandboxes: exec (production) or raw_exec (tests)")
+	fs.IntVar(&cpu, "runner-cpu", 500, "CPU of a sandbox, MHz")
+	fs.IntVar(&mem, "runner-memory", 1024, "memory of a sandbox, MiB")
+	fs.DurationVar(&startTimeout, "start-timeout", 60*time.Second, "how long a sandbox may take to become ready")
+	fs.DurationVar(&killTimeout, "kill-timeout", 45*time.Second, "grace between SIGTERM and SIGKILL of a sandbox (covers its final snapshot)")
+	fs.Var(&runnerArgs, "runner-arg", "extra flag for every runner (repeatable), e.g. -runner-arg=-idle-timeout=10m")
+	fs.Var(&runnerEnv, "runner-env", "K=V in every runner's environment (repeatable; prefer Vault templates for secrets)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, c.logLevel)
+	if err != nil {
+		return err
+	}
+	log = log.With("role", "scheduler", "region", c.region)
+	key, err := schedulerKey()
+	if err != nil {
+		return err
+	}
+	reg, err := p.openConsul(false)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	pool, err := p.openDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	placements, err := schedcockroach.New(ctx, pool)
+	if err != nil {
+		return err
+	}
+	ledger, err := billingcockroach.New(ctx, pool)
+	if err != nil {
+		return err
+	}
+	ncfg := api.DefaultConfig()
+	if nomadAddr != "" {
+		ncfg.Address = nomadAddr
+	}
+	nc, err := api.NewClient(ncfg)
+	if err != nil {
+		return fmt.Errorf("nomad client: %w", err)
+	}
+	env, err := runnerEnv.pairs()
+	if err != nil {
+		return fmt.Errorf("-runner-env: %w", err)
+	}
+	metrics := newRoleMetrics()
+	// Runners register themselves in Consul; they find it at the scheduler's address.
+	args2 := append([]string{"-consul", p.consulAddr}, runnerArgs...)
+	driver, err := nomad.New(nomad.Config{
+		Client: nc, Registry: reg, Datacenters: []string{dcs}, Binary: binary, Driver: drv,
+		RunnerArgs: args2, Env: env, CPU: cpu, MemoryMB: mem, KillTimeout: killTimeout,
+		Logger: log.With("component", "nomad"), Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	s, err := scheduler.New(scheduler.Config{
+		Region: c.region, Placements: placements, Registry: reg, Driver: driver, Ledger: ledger, RunnerRegisters: true,
+		StartTimeout: startTimeout, Logger: log, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return serveRole(ctx, "scheduler", c.listen, remote.Handler(s, key, log), metrics, stdout, log)
+}
+
+func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("billing", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		c roleCommon
+		p prodFlags
+	)
+	c.register(fs, ":7200")
+	p.registerVault(fs)
+	p.registerDB(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, c.logLevel)
+	if err != nil {
+		return err
+	}
+	log = log.With("role", "billing", "region", c.region)
+	keys, err := p.openVault(ctx)
+	if err != nil {
+		return err
+	}
+	defer keys.Close()
+	pool, err := p.openDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ledger, err := billingcockroach.New(ctx, pool)
+	if err != nil {
+		return err
+	}
+	metrics := newRoleMetrics()
+	a, err := billing.NewAPI(billing.APIConfig{Store: ledger, Keys: keys, AdminKeys: keys.AdminKeys, Logger: log, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	a.Mount(mux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return serveRole(ctx, "billing", c.listen, mux, metrics, stdout, log)
 }

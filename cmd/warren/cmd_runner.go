@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,15 +12,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/spool"
-	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/runner"
 	"github.com/warren-mesh/warren/runner/modelproxy"
+	"github.com/warren-mesh/warren/scheduler"
 )
 
 // runnerKeyEnv carries the runner's bearer key from the scheduler's driver. It is removed from the
@@ -83,10 +86,20 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&blobDir, "blob-dir", "", "directory blob store for snapshots (warren dev)")
 	fs.StringVar(&snapPrefix, "snapshot-prefix", "", "key prefix of this sandbox's snapshots")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "sleep (snapshot and exit) after this long idle; 0 never")
+	var (
+		prod  prodFlags
+		alloc string
+	)
+	prod.registerConsul(fs)
+	prod.registerDB(fs)
+	prod.registerS3(fs)
+	var warm bool
+	fs.BoolVar(&warm, "warm", false, "warm-pool runner: start without a user, announce in Consul, wait for a scheduler's assignment (needs -consul)")
+	fs.StringVar(&alloc, "alloc", os.Getenv("NOMAD_ALLOC_ID"), "this sandbox's allocation id, recorded in the registry ($NOMAD_ALLOC_ID)")
 	var grace int64
 	fs.Int64Var(&grace, "grace-microdollars", modelproxy.DefaultGrace, "what a session may spend while the ledger is unreachable (spooled); 0 disables")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: warren runner [flags]\n\nThe bearer key is read from $%s (required).\n\nflags:\n", runnerKeyEnv)
+		fmt.Fprintf(fs.Output(), "usage: warren runner [flags]\n\nThe bearer key is read from $%s (required without -consul; with -consul the runner makes its own\nand publishes it in its Consul registration).\n\nflags:\n", runnerKeyEnv)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -104,15 +117,31 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := os.Unsetenv(modelKeyEnv); err != nil {
 		return fmt.Errorf("unset %s: %w", modelKeyEnv, err)
 	}
-	if claudeCLI != "" {
-		if ledgerPath == "" {
-			return errors.New("-claude-cli needs a ledger to meter model calls (-ledger-sqlite)")
+	if cfg.Key == "" && prod.consulAddr != "" {
+		// A self-registering runner makes its own key; the edge reads it from the registry.
+		cfg.Key = rand.Text()
+	}
+	if warm {
+		if prod.consulAddr == "" {
+			return errors.New("-warm needs -consul: warm runners are found and claimed through Consul")
 		}
-		ledger, err := billingsqlite.New(ctx, ledgerPath)
+		wlog := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: logLevel})).With("role", "runner", "alloc", alloc)
+		a, addr, err := awaitAssignment(ctx, cfg.Listen, cfg.Key, alloc, cfg.Region, &prod, wlog)
 		if err != nil {
-			return fmt.Errorf("ledger: %w", err)
+			return err
 		}
-		defer ledger.Close()
+		cfg.Issuer, cfg.User, cfg.Epoch, cfg.Listen = a.Issuer, a.User, a.Epoch, addr
+		snapPrefix = "" // the job's was a placeholder's: derived from the assigned user below
+		if a.Region != "" {
+			cfg.Region = a.Region
+		}
+	}
+	if claudeCLI != "" {
+		ledger, closeLedger, err := openRunnerLedger(ctx, ledgerPath, &prod)
+		if err != nil {
+			return err
+		}
+		defer closeLedger()
 		// Usage the ledger cannot take now is spooled on the runner's own disk and replayed; sessions
 		// carry on within a grace allowance meanwhile (DESIGN.md §10).
 		spoolDir := cfg.StateDir
@@ -142,10 +171,22 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			Env: agentEnv, DefaultModel: defaultModel, Notice: notice, Grace: grace, Prices: prices,
 		}
 	}
-	if blobDir != "" {
+	switch {
+	case blobDir != "" && prod.s3Bucket != "":
+		return errors.New("-blob-dir and -s3-bucket exclude each other")
+	case blobDir != "":
 		store, err := blobfs.New(blobDir)
 		if err != nil {
 			return fmt.Errorf("blob store: %w", err)
+		}
+		cfg.Snapshots, cfg.SnapshotPrefix = store, snapPrefix
+	case prod.s3Bucket != "":
+		store, err := prod.openS3(ctx)
+		if err != nil {
+			return fmt.Errorf("blob store: %w", err)
+		}
+		if snapPrefix == "" {
+			snapPrefix = "sandboxes/" + scheduler.SandboxID(cfg.Issuer, cfg.User)
 		}
 		cfg.Snapshots, cfg.SnapshotPrefix = store, snapPrefix
 	}
@@ -170,6 +211,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var fenced atomic.Bool
 	if watchStdin {
 		// This goroutine is not waited for: a blocking read of stdin cannot be interrupted, and it ends
 		// with the process.
@@ -190,6 +232,29 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return err
 	}
+	if prod.consulAddr != "" {
+		// DESIGN.md §4: the runner holds its user's owner lock in Consul; losing it (session invalidated,
+		// a newer epoch took over, Consul unreachable past the TTL) stops the agent and ends the process.
+		lost, release, err := holdOwnerLock(ctx, &prod, registry.Entry{
+			Issuer: cfg.Issuer, User: cfg.User, Epoch: cfg.Epoch, Region: cfg.Region, Alloc: alloc,
+			Addr: r.Addr(), Key: cfg.Key, Since: time.Now(),
+		}, cfg.Logger)
+		if err != nil {
+			cancel()
+			<-errc
+			return err
+		}
+		defer release()
+		go func() {
+			select {
+			case <-lost:
+				cfg.Logger.Error("owner lock lost: fencing myself (stopping the agent and exiting)")
+				fenced.Store(true)
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if err := json.NewEncoder(stdout).Encode(readyLine{Event: "ready", Addr: r.Addr(), PID: os.Getpid()}); err != nil {
 		cancel()
 		<-errc
@@ -197,6 +262,9 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	start := time.Now()
 	err = <-errc
+	if fenced.Load() {
+		err = errors.Join(err, errFenced)
+	}
 	cfg.Logger.Info("runner exited", "uptime_s", int64(time.Since(start).Seconds()), "err", err)
 	return err
 }

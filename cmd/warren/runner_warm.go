@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/registry/consul"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// assignment is what the scheduler sends a warm runner (POST /v1/assign): the sandbox it now is.
+type assignment struct {
+	Issuer string `json:"issuer"`
+	User   string `json:"user"`
+	Epoch  int64  `json:"epoch"`
+	Region string `json:"region"`
+}
+
+// parseAssignment decodes an assignment body strictly (it crosses the network).
+func parseAssignment(b []byte) (assignment, error) {
+	var a assignment
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&a); err != nil {
+		return assignment{}, wire.Wrap(wire.InvalidArgument, err, "malformed assignment")
+	}
+	if d.More() {
+		return assignment{}, wire.Errorf(wire.InvalidArgument, "trailing data after the assignment")
+	}
+	if a.Issuer == "" || a.User == "" || len(a.Issuer) > 256 || len(a.User) > 256 || a.Epoch < 1 || len(a.Region) > 64 {
+		return assignment{}, wire.Errorf(wire.InvalidArgument, "an assignment needs issuer and user (≤ 256 bytes) and an epoch ≥ 1")
+	}
+	return a, nil
+}
+
+// awaitAssignment is the warm-pool half of a runner (`warren runner -warm`): it listens on listen,
+// announces itself in Consul as a warm runner of region (address, allocation, key, under a session that
+// dies with this process), and waits for a scheduler to claim it and POST /v1/assign. It returns the
+// assignment and the address it listened on, which the runner then serves from; the listener is closed.
+func awaitAssignment(ctx context.Context, listen, key, alloc, region string, prod *prodFlags, log *slog.Logger) (assignment, string, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return assignment{}, "", fmt.Errorf("warm runner: listen: %w", err)
+	}
+	addr := ln.Addr().String()
+	got := make(chan assignment, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "warm\n") })
+	mux.HandleFunc("POST /v1/assign", func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(key)) != 1 {
+			wire.WriteHTTPError(w, log, wire.Errorf(wire.Unauthenticated, "wrong key"))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
+		if err != nil {
+			wire.WriteHTTPError(w, log, wire.Wrap(wire.InvalidArgument, err, "read assignment"))
+			return
+		}
+		a, err := parseAssignment(body)
+		if err != nil {
+			wire.WriteHTTPError(w, log, err)
+			return
+		}
+		select {
+		case got <- a:
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			wire.WriteHTTPError(w, log, wire.Errorf(wire.Conflict, "this runner is already assigned"))
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx) // lets the 202 reach the scheduler
+	}()
+
+	reg, err := prod.openConsul(false)
+	if err != nil {
+		return assignment{}, "", err
+	}
+	defer reg.Close()
+	lease, err := reg.HoldWarm(ctx, consul.Warm{Region: region, Alloc: alloc, Addr: addr, Key: key})
+	if err != nil {
+		return assignment{}, "", fmt.Errorf("warm runner: announce in Consul: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = lease.Release(rctx)
+	}()
+	log.Info("warm: waiting for an assignment", "addr", addr, "alloc", alloc)
+	select {
+	case a := <-got:
+		log.Info("warm: assigned", "issuer", a.Issuer, "user", a.User, "epoch", a.Epoch)
+		return a, addr, nil
+	case <-lease.Lost():
+		return assignment{}, "", errors.New("warm runner: lost the Consul session before an assignment")
+	case <-ctx.Done():
+		return assignment{}, "", ctx.Err()
+	}
+}

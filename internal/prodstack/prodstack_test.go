@@ -1,0 +1,311 @@
+package prodstack_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/warren-mesh/warren/internal/modelserver"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/registry/consul"
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/secrets/vault"
+	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/runner/snapshot"
+	"github.com/warren-mesh/warren/scheduler"
+	warren "github.com/warren-mesh/warren/sdk"
+
+	blobs3 "github.com/warren-mesh/warren/internal/blob/s3"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// role is one `warren <role>` process.
+type role struct {
+	name string
+	cmd  *exec.Cmd
+	addr string
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// startRole runs `warren <name> args...` with env and waits for its ready line.
+func startRole(t *testing.T, bin, name string, env []string, args ...string) *role {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{name}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	r := &role{name: name, cmd: cmd, logs: &syncBuffer{}}
+	cmd.Stderr = r.logs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start warren %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("warren %s log:\n%s", name, tail(r.logs.String(), 8000))
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var l struct{ Event, Addr string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Event == "ready" {
+				ready <- l.Addr
+			}
+		}
+	}()
+	select {
+	case r.addr = <-ready:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("warren %s did not become ready:\n%s", name, tail(r.logs.String(), 4000))
+	}
+	return r
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func turn(t *testing.T, ctx context.Context, s *warren.Session, prompt string) *warren.ResultEvent {
+	t.Helper()
+	for ev, err := range s.Prompt(ctx, prompt) {
+		if err != nil {
+			t.Fatalf("prompt %q: %v", prompt, err)
+		}
+		if r, ok := ev.Result(); ok {
+			return r
+		}
+	}
+	t.Fatalf("prompt %q: no result", prompt)
+	return nil
+}
+
+// TestProductionTopology is issue 4's end-to-end test: an agent session through separate edge, scheduler
+// and billing processes over Vault, Consul, Nomad, PostgreSQL and S3. Nomad places the user's runner job,
+// Consul resolves it, the turn completes, the snapshot lands in S3, the job is stopped when the sandbox
+// sleeps, and a new allocation (next epoch) resumes the conversation and the workspace.
+func TestProductionTopology(t *testing.T) {
+	cli := testenv.ClaudeCLI(t)
+	bin := testenv.WarrenBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	dsn := testenv.PostgreSQL(t)
+	vs := testenv.StartVault(t)
+	cs := testenv.StartConsul(t)
+	ns := testenv.StartNomad(t, testenv.NomadOptions{ConsulAddr: cs.Addr()})
+	s3 := testenv.StartS3(t)
+	bucket := s3.CreateBucket(t)
+	model := modelserver.New(modelserver.Options{})
+	upstream, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = model.Close() })
+
+	// The operator seeds Vault with the billing API's admin key.
+	keys, err := vault.New(ctx, vault.Config{Addr: vs.Addr(), Token: vs.RootToken()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keys.Close()
+	adminKey, _, err := keys.EnsureAdminKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const schedKey = "scheduler-key-for-the-prod-e2e-test"
+	vaultEnv := []string{"VAULT_TOKEN=" + vs.RootToken()}
+	billingRole := startRole(t, bin, "billing", vaultEnv, "-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn)
+	sched := startRole(t, bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + schedKey, "NOMAD_ADDR=" + ns.Addr()},
+		"-listen", "127.0.0.1:0", "-region", "r1", "-consul", cs.Addr(), "-db", dsn, "-nomad", ns.Addr(),
+		"-runner-binary", bin, "-nomad-driver", "raw_exec", "-runner-memory", "512", "-kill-timeout", "40s",
+		"-runner-arg=-claude-cli="+cli, "-runner-arg=-model-upstream="+upstream,
+		"-runner-arg=-default-model=claude-sonnet-4-5", "-runner-arg=-db="+dsn, "-runner-arg=-idle-timeout=3s",
+		"-runner-arg=-s3-endpoint="+s3.Endpoint(), "-runner-arg=-s3-bucket="+bucket, "-runner-arg=-s3-path-style",
+		"-runner-env=WARREN_MODEL_API_KEY=scripted", "-runner-env=AWS_ACCESS_KEY_ID="+s3.AccessKey(),
+		"-runner-env=AWS_SECRET_ACCESS_KEY="+s3.SecretKey())
+	edgeRole := startRole(t, bin, "edge", append(vaultEnv, "WARREN_SCHEDULER_KEY="+schedKey),
+		"-listen", "127.0.0.1:0", "-region", "r1", "-vault", vs.Addr(), "-consul", cs.Addr(), "-db", dsn,
+		"-scheduler", "http://"+sched.addr)
+
+	// A platform team registers its issuer through the billing API; the key lands in Vault.
+	admin := func(method, path, body string) []byte {
+		req, _ := http.NewRequestWithContext(ctx, method, "http://"+billingRole.addr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s %s = %d %s", method, path, resp.StatusCode, b)
+		}
+		return b
+	}
+	admin(http.MethodPut, "/v1/issuers/acme", `{"name":"Acme"}`)
+	var k struct{ Kid, Secret string }
+	if err := json.Unmarshal(admin(http.MethodPost, "/v1/issuers/acme/keys", ``), &k); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := base64.StdEncoding.DecodeString(k.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := keys.IssuerKeys(ctx, "acme"); err != nil || got[0].ID != k.Kid {
+		t.Fatalf("Vault has %+v, %v; want key %s", got, err, k.Kid)
+	}
+	tok, err := token.Mint(secrets.Key{ID: k.Kid, Secret: secret}, token.Claims{Issuer: "acme", Subject: "ada",
+		ExpiresAt: time.Now().Add(time.Hour), HasBudget: true,
+		Budget: token.Budget{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: "lifetime"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := warren.New("http://"+edgeRole.addr, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Turn one: Nomad places the runner, Consul resolves it.
+	s, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	sid := s.ID()
+	if r := turn(t, ctx, s, "create plan.txt containing step one"); r.IsError {
+		t.Fatalf("turn 1: %+v", r)
+	}
+	reg, err := consul.New(consul.Config{Addr: cs.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	e1, err := reg.Lookup(ctx, "acme", "ada")
+	if err != nil {
+		t.Fatalf("Consul lookup: %v", err)
+	}
+	nc, err := nomadapi.NewClient(&nomadapi.Config{Address: ns.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc1, _, err := nc.Allocations().Info(e1.Alloc, nil)
+	if err != nil {
+		t.Fatalf("Nomad allocation %q of the registered runner: %v", e1.Alloc, err)
+	}
+	if alloc1.ClientStatus != nomadapi.AllocClientStatusRunning {
+		t.Fatalf("allocation %s is %s, want running", alloc1.ID, alloc1.ClientStatus)
+	}
+	t.Logf("turn 1 served by allocation %s (job %s), epoch %d, at %s", alloc1.ID, alloc1.JobID, e1.Epoch, e1.Addr)
+	_ = s.Close()
+
+	// Idle: the runner snapshots to S3 and exits; its lock goes, the job is stopped.
+	waitFor(t, 90*time.Second, "the sandbox to sleep", func() bool {
+		_, err := reg.Lookup(ctx, "acme", "ada")
+		return errors.Is(err, registry.ErrNotFound)
+	})
+	waitFor(t, 60*time.Second, "the sleeping sandbox's job to be stopped", func() bool {
+		job, _, err := nc.Jobs().Info(alloc1.JobID, nil)
+		return err != nil || (job.Stop != nil && *job.Stop) || (job.Status != nil && *job.Status == "dead")
+	})
+	store, err := blobs3.New(ctx, blobs3.Config{Endpoint: s3.Endpoint(), Region: s3.Region(), Bucket: bucket,
+		AccessKey: s3.AccessKey(), SecretKey: s3.SecretKey(), PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + scheduler.SandboxID("acme", "ada"),
+		Dirs: map[string]string{"workspace": t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := snaps.Latest(ctx)
+	if err != nil || !ok || m.Epoch != e1.Epoch {
+		t.Fatalf("latest snapshot in S3 = %+v, %v, %v; want one of epoch %d", m, ok, err, e1.Epoch)
+	}
+
+	// Wake: a new allocation under the next epoch restores the workspace and the conversation from S3.
+	s2, err := c.Dial(ctx, &warren.SessionOptions{SessionID: sid})
+	if err != nil {
+		t.Fatalf("wake: %v", err)
+	}
+	defer s2.Close()
+	if b, err := c.Sandbox().ReadFile(ctx, "plan.txt"); err != nil || string(b) != "step one" {
+		t.Fatalf("plan.txt after wake = %q, %v", b, err)
+	}
+	before := len(model.Requests())
+	if r := turn(t, ctx, s2, "and then?"); r.IsError {
+		t.Fatalf("turn after wake: %+v", r)
+	}
+	found := false
+	for _, r := range model.Requests()[before:] {
+		if r.Main && strings.Contains(string(r.Body), "create plan.txt containing step one") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("the woken conversation lost the earlier turn")
+	}
+	e2, err := reg.Lookup(ctx, "acme", "ada")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after wake: allocation %s, epoch %d; snapshot of epoch %d seq %d was in S3", e2.Alloc, e2.Epoch, m.Epoch, m.Seq)
+	if e2.Epoch != e1.Epoch+1 || e2.Alloc == e1.Alloc {
+		t.Fatalf("after wake: epoch %d alloc %s; want epoch %d on a new allocation (was %s)", e2.Epoch, e2.Alloc, e1.Epoch+1, e1.Alloc)
+	}
+}

@@ -1,0 +1,456 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// This file starts Nomad (DESIGN.md §3, the Driver port's production scheduler) as `nomad agent -dev`: the
+// binary `make tools` builds (Nomad 1.6.1), one agent that is both server and client, bound to 127.0.0.1
+// with free HTTP, RPC and Serf ports, its client fingerprinting the loopback interface
+// (-network-interface=lo), so a task's NOMAD_IP_* is 127.0.0.1 and what it listens on is reachable from the
+// test. The raw_exec driver is on; tasks run as root, like the test. The agent's configuration file:
+//
+//   - client.options "fingerprint.denylist": the cloud fingerprinters (AWS, GCE, Azure, DigitalOcean) would
+//     each probe a metadata address that is not there; "driver.denylist": docker (no daemon here: it logs an
+//     error on every fingerprint), qemu and java are not loaded.
+//   - client.max_kill_timeout is 2m: Nomad caps a task's kill_timeout at this client setting (default 30s),
+//     and sandboxes ask for more (the runner's graceful stop plus its final snapshot). Production clients need
+//     the same.
+//   - raw_exec no_cgroups. Cgroups do work on this machine (a container, root, cgroups v1 with a nested
+//     memory cgroup, no systemd): Nomad 1.6 sets up its cpuset manager under /sys/fs/cgroup/cpuset/nomad,
+//     the exec driver is healthy (but builds a chroot of several GB per task, 13 s here), and raw_exec puts
+//     each task in a freezer cgroup /sys/fs/cgroup/freezer/nomad/<random uuid>. Those freezer cgroups are
+//     not always removed (one leaked per test run, e.g. for tasks destroyed by the agent's shutdown), and
+//     their names cannot be told apart from another agent's, so raw_exec runs without them: Nomad then
+//     stops a task by signalling its process group, which is all a runner needs (bubblewrap dies with it).
+//     client.cgroup_parent stays at its default; nothing else needed changing.
+//   - consul: pointed at NomadOptions.ConsulAddr when given (the node's Consul fingerprint, service
+//     registration). Nomad 1.6 has no switch that turns its Consul client off; without ConsulAddr it is
+//     pointed at a closed loopback port with every automatic use (auto-advertise, auto-join) off.
+//   - vault: off, unless NomadOptions.VaultAddr and VaultToken are given (then server and client use that
+//     Vault, e.g. a dev server with its root token, so jobs with vault blocks can be planned).
+//
+// Lifecycle. A dev agent is ready (node registered, raw_exec healthy) in a few seconds, so every StartNomad
+// is an agent of its own, stopped in t.Cleanup; tests that share one use distinct job names. The agent is a
+// child of the test binary with a parent-death signal. Its data directory is a temporary directory of its
+// own: as root, Nomad mounts a small tmpfs for every task's secrets directory, so removing the directory
+// first unmounts what is still mounted under it. A dev agent destroys its allocations when it shuts down
+// gracefully; when the test binary is killed instead, the task processes outlive it (Nomad's executors are
+// separate processes by design) until they exit by themselves, and the next StartNomad removes the
+// directory left behind.
+
+// NomadOptions configures StartNomad.
+type NomadOptions struct {
+	ConsulAddr string // host:port of a Consul agent for Nomad's Consul integration; empty: none
+	VaultAddr  string // Vault URL for Nomad's Vault integration (with VaultToken); empty: off
+	VaultToken string // a token Nomad's servers derive task tokens from (a dev server's root token)
+}
+
+// NomadServer is a Nomad dev agent that a test owns. Methods may be called from one goroutine at a time.
+type NomadServer struct {
+	bin     string
+	dir     string // temporary directory: config, data
+	opts    NomadOptions
+	ports   nomadPorts
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has been waited for
+	waitErr error
+	out     *tailBuffer
+	node    string // the client's node id once ready
+}
+
+type nomadPorts struct{ http, rpc, serf int }
+
+// StartNomad starts a Nomad dev agent for t alone, waits until its client node is ready and eligible with a
+// healthy raw_exec driver (and, with the options, has fingerprinted Consul and Vault), and stops it when t
+// ends. Skips under -short; fails when the nomad binary is missing (run `make tools`).
+func StartNomad(t testing.TB, opts NomadOptions) *NomadServer {
+	t.Helper()
+	bin := Binary(t, "nomad")
+	s, err := startNomad(bin, opts)
+	if err != nil {
+		t.Fatalf("start Nomad: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("stop Nomad: %v", err)
+		}
+		if err := removeNomadDir(s.dir); err != nil {
+			t.Errorf("remove Nomad data: %v", err)
+		}
+	})
+	return s
+}
+
+// Addr is the agent's HTTP address, http://127.0.0.1:port, as nomad/api.Config.Address and NOMAD_ADDR want
+// it.
+func (s *NomadServer) Addr() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.http))
+}
+
+// DataDir is the agent's temporary directory (configuration and data), removed when its test ends.
+func (s *NomadServer) DataDir() string { return s.dir }
+
+// NodeID is the id of the agent's client node.
+func (s *NomadServer) NodeID() string { return s.node }
+
+// Running reports whether the agent process is up.
+func (s *NomadServer) Running() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop shuts the agent down (its allocations are destroyed first); clients get connection errors
+// afterwards. A dev agent keeps nothing across a stop, so there is no Start.
+func (s *NomadServer) Stop(t testing.TB) {
+	t.Helper()
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop Nomad: %v", err)
+	}
+}
+
+// Output is the tail of the agent's log (warnings and errors), for test failure messages.
+func (s *NomadServer) Output() string { return s.out.String() }
+
+const (
+	nomadStalePrefix = "warren-nomad-"
+	nomadConfigFile  = "agent.hcl"
+	nomadDataDir     = "data"
+)
+
+func startNomad(bin string, opts NomadOptions) (*NomadServer, error) {
+	sweepStaleNomad()
+	dir, err := os.MkdirTemp("", nomadStalePrefix)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &NomadServer{bin: bin, dir: dir, opts: opts}
+	// Ports are picked by binding :0 and closing; another process may take one before Nomad binds, so try
+	// a few times.
+	for attempt := 0; ; attempt++ {
+		if s.ports, err = freeNomadPorts(); err == nil {
+			if err = s.start(); err == nil {
+				return s, nil
+			}
+		}
+		if attempt == 2 {
+			removeNomadDir(dir)
+			return nil, err
+		}
+	}
+}
+
+func freeNomadPorts() (nomadPorts, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports [3]int
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nomadPorts{}, err
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return nomadPorts{http: ports[0], rpc: ports[1], serf: ports[2]}, nil
+}
+
+// config is the agent's configuration file (see the file comment for why each setting is there).
+func (s *NomadServer) config() string {
+	consul := `consul {
+  address          = "127.0.0.1:1"
+  auto_advertise   = false
+  server_auto_join = false
+  client_auto_join = false
+}`
+	if s.opts.ConsulAddr != "" {
+		consul = fmt.Sprintf(`consul {
+  address          = %q
+  server_auto_join = false
+  client_auto_join = false
+}`, s.opts.ConsulAddr)
+	}
+	vault := `vault {
+  enabled = false
+}`
+	if s.opts.VaultAddr != "" {
+		vault = fmt.Sprintf(`vault {
+  enabled               = true
+  address               = %q
+  token                 = %q
+  allow_unauthenticated = true
+}`, s.opts.VaultAddr, s.opts.VaultToken)
+	}
+	return fmt.Sprintf(`data_dir             = %q
+bind_addr            = "127.0.0.1"
+log_level            = "WARN"
+disable_update_check = true
+
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+
+client {
+  enabled           = true
+  network_interface = "lo"
+  max_kill_timeout  = "2m"
+  gc_interval       = "1m"
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+    "driver.denylist"      = "docker,qemu,java"
+  }
+}
+
+plugin "raw_exec" {
+  config {
+    enabled    = true
+    no_cgroups = true
+  }
+}
+
+%s
+
+%s
+`, filepath.Join(s.dir, nomadDataDir), s.ports.http, s.ports.rpc, s.ports.serf, consul, vault)
+}
+
+// start runs the dev agent as a child of the test binary and waits until it is ready.
+func (s *NomadServer) start() error {
+	if err := os.WriteFile(filepath.Join(s.dir, nomadConfigFile), []byte(s.config()), 0o600); err != nil {
+		return err
+	}
+	s.out = newTailBuffer(32 << 10)
+	cmd := exec.Command(s.bin, "agent", "-dev",
+		"-config="+filepath.Join(s.dir, nomadConfigFile),
+		"-network-interface=lo",
+	)
+	// No NOMAD_*, CONSUL_* or VAULT_* variables of the caller's environment reach the agent (or its tasks,
+	// which raw_exec starts with the agent's environment).
+	cmd.Env = []string{"HOME=" + s.dir, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TZ=UTC"}
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	// If the test binary dies without stopping the agent (killed, timed out), the agent goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("nomad: %w", err)
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.exited)
+	}()
+	if err := s.awaitReady(90 * time.Second); err != nil {
+		s.stop()
+		return fmt.Errorf("nomad on port %d: %w\n%s", s.ports.http, err, s.out.String())
+	}
+	return nil
+}
+
+// awaitReady polls until the agent's client node is ready, eligible and has a healthy raw_exec driver (and
+// the Consul and Vault fingerprints asked for), the process exits, or timeout passes.
+func (s *NomadServer) awaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		err := s.ready(client)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %w", timeout, err)
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("exited: %v", s.waitErr)
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *NomadServer) ready(client *http.Client) error {
+	var nodes []struct {
+		ID, Status, SchedulingEligibility string
+	}
+	if err := s.getJSON(client, "/v1/nodes", &nodes); err != nil {
+		return err
+	}
+	if len(nodes) != 1 {
+		return fmt.Errorf("%d nodes registered, want 1", len(nodes))
+	}
+	if nodes[0].Status != "ready" || nodes[0].SchedulingEligibility != "eligible" {
+		return fmt.Errorf("node %s is %s/%s", nodes[0].ID, nodes[0].Status, nodes[0].SchedulingEligibility)
+	}
+	var node struct {
+		Attributes map[string]string
+		Drivers    map[string]struct {
+			Detected, Healthy bool
+			HealthDescription string
+		}
+	}
+	if err := s.getJSON(client, "/v1/node/"+nodes[0].ID, &node); err != nil {
+		return err
+	}
+	if d := node.Drivers["raw_exec"]; !d.Detected || !d.Healthy {
+		return fmt.Errorf("raw_exec driver not healthy: %s", d.HealthDescription)
+	}
+	if s.opts.ConsulAddr != "" && node.Attributes["consul.version"] == "" {
+		return errors.New("node has not fingerprinted Consul yet")
+	}
+	if s.opts.VaultAddr != "" && node.Attributes["vault.accessible"] != "true" {
+		return errors.New("node has not fingerprinted Vault yet")
+	}
+	s.node = nodes[0].ID
+	return nil
+}
+
+func (s *NomadServer) getJSON(client *http.Client, path string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Addr()+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// stop asks for a graceful shutdown (SIGINT: a dev agent destroys its allocations, then leaves) and waits
+// for the process; after 60 s it kills it.
+func (s *NomadServer) stop() error {
+	if !s.Running() {
+		return nil
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+		return errors.New("nomad did not shut down in 60 s: killed")
+	}
+	return nil
+}
+
+// removeNomadDir unmounts what Nomad left mounted under dir (the tmpfs of task secrets directories), then
+// removes dir.
+func removeNomadDir(dir string) error {
+	mounts, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	// Deepest first.
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			return fmt.Errorf("unmount %s: %w", mounts[i], err)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// mountsUnder lists the mount points below dir, in the order of /proc/self/mountinfo (parents first).
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	prefix := filepath.Clean(dir) + "/"
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		// The mount point is field 5, with spaces and other special bytes octal-escaped.
+		mp := unescapeMountinfo(fields[4])
+		if strings.HasPrefix(mp, prefix) {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// sweepStaleNomad removes the directories of agents whose test binary is gone.
+func sweepStaleNomad() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), nomadStalePrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			removeNomadDir(d)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+# The billing role (DESIGN.md §5): the admin API (issuers, quotas, prices, usage) over CockroachDB, with
+# issuer signing keys kept in Vault. Stateless; two instances for availability.
+#
+#   nomad job run -var region=eu-west jobs/billing.nomad.hcl
+#
+# Secrets (database URL) come from Vault through a template; VAULT_TOKEN from Nomad's Vault integration.
+
+variable "datacenters" {
+  type    = list(string)
+  default = ["dc1"]
+}
+
+variable "region" {
+  type    = string
+  default = "global"
+}
+
+variable "count" {
+  type    = number
+  default = 2
+}
+
+variable "warren_binary" {
+  type    = string
+  default = "/usr/local/bin/warren"
+}
+
+variable "driver" {
+  type    = string
+  default = "exec"
+}
+
+variable "vault_addr" {
+  type    = string
+  default = "https://vault.service.consul:8200"
+}
+
+variable "vault_policies" {
+  type    = list(string)
+  default = ["warren-billing"]
+}
+
+variable "secrets_path" {
+  type        = string
+  default     = "secret/data/warren/billing"
+  description = "Vault KV v2 path holding db (CockroachDB URL)"
+}
+
+job "warren-billing" {
+  type        = "service"
+  datacenters = var.datacenters
+
+  meta {
+    warren_role   = "billing"
+    warren_region = var.region
+  }
+
+  update {
+    max_parallel      = 1
+    min_healthy_time  = "10s"
+    healthy_deadline  = "2m"
+    progress_deadline = "5m"
+    auto_revert       = true
+  }
+
+  group "billing" {
+    count = var.count
+
+    network {
+      port "http" {}
+    }
+
+    service {
+      name     = "warren-billing"
+      port     = "http"
+      provider = "consul"
+      tags     = ["warren", "billing", var.region]
+
+      check {
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    task "billing" {
+      driver = var.driver
+
+      config {
+        command = var.warren_binary
+        args = [
+          "billing",
+          "-listen", "${NOMAD_ADDR_http}",
+          "-region", var.region,
+          "-vault", var.vault_addr,
+        ]
+      }
+
+      vault {
+        policies    = var.vault_policies
+        change_mode = "restart"
+      }
+
+      template {
+        data        = <<-EOT
+          {{ with secret "${var.secrets_path}" }}WARREN_DB={{ .Data.data.db }}{{ end }}
+        EOT
+        destination = "secrets/warren.env"
+        env         = true
+        change_mode = "restart"
+      }
+
+      env {
+        WARREN_LOG_LEVEL = "info"
+      }
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "20s"
+
+      resources {
+        cpu    = 300
+        memory = 256
+      }
+    }
+  }
+}

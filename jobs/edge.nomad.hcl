@@ -1,0 +1,159 @@
+# The edge role (DESIGN.md §2): the public WebSocket/HTTP front door. Stateless; runs on every edge node
+# behind the load balancer, which finds the instances through the Consul service "warren-edge".
+#
+#   nomad job run -var region=eu-west -var 'datacenters=["eu-west-1a","eu-west-1b"]' jobs/edge.nomad.hcl
+#
+# Secrets (database URL, the key shared with the scheduler) come from Vault through a template into the
+# task's secrets directory; VAULT_TOKEN (the edge reads signing keys from Vault) comes from Nomad's Vault
+# integration. None of them is in this file or on a command line.
+
+variable "datacenters" {
+  type    = list(string)
+  default = ["dc1"]
+}
+
+variable "region" {
+  type        = string
+  default     = "global"
+  description = "this Warren region's name"
+}
+
+variable "count" {
+  type    = number
+  default = 2
+}
+
+variable "warren_binary" {
+  type    = string
+  default = "/usr/local/bin/warren"
+}
+
+variable "driver" {
+  type    = string
+  default = "exec"
+}
+
+variable "consul_addr" {
+  type        = string
+  default     = "127.0.0.1:8500"
+  description = "the node's Consul agent (the registry of live runners)"
+}
+
+variable "vault_addr" {
+  type    = string
+  default = "https://vault.service.consul:8200"
+}
+
+variable "vault_policies" {
+  type    = list(string)
+  default = ["warren-edge"]
+}
+
+variable "secrets_path" {
+  type        = string
+  default     = "secret/data/warren/edge"
+  description = "Vault KV v2 path holding db (CockroachDB URL) and scheduler_key"
+}
+
+job "warren-edge" {
+  type        = "service"
+  datacenters = var.datacenters
+
+  meta {
+    warren_role   = "edge"
+    warren_region = var.region
+  }
+
+  update {
+    max_parallel      = 1
+    min_healthy_time  = "10s"
+    healthy_deadline  = "2m"
+    progress_deadline = "5m"
+    auto_revert       = true
+  }
+
+  group "edge" {
+    count = var.count
+
+    # Spread edges over nodes: one node's loss takes one instance.
+    constraint {
+      operator = "distinct_hosts"
+      value    = "true"
+    }
+
+    network {
+      port "http" {}
+    }
+
+    service {
+      name     = "warren-edge"
+      port     = "http"
+      provider = "consul"
+      tags     = ["warren", "edge", var.region]
+
+      check {
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    task "edge" {
+      driver = var.driver
+
+      config {
+        command = var.warren_binary
+        args = [
+          "edge",
+          "-listen", "${NOMAD_ADDR_http}",
+          "-region", var.region,
+          "-consul", var.consul_addr,
+          "-vault", var.vault_addr,
+        ]
+      }
+
+      vault {
+        policies    = var.vault_policies
+        change_mode = "restart"
+      }
+
+      # WARREN_DB and WARREN_SCHEDULER_KEY from Vault.
+      template {
+        data        = <<-EOT
+          {{ with secret "${var.secrets_path}" }}
+          WARREN_DB={{ .Data.data.db }}
+          WARREN_SCHEDULER_KEY={{ .Data.data.scheduler_key }}
+          {{ end }}
+        EOT
+        destination = "secrets/warren.env"
+        env         = true
+        change_mode = "restart"
+      }
+
+      # WARREN_SCHEDULER_URL (the edge's default for -scheduler): this region's scheduler from the Consul
+      # catalog; the edge restarts when it moves.
+      template {
+        data        = <<-EOT
+          {{ range $i, $s := service "warren-scheduler" }}{{ if eq $i 0 }}WARREN_SCHEDULER_URL=http://{{ $s.Address }}:{{ $s.Port }}{{ end }}{{ end }}
+        EOT
+        destination = "local/scheduler.env"
+        env         = true
+        change_mode = "restart"
+      }
+
+      env {
+        WARREN_LOG_LEVEL = "info"
+      }
+
+      # The edge drains open connections for up to 10 s on SIGTERM.
+      kill_signal  = "SIGTERM"
+      kill_timeout = "20s"
+
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+    }
+  }
+}

@@ -1,0 +1,252 @@
+package jobs_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/warren-mesh/warren/internal/registry/mem"
+	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/jobs"
+	"github.com/warren-mesh/warren/scheduler"
+	"github.com/warren-mesh/warren/scheduler/nomad"
+)
+
+// TestSpecs runs against one real Nomad dev agent with Consul and Vault integration (real servers).
+func TestSpecs(t *testing.T) {
+	vs := testenv.StartVault(t)
+	cs := testenv.StartConsul(t)
+	ns := testenv.StartNomad(t, testenv.NomadOptions{ConsulAddr: cs.Addr(), VaultAddr: vs.Addr(), VaultToken: vs.RootToken()})
+	t.Run("ValidateAndPlan", func(t *testing.T) { validateAndPlan(t, ns) })
+	t.Run("DriverJobIsTheCLIJob", func(t *testing.T) { driverJobIsTheCLIJob(t, ns) })
+	t.Run("SandboxTemplateRequiresIdentity", func(t *testing.T) { sandboxTemplateRequiresIdentity(t, ns) })
+}
+
+// Every spec is accepted by the real `nomad job validate` and `nomad job plan` (with -var values as an
+// operator would pass them) and places; every flag it gives warren is one the role's real binary accepts.
+func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
+	client, err := api.NewClient(&api.Config{Address: ns.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warren := testenv.WarrenBinary(t)
+	dir := t.TempDir()
+	// The roles run with driver=raw_exec here: the dev agent in this container has no usable exec driver
+	// (it needs cgroups Nomad can manage); production keeps the default, exec. One instance each: the dev
+	// agent is one node and the edge asks for distinct hosts.
+	for _, tc := range []struct {
+		name, role string
+		spec       []byte
+		vars       map[string]any
+		job        string
+	}{
+		{"sandbox", "runner", jobs.Sandbox, map[string]any{
+			"sandbox_id": scheduler.SandboxID("iss", "alice"), "issuer": "iss", "user": "alice", "epoch": 7, "region": "r1",
+			"warren_binary": "/usr/local/bin/warren", "cpu": 100, "memory": 128,
+			"runner_args": []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
+		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7"},
+		{"edge", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200"}, "warren-edge"},
+		{"scheduler", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_args": []string{"-s3-bucket=snapshots", "-idle-timeout=10m"}}, "warren-scheduler"},
+		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, tc.name+".nomad.hcl")
+			if err := os.WriteFile(file, tc.spec, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var args []string
+			for k, v := range tc.vars {
+				val := fmt.Sprint(v)
+				if l, ok := v.([]string); ok {
+					b, _ := json.Marshal(l)
+					val = string(b)
+				}
+				args = append(args, "-var", k+"="+val)
+			}
+			out, code := nomadCLI(t, ns, append(append([]string{"job", "validate"}, args...), file)...)
+			if code != 0 {
+				t.Fatalf("nomad job validate exited %d:\n%s", code, out)
+			}
+			// plan exits 1 when it would create allocations, 0 when nothing changes, 255 on errors.
+			out, code = nomadCLI(t, ns, append(append([]string{"job", "plan"}, args...), file)...)
+			if code != 0 && code != 1 {
+				t.Fatalf("nomad job plan exited %d:\n%s", code, out)
+			}
+			if !strings.Contains(out, `Job: "`+tc.job+`"`) || !strings.Contains(out, "All tasks successfully allocated") {
+				t.Fatalf("nomad job plan does not place job %s:\n%s", tc.job, out)
+			}
+
+			// The flags the spec passes exist in the binary it runs.
+			vars, _ := json.Marshal(tc.vars)
+			job, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(tc.spec), Variables: string(vars)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rawArgs, _ := job.TaskGroups[0].Tasks[0].Config["args"].([]any)
+			if len(rawArgs) < 2 || rawArgs[0] != tc.role {
+				t.Fatalf("task args %v do not start with %q", rawArgs, tc.role)
+			}
+			help, _ := exec.Command(warren, tc.role, "-h").CombinedOutput()
+			for i := 1; i < len(rawArgs); i += 2 { // every flag of the specs takes a value: -flag value
+				flagName, _ := rawArgs[i].(string)
+				if !strings.HasPrefix(flagName, "-") {
+					t.Fatalf("task args %v: %q is not a flag", rawArgs, flagName)
+				}
+				if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(flagName) + `(\s|$)`).Match(help) {
+					t.Errorf("warren %s has no flag %s", tc.role, flagName)
+				}
+			}
+		})
+	}
+}
+
+// The sandbox job the driver produces (template + JSON variables through /v1/jobs/parse) is the job the
+// Nomad CLI makes of the same file and the same -var values, and it plans cleanly.
+func driverJobIsTheCLIJob(t *testing.T, ns *testenv.NomadServer) {
+	client, err := api.NewClient(&api.Config{Address: ns.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := nomad.New(nomad.Config{
+		Client: client, Registry: mem.New(), Binary: "/opt/warren/bin/warren", Driver: "raw_exec",
+		RunnerArgs: []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
+		Env:        map[string]string{"WARREN_LOG_LEVEL": "debug"},
+		CPU:        250, MemoryMB: 300, KillTimeout: time.Minute, Datacenters: []string{"dc1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	user := `bob "the builder" \o/`
+	spec := scheduler.Spec{ID: scheduler.SandboxID("https://iss.example", user), Issuer: "https://iss.example", User: user, Epoch: 42, Region: "eu"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := d.Job(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	file := filepath.Join(t.TempDir(), "sandbox.nomad.hcl")
+	if err := os.WriteFile(file, jobs.Sandbox, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	varFile := filepath.Join(t.TempDir(), "vars.json")
+	vars, _ := json.Marshal(map[string]any{
+		"sandbox_id": spec.ID, "issuer": spec.Issuer, "user": spec.User, "epoch": spec.Epoch, "region": spec.Region,
+		"warren_binary": "/opt/warren/bin/warren", "driver": "raw_exec", "datacenters": []string{"dc1"},
+		"runner_args": []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
+		"env":         map[string]string{"WARREN_LOG_LEVEL": "debug"},
+		"cpu":         250, "memory": 300, "kill_timeout": "1m0s",
+	})
+	if err := os.WriteFile(varFile, vars, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := nomadCLI(t, ns, "job", "run", "-output", "-var-file", varFile, file)
+	if code != 0 {
+		t.Fatalf("nomad job run -output exited %d:\n%s", code, out)
+	}
+	var cli struct{ Job *api.Job }
+	if err := json.Unmarshal([]byte(out), &cli); err != nil {
+		t.Fatalf("decode CLI job: %v\n%s", err, out)
+	}
+	cli.Job.Canonicalize()
+	want := cli.Job
+
+	if *got.ID != "sandbox-"+spec.ID+"-e42" {
+		t.Errorf("job id %s", *got.ID)
+	}
+	for _, f := range []struct {
+		name      string
+		got, want any
+	}{
+		{"ID", *got.ID, *want.ID},
+		{"Name", *got.Name, *want.Name},
+		{"Type", *got.Type, *want.Type},
+		{"Datacenters", got.Datacenters, want.Datacenters},
+		{"Meta", got.Meta, want.Meta},
+		{"Restart", *got.TaskGroups[0].RestartPolicy, *want.TaskGroups[0].RestartPolicy},
+		{"Reschedule", *got.TaskGroups[0].ReschedulePolicy, *want.TaskGroups[0].ReschedulePolicy},
+		{"StopAfterClientDisconnect", *got.TaskGroups[0].StopAfterClientDisconnect, *want.TaskGroups[0].StopAfterClientDisconnect},
+		{"Networks", fmt.Sprint(got.TaskGroups[0].Networks[0].DynamicPorts), fmt.Sprint(want.TaskGroups[0].Networks[0].DynamicPorts)},
+		{"Driver", got.TaskGroups[0].Tasks[0].Driver, want.TaskGroups[0].Tasks[0].Driver},
+		{"Config", got.TaskGroups[0].Tasks[0].Config, want.TaskGroups[0].Tasks[0].Config},
+		{"Env", got.TaskGroups[0].Tasks[0].Env, want.TaskGroups[0].Tasks[0].Env},
+		{"CPU", *got.TaskGroups[0].Tasks[0].Resources.CPU, *want.TaskGroups[0].Tasks[0].Resources.CPU},
+		{"Memory", *got.TaskGroups[0].Tasks[0].Resources.MemoryMB, *want.TaskGroups[0].Tasks[0].Resources.MemoryMB},
+		{"KillTimeout", *got.TaskGroups[0].Tasks[0].KillTimeout, *want.TaskGroups[0].Tasks[0].KillTimeout},
+		{"KillSignal", got.TaskGroups[0].Tasks[0].KillSignal, want.TaskGroups[0].Tasks[0].KillSignal},
+	} {
+		if !reflect.DeepEqual(f.got, f.want) {
+			t.Errorf("%s: driver %v, CLI %v", f.name, f.got, f.want)
+		}
+	}
+	if got.Meta["warren_user"] != user || got.Meta["warren_issuer"] != spec.Issuer || got.Meta["warren_epoch"] != "42" {
+		t.Errorf("meta %v does not carry the spec verbatim", got.Meta)
+	}
+	if *got.TaskGroups[0].Tasks[0].KillTimeout != time.Minute {
+		t.Errorf("kill timeout %v, want the configured 1m", *got.TaskGroups[0].Tasks[0].KillTimeout)
+	}
+
+	plan, _, err := client.Jobs().Plan(got, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.FailedTGAllocs) > 0 {
+		t.Fatalf("the driver's job does not place: %+v", plan.FailedTGAllocs)
+	}
+	if len(plan.Warnings) > 0 {
+		t.Fatalf("plan warnings: %s", plan.Warnings)
+	}
+}
+
+// A missing required variable is an error of the real parser, not a silently wrong job.
+func sandboxTemplateRequiresIdentity(t *testing.T, ns *testenv.NomadServer) {
+	client, err := api.NewClient(&api.Config{Address: ns.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vars := range []string{
+		`{"issuer":"iss","user":"u","epoch":1}`,
+		`{"sandbox_id":"../etc","issuer":"iss","user":"u","epoch":1}`,
+		`{"sandbox_id":"` + scheduler.SandboxID("iss", "u") + `","issuer":"iss","user":"u","epoch":0}`,
+		`{"sandbox_id":"` + scheduler.SandboxID("iss", "u") + `","issuer":"iss","user":"u","epoch":1,"driver":"docker"}`,
+	} {
+		_, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(jobs.Sandbox), Variables: vars})
+		var ue api.UnexpectedResponseError
+		if !errors.As(err, &ue) || ue.StatusCode() != 400 {
+			t.Errorf("parse with %s = %v, want a 400", vars, err)
+		}
+	}
+}
+
+// nomadCLI runs the real nomad CLI against ns and returns its combined output and exit code.
+func nomadCLI(t *testing.T, ns *testenv.NomadServer, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Binary(t, "nomad"), args...)
+	cmd.Env = []string{"NOMAD_ADDR=" + ns.Addr(), "HOME=" + t.TempDir(), "PATH=/usr/bin:/bin", "NOMAD_CLI_NO_COLOR=1"}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return out.String(), ee.ExitCode()
+	case err != nil:
+		t.Fatalf("nomad %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), 0
+}

@@ -1,0 +1,238 @@
+# The per-user sandbox job (DESIGN.md §4, §7): one `warren runner` for one (issuer, user) at one placement
+# epoch.
+#
+# This file is a TEMPLATE the scheduler fills at run time: its Nomad driver (scheduler/nomad) sends this very
+# file to Nomad's /v1/jobs/parse endpoint with the variables below, then registers the result, so what is
+# reviewed here and what runs cannot drift. To try it by hand:
+#
+#   nomad job plan -var sandbox_id=$(printf '%032x' 1) -var issuer=iss -var user=alice -var epoch=1 \
+#     -var warren_binary=/usr/local/bin/warren jobs/sandbox.nomad.hcl
+#
+# Identity. The job is named after the hashed sandbox id and the epoch, never after raw user strings (which
+# go to meta and to the runner's flags only). The epoch, not Nomad, is the sandbox's identity: a failed or
+# lost allocation is never restarted or rescheduled by Nomad; the next connection claims a new epoch, which
+# is a new job. Two runners of one user never serve at once because each holds its user's Consul lock
+# (DESIGN.md §4) and stops when it loses it.
+#
+# Readiness. The runner generates its own bearer key, listens on the "api" port, then registers itself
+# (address, key, epoch, allocation id) under its user's lock in Consul; the driver waits for that entry.
+
+variable "sandbox_id" {
+  type        = string
+  description = "scheduler.SandboxID(issuer, user): 32 hex digits, safe in names and paths"
+  validation {
+    condition     = var.sandbox_id != "" && regex_replace(var.sandbox_id, "^[0-9a-f]{32}$", "") == ""
+    error_message = "The sandbox_id must be 32 lowercase hex digits (scheduler.SandboxID)."
+  }
+}
+
+variable "issuer" {
+  type        = string
+  description = "issuer (project) id of the sandbox's user"
+}
+
+variable "user" {
+  type        = string
+  description = "end-user id"
+}
+
+variable "epoch" {
+  type        = number
+  description = "placement epoch (fencing token) this runner serves"
+  validation {
+    condition     = var.epoch >= 1 && floor(var.epoch) == var.epoch
+    error_message = "The epoch must be a positive integer."
+  }
+}
+
+variable "region" {
+  type        = string
+  default     = ""
+  description = "Warren region reported to agent clients"
+}
+
+variable "datacenters" {
+  type    = list(string)
+  default = ["dc1"]
+}
+
+variable "warren_binary" {
+  type        = string
+  default     = "/usr/local/bin/warren"
+  description = "path of the warren binary on the Nomad clients"
+}
+
+variable "driver" {
+  type        = string
+  default     = "raw_exec"
+  description = "task driver: exec in production (chroot, cgroups), raw_exec in tests"
+  validation {
+    condition     = contains(["exec", "raw_exec"], var.driver)
+    error_message = "The driver must be exec or raw_exec."
+  }
+}
+
+variable "warm" {
+  type        = bool
+  default     = false
+  description = "a warm-pool runner: started before anyone needs it, it waits for a scheduler to assign it a sandbox (issuer, user and epoch above are then placeholders, replaced by the assignment)"
+}
+
+variable "runner_args" {
+  type        = list(string)
+  default     = []
+  description = "extra runner flags, e.g. [\"-consul\", \"127.0.0.1:8500\", \"-s3-bucket\", \"snapshots\"]"
+}
+
+variable "env" {
+  type        = map(string)
+  default     = {}
+  description = "extra environment of the runner (no secrets: those come from Vault, see the template note below)"
+}
+
+variable "cpu" {
+  type        = number
+  default     = 500
+  description = "CPU, MHz"
+}
+
+variable "memory" {
+  type        = number
+  default     = 1024
+  description = "memory, MiB"
+}
+
+variable "disk" {
+  type        = number
+  default     = 1024
+  description = "ephemeral disk (workspace, state), MiB"
+}
+
+variable "kill_timeout" {
+  type        = string
+  default     = "45s"
+  description = "SIGTERM to SIGKILL: the runner's graceful stop plus its final snapshot (at least 35s). Clients need max_kill_timeout at least this long."
+}
+
+variable "stop_after_client_disconnect" {
+  type        = string
+  default     = "1m"
+  description = "a client cut off from the servers this long stops the sandbox itself"
+}
+
+locals {
+  # The Nomad client reads a task's config (command, args) as an HCL template, with the task's environment
+  # and the node's attributes as variables: a user named "${attr.unique.hostname}" would become another
+  # user, and one named "%{x}" would fail the task. Doubling the first character of the two template
+  # sequences (the client reads $${ as a literal ${ and %%{ as %{) hands every string to the runner
+  # verbatim. In this file's own strings "$${" is a literal ${ and "$$${" a literal $${ (likewise for %).
+  issuer_arg = replace(replace(var.issuer, "$${", "$$${"), "%%{", "%%%{")
+  user_arg   = replace(replace(var.user, "$${", "$$${"), "%%{", "%%%{")
+  region_arg = replace(replace(var.region, "$${", "$$${"), "%%{", "%%%{")
+}
+
+job "sandbox" {
+  id   = "sandbox-${var.sandbox_id}-e${var.epoch}"
+  name = "sandbox-${var.sandbox_id}-e${var.epoch}"
+  # batch, not service: a sandbox runs until its runner exits (asleep after idling, stopped, or failed) and
+  # that exit is final. Nomad replaces a service job's allocation that completes, which would wake a
+  # sleeping sandbox again under the same epoch.
+  type        = "batch"
+  datacenters = var.datacenters
+
+  meta {
+    warren_role       = var.warm ? "warm" : "sandbox"
+    warren_sandbox_id = var.sandbox_id
+    warren_issuer     = var.issuer
+    warren_user       = var.user
+    warren_epoch      = var.epoch
+    warren_region     = var.region
+  }
+
+  group "sandbox" {
+    count = 1
+
+    # The epoch is the identity: Nomad restarts nothing and reschedules nothing.
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+
+    # Nomad 1.6 has two mutually exclusive group settings for a client cut off from the servers.
+    # max_client_disconnect keeps the cut-off allocation running ("unknown") and may bring it back when the
+    # client reconnects, which is the opposite of what a fenced sandbox wants. stop_after_client_disconnect
+    # makes the partitioned client stop the runner itself, and delays the servers' replacement until then.
+    # (The runner also fences itself when it loses its Consul lock, and the driver deregisters a job whose
+    # allocation it saw go terminal, so a replacement under the same epoch does not start.)
+    stop_after_client_disconnect = var.stop_after_client_disconnect
+
+    ephemeral_disk {
+      size = var.disk
+    }
+
+    network {
+      port "api" {}
+    }
+
+    task "runner" {
+      driver = var.driver
+
+      config {
+        command = var.warren_binary
+        args = concat([
+          "runner",
+          "-issuer", local.issuer_arg,
+          "-user", local.user_arg,
+          "-epoch", "${var.epoch}",
+          "-region", local.region_arg,
+          "-listen", "${NOMAD_IP_api}:${NOMAD_PORT_api}",
+          "-alloc", "${NOMAD_ALLOC_ID}",
+          "-workspace", "${NOMAD_ALLOC_DIR}/workspace",
+          "-state-dir", "${NOMAD_SECRETS_DIR}/state",
+          "-home", "${NOMAD_ALLOC_DIR}/home",
+          "-snapshot-prefix", "sandboxes/${var.sandbox_id}",
+        ], var.warm ? ["-warm"] : [], var.runner_args)
+      }
+
+      env = merge({
+        HOME = "${NOMAD_TASK_DIR}"
+        TZ   = "UTC"
+      }, var.env)
+
+      # Production: the model API key comes from Vault into the task's secrets directory and environment,
+      # never into this file or the scheduler's flags (the runner unsets it at once and keeps it in its
+      # model proxy, DESIGN.md §7). With Nomad's Vault integration configured:
+      #
+      #   vault {
+      #     policies    = ["warren-runner"]
+      #     change_mode = "noop"   # a new key reaches the next epoch; never kill a live sandbox for it
+      #   }
+      #   template {
+      #     data        = <<-EOT
+      #       {{ with secret "secret/data/warren/model" }}WARREN_MODEL_API_KEY={{ .Data.data.api_key }}{{ end }}
+      #     EOT
+      #     destination = "${NOMAD_SECRETS_DIR}/model.env"
+      #     env         = true
+      #     change_mode = "noop"
+      #   }
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = var.kill_timeout
+
+      resources {
+        cpu    = var.cpu
+        memory = var.memory
+      }
+
+      logs {
+        max_files     = 3
+        max_file_size = 10
+      }
+    }
+  }
+}

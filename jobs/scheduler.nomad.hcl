@@ -1,0 +1,163 @@
+# The scheduler role (DESIGN.md §2, §4): claims placements in CockroachDB and starts each user's sandbox as a
+# Nomad job from jobs/sandbox.nomad.hcl (embedded in the binary). One instance per region: placements are
+# claimed with compare-and-set, so a second instance during a deployment is safe, but one is enough.
+#
+#   nomad job run -var region=eu-west jobs/scheduler.nomad.hcl
+#
+# Secrets (database URL, the key shared with the edges, a Nomad token allowed to submit sandbox jobs) come
+# from Vault through templates into the task's secrets directory, never from this file or a command line.
+
+variable "datacenters" {
+  type    = list(string)
+  default = ["dc1"]
+}
+
+variable "region" {
+  type    = string
+  default = "global"
+}
+
+variable "warren_binary" {
+  type    = string
+  default = "/usr/local/bin/warren"
+}
+
+variable "driver" {
+  type    = string
+  default = "exec"
+}
+
+variable "consul_addr" {
+  type    = string
+  default = "127.0.0.1:8500"
+}
+
+variable "nomad_addr" {
+  type        = string
+  default     = "http://127.0.0.1:4646"
+  description = "the node's Nomad agent, which forwards to the servers"
+}
+
+variable "sandbox_datacenter" {
+  type    = string
+  default = "dc1"
+}
+
+variable "sandbox_driver" {
+  type        = string
+  default     = "exec"
+  description = "task driver of sandboxes"
+}
+
+variable "runner_args" {
+  type        = list(string)
+  default     = []
+  description = "extra flags for every runner, each passed as -runner-arg (e.g. -s3-bucket=snapshots)"
+}
+
+variable "vault_policies" {
+  type    = list(string)
+  default = ["warren-scheduler"]
+}
+
+variable "secrets_path" {
+  type        = string
+  default     = "secret/data/warren/scheduler"
+  description = "Vault KV v2 path holding db (CockroachDB URL) and scheduler_key"
+}
+
+variable "nomad_role_path" {
+  type        = string
+  default     = "nomad/creds/warren-scheduler"
+  description = "Vault Nomad secrets engine role minting the scheduler's Nomad token"
+}
+
+job "warren-scheduler" {
+  type        = "service"
+  datacenters = var.datacenters
+
+  meta {
+    warren_role   = "scheduler"
+    warren_region = var.region
+  }
+
+  update {
+    max_parallel      = 1
+    min_healthy_time  = "10s"
+    healthy_deadline  = "2m"
+    progress_deadline = "5m"
+    auto_revert       = true
+  }
+
+  group "scheduler" {
+    count = 1
+
+    network {
+      port "http" {}
+    }
+
+    service {
+      name     = "warren-scheduler"
+      port     = "http"
+      provider = "consul"
+      tags     = ["warren", "scheduler", var.region]
+
+      check {
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    task "scheduler" {
+      driver = var.driver
+
+      config {
+        command = var.warren_binary
+        args = concat([
+          "scheduler",
+          "-listen", "${NOMAD_ADDR_http}",
+          "-region", var.region,
+          "-consul", var.consul_addr,
+          "-nomad", var.nomad_addr,
+          "-datacenter", var.sandbox_datacenter,
+          "-nomad-driver", var.sandbox_driver,
+          "-runner-binary", var.warren_binary,
+          "-kill-timeout", "45s",
+        ], flatten([for a in var.runner_args : ["-runner-arg", a]]))
+      }
+
+      vault {
+        policies    = var.vault_policies
+        change_mode = "restart"
+      }
+
+      # WARREN_DB, WARREN_SCHEDULER_KEY and NOMAD_TOKEN from Vault.
+      template {
+        data        = <<-EOT
+          {{ with secret "${var.secrets_path}" }}
+          WARREN_DB={{ .Data.data.db }}
+          WARREN_SCHEDULER_KEY={{ .Data.data.scheduler_key }}
+          {{ end }}
+          {{ with secret "${var.nomad_role_path}" }}NOMAD_TOKEN={{ .Data.secret_id }}{{ end }}
+        EOT
+        destination = "secrets/warren.env"
+        env         = true
+        change_mode = "restart"
+      }
+
+      env {
+        WARREN_LOG_LEVEL = "info"
+      }
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "20s"
+
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+    }
+  }
+}

@@ -1,0 +1,168 @@
+package remote_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/registry/mem"
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/scheduler"
+	"github.com/warren-mesh/warren/scheduler/remote"
+)
+
+const key = "0123456789abcdef-test-key"
+
+// recorder is a Scheduler that answers from a registry and records what it was asked.
+type recorder struct {
+	mu      sync.Mutex
+	reg     registry.Registry
+	ensured []scheduler.Request
+	forgot  []registry.Entry
+	err     error
+}
+
+func (r *recorder) Ensure(ctx context.Context, req scheduler.Request) (registry.Entry, error) {
+	r.mu.Lock()
+	r.ensured = append(r.ensured, req)
+	err := r.err
+	r.mu.Unlock()
+	if err != nil {
+		return registry.Entry{}, err
+	}
+	e := registry.Entry{Issuer: req.Issuer, User: req.User, Epoch: 3, Region: "r1", Alloc: "a-3", Addr: "127.0.0.1:9", Key: "runner-key", Since: time.Unix(1700000000, 0).UTC()}
+	return e, r.reg.Register(ctx, e)
+}
+
+func (r *recorder) Forget(_ context.Context, e registry.Entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forgot = append(r.forgot, e)
+}
+
+// cache is a mem registry with Invalidate, as the edge's watched Consul registry is.
+type cache struct {
+	registry.Registry
+	invalidated []string
+}
+
+func (c *cache) Invalidate(issuer, user string) {
+	c.invalidated = append(c.invalidated, issuer+"/"+user)
+}
+
+func TestEnsureAndForgetRoundTrip(t *testing.T) {
+	rec := &recorder{reg: mem.New()}
+	srv := httptest.NewServer(remote.Handler(rec, key, nil))
+	defer srv.Close()
+	c := &remote.Client{URL: srv.URL, Key: key}
+	ctx := context.Background()
+	acct := billing.Account{Issuer: "iss", User: "u", Window: billing.Window("day"), WindowStart: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	e, err := c.Ensure(ctx, scheduler.Request{Issuer: "iss", User: "u", Account: acct, ComputeLimit: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Epoch != 3 || e.Key != "runner-key" || e.Addr != "127.0.0.1:9" || !e.Since.Equal(time.Unix(1700000000, 0)) {
+		t.Fatalf("entry = %+v", e)
+	}
+	if got := rec.ensured[0]; got.Account != acct || got.ComputeLimit != 60 {
+		t.Fatalf("scheduler got %+v, want account %+v", got, acct)
+	}
+	c.Forget(ctx, e)
+	if len(rec.forgot) != 1 || rec.forgot[0].Epoch != 3 || rec.forgot[0].Alloc != "a-3" {
+		t.Fatalf("forgot = %+v", rec.forgot)
+	}
+}
+
+func TestRegistryHitSkipsTheScheduler(t *testing.T) {
+	rec := &recorder{reg: mem.New()}
+	srv := httptest.NewServer(remote.Handler(rec, key, nil))
+	defer srv.Close()
+	reg := &cache{Registry: rec.reg}
+	c := &remote.Client{URL: srv.URL, Key: key, Registry: reg}
+	ctx := context.Background()
+	req := scheduler.Request{Issuer: "iss", User: "u"}
+	first, err := c.Ensure(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ensure(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.ensured); n != 1 {
+		t.Fatalf("scheduler asked %d times, want 1 (second from the registry)", n)
+	}
+	c.Forget(ctx, first)
+	if len(reg.invalidated) != 1 || reg.invalidated[0] != "iss/u" {
+		t.Fatalf("invalidated = %v", reg.invalidated)
+	}
+}
+
+func TestErrorsKeepTheirWireCode(t *testing.T) {
+	rec := &recorder{reg: mem.New(), err: wire.Errorf(wire.Timeout, "the sandbox did not start in time")}
+	srv := httptest.NewServer(remote.Handler(rec, key, nil))
+	defer srv.Close()
+	_, err := (&remote.Client{URL: srv.URL, Key: key}).Ensure(context.Background(), scheduler.Request{Issuer: "iss", User: "u"})
+	if wire.CodeOf(err) != wire.Timeout {
+		t.Fatalf("err = %v (code %s), want timeout", err, wire.CodeOf(err))
+	}
+	_, err = (&remote.Client{URL: srv.URL, Key: "wrong-key-wrong-key"}).Ensure(context.Background(), scheduler.Request{Issuer: "iss", User: "u"})
+	if wire.CodeOf(err) != wire.Unauthenticated {
+		t.Fatalf("wrong key: err = %v, want unauthenticated", err)
+	}
+	srv.Close()
+	_, err = (&remote.Client{URL: srv.URL, Key: key}).Ensure(context.Background(), scheduler.Request{Issuer: "iss", User: "u"})
+	if wire.CodeOf(err) != wire.Unavailable {
+		t.Fatalf("closed scheduler: err = %v, want unavailable", err)
+	}
+}
+
+func TestBadBodiesRefused(t *testing.T) {
+	rec := &recorder{reg: mem.New()}
+	srv := httptest.NewServer(remote.Handler(rec, key, nil))
+	defer srv.Close()
+	for _, body := range []string{``, `{}`, `{"issuer":"i"}`, `{"issuer":"i","user":"u","extra":1}`, `{"issuer":"i","user":"u","account":{"window":"fortnight"}}`, `{"issuer":"i","user":"u"} x`} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/sandboxes/ensure", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("body %q: status %d, want 400", body, resp.StatusCode)
+		}
+	}
+	if len(rec.ensured) != 0 {
+		t.Fatalf("bad bodies reached the scheduler: %+v", rec.ensured)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{"issuer":"i","user":"u","account":{"issuer":"i","user":"u","window":"day","windowStart":"2026-11-22T00:00:00Z"},"computeLimit":5}`,
+		`{"issuer":"i","user":"u","epoch":2,"alloc":"a","addr":"h:1","key":"k","since":"2026-11-22T00:00:00Z"}`, `[]`, `{"epoch":-1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := remote.ParseEnsure(b); err == nil {
+			if r.Issuer == "" || r.User == "" || (r.Account.Window != "" && !r.Account.Window.Valid()) {
+				t.Fatalf("accepted invalid ensure %+v", r)
+			}
+		} else if !errors.As(err, new(*wire.Error)) {
+			t.Fatalf("untyped error %v", err)
+		}
+		if e, err := remote.ParseEntry(b); err == nil {
+			if e.Issuer == "" || e.User == "" || e.Epoch < 0 {
+				t.Fatalf("accepted invalid entry %+v", e)
+			}
+		} else if !errors.As(err, new(*wire.Error)) {
+			t.Fatalf("untyped error %v", err)
+		}
+	})
+}
