@@ -175,7 +175,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		c                           roleCommon
 		p                           prodFlags
 		nomadAddr, binary, drv, dcs string
-		cpu, mem                    int
+		cpu, mem, warmPool          int
 		startTimeout, killTimeout   time.Duration
 		runnerArgs                  multiFlag
 		runnerEnv                   multiFlag
@@ -187,6 +187,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&dcs, "datacenter", envOr("WARREN_DATACENTER", "dc1"), "Nomad datacenter of sandboxes ($WARREN_DATACENTER)")
 	fs.StringVar(&binary, "runner-binary", envOr("WARREN_RUNNER_BINARY", "/usr/local/bin/warren"), "path of warren on the Nomad clients ($WARREN_RUNNER_BINARY)")
 	fs.StringVar(&drv, "nomad-driver", envOr("WARREN_NOMAD_DRIVER", "exec"), "task driver of sandboxes: exec (production) or raw_exec (tests)")
+	fs.IntVar(&warmPool, "warm-pool", 0, "warm runners to keep started ahead of demand (claimed in milliseconds, refilled in the background)")
 	fs.IntVar(&cpu, "runner-cpu", 500, "CPU of a sandbox, MHz")
 	fs.IntVar(&mem, "runner-memory", 1024, "memory of a sandbox, MiB")
 	fs.DurationVar(&startTimeout, "start-timeout", 60*time.Second, "how long a sandbox may take to become ready")
@@ -242,10 +243,12 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Client: nc, Registry: reg, Datacenters: []string{dcs}, Binary: binary, Driver: drv,
 		RunnerArgs: args2, Env: env, CPU: cpu, MemoryMB: mem, KillTimeout: killTimeout,
 		Logger: log.With("component", "nomad"), Metrics: metrics,
+		Pool: nomad.PoolConfig{Size: warmPool, Region: c.region, Registry: reg},
 	})
 	if err != nil {
 		return err
 	}
+	defer driver.Close()
 	s, err := scheduler.New(scheduler.Config{
 		Region: c.region, Placements: placements, Registry: reg, Driver: driver, Ledger: ledger, RunnerRegisters: true,
 		StartTimeout: startTimeout, Logger: log, Metrics: metrics,

@@ -173,7 +173,7 @@ func TestProductionTopology(t *testing.T) {
 	billingRole := startRole(t, bin, "billing", vaultEnv, "-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn)
 	sched := startRole(t, bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + schedKey, "NOMAD_ADDR=" + ns.Addr()},
 		"-listen", "127.0.0.1:0", "-region", "r1", "-consul", cs.Addr(), "-db", dsn, "-nomad", ns.Addr(),
-		"-runner-binary", bin, "-nomad-driver", "raw_exec", "-runner-memory", "512", "-kill-timeout", "40s",
+		"-runner-binary", bin, "-nomad-driver", "raw_exec", "-warm-pool", "1", "-runner-memory", "512", "-kill-timeout", "40s",
 		"-runner-arg=-claude-cli="+cli, "-runner-arg=-model-upstream="+upstream,
 		"-runner-arg=-default-model=claude-sonnet-4-5", "-runner-arg=-db="+dsn, "-runner-arg=-idle-timeout=3s",
 		"-runner-arg=-s3-endpoint="+s3.Endpoint(), "-runner-arg=-s3-bucket="+bucket, "-runner-arg=-s3-path-style",
@@ -222,7 +222,18 @@ func TestProductionTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Turn one: Nomad places the runner, Consul resolves it.
+	reg, err := consul.New(consul.Config{Addr: cs.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	// The scheduler keeps one warm runner started in Nomad ahead of demand.
+	waitFor(t, 60*time.Second, "the warm pool to fill", func() bool {
+		n, err := reg.CountWarm(ctx, "r1")
+		return err == nil && n == 1
+	})
+
+	// Turn one: the warm runner is claimed and assigned to ada, Consul resolves it.
 	s, err := c.Dial(ctx, &warren.SessionOptions{})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
@@ -231,11 +242,6 @@ func TestProductionTopology(t *testing.T) {
 	if r := turn(t, ctx, s, "create plan.txt containing step one"); r.IsError {
 		t.Fatalf("turn 1: %+v", r)
 	}
-	reg, err := consul.New(consul.Config{Addr: cs.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
 	e1, err := reg.Lookup(ctx, "acme", "ada")
 	if err != nil {
 		t.Fatalf("Consul lookup: %v", err)
@@ -244,12 +250,17 @@ func TestProductionTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc1, _, err := nc.Allocations().Info(e1.Alloc, nil)
-	if err != nil {
-		t.Fatalf("Nomad allocation %q of the registered runner: %v", e1.Alloc, err)
-	}
-	if alloc1.ClientStatus != nomadapi.AllocClientStatusRunning {
-		t.Fatalf("allocation %s is %s, want running", alloc1.ID, alloc1.ClientStatus)
+	// The Nomad client reports task states in batches: the runner may serve before Nomad says "running".
+	var alloc1 *nomadapi.Allocation
+	waitFor(t, 30*time.Second, "Nomad to report the runner's allocation running", func() bool {
+		alloc1, _, err = nc.Allocations().Info(e1.Alloc, nil)
+		if err != nil {
+			t.Fatalf("Nomad allocation %q of the registered runner: %v", e1.Alloc, err)
+		}
+		return alloc1.ClientStatus == nomadapi.AllocClientStatusRunning
+	})
+	if job, _, err := nc.Jobs().Info(alloc1.JobID, nil); err != nil || job.Meta["warren_role"] != "warm" {
+		t.Fatalf("job %s of the first sandbox: %v, role %q; want a claimed warm-pool job", alloc1.JobID, err, job.Meta["warren_role"])
 	}
 	t.Logf("turn 1 served by allocation %s (job %s), epoch %d, at %s", alloc1.ID, alloc1.JobID, e1.Epoch, e1.Addr)
 	_ = s.Close()
