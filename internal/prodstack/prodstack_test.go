@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -134,58 +135,74 @@ func turn(t *testing.T, ctx context.Context, s *warren.Session, prompt string) *
 	return nil
 }
 
-// TestProductionTopology is issue 4's end-to-end test: an agent session through separate edge, scheduler
-// and billing processes over Vault, Consul, Nomad, PostgreSQL and S3. Nomad places the user's runner job,
-// Consul resolves it, the turn completes, the snapshot lands in S3, the job is stopped when the sandbox
-// sleeps, and a new allocation (next epoch) resumes the conversation and the workspace.
-func TestProductionTopology(t *testing.T) {
+// topology is the production topology on this machine: the real servers and the roles as processes.
+type topology struct {
+	vs      *testenv.VaultServer
+	cs      *testenv.ConsulServer
+	ns      *testenv.NomadServer
+	s3      *testenv.S3Server
+	bucket  string
+	model   *modelserver.Server
+	billing *role
+	sched   *role
+	edges   []*role
+	reg     *consul.Registry
+	key     secrets.Key // issuer acme's HMAC key, created through the billing API
+	admin   func(method, path, body string) []byte
+}
+
+// startTopology starts Vault, Consul, Nomad, PostgreSQL and S3, then `warren billing`, `warren scheduler`
+// (Nomad raw_exec, warm pool of warm runners) and edges `warren edge` processes; it registers issuer acme
+// through the billing API (its key lands in Vault).
+func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology {
+	t.Helper()
 	cli := testenv.ClaudeCLI(t)
 	bin := testenv.WarrenBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-
+	tp := &topology{}
 	dsn := testenv.PostgreSQL(t)
-	vs := testenv.StartVault(t)
-	cs := testenv.StartConsul(t)
-	ns := testenv.StartNomad(t, testenv.NomadOptions{ConsulAddr: cs.Addr()})
-	s3 := testenv.StartS3(t)
-	bucket := s3.CreateBucket(t)
-	model := modelserver.New(modelserver.Options{})
-	upstream, err := model.Start("127.0.0.1:0")
+	tp.vs = testenv.StartVault(t)
+	tp.cs = testenv.StartConsul(t)
+	tp.ns = testenv.StartNomad(t, testenv.NomadOptions{ConsulAddr: tp.cs.Addr()})
+	tp.s3 = testenv.StartS3(t)
+	tp.bucket = tp.s3.CreateBucket(t)
+	tp.model = modelserver.New(modelserver.Options{})
+	upstream, err := tp.model.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = model.Close() })
+	t.Cleanup(func() { _ = tp.model.Close() })
 
 	// The operator seeds Vault with the billing API's admin key.
-	keys, err := vault.New(ctx, vault.Config{Addr: vs.Addr(), Token: vs.RootToken()})
+	keys, err := vault.New(ctx, vault.Config{Addr: tp.vs.Addr(), Token: tp.vs.RootToken()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer keys.Close()
+	t.Cleanup(func() { _ = keys.Close() })
 	adminKey, _, err := keys.EnsureAdminKey(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	const schedKey = "scheduler-key-for-the-prod-e2e-test"
-	vaultEnv := []string{"VAULT_TOKEN=" + vs.RootToken()}
-	billingRole := startRole(t, bin, "billing", vaultEnv, "-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn)
-	sched := startRole(t, bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + schedKey, "NOMAD_ADDR=" + ns.Addr()},
-		"-listen", "127.0.0.1:0", "-region", "r1", "-consul", cs.Addr(), "-db", dsn, "-nomad", ns.Addr(),
-		"-runner-binary", bin, "-nomad-driver", "raw_exec", "-warm-pool", "1", "-runner-memory", "512", "-kill-timeout", "40s",
+	vaultEnv := []string{"VAULT_TOKEN=" + tp.vs.RootToken()}
+	tp.billing = startRole(t, bin, "billing", vaultEnv, "-listen", "127.0.0.1:0", "-vault", tp.vs.Addr(), "-db", dsn)
+	tp.sched = startRole(t, bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + schedKey, "NOMAD_ADDR=" + tp.ns.Addr()},
+		"-listen", "127.0.0.1:0", "-region", "r1", "-consul", tp.cs.Addr(), "-db", dsn, "-nomad", tp.ns.Addr(),
+		"-runner-binary", bin, "-nomad-driver", "raw_exec", "-warm-pool", fmt.Sprint(warm), "-runner-memory", "512", "-kill-timeout", "40s",
 		"-runner-arg=-claude-cli="+cli, "-runner-arg=-model-upstream="+upstream,
 		"-runner-arg=-default-model=claude-sonnet-4-5", "-runner-arg=-db="+dsn, "-runner-arg=-idle-timeout=3s",
-		"-runner-arg=-s3-endpoint="+s3.Endpoint(), "-runner-arg=-s3-bucket="+bucket, "-runner-arg=-s3-path-style",
-		"-runner-env=WARREN_MODEL_API_KEY=scripted", "-runner-env=AWS_ACCESS_KEY_ID="+s3.AccessKey(),
-		"-runner-env=AWS_SECRET_ACCESS_KEY="+s3.SecretKey())
-	edgeRole := startRole(t, bin, "edge", append(vaultEnv, "WARREN_SCHEDULER_KEY="+schedKey),
-		"-listen", "127.0.0.1:0", "-region", "r1", "-vault", vs.Addr(), "-consul", cs.Addr(), "-db", dsn,
-		"-scheduler", "http://"+sched.addr)
+		"-runner-arg=-s3-endpoint="+tp.s3.Endpoint(), "-runner-arg=-s3-bucket="+tp.bucket, "-runner-arg=-s3-path-style",
+		"-runner-env=WARREN_MODEL_API_KEY=scripted", "-runner-env=AWS_ACCESS_KEY_ID="+tp.s3.AccessKey(),
+		"-runner-env=AWS_SECRET_ACCESS_KEY="+tp.s3.SecretKey())
+	for range edges {
+		tp.edges = append(tp.edges, startRole(t, bin, "edge", append(vaultEnv, "WARREN_SCHEDULER_KEY="+schedKey),
+			"-listen", "127.0.0.1:0", "-region", "r1", "-vault", tp.vs.Addr(), "-consul", tp.cs.Addr(), "-db", dsn,
+			"-scheduler", "http://"+tp.sched.addr))
+	}
 
 	// A platform team registers its issuer through the billing API; the key lands in Vault.
-	admin := func(method, path, body string) []byte {
-		req, _ := http.NewRequestWithContext(ctx, method, "http://"+billingRole.addr+path, strings.NewReader(body))
+	tp.admin = func(method, path, body string) []byte {
+		req, _ := http.NewRequestWithContext(ctx, method, "http://"+tp.billing.addr+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+adminKey)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
@@ -199,9 +216,9 @@ func TestProductionTopology(t *testing.T) {
 		}
 		return b
 	}
-	admin(http.MethodPut, "/v1/issuers/acme", `{"name":"Acme"}`)
+	tp.admin(http.MethodPut, "/v1/issuers/acme", `{"name":"Acme"}`)
 	var k struct{ Kid, Secret string }
-	if err := json.Unmarshal(admin(http.MethodPost, "/v1/issuers/acme/keys", ``), &k); err != nil {
+	if err := json.Unmarshal(tp.admin(http.MethodPost, "/v1/issuers/acme/keys", ``), &k); err != nil {
 		t.Fatal(err)
 	}
 	secret, err := base64.StdEncoding.DecodeString(k.Secret)
@@ -211,22 +228,43 @@ func TestProductionTopology(t *testing.T) {
 	if got, err := keys.IssuerKeys(ctx, "acme"); err != nil || got[0].ID != k.Kid {
 		t.Fatalf("Vault has %+v, %v; want key %s", got, err, k.Kid)
 	}
-	tok, err := token.Mint(secrets.Key{ID: k.Kid, Secret: secret}, token.Claims{Issuer: "acme", Subject: "ada",
+	tp.key = secrets.Key{ID: k.Kid, Secret: secret}
+	if tp.reg, err = consul.New(consul.Config{Addr: tp.cs.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.reg.Close() })
+	return tp
+}
+
+// client is user's SDK client through edge i.
+func (tp *topology) client(t *testing.T, i int, user string) *warren.Client {
+	t.Helper()
+	tok, err := token.Mint(tp.key, token.Claims{Issuer: "acme", Subject: user,
 		ExpiresAt: time.Now().Add(time.Hour), HasBudget: true,
 		Budget: token.Budget{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: "lifetime"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := warren.New("http://"+edgeRole.addr, tok)
+	c, err := warren.New("http://"+tp.edges[i].addr, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
 
-	reg, err := consul.New(consul.Config{Addr: cs.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
+// TestProductionTopology is issue 4's end-to-end test: an agent session through separate edge, scheduler
+// and billing processes over Vault, Consul, Nomad, PostgreSQL and S3. A warm runner Nomad started ahead of
+// demand is claimed for the user, Consul resolves it, the turn completes, the snapshot lands in S3, the job
+// is stopped when the sandbox sleeps, and a new allocation (next epoch) resumes the conversation and the
+// workspace.
+func TestProductionTopology(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	tp := startTopology(t, ctx, 1, 1)
+	c := tp.client(t, 0, "ada")
+	reg, ns, s3, bucket, model := tp.reg, tp.ns, tp.s3, tp.bucket, tp.model
+	var err error
+
 	// The scheduler keeps one warm runner started in Nomad ahead of demand.
 	waitFor(t, 60*time.Second, "the warm pool to fill", func() bool {
 		n, err := reg.CountWarm(ctx, "r1")
@@ -319,4 +357,31 @@ func TestProductionTopology(t *testing.T) {
 	if e2.Epoch != e1.Epoch+1 || e2.Alloc == e1.Alloc {
 		t.Fatalf("after wake: epoch %d alloc %s; want epoch %d on a new allocation (was %s)", e2.Epoch, e2.Alloc, e1.Epoch+1, e1.Alloc)
 	}
+}
+
+// TestSessionCapAcrossEdgeProcesses: a quota of one concurrent session holds across two `warren edge`
+// processes (leases in CockroachDB): the second connection, through the other edge, is refused with
+// concurrency_limit; after the first closes, the other edge admits it.
+func TestSessionCapAcrossEdgeProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tp := startTopology(t, ctx, 2, 0)
+	tp.admin(http.MethodPut, "/v1/quotas/acme/users/bo",
+		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":1,"revision":0}`)
+	a, b := tp.client(t, 0, "bo"), tp.client(t, 1, "bo")
+	s1, err := a.Dial(ctx, nil)
+	if err != nil {
+		t.Fatalf("first session through edge A: %v", err)
+	}
+	if _, err := b.Dial(ctx, nil); !warren.IsCode(err, warren.CodeConcurrencyLimit) {
+		t.Fatalf("second session through edge B: %v, want concurrency_limit", err)
+	}
+	_ = s1.Close()
+	waitFor(t, 30*time.Second, "edge B to admit once A's lease is released", func() bool {
+		s, err := b.Dial(ctx, nil)
+		if err == nil {
+			_ = s.Close()
+		}
+		return err == nil
+	})
 }
