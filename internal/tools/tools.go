@@ -1,5 +1,5 @@
 // Package tools knows where `make tools` installs what Warren runs but does not build: the Claude Code CLI
-// now, the servers of the production adapters later. The cache lives outside the repository.
+// and the servers of the production adapters' tests (Nomad, Consul, Vault, versitygw; see servers/). The cache lives outside the repository.
 package tools
 
 import (
