@@ -128,3 +128,78 @@ func TestWindowValid(t *testing.T) {
 		}
 	}
 }
+
+func TestCurrentWindowStart(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		w           billing.Window
+		anchor, now string
+		want        string
+	}{
+		{billing.Hour, "2026-11-22T10:15:00Z", "2026-11-22T10:15:00Z", "2026-11-22T10:15:00Z"},
+		{billing.Hour, "2026-11-22T10:15:00Z", "2026-11-22T11:14:59.999999999Z", "2026-11-22T10:15:00Z"},
+		{billing.Hour, "2026-11-22T10:15:00Z", "2026-11-22T11:15:00Z", "2026-11-22T11:15:00Z"},
+		{billing.Day, "2026-11-20T09:30:00Z", "2026-11-22T09:29:59Z", "2026-11-21T09:30:00Z"},
+		{billing.Day, "2026-11-20T09:30:00Z", "2026-11-22T09:30:00Z", "2026-11-22T09:30:00Z"},
+		{billing.Week, "2026-11-16T00:00:00Z", "2026-11-29T23:59:59Z", "2026-11-23T00:00:00Z"},
+		{billing.Week, "2026-11-16T00:00:00Z", "2026-11-30T00:00:00Z", "2026-11-30T00:00:00Z"},
+		{billing.Month, "2026-01-31T12:00:00Z", "2026-02-28T11:59:59Z", "2026-01-31T12:00:00Z"},
+		{billing.Month, "2026-01-31T12:00:00Z", "2026-02-28T12:00:00Z", "2026-02-28T12:00:00Z"}, // clamped to February's last day
+		{billing.Month, "2026-01-31T12:00:00Z", "2026-03-30T00:00:00Z", "2026-02-28T12:00:00Z"},
+		{billing.Month, "2026-01-31T12:00:00Z", "2026-03-31T12:00:00Z", "2026-03-31T12:00:00Z"},
+		{billing.Month, "2024-01-31T00:00:00Z", "2024-02-29T00:00:00Z", "2024-02-29T00:00:00Z"}, // leap year
+		{billing.Month, "2025-12-15T00:00:00Z", "2026-01-14T23:59:59Z", "2025-12-15T00:00:00Z"},
+		{billing.Month, "2025-12-15T00:00:00Z", "2027-01-15T00:00:00Z", "2027-01-15T00:00:00Z"},
+		{billing.Day, "2026-11-22T00:00:00Z", "2026-11-21T00:00:00Z", "2026-11-22T00:00:00Z"}, // before the anchor
+		{billing.Lifetime, "0001-01-01T00:00:00Z", "2026-11-22T00:00:00Z", "0001-01-01T00:00:00Z"},
+	} {
+		got := billing.CurrentWindowStart(tc.w, at(tc.anchor), at(tc.now))
+		if !got.Equal(at(tc.want)) {
+			t.Errorf("CurrentWindowStart(%s, %s, %s) = %s, want %s", tc.w, tc.anchor, tc.now, got.Format(time.RFC3339Nano), tc.want)
+		}
+	}
+}
+
+// FuzzCurrentWindowStart: the window returned contains now and starts a whole number of periods after the
+// anchor (never in the future, never more than one period back).
+func FuzzCurrentWindowStart(f *testing.F) {
+	f.Add(int64(1763800000), int64(86400*45+17), uint8(2))
+	f.Add(int64(1769860800), int64(86400*400), uint8(4))
+	f.Fuzz(func(t *testing.T, anchorUnix, delta int64, kind uint8) {
+		windows := []billing.Window{billing.Hour, billing.Day, billing.Week, billing.Month}
+		w := windows[int(kind)%len(windows)]
+		anchorUnix = anchorUnix % (1 << 34) // years 1970–2514
+		if anchorUnix < 0 {
+			anchorUnix = -anchorUnix
+		}
+		delta = delta % (1 << 31)
+		if delta < 0 {
+			delta = -delta
+		}
+		anchor := time.Unix(anchorUnix, 0).UTC()
+		now := anchor.Add(time.Duration(delta) * time.Second)
+		got := billing.CurrentWindowStart(w, anchor, now)
+		if got.After(now) || got.Before(anchor) {
+			t.Fatalf("%s window of anchor %s at %s starts %s", w, anchor, now, got)
+		}
+		var next time.Time
+		if w == billing.Month {
+			next = billing.CurrentWindowStart(w, anchor, got.AddDate(0, 1, 3))
+		} else {
+			period := map[billing.Window]time.Duration{billing.Hour: time.Hour, billing.Day: 24 * time.Hour, billing.Week: 7 * 24 * time.Hour}[w]
+			if got.Sub(anchor)%period != 0 {
+				t.Fatalf("start %s is not a whole number of %s periods after %s", got, w, anchor)
+			}
+			next = got.Add(period)
+		}
+		if !next.After(now) {
+			t.Fatalf("%s window of anchor %s at %s starts %s, but the next (%s) has begun", w, anchor, now, got, next)
+		}
+	})
+}

@@ -33,6 +33,47 @@ func WindowStart(w Window, t time.Time) time.Time {
 	return time.Time{}
 }
 
+// CurrentWindowStart returns the start of the window of kind w anchored at anchor (a token's windowStart)
+// that contains now: anchor advanced by whole periods — an hour, a day, a week, or a calendar month (the
+// anchor's day of month, clamped to the month's last day, at the anchor's time of day) — as far as it stays
+// at or before now. Before the anchor it is the anchor itself (the first window has not begun; usage then
+// counts against the first window). Lifetime and unknown windows return anchor unchanged.
+func CurrentWindowStart(w Window, anchor, now time.Time) time.Time {
+	anchor, now = anchor.UTC(), now.UTC()
+	if !now.After(anchor) {
+		return anchor
+	}
+	var period time.Duration
+	switch w {
+	case Hour:
+		period = time.Hour
+	case Day:
+		period = 24 * time.Hour
+	case Week:
+		period = 7 * 24 * time.Hour
+	case Month:
+		y1, m1, _ := anchor.Date()
+		y2, m2, _ := now.Date()
+		k := (y2-y1)*12 + int(m2-m1)
+		for k > 0 && addMonths(anchor, k).After(now) {
+			k--
+		}
+		return addMonths(anchor, k)
+	default:
+		return anchor
+	}
+	return anchor.Add(now.Sub(anchor) / period * period)
+}
+
+// addMonths adds k calendar months to t, clamping the day to the target month's last day (Jan 31 + 1 month is
+// the last day of February, not March 3rd).
+func addMonths(t time.Time, k int) time.Time {
+	y, m, d := t.Date()
+	first := time.Date(y, m+time.Month(k), 1, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+	last := first.AddDate(0, 1, -1).Day()
+	return first.AddDate(0, 0, min(d, last)-1)
+}
+
 // Validate reports, wrapping ErrInvalid, an account without issuer or user, with an unknown window, without a
 // start for a bounded window, or with a start for Lifetime. Starts are not required to be aligned: a
 // customer may mint tokens whose day begins at the user's local midnight.

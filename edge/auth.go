@@ -58,7 +58,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 		return nil, err
 	}
 	log = log.With("issuer", claims.Issuer, "user", claims.Subject)
-	acct, budget := accountOf(claims)
+	acct, budget := accountOf(claims, e.cfg.Now())
 	maxSessions := int64(billing.Unlimited)
 	if e.cfg.Quotas != nil {
 		// The effective limit is the smaller of the token's budget and the quota (user override, else the
@@ -110,16 +110,18 @@ func (a *admitted) grant(b billing.Budget) wire.Grant {
 	return g
 }
 
-// accountOf maps the token's budget claims to a ledger account and limit. A token without a budget claim is
-// not limited by the token (quotas, when configured, still apply).
-func accountOf(c *token.Claims) (billing.Account, billing.Budget) {
+// accountOf maps the token's budget claims to a ledger account and limit at time now. A token without a
+// budget claim is not limited by the token (quotas, when configured, still apply). A bounded window is
+// anchored at the token's windowStart and rolls over: the account is the window period that contains now,
+// so a long-lived token's budget renews every hour, day, week or month (DESIGN.md §5).
+func accountOf(c *token.Claims, now time.Time) (billing.Account, billing.Budget) {
 	acct := billing.Account{Issuer: c.Issuer, User: c.Subject, Window: billing.Lifetime}
 	if !c.HasBudget {
 		return acct, billing.Budget{AIMicros: -1, ComputeSeconds: -1}
 	}
 	acct.Window = billing.Window(c.Budget.Window)
 	if acct.Window != billing.Lifetime {
-		acct.WindowStart = c.Budget.WindowStart.UTC().Truncate(time.Second)
+		acct.WindowStart = billing.CurrentWindowStart(acct.Window, c.Budget.WindowStart.UTC().Truncate(time.Second), now)
 	}
 	return acct, billing.Budget{AIMicros: c.Budget.AIMicros, ComputeSeconds: c.Budget.ComputeSeconds}
 }

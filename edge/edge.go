@@ -62,6 +62,8 @@ type Config struct {
 	Logger       *slog.Logger
 	Metrics      prometheus.Registerer
 	HTTPClient   *http.Client // for calls to runners; default has sane timeouts
+	// Now is the clock that picks a token's current budget window (nil: time.Now).
+	Now func() time.Time
 }
 
 // Rates are per-minute limits; the burst equals the rate.
@@ -97,6 +99,9 @@ func New(cfg Config) (*Edge, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Rates == (Rates{}) {
 		cfg.Rates = DefaultRates

@@ -30,6 +30,38 @@ func Run(t *testing.T, open func(t *testing.T) billing.Ledger) {
 	t.Run("AccountsIndependent", func(t *testing.T) { testAccountsIndependent(t, open(t)) })
 	t.Run("InvalidRejected", func(t *testing.T) { testInvalidRejected(t, open(t)) })
 	t.Run("Admit", func(t *testing.T) { testAdmit(t, open(t)) })
+	t.Run("WindowRollsOverAtTheBoundary", func(t *testing.T) { testWindowRollover(t, open(t)) })
+}
+
+// testWindowRollover drives the clock across a day boundary of a token anchored at 09:30: up to the last
+// nanosecond of the window the spent account refuses; at the boundary a new account admits, while the old
+// one keeps what it spent.
+func testWindowRollover(t *testing.T, l billing.Ledger) {
+	ctx := context.Background()
+	anchor := time.Date(2026, 11, 20, 9, 30, 0, 0, time.UTC)
+	budget := billing.Budget{AIMicros: 1000, ComputeSeconds: -1}
+	account := func(now time.Time) billing.Account {
+		return billing.Account{Issuer: "iss", User: "roll", Window: billing.Day, WindowStart: billing.CurrentWindowStart(billing.Day, anchor, now)}
+	}
+	boundary := anchor.Add(48 * time.Hour) // the third window of the token
+	last := boundary.Add(-time.Nanosecond)
+	spent := account(last)
+	if !spent.WindowStart.Equal(anchor.Add(24 * time.Hour)) {
+		t.Fatalf("window at %s starts %s, want %s", last, spent.WindowStart, anchor.Add(24*time.Hour))
+	}
+	MustRecord(t, l, billing.UsageEvent{Key: "roll-1", Account: spent, Kind: billing.KindAI, Model: "claude", AIMicros: 1000, At: last})
+	if err := billing.Admit(ctx, l, account(last), budget); !errors.Is(err, billing.ErrBudgetExceeded) {
+		t.Fatalf("admit at %s (last instant of the spent window) = %v, want ErrBudgetExceeded", last, err)
+	}
+	next := account(boundary)
+	if !next.WindowStart.Equal(boundary) {
+		t.Fatalf("window at the boundary starts %s, want %s", next.WindowStart, boundary)
+	}
+	if err := billing.Admit(ctx, l, next, budget); err != nil {
+		t.Fatalf("admit at the boundary %s = %v, want admitted (a new window)", boundary, err)
+	}
+	AssertUsage(t, l, next, billing.Usage{})
+	AssertUsage(t, l, spent, billing.Usage{AIMicros: 1000})
 }
 
 // AI returns a valid model-usage event for acct.
