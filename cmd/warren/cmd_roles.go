@@ -147,10 +147,14 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	metrics := newRoleMetrics()
+	timer, err := billing.NewLedgerTimer(metrics)
+	if err != nil {
+		return err
+	}
 	client := &remote.Client{URL: sched, Key: key, Registry: reg}
 	ed, err := edge.New(edge.Config{
 		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
-		Sandboxes: remoteSandboxes{client}, Ledger: ledger, Quotas: ledger, Sessions: sessions,
+		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions,
 		Logger: log, Metrics: metrics,
 	})
 	if err != nil {

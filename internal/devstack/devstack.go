@@ -211,9 +211,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Registered after the stores so it runs first on close: runners stop and meter before the ledger goes.
 	s.closers = append(s.closers, s.Scheduler.Close)
 
+	timer, err := billing.NewLedgerTimer(reg)
+	if err != nil {
+		return nil, err
+	}
 	verifier := token.NewVerifier(secrets.NewCache(s.secrets, secrets.CacheOptions{}), token.VerifierOptions{})
 	ed, err := edge.New(edge.Config{
-		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: ledger, Quotas: ledger,
+		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger,
 		Sessions: ledger.Sessions(), Rates: cfg.Rates,
 		Logger: s.log.With("component", "edge"), Metrics: reg,
 	})

@@ -143,11 +143,15 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	timer, err := billing.NewLedgerTimer(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	p := &Proxy{
 		upstream:    u,
 		apiKey:      cfg.APIKey,
-		reserver:    cfg.Reserver,
+		reserver:    timer.Reserver(cfg.Reserver),
 		grace:       cfg.Grace,
 		prices:      cfg.Prices,
 		holdTTL:     cfg.HoldTTL,
