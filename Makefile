@@ -32,7 +32,7 @@ test-short: ## unit tests only (no bubblewrap, no real servers)
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg >/dev/null; \
+	    echo "fuzz $$pkg $$f"; out=$$($(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg 2>&1) || { echo "$$out" | tail -40; exit 1; }; \
 	  done; done
 
 lint: ## go vet, plus staticcheck when installed

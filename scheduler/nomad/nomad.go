@@ -74,7 +74,7 @@ type Driver struct {
 	client  *api.Client
 	log     *slog.Logger
 	metrics driverMetrics
-	poll    time.Duration // registry polling interval while waiting for a runner
+	poll    time.Duration // registry polling interval while waiting for a runner (20 ms: a start is short, and the poll is its granularity)
 
 	bg      context.Context // ends with Close: the allocation watchers
 	cancel  context.CancelFunc
@@ -126,7 +126,7 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Driver{cfg: cfg, client: cfg.Client, log: cfg.Logger, poll: 100 * time.Millisecond, watches: map[string]*allocWatch{}}
+	d := &Driver{cfg: cfg, client: cfg.Client, log: cfg.Logger, poll: 20 * time.Millisecond, watches: map[string]*allocWatch{}}
 	d.metrics = driverMetrics{
 		startSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "warren_nomad_sandbox_start_seconds",
