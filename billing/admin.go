@@ -41,11 +41,27 @@ type Issuer struct {
 // Quota is a platform team's ceiling for an issuer (the default of all its users) or for one user of it
 // (an override of that default). Amounts are per window; zero allows nothing and a negative value is
 // unlimited, as in Budget.
+//
+// The admission fields after MaxConcurrentSessions came later and read differently: 0 means not set (so
+// quotas written before them, and writers that leave them out, keep the edge's behaviour), -1 unlimited,
+// and a positive value the limit. The per-user rates of a user's override take the place of the issuer
+// default's when set; the issuer-wide fields are read from the issuer's default alone and must be 0 on an
+// override (ValidateFor).
 type Quota struct {
 	AIMicros              int64  `json:"ai_microdollars"`
 	ComputeSeconds        int64  `json:"compute_seconds"`
 	Window                Window `json:"window"`
 	MaxConcurrentSessions int64  `json:"max_concurrent_sessions"`
+	// MaxIssuerSessions caps the sessions all of the issuer's users run at once (issuer default only); not
+	// set: no issuer-wide cap.
+	MaxIssuerSessions int64 `json:"max_issuer_sessions"`
+	// ConnectsPerMinute is each user's agent connects per minute; not set: the edge's default.
+	ConnectsPerMinute int64 `json:"connects_per_minute"`
+	// IssuerConnectsPerMinute is the agent connects per minute of all the issuer's users together (issuer
+	// default only); not set: the edge's default.
+	IssuerConnectsPerMinute int64 `json:"issuer_connects_per_minute"`
+	// PromptsPerMinute is each user's prompts per minute; not set: the edge's default.
+	PromptsPerMinute int64 `json:"prompts_per_minute"`
 	// Revision counts the writes of this quota: 1 after the first, +1 after every other. Writers name the
 	// revision they read (optimistic concurrency).
 	Revision int64 `json:"revision"`
@@ -220,6 +236,23 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("quota: unknown window %q: %w", q.Window, ErrInvalid)
 	case q.AIMicros < Unlimited || q.ComputeSeconds < Unlimited || q.MaxConcurrentSessions < Unlimited:
 		return fmt.Errorf("quota: limits below %d: %w", Unlimited, ErrInvalid)
+	case q.MaxIssuerSessions < Unlimited || q.ConnectsPerMinute < Unlimited || q.IssuerConnectsPerMinute < Unlimited ||
+		q.PromptsPerMinute < Unlimited:
+		return fmt.Errorf("quota: session cap or rate below %d: %w", Unlimited, ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateFor is Validate for the quota stored under k: a user's override must also leave the issuer-wide
+// fields (MaxIssuerSessions, IssuerConnectsPerMinute) unset, as they are read from the issuer's default
+// alone. Failures wrap ErrInvalid.
+func (q Quota) ValidateFor(k QuotaKey) error {
+	if err := q.Validate(); err != nil {
+		return err
+	}
+	if k.User != "" && (q.MaxIssuerSessions != 0 || q.IssuerConnectsPerMinute != 0) {
+		return fmt.Errorf("quota of user %s/%s: max_issuer_sessions and issuer_connects_per_minute belong to the issuer's default: %w",
+			k.Issuer, k.User, ErrInvalid)
 	}
 	return nil
 }
@@ -267,35 +300,80 @@ func validText(s string) bool {
 // ValidIssuerName reports whether s is usable as an issuer's display name: like ValidName, but may be empty.
 func ValidIssuerName(s string) bool { return validText(s) }
 
-// Limit is what the edge enforces on one user: a budget in the token's window and how many sessions may run
-// at once (negative: unlimited).
+// Limit is what the edge enforces on one user: a budget in the token's window, how many sessions may run
+// at once, for the user and for its whole issuer, and the admission rates (negative: unlimited).
 type Limit struct {
 	Budget
 	MaxConcurrentSessions int64
+	MaxIssuerSessions     int64
+	Rates                 Rates
 }
 
-// EffectiveLimit combines a token's budget with the quota that applies to its user: the user's override when
-// there is one, else the issuer's default, else none. Each dimension is the smaller of the two, a negative
-// value standing for unlimited on either side; without a quota the token's budget stands and sessions are
+// Rates are admission rates per minute, each a token bucket whose burst equals its rate; negative is
+// unlimited and 0 lets nothing in.
+type Rates struct {
+	ConnectsPerUser   int64 // agent connects of one user
+	ConnectsPerIssuer int64 // agent connects of all the users of one issuer
+	PromptsPerUser    int64 // prompts of one user
+}
+
+// UnlimitedRates limit nothing.
+var UnlimitedRates = Rates{ConnectsPerUser: Unlimited, ConnectsPerIssuer: Unlimited, PromptsPerUser: Unlimited}
+
+// EffectiveLimit is EffectiveLimitWith without default rates: the rates a quota leaves unset come out
 // unlimited.
+func EffectiveLimit(token Budget, issuer, user *Quota) Limit {
+	return EffectiveLimitWith(token, UnlimitedRates, issuer, user)
+}
+
+// EffectiveLimitWith combines a token's budget with the quota that applies to its user: the user's override
+// when there is one, else the issuer's default, else none. Each budget dimension and the user's session
+// cap is the smaller of the two, a negative value standing for unlimited on either side; without a quota
+// the token's budget stands and sessions are unlimited.
+//
+// The issuer-wide session cap and connect rate come from the issuer's default alone. Each per-user rate is
+// the override's when it sets one, else the issuer default's, else defaults'; the issuer's connect rate is
+// the issuer default's when set, else defaults'. Unset issuer session caps are unlimited.
 //
 // The amounts are compared as they are, in the token's window: the ledger sums usage per token account, so
 // a quota whose Window differs from the token's cannot be enforced over its own window by this function.
-func EffectiveLimit(token Budget, issuer, user *Quota) Limit {
+func EffectiveLimitWith(token Budget, defaults Rates, issuer, user *Quota) Limit {
+	lim := Limit{Budget: token, MaxConcurrentSessions: Unlimited, MaxIssuerSessions: Unlimited, Rates: defaults}
+	var userRates, issuerRates Quota // zero: nothing set
+	if user != nil {
+		userRates = *user
+	}
+	if issuer != nil {
+		issuerRates = *issuer
+		lim.MaxIssuerSessions = setOr(issuer.MaxIssuerSessions, Unlimited)
+		lim.Rates.ConnectsPerIssuer = setOr(issuer.IssuerConnectsPerMinute, defaults.ConnectsPerIssuer)
+	}
+	lim.Rates.ConnectsPerUser = setOr(userRates.ConnectsPerMinute, setOr(issuerRates.ConnectsPerMinute, defaults.ConnectsPerUser))
+	lim.Rates.PromptsPerUser = setOr(userRates.PromptsPerMinute, setOr(issuerRates.PromptsPerMinute, defaults.PromptsPerUser))
 	q := user
 	if q == nil {
 		q = issuer
 	}
 	if q == nil {
-		return Limit{Budget: token, MaxConcurrentSessions: Unlimited}
+		return lim
 	}
-	return Limit{
-		Budget: Budget{
-			AIMicros:       minLimit(token.AIMicros, q.AIMicros),
-			ComputeSeconds: minLimit(token.ComputeSeconds, q.ComputeSeconds),
-		},
-		MaxConcurrentSessions: minLimit(Unlimited, q.MaxConcurrentSessions),
+	lim.Budget = Budget{
+		AIMicros:       minLimit(token.AIMicros, q.AIMicros),
+		ComputeSeconds: minLimit(token.ComputeSeconds, q.ComputeSeconds),
 	}
+	lim.MaxConcurrentSessions = minLimit(Unlimited, q.MaxConcurrentSessions)
+	return lim
+}
+
+// setOr is v when set (non-zero), negatives as Unlimited, else def.
+func setOr(v, def int64) int64 {
+	switch {
+	case v < 0:
+		return Unlimited
+	case v == 0:
+		return def
+	}
+	return v
 }
 
 // minLimit is the smaller of two limits where negative means unlimited; unlimited comes out as Unlimited.

@@ -43,10 +43,94 @@ func TestEffectiveLimit(t *testing.T) {
 			billing.Limit{Budget: billing.Budget{}, MaxConcurrentSessions: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Quotas that set none of the admission fields leave the issuer uncapped and the rates unlimited.
+			tc.want.MaxIssuerSessions, tc.want.Rates = -1, billing.UnlimitedRates
 			if got := billing.EffectiveLimit(tc.token, tc.issuer, tc.user); got != tc.want {
 				t.Fatalf("EffectiveLimit = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The admission fields: 0 is not set and falls through (user override, issuer default, the edge's
+// defaults), -1 is unlimited, issuer-wide fields come from the issuer's default alone.
+func TestEffectiveLimitAdmission(t *testing.T) {
+	defaults := billing.Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60}
+	base := billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Day, MaxConcurrentSessions: 4, Revision: 1}
+	with := func(f func(q *billing.Quota)) *billing.Quota {
+		q := base
+		f(&q)
+		return &q
+	}
+	for _, tc := range []struct {
+		name           string
+		issuer, user   *billing.Quota
+		issuerSessions int64
+		rates          billing.Rates
+	}{
+		{"no quota: the defaults", nil, nil, -1, defaults},
+		{"quotas without the fields: the defaults", &base, &base, -1, defaults},
+		{"issuer sets all", with(func(q *billing.Quota) {
+			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute = 10, 3, 30, 2
+		}), nil, 10, billing.Rates{ConnectsPerUser: 3, ConnectsPerIssuer: 30, PromptsPerUser: 2}},
+		{"override's rates replace the issuer's, even higher; issuer-wide fields stay the issuer's",
+			with(func(q *billing.Quota) {
+				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute = 10, 3, 30, 2
+			}),
+			with(func(q *billing.Quota) { q.ConnectsPerMinute, q.PromptsPerMinute = 500, -1 }),
+			10, billing.Rates{ConnectsPerUser: 500, ConnectsPerIssuer: 30, PromptsPerUser: -1}},
+		{"override unset falls back to the issuer's, then the defaults",
+			with(func(q *billing.Quota) { q.PromptsPerMinute = 5 }), &base,
+			-1, billing.Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 5}},
+		{"issuer-wide fields on an override are not read", nil,
+			with(func(q *billing.Quota) { q.MaxIssuerSessions, q.IssuerConnectsPerMinute = 1, 1 }),
+			-1, defaults},
+		{"unlimited", with(func(q *billing.Quota) {
+			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute = -1, -1, -1, -1
+		}), nil, -1, billing.UnlimitedRates},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := billing.EffectiveLimitWith(billing.Budget{AIMicros: 5, ComputeSeconds: 6}, defaults, tc.issuer, tc.user)
+			if got.MaxIssuerSessions != tc.issuerSessions || got.Rates != tc.rates {
+				t.Fatalf("EffectiveLimitWith = issuer sessions %d, rates %+v; want %d, %+v", got.MaxIssuerSessions, got.Rates,
+					tc.issuerSessions, tc.rates)
+			}
+		})
+	}
+}
+
+func TestQuotaValidateFor(t *testing.T) {
+	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "u"}
+	q := billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day, MaxConcurrentSessions: 1,
+		ConnectsPerMinute: -1, PromptsPerMinute: 9}
+	if err := q.ValidateFor(user); err != nil {
+		t.Fatalf("per-user rates on an override: %v", err)
+	}
+	for name, mod := range map[string]func(q *billing.Quota){
+		"issuer sessions":        func(q *billing.Quota) { q.MaxIssuerSessions = 3 },
+		"issuer sessions -1 too": func(q *billing.Quota) { q.MaxIssuerSessions = -1 },
+		"issuer connects":        func(q *billing.Quota) { q.IssuerConnectsPerMinute = -1 },
+	} {
+		bad := q
+		mod(&bad)
+		if err := bad.ValidateFor(issuer); err != nil {
+			t.Errorf("%s on the issuer's default: %v", name, err)
+		}
+		if err := bad.ValidateFor(user); !errors.Is(err, billing.ErrInvalid) {
+			t.Errorf("%s on a user's override: %v, want ErrInvalid", name, err)
+		}
+	}
+	for name, mod := range map[string]func(q *billing.Quota){
+		"issuer sessions": func(q *billing.Quota) { q.MaxIssuerSessions = -2 },
+		"connects":        func(q *billing.Quota) { q.ConnectsPerMinute = -2 },
+		"issuer connects": func(q *billing.Quota) { q.IssuerConnectsPerMinute = -5 },
+		"prompts":         func(q *billing.Quota) { q.PromptsPerMinute = -2 },
+	} {
+		bad := q
+		mod(&bad)
+		if err := bad.ValidateFor(issuer); !errors.Is(err, billing.ErrInvalid) {
+			t.Errorf("%s below -1: %v, want ErrInvalid", name, err)
+		}
 	}
 }
 

@@ -9,14 +9,19 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// quotaRequest is the body of PUT /v1/quotas/...: every field is required, so a forgotten one is an error
-// rather than a zero that allows nothing.
+// quotaRequest is the body of PUT /v1/quotas/...: the budget fields are required, so a forgotten one is an
+// error rather than a zero that allows nothing. The admission fields after them are optional: left out
+// they are 0, not set (Quota).
 type quotaRequest struct {
-	AIMicros              *int64  `json:"ai_microdollars"`
-	ComputeSeconds        *int64  `json:"compute_seconds"`
-	Window                *string `json:"window"`
-	MaxConcurrentSessions *int64  `json:"max_concurrent_sessions"`
-	Revision              *int64  `json:"revision"`
+	AIMicros                *int64  `json:"ai_microdollars"`
+	ComputeSeconds          *int64  `json:"compute_seconds"`
+	Window                  *string `json:"window"`
+	MaxConcurrentSessions   *int64  `json:"max_concurrent_sessions"`
+	Revision                *int64  `json:"revision"`
+	MaxIssuerSessions       int64   `json:"max_issuer_sessions"`
+	ConnectsPerMinute       int64   `json:"connects_per_minute"`
+	IssuerConnectsPerMinute int64   `json:"issuer_connects_per_minute"`
+	PromptsPerMinute        int64   `json:"prompts_per_minute"`
 }
 
 // quotaResponse is a quota with the issuer and user it belongs to.
@@ -66,7 +71,7 @@ func (a *API) putQuota(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	q, expected, err := req.quota()
+	q, expected, err := req.quota(k)
 	if err != nil {
 		return err
 	}
@@ -85,8 +90,8 @@ func (a *API) putQuota(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: stored})
 }
 
-// quota checks the request field by field, naming the first bad one.
-func (req quotaRequest) quota() (Quota, int64, error) {
+// quota checks the request for the quota stored under k field by field, naming the first bad one.
+func (req quotaRequest) quota(k QuotaKey) (Quota, int64, error) {
 	limits := []struct {
 		field string
 		v     *int64
@@ -103,6 +108,26 @@ func (req quotaRequest) quota() (Quota, int64, error) {
 			return Quota{}, 0, invalidField(l.field, "%s must be -1 (unlimited) or more, not %d", l.field, *l.v)
 		}
 	}
+	optional := []struct {
+		field       string
+		v           int64
+		issuerWide  bool
+		notSetMeans string
+	}{
+		{"max_issuer_sessions", req.MaxIssuerSessions, true, "no issuer-wide cap"},
+		{"connects_per_minute", req.ConnectsPerMinute, false, "the edge's default"},
+		{"issuer_connects_per_minute", req.IssuerConnectsPerMinute, true, "the edge's default"},
+		{"prompts_per_minute", req.PromptsPerMinute, false, "the edge's default"},
+	}
+	for _, o := range optional {
+		switch {
+		case o.v < Unlimited:
+			return Quota{}, 0, invalidField(o.field, "%s must be -1 (unlimited), 0 (not set: %s) or more, not %d", o.field, o.notSetMeans, o.v)
+		case o.issuerWide && k.User != "" && o.v != 0:
+			return Quota{}, 0, invalidField(o.field,
+				"%s applies to all of the issuer's users together: set it on the issuer's quota, PUT /v1/quotas/%s", o.field, k.Issuer)
+		}
+	}
 	switch {
 	case req.Window == nil:
 		return Quota{}, 0, invalidField("window", "window is required: hour, day, week, month or lifetime")
@@ -114,5 +139,7 @@ func (req quotaRequest) quota() (Quota, int64, error) {
 		return Quota{}, 0, invalidField("revision", "revision must not be negative")
 	}
 	return Quota{AIMicros: *req.AIMicros, ComputeSeconds: *req.ComputeSeconds, Window: Window(*req.Window),
-		MaxConcurrentSessions: *req.MaxConcurrentSessions}, *req.Revision, nil
+		MaxConcurrentSessions: *req.MaxConcurrentSessions, MaxIssuerSessions: req.MaxIssuerSessions,
+		ConnectsPerMinute: req.ConnectsPerMinute, IssuerConnectsPerMinute: req.IssuerConnectsPerMinute,
+		PromptsPerMinute: req.PromptsPerMinute}, *req.Revision, nil
 }

@@ -393,6 +393,64 @@ func TestAPIQuotas(t *testing.T) {
 	}
 }
 
+// The admission fields are optional: written, they round-trip through PUT, GET and the issuer's
+// default_quota; left out, they are stored and answered as 0 (not set). A user's override takes the
+// per-user rates.
+func TestAPIQuotaAdmissionFields(t *testing.T) {
+	e := newAPIEnv(t)
+	e.call(t, "PUT", "/v1/issuers/acme", `{}`, nil)
+	var q quotaJSON
+	e.call(t, "PUT", "/v1/quotas/acme", `{"ai_microdollars":-1,"compute_seconds":-1,"window":"day","max_concurrent_sessions":2,
+		"max_issuer_sessions":10,"connects_per_minute":-1,"issuer_connects_per_minute":600,"prompts_per_minute":7,"revision":0}`, &q)
+	want := quotaJSON{Issuer: "acme", Quota: billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Day,
+		MaxConcurrentSessions: 2, MaxIssuerSessions: 10, ConnectsPerMinute: -1, IssuerConnectsPerMinute: 600,
+		PromptsPerMinute: 7, Revision: 1}}
+	if q != want {
+		t.Fatalf("PUT = %+v, want %+v", q, want)
+	}
+	var got quotaJSON
+	if e.call(t, "GET", "/v1/quotas/acme", "", &got); got != want {
+		t.Fatalf("GET = %+v, want %+v", got, want)
+	}
+	var iss issuerJSON
+	if e.call(t, "GET", "/v1/issuers/acme", "", &iss); iss.DefaultQuota == nil || *iss.DefaultQuota != want.Quota {
+		t.Fatalf("GET issuer default_quota = %+v, want %+v", iss.DefaultQuota, want.Quota)
+	}
+
+	// Left out: not set, and answered as 0 (the fields are always present).
+	r := e.call(t, "PUT", "/v1/quotas/acme", fmt.Sprintf(quotaBody, 5, 1), &got)
+	want.Quota = billing.Quota{AIMicros: 5, ComputeSeconds: 3600, Window: billing.Day, MaxConcurrentSessions: -1, Revision: 2}
+	if got != want {
+		t.Fatalf("PUT without the admission fields = %+v, want %+v", got, want)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(r.body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"max_issuer_sessions", "connects_per_minute", "issuer_connects_per_minute", "prompts_per_minute"} {
+		if v, ok := raw[k]; !ok || v != float64(0) {
+			t.Errorf("answer's %s = %v (present %v), want 0", k, v, ok)
+		}
+	}
+
+	e.call(t, "PUT", "/v1/quotas/acme/users/alice", `{"ai_microdollars":1,"compute_seconds":1,"window":"hour",
+		"max_concurrent_sessions":1,"connects_per_minute":3,"prompts_per_minute":-1,"max_issuer_sessions":0,"revision":0}`, &got)
+	wantUser := quotaJSON{Issuer: "acme", User: "alice", Quota: billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Hour,
+		MaxConcurrentSessions: 1, ConnectsPerMinute: 3, PromptsPerMinute: -1, Revision: 1}}
+	if got != wantUser {
+		t.Fatalf("PUT override = %+v, want %+v", got, wantUser)
+	}
+	if e.call(t, "GET", "/v1/quotas/acme/users/alice", "", &got); got != wantUser {
+		t.Fatalf("GET override = %+v, want %+v", got, wantUser)
+	}
+	// The issuer-wide fields are refused on an override, naming the issuer's quota to set them on.
+	we := e.expectError(t, "PUT", "/v1/quotas/acme/users/alice", `{"ai_microdollars":1,"compute_seconds":1,"window":"hour",
+		"max_concurrent_sessions":1,"max_issuer_sessions":3,"revision":1}`, http.StatusBadRequest, wire.InvalidArgument, "max_issuer_sessions")
+	if !strings.Contains(we.Message, "/v1/quotas/acme") {
+		t.Fatalf("message %q does not say where to set it", we.Message)
+	}
+}
+
 func TestAPIValidation(t *testing.T) {
 	e := newAPIEnv(t)
 	e.call(t, "PUT", "/v1/issuers/acme", `{}`, nil)
@@ -451,6 +509,15 @@ func TestAPIValidation(t *testing.T) {
 		{"quota bad window", "PUT", "/v1/quotas/acme", quota("", `window="year"`), "window"},
 		{"quota negative revision", "PUT", "/v1/quotas/acme", quota("", "revision=-1"), "revision"},
 		{"quota unknown field", "PUT", "/v1/quotas/acme", quota("", "iss=1"), "iss"},
+		{"quota issuer sessions below -1", "PUT", "/v1/quotas/acme", quota("", "max_issuer_sessions=-2"), "max_issuer_sessions"},
+		{"quota connects below -1", "PUT", "/v1/quotas/acme/users/u", quota("", "connects_per_minute=-3"), "connects_per_minute"},
+		{"quota issuer connects below -1", "PUT", "/v1/quotas/acme", quota("", "issuer_connects_per_minute=-2"), "issuer_connects_per_minute"},
+		{"quota prompts below -1", "PUT", "/v1/quotas/acme", quota("", "prompts_per_minute=-100"), "prompts_per_minute"},
+		{"quota prompts fraction", "PUT", "/v1/quotas/acme", quota("", "prompts_per_minute=1.5"), "prompts_per_minute"},
+		{"quota prompts string", "PUT", "/v1/quotas/acme", quota("", `prompts_per_minute="5"`), "prompts_per_minute"},
+		{"quota issuer sessions on a user", "PUT", "/v1/quotas/acme/users/u", quota("", "max_issuer_sessions=2"), "max_issuer_sessions"},
+		{"quota issuer sessions unlimited on a user", "PUT", "/v1/quotas/acme/users/u", quota("", "max_issuer_sessions=-1"), "max_issuer_sessions"},
+		{"quota issuer connects on a user", "PUT", "/v1/quotas/acme/users/u", quota("", "issuer_connects_per_minute=5"), "issuer_connects_per_minute"},
 		{"price bad model", "PUT", "/v1/prices/a%09b", price("", ""), "model"},
 		{"price get bad model", "GET", "/v1/prices/a%09b", "", "model"},
 		{"price no input", "PUT", "/v1/prices/m", price("input", ""), "input"},

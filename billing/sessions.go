@@ -13,6 +13,9 @@ var (
 	// ErrConcurrencyLimit: the user or the issuer already has the maximum number of live sessions
 	// (PROTOCOL.md §6 concurrency_limit).
 	ErrConcurrencyLimit = errors.New("concurrency limit")
+	// ErrIssuerConcurrencyLimit: the cap hit was the issuer's (all its users together), not the user's own.
+	// It wraps ErrConcurrencyLimit.
+	ErrIssuerConcurrencyLimit = fmt.Errorf("issuer %w", ErrConcurrencyLimit)
 	// ErrLeaseGone: a session lease was released or has expired.
 	ErrLeaseGone = errors.New("session lease gone")
 )
@@ -35,9 +38,10 @@ type SessionLease struct {
 type Sessions interface {
 	// Acquire deletes expired leases, then takes lease for ttl if the user's live leases number fewer than
 	// maxUser and the issuer's fewer than maxIssuer (a negative cap is unlimited, 0 allows none); otherwise
-	// it returns an error wrapping ErrConcurrencyLimit whose message names the cap that was hit. Acquiring a
-	// live lease again renews it for ttl and succeeds whatever the caps say (idempotent, so a retried
-	// Acquire never counts twice); a live ID of another issuer or user wraps ErrInvalid.
+	// it returns an error wrapping ErrConcurrencyLimit whose message names the cap that was hit (the issuer's
+	// cap also wraps ErrIssuerConcurrencyLimit). Acquiring a live lease again renews it for ttl and succeeds
+	// whatever the caps say (idempotent, so a retried Acquire never counts twice); a live ID of another
+	// issuer or user wraps ErrInvalid.
 	Acquire(ctx context.Context, lease SessionLease, maxUser, maxIssuer int64, ttl time.Duration) error
 	// Renew extends live lease id to expire ttl from now; a released or expired lease wraps ErrLeaseGone
 	// (the session must acquire again, facing the caps).
@@ -73,8 +77,8 @@ func ValidateRenew(id string, ttl time.Duration) error {
 }
 
 // CheckSessionCaps decides Acquire for a new lease given the live counts read in the same transaction: nil,
-// or an error wrapping ErrConcurrencyLimit that names the cap. The user's cap is checked first, as the one
-// the user can do something about.
+// or an error wrapping ErrConcurrencyLimit that names the cap (and, for the issuer's, wraps
+// ErrIssuerConcurrencyLimit). The user's cap is checked first, as the one the user can do something about.
 func CheckSessionCaps(lease SessionLease, userLive, issuerLive, maxUser, maxIssuer int64) error {
 	if maxUser >= 0 && userLive >= maxUser {
 		return fmt.Errorf("user %s/%s has %d of %d concurrent sessions: %w",
@@ -82,7 +86,7 @@ func CheckSessionCaps(lease SessionLease, userLive, issuerLive, maxUser, maxIssu
 	}
 	if maxIssuer >= 0 && issuerLive >= maxIssuer {
 		return fmt.Errorf("issuer %s has %d of %d concurrent sessions: %w",
-			lease.Issuer, issuerLive, maxIssuer, ErrConcurrencyLimit)
+			lease.Issuer, issuerLive, maxIssuer, ErrIssuerConcurrencyLimit)
 	}
 	return nil
 }

@@ -36,8 +36,9 @@ type admitted struct {
 	claims      *token.Claims
 	account     billing.Account
 	budget      billing.Budget
-	maxSessions int64  // per user, from the quota; < 0 unlimited
-	lease       string // the agent connection's session lease ("" without one)
+	maxSessions int64         // per user, from the quota; < 0 unlimited
+	limit       billing.Limit // the quota's caps and rates, with Config.Rates where it sets none
+	lease       string        // the agent connection's session lease ("" without one)
 	entry       registry.Entry
 	log         *slog.Logger
 }
@@ -60,6 +61,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 	log = log.With("issuer", claims.Issuer, "user", claims.Subject)
 	acct, budget := accountOf(claims, e.cfg.Now())
 	maxSessions := int64(billing.Unlimited)
+	lim := billing.EffectiveLimitWith(budget, e.cfg.Rates, nil, nil)
 	if e.cfg.Quotas != nil {
 		// The effective limit is the smaller of the token's budget and the quota (user override, else the
 		// issuer's default), in the token's window.
@@ -68,7 +70,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 			e.m.admissions.WithLabelValues("unavailable").Inc()
 			return nil, wire.Wrap(wire.Unavailable, err, "quotas are unavailable; new sessions are refused until they are back")
 		}
-		lim := billing.EffectiveLimit(budget, iq, uq)
+		lim = billing.EffectiveLimitWith(budget, e.cfg.Rates, iq, uq)
 		budget, maxSessions = lim.Budget, lim.MaxConcurrentSessions
 	}
 	if err := billing.Admit(ctx, e.cfg.Ledger, acct, budget); err != nil {
@@ -81,7 +83,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 			return nil, wire.Wrap(wire.Unavailable, err, "the ledger is unavailable; new sessions are refused until it is back")
 		}
 	}
-	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, log: log}
+	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, limit: lim, log: log}
 	if channel {
 		if err := e.admitChannel(ctx, a); err != nil {
 			return nil, err
@@ -129,13 +131,14 @@ func accountOf(c *token.Claims, now time.Time) (billing.Account, billing.Budget)
 // leaseTTL bounds how long a crashed edge's connections keep counting against the caps.
 const leaseTTL = time.Minute
 
-// admitChannel applies the connect rates and takes the connection's session lease.
+// admitChannel applies the connect rates and takes the connection's session lease, against the user's cap
+// and the issuer's.
 func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 	iss, sub := a.claims.Issuer, a.claims.Subject
 	for _, l := range []struct {
 		key  string
 		rate int64
-	}{{"connect/user/" + iss + "\x00" + sub, e.cfg.Rates.ConnectsPerUser}, {"connect/issuer/" + iss, e.cfg.Rates.ConnectsPerIssuer}} {
+	}{{"connect/user/" + iss + "\x00" + sub, a.limit.Rates.ConnectsPerUser}, {"connect/issuer/" + iss, a.limit.Rates.ConnectsPerIssuer}} {
 		if ok, retry := e.limiter.Allow(l.key, l.rate, max(l.rate, 1)); !ok {
 			e.m.admissions.WithLabelValues("rate_limited").Inc()
 			return rateLimited("too many connections; slow down", retry)
@@ -145,8 +148,12 @@ func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 		return nil
 	}
 	id := requestID(ctx)
-	err := e.cfg.Sessions.Acquire(ctx, billing.SessionLease{ID: "edge/" + id, Issuer: iss, User: sub}, a.maxSessions, billing.Unlimited, leaseTTL)
+	err := e.cfg.Sessions.Acquire(ctx, billing.SessionLease{ID: "edge/" + id, Issuer: iss, User: sub}, a.maxSessions, a.limit.MaxIssuerSessions, leaseTTL)
 	switch {
+	case errors.Is(err, billing.ErrIssuerConcurrencyLimit):
+		e.m.admissions.WithLabelValues("concurrency_limit").Inc()
+		return wire.Wrap(wire.ConcurrencyLimit, err, "too many concurrent sessions for this issuer's users together; retry when one ends").
+			WithDetails(map[string]any{"max_issuer_sessions": a.limit.MaxIssuerSessions})
 	case errors.Is(err, billing.ErrConcurrencyLimit):
 		e.m.admissions.WithLabelValues("concurrency_limit").Inc()
 		return wire.Wrap(wire.ConcurrencyLimit, err, "too many concurrent sessions for this user; close one first").

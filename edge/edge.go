@@ -51,11 +51,13 @@ type Config struct {
 	Sandboxes Sandboxes
 	Ledger    billing.Ledger // admission checks
 	Quotas    billing.Quotas // optional: per-issuer and per-user quotas cap the token's budget
-	// Sessions, when set, holds a lease per agent connection so the quota's max_concurrent_sessions holds
-	// across every edge (the runner also caps live sessions per user).
+	// Sessions, when set, holds a lease per agent connection so the quota's max_concurrent_sessions (per
+	// user) and max_issuer_sessions (all of an issuer's users) hold across every edge (the runner also caps
+	// live sessions per user).
 	Sessions billing.Sessions
 	// Rates limit agent connects per minute per user and per issuer, and prompts per minute per user
-	// (zero values: DefaultRates; negative: unlimited).
+	// (zero values: DefaultRates; negative: unlimited). They are defaults: a rate a quota sets takes the
+	// place of its default, read when the agent channel opens (billing.EffectiveLimitWith).
 	Rates        Rates
 	Regions      []Region      // answered by GET /v1/regions; defaults to this region alone
 	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
@@ -66,12 +68,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Rates are per-minute limits; the burst equals the rate.
-type Rates struct {
-	ConnectsPerUser   int64
-	ConnectsPerIssuer int64
-	PromptsPerUser    int64
-}
+// Rates are per-minute limits; the burst equals the rate. They are billing's, which quotas override.
+type Rates = billing.Rates
 
 // DefaultRates are generous: they stop runaway clients, not people.
 var DefaultRates = Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60}

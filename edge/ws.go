@@ -148,7 +148,8 @@ func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
 		}
 		if m.Type == wire.TypeUser {
 			key := "prompt/user/" + a.claims.Issuer + "\x00" + a.claims.Subject
-			if ok, retry := e.limiter.Allow(key, e.cfg.Rates.PromptsPerUser, max(e.cfg.Rates.PromptsPerUser, 1)); !ok {
+			rate := a.limit.Rates.PromptsPerUser // the quota's, else the edge's default
+			if ok, retry := e.limiter.Allow(key, rate, max(rate, 1)); !ok {
 				// The prompt is refused, the channel stays open.
 				_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(rateLimited("too many prompts; slow down", retry)))
 				continue

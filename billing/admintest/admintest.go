@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("QuotaRevisions", func(t *testing.T) { testQuotaRevisions(t, open(t)) })
 	t.Run("QuotaNeedsIssuer", func(t *testing.T) { testQuotaNeedsIssuer(t, open(t)) })
 	t.Run("InvalidQuota", func(t *testing.T) { testInvalidQuota(t, open(t)) })
+	t.Run("QuotaAdmissionFields", func(t *testing.T) { testQuotaAdmissionFields(t, open(t)) })
 	t.Run("ConcurrentQuotaWriters", func(t *testing.T) { testConcurrentQuotaWriters(t, open(t)) })
 	t.Run("Prices", func(t *testing.T) { testPrices(t, open(t)) })
 	t.Run("UsageGrouping", func(t *testing.T) { testUsageGrouping(t, open(t)) })
@@ -180,6 +181,10 @@ func testInvalidQuota(t *testing.T, s Store) {
 		"ai below -1":     {AIMicros: -2, Window: billing.Day},
 		"compute below":   {ComputeSeconds: -2, Window: billing.Day},
 		"sessions below":  {MaxConcurrentSessions: -5, Window: billing.Day},
+		"issuer sessions": {MaxIssuerSessions: -2, Window: billing.Day},
+		"connects below":  {ConnectsPerMinute: -2, Window: billing.Day},
+		"issuer connects": {IssuerConnectsPerMinute: -3, Window: billing.Day},
+		"prompts below":   {PromptsPerMinute: -9, Window: billing.Day},
 		"negative expect": Quota(1),
 	} {
 		expected := int64(0)
@@ -192,6 +197,58 @@ func testInvalidQuota(t *testing.T, s Store) {
 	}
 	if _, err := s.GetQuota(ctx, k); !errors.Is(err, billing.ErrNotFound) {
 		t.Fatalf("an invalid quota was stored: %v", err)
+	}
+}
+
+// The admission fields round-trip through PutQuota, GetQuota, GetIssuer and ListIssuers; a quota written
+// without them reads them as 0 (not set); a user's override may set the per-user rates but not the
+// issuer-wide fields, and a refused write changes nothing.
+func testQuotaAdmissionFields(t *testing.T, s Store) {
+	ctx := context.Background()
+	MustPutIssuer(t, s, "acme", "")
+	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "alice"}
+
+	plain := MustPutQuota(t, s, issuer, Quota(5), 0)
+	if plain.MaxIssuerSessions != 0 || plain.ConnectsPerMinute != 0 || plain.IssuerConnectsPerMinute != 0 || plain.PromptsPerMinute != 0 {
+		t.Fatalf("a quota without admission fields: %+v, want them 0", plain)
+	}
+	full := Quota(5)
+	full.MaxIssuerSessions, full.ConnectsPerMinute, full.IssuerConnectsPerMinute, full.PromptsPerMinute = 10, -1, 600, 7
+	q := MustPutQuota(t, s, issuer, full, 1)
+	if got := MustGetQuota(t, s, issuer); got != q {
+		t.Fatalf("GetQuota = %+v, want %+v", got, q)
+	}
+	if iss, err := s.GetIssuer(ctx, "acme"); err != nil || iss.Quota == nil || *iss.Quota != q {
+		t.Fatalf("GetIssuer default quota = %+v, %v; want %+v", iss.Quota, err, q)
+	}
+	if list, err := s.ListIssuers(ctx); err != nil || len(list) != 1 || list[0].Quota == nil || *list[0].Quota != q {
+		t.Fatalf("ListIssuers = %+v, %v; want the default quota %+v", list, err, q)
+	}
+	// Back to not set.
+	unset := MustPutQuota(t, s, issuer, Quota(5), q.Revision)
+	if got := MustGetQuota(t, s, issuer); got != unset {
+		t.Fatalf("GetQuota after unsetting = %+v, want %+v", got, unset)
+	}
+
+	override := Quota(1)
+	override.ConnectsPerMinute, override.PromptsPerMinute = 2, -1
+	u := MustPutQuota(t, s, user, override, 0)
+	if got := MustGetQuota(t, s, user); got != u {
+		t.Fatalf("GetQuota override = %+v, want %+v", got, u)
+	}
+	for name, mod := range map[string]func(q *billing.Quota){
+		"max issuer sessions":        func(q *billing.Quota) { q.MaxIssuerSessions = 1 },
+		"unlimited issuer sessions":  func(q *billing.Quota) { q.MaxIssuerSessions = billing.Unlimited },
+		"issuer connects per minute": func(q *billing.Quota) { q.IssuerConnectsPerMinute = 5 },
+	} {
+		bad := override
+		mod(&bad)
+		if _, err := s.PutQuota(ctx, user, bad, u.Revision); !errors.Is(err, billing.ErrInvalid) {
+			t.Errorf("%s on a user's override: %v, want ErrInvalid", name, err)
+		}
+	}
+	if got := MustGetQuota(t, s, user); got != u {
+		t.Fatalf("refused writes changed the override: %+v, want %+v", got, u)
 	}
 }
 

@@ -112,6 +112,44 @@ func TestAdminMigratesOldLedger(t *testing.T) {
 	admintest.MustPutIssuer(t, l, "acme", "")
 }
 
+// A database whose quotas were written before the admission fields keeps them, and reads the new fields
+// as 0 (not set), so the edge keeps its defaults; the new fields are then writable.
+func TestAdminMigratesQuotasToAdmissionFields(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.PostgreSQL(t)
+	pool := openPool(t, dsn)
+	const before = 6 // the steps up to the by-user index, the last before the admission fields
+	if err := cockroachdb.Migrate(ctx, pool, "ledger", cockroach.Migrations[:before]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO issuers (id, name, created) VALUES ('acme', 'Acme', '2030-01-01T00:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO quotas (issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision)
+		VALUES ('acme', '', 5, 60, 'day', 3, 2), ('acme', 'alice', -1, -1, 'lifetime', 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+
+	l := open(t, dsn)
+	if v, err := cockroachdb.Version(ctx, pool, "ledger"); err != nil || v != int64(len(cockroach.Migrations)) {
+		t.Fatalf("ledger schema version %d, %v; want %d", v, err, len(cockroach.Migrations))
+	}
+	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "alice"}
+	wantIssuer := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2}
+	if got := admintest.MustGetQuota(t, l, issuer); got != wantIssuer {
+		t.Fatalf("issuer quota after the migration = %+v, want %+v", got, wantIssuer)
+	}
+	wantUser := billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 1, Revision: 1}
+	if got := admintest.MustGetQuota(t, l, user); got != wantUser {
+		t.Fatalf("user quota after the migration = %+v, want %+v", got, wantUser)
+	}
+	if iss, err := l.GetIssuer(ctx, "acme"); err != nil || iss.Quota == nil || *iss.Quota != wantIssuer {
+		t.Fatalf("GetIssuer after the migration = %+v, %v", iss.Quota, err)
+	}
+	wantIssuer.MaxIssuerSessions, wantIssuer.PromptsPerMinute = 4, 9
+	admintest.MustPutQuota(t, l, issuer, wantIssuer, 2)
+}
+
 // While the database is down every admin call fails with ErrUnavailable (bad input still with ErrInvalid);
 // once it is back the same ledger answers again, with nothing lost.
 func TestAdminServerDownThenBack(t *testing.T) {

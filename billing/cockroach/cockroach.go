@@ -97,6 +97,12 @@ var migrations = []string{
 	// Usage reports (QueryUsage) select events by time, for every issuer or for one issuer or user.
 	`CREATE INDEX usage_events_by_time ON usage_events (at, at_nanos)`,
 	`CREATE INDEX usage_events_by_user ON usage_events (issuer, "user", at, at_nanos)`,
+	// The quotas' admission fields (billing.Quota): 0 is not set, so quotas written before them keep the
+	// edge's defaults; -1 is unlimited. One column per step, as above.
+	`ALTER TABLE quotas ADD COLUMN max_issuer_sessions INT8 NOT NULL DEFAULT 0 CHECK (max_issuer_sessions >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN connects_per_minute INT8 NOT NULL DEFAULT 0 CHECK (connects_per_minute >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN issuer_connects_per_minute INT8 NOT NULL DEFAULT 0 CHECK (issuer_connects_per_minute >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN prompts_per_minute INT8 NOT NULL DEFAULT 0 CHECK (prompts_per_minute >= -1)`,
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as

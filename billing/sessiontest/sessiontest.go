@@ -248,7 +248,8 @@ func Acquire(t testing.TB, s billing.Sessions, lease billing.SessionLease, maxUs
 	}
 }
 
-// AssertLimit fails t unless err wraps ErrConcurrencyLimit and names which cap ("user" or "issuer").
+// AssertLimit fails t unless err wraps ErrConcurrencyLimit and names which cap ("user" or "issuer"), wrapping
+// ErrIssuerConcurrencyLimit exactly for the issuer's.
 func AssertLimit(t testing.TB, err error, which string) {
 	t.Helper()
 	if !errors.Is(err, billing.ErrConcurrencyLimit) {
@@ -256,6 +257,9 @@ func AssertLimit(t testing.TB, err error, which string) {
 	}
 	if !strings.Contains(err.Error(), which+" ") {
 		t.Fatalf("%q does not name the %s cap", err, which)
+	}
+	if issuer := errors.Is(err, billing.ErrIssuerConcurrencyLimit); issuer != (which == "issuer") {
+		t.Fatalf("%q: errors.Is(ErrIssuerConcurrencyLimit) = %v for the %s cap", err, issuer, which)
 	}
 	if errors.Is(err, billing.ErrUnavailable) {
 		t.Fatalf("%q is a refusal, not an outage", err)

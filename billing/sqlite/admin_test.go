@@ -45,6 +45,43 @@ func TestAdminMigratesOldLedger(t *testing.T) {
 	admintest.MustPutIssuer(t, l, "acme", "")
 }
 
+// A ledger file whose quotas were written before the admission fields keeps them, and reads the new
+// fields as 0 (not set), so the edge keeps its defaults; the new fields are then writable.
+func TestAdminMigratesQuotasToAdmissionFields(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sqlitedb.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const before = 5 // the steps up to session leases, the last before the admission fields
+	if err := sqlitedb.Migrate(ctx, db, "ledger", sqlite.Migrations[:before]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO issuers (id, name, created) VALUES ('acme', 'Acme', 0);
+		INSERT INTO quotas (issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision)
+		VALUES ('acme', '', 5, 60, 'day', 3, 2), ('acme', 'alice', -1, -1, 'lifetime', 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	l := open(t, path)
+	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "alice"}
+	wantIssuer := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2}
+	if got := admintest.MustGetQuota(t, l, issuer); got != wantIssuer {
+		t.Fatalf("issuer quota after the migration = %+v, want %+v", got, wantIssuer)
+	}
+	wantUser := billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 1, Revision: 1}
+	if got := admintest.MustGetQuota(t, l, user); got != wantUser {
+		t.Fatalf("user quota after the migration = %+v, want %+v", got, wantUser)
+	}
+	if iss, err := l.GetIssuer(ctx, "acme"); err != nil || iss.Quota == nil || *iss.Quota != wantIssuer {
+		t.Fatalf("GetIssuer after the migration = %+v, %v", iss.Quota, err)
+	}
+	wantIssuer.MaxIssuerSessions, wantIssuer.PromptsPerMinute = 4, 9
+	admintest.MustPutQuota(t, l, issuer, wantIssuer, 2)
+}
+
 // Issuers are stamped by the ledger's clock, to the second.
 func TestIssuerCreatedByClock(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 600, time.UTC)

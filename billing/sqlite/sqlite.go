@@ -87,6 +87,12 @@ var migrations = []string{
 		expires_at INTEGER NOT NULL
 	);
 	CREATE INDEX session_leases_by_user ON session_leases (issuer, "user", expires_at)`,
+	// The quotas' admission fields (billing.Quota): 0 is not set, so quotas written before them keep the
+	// edge's defaults; -1 is unlimited.
+	`ALTER TABLE quotas ADD COLUMN max_issuer_sessions INTEGER NOT NULL DEFAULT 0 CHECK (max_issuer_sessions >= -1);
+	ALTER TABLE quotas ADD COLUMN connects_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (connects_per_minute >= -1);
+	ALTER TABLE quotas ADD COLUMN issuer_connects_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (issuer_connects_per_minute >= -1);
+	ALTER TABLE quotas ADD COLUMN prompts_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (prompts_per_minute >= -1)`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

@@ -36,7 +36,10 @@ commands:
   keys rotate ISS                  write a new key version of ISS and print its secret (shown once)
   quota get ISS [-user SUB]        the issuer's default quota, or a user's override
   quota set ISS [-user SUB] [-ai-usd X] [-compute S] [-window W] [-max-sessions N] [-revision R]
-                                   change a quota (flags left out keep their value; a new quota needs all four)
+                [-max-issuer-sessions N] [-connects-per-minute N] [-issuer-connects-per-minute N]
+                [-prompts-per-minute N]
+                                   change a quota (flags left out keep their value; a new quota needs the
+                                   first four; the others default to "default": the edge's setting)
   usage [-iss ISS] [-user SUB] [-from T] [-to T] [-group-by user|day|model] [-csv]
                                    usage and cost (default: this UTC month, by user)
   prices ls                        the model price table, USD per million tokens
@@ -300,8 +303,35 @@ func printQuota(w io.Writer, q quotaView) {
 	if q.Window == billing.Lifetime {
 		per = " in total"
 	}
-	fmt.Fprintf(w, "quota of %s, revision %d\n  ai        %s\n  compute   %s\n  sessions  %s at once\n",
-		who, q.Revision, usdLimit(q.AIMicros)+per, secondsLimit(q.ComputeSeconds)+per, countLimit(q.MaxConcurrentSessions))
+	fmt.Fprintf(w, "quota of %s, revision %d\n", who, q.Revision)
+	line := func(label, value string) { fmt.Fprintf(w, "  %-16s %s\n", label, value) }
+	line("ai", usdLimit(q.AIMicros)+per)
+	line("compute", secondsLimit(q.ComputeSeconds)+per)
+	line("sessions", countLimit(q.MaxConcurrentSessions)+" at once")
+	// 0 is not set: an override falls back to the issuer's default, that to the edge's configuration.
+	notSet := "edge default"
+	if q.User != "" {
+		notSet = "issuer default"
+	} else {
+		line("issuer sessions", optionalLimit(q.MaxIssuerSessions, " at once, all users", "no cap"))
+	}
+	line("connects", optionalLimit(q.ConnectsPerMinute, " per minute", notSet))
+	if q.User == "" {
+		line("issuer connects", optionalLimit(q.IssuerConnectsPerMinute, " per minute, all users", notSet))
+	}
+	line("prompts", optionalLimit(q.PromptsPerMinute, " per minute", notSet))
+}
+
+// optionalLimit shows an admission field of a quota: unlimited, the value with its unit, or what applies
+// when it is not set (0).
+func optionalLimit(v int64, unit, notSet string) string {
+	switch {
+	case v < 0:
+		return "unlimited"
+	case v == 0:
+		return notSet
+	}
+	return strconv.FormatInt(v, 10) + unit
 }
 
 func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
@@ -311,6 +341,10 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	fs.String("compute", "", "compute budget per window in `seconds` (or a duration: 2h), or unlimited")
 	fs.String("window", "", "budget `window`: hour, day, week, month or lifetime")
 	fs.String("max-sessions", "", "sessions one user may run at once (`N`), or unlimited")
+	fs.String("max-issuer-sessions", "", "sessions all the issuer's users may run at once (`N`), unlimited, or default (no cap); issuer default only")
+	fs.String("connects-per-minute", "", "agent connects per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)")
+	fs.String("issuer-connects-per-minute", "", "agent connects per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only")
+	fs.String("prompts-per-minute", "", "prompts per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)")
 	revision := fs.Int64("revision", -1, "the `revision` you read (default: the current one, read just before writing)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -346,6 +380,28 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		exists = false
 	}
 	q := cur.Quota
+	// The admission fields are optional: a flag left out keeps the value, never counted as missing.
+	optional := 0
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{
+		{"max-issuer-sessions", &q.MaxIssuerSessions},
+		{"connects-per-minute", &q.ConnectsPerMinute},
+		{"issuer-connects-per-minute", &q.IssuerConnectsPerMinute},
+		{"prompts-per-minute", &q.PromptsPerMinute},
+	} {
+		if !flagSet(fs, f.name) {
+			continue
+		}
+		optional++
+		v := fs.Lookup(f.name).Value.String()
+		n, err := parseOptionalLimit(v)
+		if err != nil {
+			return fmt.Errorf("-%s %q: %w", f.name, v, err)
+		}
+		*f.v = n
+	}
 	for _, f := range []struct {
 		name  string
 		apply func(string) error
@@ -367,8 +423,8 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	switch {
 	case !exists && len(missing) > 0:
 		return fmt.Errorf("%s has no quota yet: a new one needs %s", strings.TrimPrefix(path, "/v1/quotas/"), strings.Join(missing, ", "))
-	case len(missing) == 4:
-		return errors.New("nothing to set: pass -ai-usd, -compute, -window or -max-sessions")
+	case len(missing) == 4 && optional == 0:
+		return errors.New("nothing to set: pass -ai-usd, -compute, -window, -max-sessions or a rate or issuer cap flag")
 	}
 	expected := cur.Revision
 	if flagSet(fs, "revision") {
@@ -378,7 +434,9 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		expected = *revision
 	}
 	body := map[string]any{"ai_microdollars": q.AIMicros, "compute_seconds": q.ComputeSeconds, "window": q.Window,
-		"max_concurrent_sessions": q.MaxConcurrentSessions, "revision": expected}
+		"max_concurrent_sessions": q.MaxConcurrentSessions, "revision": expected,
+		"max_issuer_sessions": q.MaxIssuerSessions, "connects_per_minute": q.ConnectsPerMinute,
+		"issuer_connects_per_minute": q.IssuerConnectsPerMinute, "prompts_per_minute": q.PromptsPerMinute}
 	var stored quotaView
 	if err := c.call(ctx, "PUT", path, nil, body, &stored); err != nil {
 		return err
@@ -635,6 +693,26 @@ func parseCountLimit(s string) (int64, error) {
 		return 0, errors.New("want a non-negative count or unlimited")
 	}
 	return n, nil
+}
+
+// parseOptionalLimit reads an admission field of a quota: "default" is 0 (not set), "unlimited" or -1 is
+// unlimited, else a positive count. A literal 0 is refused: it would read as "none allowed" but means
+// "not set".
+func parseOptionalLimit(s string) (int64, error) {
+	switch {
+	case s == "default":
+		return 0, nil
+	case isUnlimited(s):
+		return billing.Unlimited, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err == nil && n > 0:
+		return n, nil
+	case err == nil && n == 0:
+		return 0, errors.New("0 is not a limit here: pass default to use the default, or a positive count")
+	}
+	return 0, errors.New("want a positive count, unlimited, or default")
 }
 
 // usd formats microdollars as USD with at least two decimals and no rounding: 0.30, 3.75, 0.0001.

@@ -171,6 +171,58 @@ func TestAdminQuota(t *testing.T) {
 	}
 }
 
+// The admission flags: optional on a new quota, kept when left out, shown in the table and in -json;
+// "default" unsets, 0 and negatives are refused here, and the issuer-wide ones by the API on an override.
+func TestAdminQuotaAdmissionFields(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	out := e.mustRun(t, "quota", "set", "acme", "-ai-usd", "5", "-compute", "3600", "-window", "day", "-max-sessions", "2",
+		"-max-issuer-sessions", "10", "-connects-per-minute", "30", "-issuer-connects-per-minute", "unlimited")
+	for _, want := range []string{"issuer sessions  10 at once, all users", "connects         30 per minute",
+		"issuer connects  unlimited", "prompts          edge default"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("quota set lacks %q:\n%s", want, out)
+		}
+	}
+	// A flag alone is something to set; the others keep their value.
+	var q quotaView
+	e.mustJSON(t, &q, "quota", "set", "acme", "-prompts-per-minute", "5")
+	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
+		MaxConcurrentSessions: 2, MaxIssuerSessions: 10, ConnectsPerMinute: 30, IssuerConnectsPerMinute: -1,
+		PromptsPerMinute: 5, Revision: 2}}
+	if q != want {
+		t.Fatalf("quota set -prompts-per-minute 5 = %+v, want %+v", q, want)
+	}
+	e.mustRun(t, "quota", "set", "acme", "-max-issuer-sessions", "default", "-connects-per-minute", "default")
+	e.mustJSON(t, &q, "quota", "get", "acme")
+	want.MaxIssuerSessions, want.ConnectsPerMinute, want.Revision = 0, 0, 3
+	if q != want {
+		t.Fatalf("quota get after default = %+v, want %+v", q, want)
+	}
+	if out := e.mustRun(t, "quota", "get", "acme"); !strings.Contains(out, "issuer sessions  no cap") {
+		t.Fatalf("quota get:\n%s", out)
+	}
+	for _, bad := range [][]string{
+		{"-prompts-per-minute", "0"}, {"-connects-per-minute", "-2"}, {"-max-issuer-sessions", "lots"},
+	} {
+		if _, _, err := e.run(t, append([]string{"quota", "set", "acme"}, bad...)...); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("quota set %v: %v, want an error naming the flag", bad, err)
+		}
+	}
+
+	// A user's override: per-user rates only, shown falling back to the issuer's.
+	out = e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-ai-usd", "1", "-compute", "60", "-window", "day",
+		"-max-sessions", "1", "-connects-per-minute", "3")
+	if !strings.Contains(out, "connects         3 per minute") || !strings.Contains(out, "prompts          issuer default") ||
+		strings.Contains(out, "issuer sessions") {
+		t.Fatalf("quota set -user alice:\n%s", out)
+	}
+	_, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-max-issuer-sessions", "2")
+	if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), "/v1/quotas/acme") {
+		t.Fatalf("an issuer cap on an override: %v", err)
+	}
+}
+
 func TestAdminUsage(t *testing.T) {
 	e := newAdminEnv(t)
 	day := time.Date(2030, 3, 4, 12, 0, 0, 0, time.UTC)

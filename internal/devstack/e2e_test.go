@@ -21,6 +21,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/billing"
+	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/registry"
@@ -598,5 +599,104 @@ func TestSessionCapAndConnectRate(t *testing.T) {
 	}
 	if !warren.IsCode(last, warren.CodeRateLimited) {
 		t.Fatalf("connects beyond 5/min: %v, want rate_limited", last)
+	}
+}
+
+// The issuer's default quota, written through the billing API, caps the sessions of all the issuer's users
+// together (max_issuer_sessions, held by the session leases) and sets each user's connect rate in place of
+// the edge's default (connects_per_minute; the stack runs with edge.DefaultRates, 120 a minute).
+func TestIssuerSessionCapAndQuotaConnectRate(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, st.URL()+"/v1/quotas/"+devstack.DevIssuer, strings.NewReader(
+		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":-1,
+		"max_issuer_sessions":2,"connects_per_minute":2,"revision":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+st.AdminKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT quota: %d %s", resp.StatusCode, b)
+	}
+
+	vera := client(t, st, "vera")
+	s1, err := vera.Dial(ctx, nil) // vera's connect 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := vera.Dial(ctx, nil) // connect 2: the issuer is at its cap
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	_, err = client(t, st, "walt").Dial(ctx, nil)
+	var we *warren.Error
+	if !warren.IsCode(err, warren.CodeConcurrencyLimit) || !errors.As(err, &we) || we.Details["max_issuer_sessions"] != float64(2) {
+		t.Fatalf("another user of the issuer at its cap: %v (details %v), want concurrency_limit with max_issuer_sessions 2", err, we)
+	}
+	if _, err := vera.Dial(ctx, nil); !warren.IsCode(err, warren.CodeRateLimited) { // connect 3
+		t.Fatalf("vera's third connect within a minute: %v, want rate_limited", err)
+	}
+
+	// Once one of vera's sessions ends, its lease is released and another user gets in.
+	_ = s1.Close()
+	leases := st.Ledger.(*billingsqlite.Ledger).Sessions()
+	waitFor(t, 10*time.Second, "vera's closed session to release its lease", func() bool {
+		_, issuerLive, err := leases.Count(ctx, devstack.DevIssuer, "vera")
+		return err == nil && issuerLive == 1
+	})
+	s3, err := client(t, st, "walt").Dial(ctx, nil) // walt's connect 2 of 2
+	if err != nil {
+		t.Fatalf("walt after vera's session ended: %v", err)
+	}
+	_ = s3.Close()
+}
+
+// A user's quota sets its prompt rate in place of the edge's default (prompts_per_minute): the prompt over
+// the rate is refused at the edge with rate_limited and a retry hint, and the channel stays open.
+func TestQuotaPromptRate(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	qs := st.Ledger.(billing.Quotas)
+	if _, err := qs.PutQuota(ctx, billing.QuotaKey{Issuer: devstack.DevIssuer, User: "yara"},
+		billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: -1, PromptsPerMinute: 1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	s, err := client(t, st, "yara").Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	outcome := func(prompt string) error {
+		for ev, err := range s.Prompt(ctx, prompt) {
+			if err != nil {
+				return err
+			}
+			if e := ev.Err(); e != nil {
+				return e
+			}
+			if _, ok := ev.Result(); ok {
+				return nil
+			}
+		}
+		return nil
+	}
+	// This stack runs no agent: the first prompt reaches the runner, which answers unavailable.
+	if err := outcome("one"); warren.IsCode(err, warren.CodeRateLimited) {
+		t.Fatalf("first prompt: %v, want it to reach the runner", err)
+	}
+	err = outcome("two")
+	var we *warren.Error
+	if !warren.IsCode(err, warren.CodeRateLimited) || !errors.As(err, &we) {
+		t.Fatalf("second prompt within a minute: %v, want rate_limited", err)
+	}
+	if _, err := s.Ping(ctx); err != nil {
+		t.Fatalf("the channel closed after a refused prompt: %v", err)
 	}
 }

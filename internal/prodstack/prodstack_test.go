@@ -384,4 +384,17 @@ func TestSessionCapAcrossEdgeProcesses(t *testing.T) {
 		}
 		return err == nil
 	})
+
+	// The issuer-wide cap (max_issuer_sessions on the issuer's default quota) counts every user of the
+	// issuer across both edges.
+	tp.admin(http.MethodPut, "/v1/quotas/acme",
+		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":-1,"max_issuer_sessions":1,"revision":0}`)
+	s2, err := tp.client(t, 0, "cy").Dial(ctx, nil)
+	if err != nil {
+		t.Fatalf("cy through edge A: %v", err)
+	}
+	if _, err := tp.client(t, 1, "di").Dial(ctx, nil); !warren.IsCode(err, warren.CodeConcurrencyLimit) {
+		t.Fatalf("di through edge B while cy holds the issuer's one session: %v, want concurrency_limit", err)
+	}
+	_ = s2.Close()
 }

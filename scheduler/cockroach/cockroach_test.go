@@ -155,3 +155,46 @@ func assertUnavailable(t *testing.T, op string, err error) {
 		t.Errorf("%s on a closed pool: %v (%v), want an unavailable database", op, err, cockroachdb.Classify(err))
 	}
 }
+
+// TestServerStoppedThenBack: with the database server down every call reports an unavailable database
+// (never "missing" or "claimed"); once it is back the same store carries on, placements intact.
+func TestServerStoppedThenBack(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartPostgreSQL(t)
+	pool, err := cockroachdb.Open(ctx, srv.CreateDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	p, err := cockroach.New(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Claim(ctx, "iss", "u", "eu", 0); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = p.Get(sctx, "iss", "u")
+	assertUnavailable(t, "Get", err)
+	_, err = p.Claim(sctx, "iss", "u", "eu", 1)
+	assertUnavailable(t, "Claim", err)
+	assertUnavailable(t, "Update", p.Update(sctx, "iss", "u", 1, scheduler.StateRunning, "a1"))
+	srv.Start(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := p.Get(ctx, "iss", "u")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("placements did not recover after the server came back: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, err := p.Claim(ctx, "iss", "u", "eu", 1)
+	if err != nil || got.Epoch != 2 {
+		t.Fatalf("claim after recovery = %+v, %v; want epoch 2", got, err)
+	}
+}
