@@ -1,16 +1,12 @@
 package testenv
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -35,13 +31,10 @@ import (
 
 // ConsulServer is a Consul dev agent that a test owns. Methods may be called from one goroutine at a time.
 type ConsulServer struct {
-	bin     string
-	node    string
-	ports   consulPorts
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has been waited for
-	waitErr error
-	out     *tailBuffer
+	bin   string
+	node  string
+	ports consulPorts
+	proc  proc
 }
 
 type consulPorts struct{ http, serfLAN, serfWAN, server int }
@@ -53,16 +46,21 @@ var consulNodes atomic.Int64
 // `make tools`).
 func StartConsul(t testing.TB) *ConsulServer {
 	t.Helper()
-	bin := Binary(t, "consul")
-	s, err := startConsul(bin)
+	s := &ConsulServer{
+		bin:  Binary(t, "consul"),
+		node: fmt.Sprintf("warren-test-%d-%d", os.Getpid(), consulNodes.Add(1)),
+		// SIGINT: the agent leaves and exits.
+		proc: proc{title: "Consul", stopSig: syscall.SIGINT, grace: 30 * time.Second},
+	}
+	// Serf also listens on UDP with the same numbers as on TCP.
+	err := withFreePorts(4, func(p []int) error {
+		s.ports = consulPorts{http: p[0], serfLAN: p[1], serfWAN: p[2], server: p[3]}
+		return s.start()
+	})
 	if err != nil {
 		t.Fatalf("start Consul: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("stop Consul: %v", err)
-		}
-	})
+	s.proc.stopAtCleanup(t, nil)
 	return s
 }
 
@@ -75,80 +73,24 @@ func (s *ConsulServer) Addr() string {
 func (s *ConsulServer) Node() string { return s.node }
 
 // Running reports whether the agent process is up.
-func (s *ConsulServer) Running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (s *ConsulServer) Running() bool { return s.proc.running() }
 
 // Stop shuts the agent down; clients get connection errors until Start. Everything it held (KV, sessions,
 // services) is gone for good.
 func (s *ConsulServer) Stop(t testing.TB) {
 	t.Helper()
-	if err := s.stop(); err != nil {
-		t.Fatalf("stop Consul: %v", err)
-	}
+	s.proc.stopOrFatal(t)
 }
 
 // Start starts a stopped agent again on the same ports and waits until it is leader. It is a new, empty dev
 // agent (see the file comment).
 func (s *ConsulServer) Start(t testing.TB) {
 	t.Helper()
-	if s.Running() {
-		t.Fatal("start Consul: already running")
-	}
-	if err := s.start(); err != nil {
-		t.Fatalf("start Consul: %v", err)
-	}
-}
-
-func startConsul(bin string) (*ConsulServer, error) {
-	s := &ConsulServer{bin: bin, node: fmt.Sprintf("warren-test-%d-%d", os.Getpid(), consulNodes.Add(1))}
-	// Ports are picked by binding :0 and closing; another process may take one before Consul binds, so try
-	// a few times.
-	var err error
-	for attempt := 0; ; attempt++ {
-		if s.ports, err = freeConsulPorts(); err == nil {
-			if err = s.start(); err == nil {
-				return s, nil
-			}
-		}
-		if attempt == 2 {
-			return nil, err
-		}
-	}
-}
-
-// freeConsulPorts picks four distinct free loopback ports. Serf also listens on UDP with the same numbers;
-// a TCP-free port is nearly always UDP-free too, and startConsul retries when it is not.
-func freeConsulPorts() (consulPorts, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports [4]int
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return consulPorts{}, err
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return consulPorts{http: ports[0], serfLAN: ports[1], serfWAN: ports[2], server: ports[3]}, nil
+	s.proc.restartOrFatal(t, s.start)
 }
 
 // start runs the dev agent as a child of the test binary and waits until it is ready.
 func (s *ConsulServer) start() error {
-	s.out = newTailBuffer(16 << 10)
 	cmd := exec.Command(s.bin, "agent", "-dev",
 		"-node="+s.node,
 		"-bind=127.0.0.1",
@@ -167,58 +109,27 @@ func (s *ConsulServer) start() error {
 	// No CONSUL_* variables of the caller's environment reach the agent.
 	cmd.Env = []string{"HOME=" + os.TempDir(), "PATH=/usr/bin:/bin", "TZ=UTC"}
 	cmd.Dir = os.TempDir()
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	// If the test binary dies without stopping the agent (killed, timed out), the agent goes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("consul: %w", err)
+	if err := s.proc.start(cmd); err != nil {
+		return err
 	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := s.awaitReady(60 * time.Second); err != nil {
-		s.stop()
-		return fmt.Errorf("consul on port %d: %w\n%s", s.ports.http, err, s.out.String())
+	if err := s.proc.awaitReady(60*time.Second, 25*time.Millisecond, s.ready); err != nil {
+		return fmt.Errorf("consul on port %d: %w", s.ports.http, err)
 	}
 	return nil
 }
 
-// awaitReady polls until the agent reports a leader and its own node is in the catalog with a passing
-// serfHealth check (sessions bound to serfHealth cannot be created before), the process exits, or timeout
-// passes.
-func (s *ConsulServer) awaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		err := s.ready(client)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v: %w", timeout, err)
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("exited: %v", s.waitErr)
-		case <-tick.C:
-		}
-	}
-}
-
-func (s *ConsulServer) ready(client *http.Client) error {
+// ready reports whether the agent has a leader and its own node is in the catalog with a passing
+// serfHealth check (sessions bound to serfHealth cannot be created before).
+func (s *ConsulServer) ready() error {
 	var leader string
-	if err := s.getJSON(client, "/v1/status/leader", &leader); err != nil {
+	if err := getJSON("http://"+s.Addr()+"/v1/status/leader", &leader); err != nil {
 		return err
 	}
 	if leader == "" {
 		return errors.New("no leader yet")
 	}
 	var checks []struct{ CheckID, Status string }
-	if err := s.getJSON(client, "/v1/health/node/"+s.node, &checks); err != nil {
+	if err := getJSON("http://"+s.Addr()+"/v1/health/node/"+s.node, &checks); err != nil {
 		return err
 	}
 	for _, c := range checks {
@@ -227,67 +138,4 @@ func (s *ConsulServer) ready(client *http.Client) error {
 		}
 	}
 	return errors.New("node not registered with a passing serfHealth check yet")
-}
-
-func (s *ConsulServer) getJSON(client *http.Client, path string, v any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr()+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-// stop asks for a graceful shutdown (SIGINT: the agent leaves and exits) and waits for the process; after
-// 30 s it kills it.
-func (s *ConsulServer) stop() error {
-	if !s.Running() {
-		return nil
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-		return errors.New("consul did not shut down in 30 s: killed")
-	}
-	return nil
-}
-
-// tailBuffer is an io.Writer keeping the last max bytes written to it, safe for concurrent use (the
-// agent's stdout and stderr).
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func newTailBuffer(max int) *tailBuffer { return &tailBuffer{max: max} }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

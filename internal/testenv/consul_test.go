@@ -35,7 +35,7 @@ func TestConsul(t *testing.T) {
 	base := "http://" + s.Addr()
 
 	var leader string
-	if err := s.getJSON(http.DefaultClient, "/v1/status/leader", &leader); err != nil || leader == "" {
+	if err := getJSON(base+"/v1/status/leader", &leader); err != nil || leader == "" {
 		t.Fatalf("leader = %q, %v", leader, err)
 	}
 	var self struct {
@@ -48,7 +48,7 @@ func TestConsul(t *testing.T) {
 			DisableUpdateCheck bool
 		}
 	}
-	if err := s.getJSON(http.DefaultClient, "/v1/agent/self", &self); err != nil {
+	if err := getJSON(base+"/v1/agent/self", &self); err != nil {
 		t.Fatal(err)
 	}
 	if self.Config.NodeName != s.Node() {

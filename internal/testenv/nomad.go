@@ -2,12 +2,9 @@ package testenv
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,15 +59,12 @@ type NomadOptions struct {
 
 // NomadServer is a Nomad dev agent that a test owns. Methods may be called from one goroutine at a time.
 type NomadServer struct {
-	bin     string
-	dir     string // temporary directory: config, data
-	opts    NomadOptions
-	ports   nomadPorts
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has been waited for
-	waitErr error
-	out     *tailBuffer
-	node    string // the client's node id once ready
+	bin   string
+	dir   string // temporary directory: config, data
+	opts  NomadOptions
+	ports nomadPorts
+	proc  proc
+	node  string // the client's node id once ready
 }
 
 type nomadPorts struct{ http, rpc, serf int }
@@ -85,14 +79,7 @@ func StartNomad(t testing.TB, opts NomadOptions) *NomadServer {
 	if err != nil {
 		t.Fatalf("start Nomad: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("stop Nomad: %v", err)
-		}
-		if err := removeNomadDir(s.dir); err != nil {
-			t.Errorf("remove Nomad data: %v", err)
-		}
-	})
+	s.proc.stopAtCleanup(t, func() error { return removeNomadDir(s.dir) })
 	return s
 }
 
@@ -109,29 +96,17 @@ func (s *NomadServer) DataDir() string { return s.dir }
 func (s *NomadServer) NodeID() string { return s.node }
 
 // Running reports whether the agent process is up.
-func (s *NomadServer) Running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (s *NomadServer) Running() bool { return s.proc.running() }
 
 // Stop shuts the agent down (its allocations are destroyed first); clients get connection errors
 // afterwards. A dev agent keeps nothing across a stop, so there is no Start.
 func (s *NomadServer) Stop(t testing.TB) {
 	t.Helper()
-	if err := s.stop(); err != nil {
-		t.Fatalf("stop Nomad: %v", err)
-	}
+	s.proc.stopOrFatal(t)
 }
 
 // Output is the tail of the agent's log (warnings and errors), for test failure messages.
-func (s *NomadServer) Output() string { return s.out.String() }
+func (s *NomadServer) Output() string { return s.proc.logTail() }
 
 const (
 	nomadStalePrefix = "warren-nomad-"
@@ -140,48 +115,26 @@ const (
 )
 
 func startNomad(bin string, opts NomadOptions) (*NomadServer, error) {
-	sweepStaleNomad()
-	dir, err := os.MkdirTemp("", nomadStalePrefix)
+	dir, err := ownedTempDir(nomadStalePrefix, removeNomadDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		os.RemoveAll(dir)
+	s := &NomadServer{
+		bin:  bin,
+		dir:  dir,
+		opts: opts,
+		// SIGINT: a dev agent destroys its allocations, then leaves.
+		proc: proc{title: "Nomad", stopSig: syscall.SIGINT, grace: 60 * time.Second},
+	}
+	err = withFreePorts(3, func(p []int) error {
+		s.ports = nomadPorts{http: p[0], rpc: p[1], serf: p[2]}
+		return s.start()
+	})
+	if err != nil {
+		removeNomadDir(dir)
 		return nil, err
 	}
-	s := &NomadServer{bin: bin, dir: dir, opts: opts}
-	// Ports are picked by binding :0 and closing; another process may take one before Nomad binds, so try
-	// a few times.
-	for attempt := 0; ; attempt++ {
-		if s.ports, err = freeNomadPorts(); err == nil {
-			if err = s.start(); err == nil {
-				return s, nil
-			}
-		}
-		if attempt == 2 {
-			removeNomadDir(dir)
-			return nil, err
-		}
-	}
-}
-
-func freeNomadPorts() (nomadPorts, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports [3]int
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nomadPorts{}, err
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return nomadPorts{http: ports[0], rpc: ports[1], serf: ports[2]}, nil
+	return s, nil
 }
 
 // config is the agent's configuration file (see the file comment for why each setting is there).
@@ -256,7 +209,6 @@ func (s *NomadServer) start() error {
 	if err := os.WriteFile(filepath.Join(s.dir, nomadConfigFile), []byte(s.config()), 0o600); err != nil {
 		return err
 	}
-	s.out = newTailBuffer(32 << 10)
 	cmd := exec.Command(s.bin, "agent", "-dev",
 		"-config="+filepath.Join(s.dir, nomadConfigFile),
 		"-network-interface=lo",
@@ -265,52 +217,22 @@ func (s *NomadServer) start() error {
 	// which raw_exec starts with the agent's environment).
 	cmd.Env = []string{"HOME=" + s.dir, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TZ=UTC"}
 	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	// If the test binary dies without stopping the agent (killed, timed out), the agent goes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("nomad: %w", err)
+	if err := s.proc.start(cmd); err != nil {
+		return err
 	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := s.awaitReady(90 * time.Second); err != nil {
-		s.stop()
-		return fmt.Errorf("nomad on port %d: %w\n%s", s.ports.http, err, s.out.String())
+	if err := s.proc.awaitReady(90*time.Second, 50*time.Millisecond, s.ready); err != nil {
+		return fmt.Errorf("nomad on port %d: %w", s.ports.http, err)
 	}
 	return nil
 }
 
-// awaitReady polls until the agent's client node is ready, eligible and has a healthy raw_exec driver (and
-// the Consul and Vault fingerprints asked for), the process exits, or timeout passes.
-func (s *NomadServer) awaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		err := s.ready(client)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v: %w", timeout, err)
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("exited: %v", s.waitErr)
-		case <-tick.C:
-		}
-	}
-}
-
-func (s *NomadServer) ready(client *http.Client) error {
+// ready reports whether the agent's client node is ready, eligible and has a healthy raw_exec driver (and
+// the Consul and Vault fingerprints asked for).
+func (s *NomadServer) ready() error {
 	var nodes []struct {
 		ID, Status, SchedulingEligibility string
 	}
-	if err := s.getJSON(client, "/v1/nodes", &nodes); err != nil {
+	if err := getJSON(s.Addr()+"/v1/nodes", &nodes); err != nil {
 		return err
 	}
 	if len(nodes) != 1 {
@@ -326,7 +248,7 @@ func (s *NomadServer) ready(client *http.Client) error {
 			HealthDescription string
 		}
 	}
-	if err := s.getJSON(client, "/v1/node/"+nodes[0].ID, &node); err != nil {
+	if err := getJSON(s.Addr()+"/v1/node/"+nodes[0].ID, &node); err != nil {
 		return err
 	}
 	if d := node.Drivers["raw_exec"]; !d.Detected || !d.Healthy {
@@ -339,43 +261,6 @@ func (s *NomadServer) ready(client *http.Client) error {
 		return errors.New("node has not fingerprinted Vault yet")
 	}
 	s.node = nodes[0].ID
-	return nil
-}
-
-func (s *NomadServer) getJSON(client *http.Client, path string, v any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Addr()+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-// stop asks for a graceful shutdown (SIGINT: a dev agent destroys its allocations, then leaves) and waits
-// for the process; after 60 s it kills it.
-func (s *NomadServer) stop() error {
-	if !s.Running() {
-		return nil
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	select {
-	case <-s.exited:
-	case <-time.After(60 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-		return errors.New("nomad did not shut down in 60 s: killed")
-	}
 	return nil
 }
 
@@ -435,22 +320,4 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// sweepStaleNomad removes the directories of agents whose test binary is gone.
-func sweepStaleNomad() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), nomadStalePrefix+"*"))
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, ownerFile))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			removeNomadDir(d)
-		}
-	}
 }

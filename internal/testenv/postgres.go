@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +31,8 @@ import (
 // removes its directory after the tests ran. Without Main, each PostgreSQL call starts a server of its own
 // and stops it in t.Cleanup (correct, only slower). Either way the server runs as a child of the test
 // binary with a parent-death signal, so a test binary that is killed or panics takes its server with it;
-// the directory such a binary leaves behind is removed by the next server start (see sweepStale).
+// the directory such a binary leaves behind is removed by the next server start (see sweepStale in
+// process.go).
 //
 // As root, initdb and postgres refuse to run: they are started as the unprivileged `postgres` user the
 // Debian package creates (or `nobody`), which owns the temporary directory.
@@ -45,7 +45,7 @@ func Main(m *testing.M) {
 	shared.enabled.Store(true)
 	code := m.Run()
 	if s := shared.server(); s != nil {
-		if err := s.stop(); err != nil {
+		if err := s.proc.stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: stop shared PostgreSQL: %v\n", err)
 		}
 		if err := os.RemoveAll(s.dir); err != nil {
@@ -93,14 +93,12 @@ func (sh *sharedServer) server() *PostgreSQLServer {
 // started again, to test what clients do while the database is down. Its address stays the same across
 // restarts, so DSNs handed out stay valid. Methods may be called from one goroutine at a time.
 type PostgreSQLServer struct {
-	bin     string // directory holding initdb and postgres
-	dir     string // temporary directory: data, socket, log
-	port    int
-	cred    *syscall.Credential // nil when not root
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has been waited for
-	waitErr error
-	dbs     atomic.Int64
+	bin  string // directory holding initdb and postgres
+	dir  string // temporary directory: data, socket, log
+	port int
+	cred *syscall.Credential // nil when not root
+	proc proc
+	dbs  atomic.Int64
 }
 
 // StartPostgreSQL starts a PostgreSQL server for t alone and stops it, removing its files, when t ends.
@@ -114,14 +112,7 @@ func StartPostgreSQL(t testing.TB) *PostgreSQLServer {
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("stop PostgreSQL: %v", err)
-		}
-		if err := os.RemoveAll(s.dir); err != nil {
-			t.Error(err)
-		}
-	})
+	s.proc.stopAtCleanup(t, func() error { return os.RemoveAll(s.dir) })
 	return s
 }
 
@@ -159,36 +150,19 @@ func (s *PostgreSQLServer) CreateDatabase(t testing.TB) (dsn string) {
 }
 
 // Running reports whether the server process is up.
-func (s *PostgreSQLServer) Running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (s *PostgreSQLServer) Running() bool { return s.proc.running() }
 
 // Stop shuts the server down (a fast shutdown: sessions are ended, committed data is kept). Clients see
 // connection errors until Start.
 func (s *PostgreSQLServer) Stop(t testing.TB) {
 	t.Helper()
-	if err := s.stop(); err != nil {
-		t.Fatalf("stop PostgreSQL: %v", err)
-	}
+	s.proc.stopOrFatal(t)
 }
 
 // Start starts a stopped server again on the same address and data.
 func (s *PostgreSQLServer) Start(t testing.TB) {
 	t.Helper()
-	if s.Running() {
-		t.Fatal("start PostgreSQL: already running")
-	}
-	if err := s.start(); err != nil {
-		t.Fatalf("start PostgreSQL: %v", err)
-	}
+	s.proc.restartOrFatal(t, s.start)
 }
 
 // startServer creates a cluster in a new temporary directory and starts it on a free port.
@@ -201,44 +175,45 @@ func startServer() (*PostgreSQLServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sweepStale()
-	dir, err := os.MkdirTemp("", stalePrefix)
+	dir, err := ownedTempDir(pgStalePrefix, os.RemoveAll)
 	if err != nil {
 		return nil, err
 	}
-	s := &PostgreSQLServer{bin: bin, dir: dir, cred: cred}
+	s := &PostgreSQLServer{
+		bin:  bin,
+		dir:  dir,
+		cred: cred,
+		proc: proc{
+			title:   "PostgreSQL",
+			stopSig: syscall.SIGINT, // a fast shutdown
+			grace:   30 * time.Second,
+			logPath: filepath.Join(dir, pgLogFile),
+		},
+	}
 	if err := s.initdb(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	// The port is picked by binding :0 and closing; another process may take it before postgres binds, so
-	// try a few.
-	for attempt := 0; ; attempt++ {
-		if s.port, err = freePort(); err == nil {
-			if err = s.start(); err == nil {
-				return s, nil
-			}
-		}
-		if attempt == 2 {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	err = withFreePorts(1, func(p []int) error {
+		s.port = p[0]
+		return s.start()
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
+	return s, nil
 }
 
-// The layout of the temporary directory.
+// The layout of the temporary directory (and ownerFile).
 const (
-	stalePrefix = "warren-pg-"
-	ownerFile   = "owner.pid" // the test binary's pid, for sweepStale
-	dataDir     = "data"
-	socketDir   = "sock"
-	logFile     = "postgres.log"
+	pgStalePrefix = "warren-pg-"
+	dataDir       = "data"
+	socketDir     = "sock"
+	pgLogFile     = "postgres.log"
 )
 
 func (s *PostgreSQLServer) initdb() error {
-	if err := os.WriteFile(filepath.Join(s.dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return err
-	}
 	if err := os.Mkdir(filepath.Join(s.dir, socketDir), 0o700); err != nil {
 		return err
 	}
@@ -260,12 +235,6 @@ func (s *PostgreSQLServer) initdb() error {
 // start runs postgres in the foreground as a child of the test binary and waits until it accepts
 // connections.
 func (s *PostgreSQLServer) start() error {
-	logf, err := os.OpenFile(filepath.Join(s.dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	logStart, _ := logf.Seek(0, 2)
 	cmd := s.command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, dataDir),
 		"-p", strconv.Itoa(s.port),
 		"-c", "listen_addresses=127.0.0.1",
@@ -278,62 +247,19 @@ func (s *PostgreSQLServer) start() error {
 		"-c", "shared_buffers=64MB",
 		"-c", "max_pred_locks_per_transaction=256",
 	)
-	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the test binary dies without stopping the server (killed, timed out), the postmaster gets SIGQUIT
 	// (immediate shutdown) and its backends follow it.
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := s.awaitReady(30 * time.Second); err != nil {
-		s.stop()
-		return fmt.Errorf("postgres on port %d: %w\n%s", s.port, err, s.logSince(logStart))
-	}
-	return nil
-}
-
-// awaitReady polls until the server answers a query, the process exits, or timeout passes.
-func (s *PostgreSQLServer) awaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := s.admin(ctx, "SELECT 1")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v: %w", timeout, err)
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("exited: %v", s.waitErr)
-		case <-tick.C:
-		}
-	}
-}
-
-// stop asks for a fast shutdown (SIGINT) and waits for the process; after 30 s it kills it.
-func (s *PostgreSQLServer) stop() error {
-	if !s.Running() {
-		return nil
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.proc.start(cmd); err != nil {
 		return err
 	}
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-		return errors.New("postgres did not shut down in 30 s: killed")
+	selectOne := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return s.admin(ctx, "SELECT 1")
+	}
+	if err := s.proc.awaitReady(30*time.Second, 20*time.Millisecond, selectOne); err != nil {
+		return fmt.Errorf("postgres on port %d: %w", s.port, err)
 	}
 	return nil
 }
@@ -347,18 +273,6 @@ func (s *PostgreSQLServer) admin(ctx context.Context, sql string) error {
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, sql)
 	return err
-}
-
-func (s *PostgreSQLServer) logSince(off int64) string {
-	b, err := os.ReadFile(filepath.Join(s.dir, logFile))
-	if err != nil || off > int64(len(b)) {
-		return ""
-	}
-	b = b[off:]
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(bytes.TrimSpace(b))
 }
 
 // command runs name as the unprivileged user when the test runs as root.
@@ -423,32 +337,4 @@ func unprivileged() (*syscall.Credential, error) {
 	}
 	return nil, errors.New("running as root and found no unprivileged user (postgres or nobody) to run PostgreSQL as: " +
 		"create one (`make tools` installs the postgresql package, which creates postgres) or run the tests as another user")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// sweepStale removes the temporary directories of servers whose test binary is gone (killed before Main or
-// t.Cleanup could remove them). Their servers are gone too: the parent-death signal stopped them.
-func sweepStale() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), stalePrefix+"*"))
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, ownerFile))
-		if err != nil {
-			continue // not ours, or still being created
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(d)
-		}
-	}
 }

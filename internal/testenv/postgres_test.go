@@ -66,7 +66,7 @@ func TestPostgreSQL(t *testing.T) {
 	if got := queryString(t, a, "SHOW port"); got != strconv.Itoa(srv.port) {
 		t.Errorf("port %s, want the shared server's %d", got, srv.port)
 	}
-	if uid := processUID(t, srv.cmd.Process.Pid); uid == 0 {
+	if uid := processUID(t, srv.proc.cmd.Process.Pid); uid == 0 {
 		t.Error("postgres runs as root")
 	}
 	if got, want := queryString(t, a, "SHOW unix_socket_directories"), filepath.Join(srv.dir, socketDir); got != want {
@@ -182,7 +182,7 @@ func TestPostgreSQLLeavesNothingBehind(t *testing.T) {
 				if err != nil {
 					t.Fatalf("a killed child's directory: %v, want it left for the sweep", err)
 				}
-				sweepStale()
+				sweepStale(pgStalePrefix, os.RemoveAll)
 				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("sweep left %s: %v", dir, err)
 				}
@@ -198,7 +198,7 @@ func TestPostgreSQLChild(t *testing.T) {
 		t.Skip("runs only as TestPostgreSQLLeavesNothingBehind's child")
 	}
 	connect(t, PostgreSQL(t))
-	fmt.Printf("PGINFO %d %s\n", shared.srv.cmd.Process.Pid, shared.srv.dir)
+	fmt.Printf("PGINFO %d %s\n", shared.srv.proc.cmd.Process.Pid, shared.srv.dir)
 	if mode == "kill" {
 		time.Sleep(time.Minute) // until killed
 	}

@@ -1,14 +1,11 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,9 +36,7 @@ type S3Server struct {
 	port    int
 	access  string
 	secret  string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has been waited for
-	waitErr error
+	proc    proc
 	buckets atomic.Int64
 }
 
@@ -57,34 +52,33 @@ const (
 // directory). Skips under -short; fails when versitygw is missing (`make tools` builds it).
 func StartS3(t testing.TB) *S3Server {
 	t.Helper()
+	dir := t.TempDir()
 	s := &S3Server{
 		bin:    Binary(t, "versitygw"),
-		dir:    t.TempDir(),
+		dir:    dir,
 		access: "warren" + randomHex(t, 8),
 		secret: randomHex(t, 20),
+		proc: proc{
+			title:   "versitygw",
+			stopSig: syscall.SIGTERM,
+			grace:   30 * time.Second,
+			logPath: filepath.Join(dir, s3LogFile),
+		},
 	}
 	for _, d := range []string{s3DataDir, s3IAMDir} {
 		if err := os.Mkdir(filepath.Join(s.dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("stop versitygw: %v", err)
-		}
+	err := withFreePorts(1, func(p []int) error {
+		s.port = p[0]
+		return s.start()
 	})
-	// The port is picked by binding :0 and closing; another process may take it before versitygw binds,
-	// so try a few.
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if s.port, err = freePort(); err == nil {
-			if err = s.start(); err == nil {
-				return s
-			}
-		}
+	if err != nil {
+		t.Fatalf("start versitygw: %v", err)
 	}
-	t.Fatalf("start versitygw: %v", err)
-	return nil
+	s.proc.stopAtCleanup(t, nil)
+	return s
 }
 
 // Endpoint is the server's base URL, http://127.0.0.1:port.
@@ -135,45 +129,22 @@ func (s *S3Server) client() *s3.Client {
 }
 
 // Running reports whether the server process is up.
-func (s *S3Server) Running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (s *S3Server) Running() bool { return s.proc.running() }
 
 // Stop shuts the server down; clients get connection errors until Start. Objects are kept.
 func (s *S3Server) Stop(t testing.TB) {
 	t.Helper()
-	if err := s.stop(); err != nil {
-		t.Fatalf("stop versitygw: %v", err)
-	}
+	s.proc.stopOrFatal(t)
 }
 
 // Start starts a stopped server again on the same address, credentials and data.
 func (s *S3Server) Start(t testing.TB) {
 	t.Helper()
-	if s.Running() {
-		t.Fatal("start versitygw: already running")
-	}
-	if err := s.start(); err != nil {
-		t.Fatalf("start versitygw: %v", err)
-	}
+	s.proc.restartOrFatal(t, s.start)
 }
 
 // start runs versitygw as a child of the test binary and waits until it answers.
 func (s *S3Server) start() error {
-	logf, err := os.OpenFile(filepath.Join(s.dir, s3LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	logStart, _ := logf.Seek(0, 2)
 	cmd := exec.Command(s.bin,
 		"--port", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
 		"--region", s3Region,
@@ -186,78 +157,14 @@ func (s *S3Server) start() error {
 	// Only what versitygw needs: no VGW_* or AWS_* setting of the developer's leaks in.
 	cmd.Env = []string{"ROOT_ACCESS_KEY=" + s.access, "ROOT_SECRET_KEY=" + s.secret, "HOME=" + s.dir, "TZ=UTC"}
 	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// If the test binary dies without stopping the server (killed, timed out), versitygw goes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("versitygw: %w", err)
-	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := s.awaitReady(30 * time.Second); err != nil {
-		s.stop()
-		return fmt.Errorf("versitygw on port %d: %w\n%s", s.port, err, s.logSince(logStart))
-	}
-	return nil
-}
-
-// awaitReady polls the health endpoint until it answers 200, the process exits, or timeout passes.
-func (s *S3Server) awaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := client.Get(s.Endpoint() + s3HealthPath)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("health check: %s", resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v: %w", timeout, err)
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("exited: %v", s.waitErr)
-		case <-tick.C:
-		}
-	}
-}
-
-// stop asks versitygw to shut down (SIGTERM) and waits for it; after 30 s it kills it.
-func (s *S3Server) stop() error {
-	if !s.Running() {
-		return nil
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.proc.start(cmd); err != nil {
 		return err
 	}
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-		return errors.New("versitygw did not shut down in 30 s: killed")
+	health := func() error { return getJSON(s.Endpoint()+s3HealthPath, nil) }
+	if err := s.proc.awaitReady(30*time.Second, 20*time.Millisecond, health); err != nil {
+		return fmt.Errorf("versitygw on port %d: %w", s.port, err)
 	}
 	return nil
-}
-
-func (s *S3Server) logSince(off int64) string {
-	b, err := os.ReadFile(filepath.Join(s.dir, s3LogFile))
-	if err != nil || off > int64(len(b)) {
-		return ""
-	}
-	b = b[off:]
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(bytes.TrimSpace(b))
 }
 
 func randomHex(t testing.TB, n int) string {

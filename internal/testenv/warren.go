@@ -1,14 +1,12 @@
 package testenv
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -54,7 +52,7 @@ func sweepStaleWarren() {
 		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		if processGone(pid) {
 			os.RemoveAll(d)
 		}
 	}
