@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"net"
 
 	"fmt"
 	"github.com/warren-mesh/warren/billing"
@@ -30,6 +31,10 @@ type Config struct {
 	// Listen is the address of the internal API (default "127.0.0.1:0"). It should stay on loopback: only
 	// the edge calls it.
 	Listen string
+	// Listener, when set, is used instead of listening on Listen: a production runner opens it first so it
+	// can take its owner lock (with this address) before it restores and serves. Connections that arrive
+	// meanwhile wait in the listen backlog. Run closes it.
+	Listener net.Listener
 	// Workspace is the user's directory, created 0700 if missing; commands see it at /workspace.
 	Workspace string
 	// StateDir is the runner's private directory (created 0700 if set). It must not be inside Workspace;

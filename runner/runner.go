@@ -119,6 +119,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	if r.sandbox.Insecure() {
 		r.log.Warn("commands run WITHOUT a sandbox (-insecure-no-sandbox): they can read and write anything this process can")
 	}
+	if r.cfg.Listener != nil {
+		defer r.cfg.Listener.Close() // also on the early returns below; a second close is harmless
+	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	r.stop = stop
@@ -137,9 +140,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		r.agent.proxyURL = url
 	}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", r.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", r.cfg.Listen, err)
+	ln := r.cfg.Listener
+	if ln == nil {
+		if ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", r.cfg.Listen); err != nil {
+			return fmt.Errorf("listen %s: %w", r.cfg.Listen, err)
+		}
 	}
 
 	var extra map[string]any

@@ -359,31 +359,71 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 		case <-l.sb.Exited:
 			done = true
 		case <-s.stop:
+			if s.cfg.RunnerRegisters {
+				// Production: the runner holds its own lock and outlives this scheduler (a restart or
+				// deploy must not end every session of the region). Record what it used so far and stop
+				// supervising; it sleeps on its own, and its job and placement are cleaned up when the next
+				// claim of its user finds the placement stale.
+				meter()
+				s.mu.Lock()
+				if s.live[id] == l {
+					delete(s.live, id)
+				}
+				s.mu.Unlock()
+				log.Info("scheduler closing: the runner keeps serving", "alloc", l.sb.Alloc)
+				return
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
 				log.Warn("stop sandbox on shutdown", "err", err)
 			}
 			cancel()
-			<-l.sb.Exited
+			select {
+			case <-l.sb.Exited:
+			case <-time.After(s.cfg.StartTimeout):
+				log.Warn("sandbox did not report its exit on shutdown", "alloc", l.sb.Alloc)
+			}
 			done = true
 		}
 	}
 	meter()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	// The runner is gone (slept, crashed or stopped): release what the driver still keeps for it (on
-	// Nomad, the stopped job is purged).
-	if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
-		log.Warn("clean up after the runner", "err", err)
-	}
-	if !s.cfg.RunnerRegisters { // a self-registered runner's lock went with its process
-		if err := s.cfg.Registry.Deregister(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch); err != nil {
-			log.Warn("deregister runner", "err", err)
+	// Nomad, the stopped job is purged). Each step has its own deadline, so a slow one cannot starve the
+	// placement update.
+	step := func(what string, f func(ctx context.Context) error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f(ctx); err != nil && !errors.Is(err, ErrStaleEpoch) {
+			log.Warn(what, "err", err)
 		}
 	}
-	if err := s.cfg.Placements.Update(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch, StateAsleep, ""); err != nil && !errors.Is(err, ErrStaleEpoch) {
-		log.Warn("mark placement asleep", "err", err)
+	step("clean up after the runner", func(ctx context.Context) error { return s.cfg.Driver.Stop(ctx, l.sb.Alloc) })
+	if s.cfg.RunnerRegisters {
+		// The driver may report an allocation gone (e.g. lost with its node) while the runner still runs
+		// and holds its lock: the placement sleeps only once the lock of this epoch is released (or after
+		// a bound, when the runner's own self-fencing has ended it).
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			e, err := s.cfg.Registry.Lookup(ctx, l.entry.Issuer, l.entry.User)
+			cancel()
+			if errors.Is(err, registry.ErrNotFound) || (err == nil && e.Epoch != l.entry.Epoch) {
+				break
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-s.stop:
+				deadline = time.Time{} // shutting down: leave the placement to the next claim
+			}
+		}
+	} else {
+		step("deregister runner", func(ctx context.Context) error {
+			return s.cfg.Registry.Deregister(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch)
+		})
 	}
+	step("mark placement asleep", func(ctx context.Context) error {
+		return s.cfg.Placements.Update(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch, StateAsleep, "")
+	})
 	s.mu.Lock()
 	if s.live[id] == l {
 		delete(s.live, id)

@@ -62,7 +62,7 @@ func serveRole(ctx context.Context, role, listen string, h http.Handler, reg *pr
 	if err != nil {
 		return fmt.Errorf("%s: listen: %w", role, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
@@ -196,6 +196,8 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&mem, "runner-memory", 1024, "memory of a sandbox, MiB")
 	fs.DurationVar(&startTimeout, "start-timeout", 60*time.Second, "how long a sandbox may take to become ready")
 	fs.DurationVar(&killTimeout, "kill-timeout", 45*time.Second, "grace between SIGTERM and SIGKILL of a sandbox (covers its final snapshot)")
+	var templatePath string
+	fs.StringVar(&templatePath, "sandbox-template", os.Getenv("WARREN_SANDBOX_TEMPLATE"), "sandbox job template (HCL2 with the variables of jobs/sandbox.nomad.hcl); default: the built-in one. Use your own to add Vault templates for the runners' secrets (model key, database URL, S3 keys) instead of -runner-env")
 	fs.Var(&runnerArgs, "runner-arg", "extra flag for every runner (repeatable), e.g. -runner-arg=-idle-timeout=10m")
 	fs.Var(&runnerEnv, "runner-env", "K=V in every runner's environment (repeatable; prefer Vault templates for secrets)")
 	if err := fs.Parse(args); err != nil {
@@ -236,6 +238,12 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("nomad client: %w", err)
 	}
+	var template []byte
+	if templatePath != "" {
+		if template, err = os.ReadFile(templatePath); err != nil {
+			return fmt.Errorf("-sandbox-template: %w", err)
+		}
+	}
 	env, err := runnerEnv.pairs()
 	if err != nil {
 		return fmt.Errorf("-runner-env: %w", err)
@@ -244,7 +252,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// Runners register themselves in Consul; they find it at the scheduler's address.
 	args2 := append([]string{"-consul", p.consulAddr}, runnerArgs...)
 	driver, err := nomad.New(nomad.Config{
-		Client: nc, Registry: reg, Datacenters: []string{dcs}, Binary: binary, Driver: drv,
+		Client: nc, Registry: reg, Template: template, Datacenters: []string{dcs}, Binary: binary, Driver: drv,
 		RunnerArgs: args2, Env: env, CPU: cpu, MemoryMB: mem, KillTimeout: killTimeout,
 		Logger: log.With("component", "nomad"), Metrics: metrics,
 		Pool: nomad.PoolConfig{Size: warmPool, Region: c.region, Registry: reg},

@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -204,21 +204,50 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if dumpErr != nil {
 		cfg.Logger.Warn("could not make the runner non-dumpable; its environment stays readable by this uid", "err", dumpErr)
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var release func()
+	if prod.consulAddr != "" {
+		// DESIGN.md §4: the runner holds its user's owner lock in Consul before it restores or serves
+		// anything, so an older epoch still shutting down is fenced (its lock lost, its final snapshot
+		// skipped) before this one reads the latest snapshot. Requests that arrive meanwhile wait in the
+		// listen backlog. Losing the lock later (session invalidated, a newer epoch took over, Consul
+		// unreachable past the TTL) stops the agent without a final snapshot and ends the process.
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		}
+		cfg.Listener, cfg.Listen = ln, ln.Addr().String()
+		var lost <-chan struct{}
+		lost, release, err = holdOwnerLock(ctx, &prod, registry.Entry{
+			Issuer: cfg.Issuer, User: cfg.User, Epoch: cfg.Epoch, Region: cfg.Region, Alloc: alloc,
+			Addr: ln.Addr().String(), Key: cfg.Key, Since: time.Now(),
+		}, cfg.Logger)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer release()
+		go func() {
+			select {
+			case <-lost:
+				cfg.Logger.Error("owner lock lost: fencing myself (stopping the agent and exiting, no final snapshot)")
+				cancel(runner.ErrFencedOff)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	r, err := runner.New(cfg)
 	if err != nil {
 		return err
 	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var fenced atomic.Bool
 	if watchStdin {
 		// This goroutine is not waited for: a blocking read of stdin cannot be interrupted, and it ends
 		// with the process.
 		go func() {
 			_, _ = io.Copy(io.Discard, os.Stdin)
 			cfg.Logger.Info("stdin closed; shutting down")
-			cancel()
+			cancel(nil)
 		}()
 	}
 
@@ -230,39 +259,19 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err == nil {
 			err = errors.New("runner stopped before listening")
 		}
+		if errors.Is(context.Cause(ctx), runner.ErrFencedOff) {
+			err = errors.Join(err, errFenced)
+		}
 		return err
 	}
-	if prod.consulAddr != "" {
-		// DESIGN.md §4: the runner holds its user's owner lock in Consul; losing it (session invalidated,
-		// a newer epoch took over, Consul unreachable past the TTL) stops the agent and ends the process.
-		lost, release, err := holdOwnerLock(ctx, &prod, registry.Entry{
-			Issuer: cfg.Issuer, User: cfg.User, Epoch: cfg.Epoch, Region: cfg.Region, Alloc: alloc,
-			Addr: r.Addr(), Key: cfg.Key, Since: time.Now(),
-		}, cfg.Logger)
-		if err != nil {
-			cancel()
-			<-errc
-			return err
-		}
-		defer release()
-		go func() {
-			select {
-			case <-lost:
-				cfg.Logger.Error("owner lock lost: fencing myself (stopping the agent and exiting)")
-				fenced.Store(true)
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
 	if err := json.NewEncoder(stdout).Encode(readyLine{Event: "ready", Addr: r.Addr(), PID: os.Getpid()}); err != nil {
-		cancel()
+		cancel(nil)
 		<-errc
 		return fmt.Errorf("write ready line: %w", err)
 	}
 	start := time.Now()
 	err = <-errc
-	if fenced.Load() {
+	if errors.Is(context.Cause(ctx), runner.ErrFencedOff) {
 		err = errors.Join(err, errFenced)
 	}
 	cfg.Logger.Info("runner exited", "uptime_s", int64(time.Since(start).Seconds()), "err", err)

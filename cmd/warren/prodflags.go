@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,7 +61,8 @@ func (p *prodFlags) registerS3(fs *flag.FlagSet) {
 	fs.StringVar(&p.s3Bucket, "s3-bucket", os.Getenv("WARREN_S3_BUCKET"), "bucket of snapshots ($WARREN_S3_BUCKET)")
 	fs.StringVar(&p.s3Region, "s3-region", envOr("WARREN_S3_REGION", "us-east-1"), "bucket region ($WARREN_S3_REGION)")
 	fs.StringVar(&p.s3Prefix, "s3-prefix", os.Getenv("WARREN_S3_PREFIX"), "key prefix inside the bucket ($WARREN_S3_PREFIX)")
-	fs.BoolVar(&p.s3PathStyle, "s3-path-style", os.Getenv("WARREN_S3_PATH_STYLE") != "", "path-style URLs (MinIO, versitygw) ($WARREN_S3_PATH_STYLE non-empty)")
+	pathStyle, _ := strconv.ParseBool(os.Getenv("WARREN_S3_PATH_STYLE"))
+	fs.BoolVar(&p.s3PathStyle, "s3-path-style", pathStyle, "path-style URLs (MinIO, versitygw) ($WARREN_S3_PATH_STYLE=true)")
 }
 
 // openVault logs in with the first configured method: token ($VAULT_TOKEN), AppRole, or JWT.

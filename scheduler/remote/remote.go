@@ -237,7 +237,12 @@ func (c *Client) call(ctx context.Context, path string, body []byte, out any) er
 		return wire.Wrap(wire.Unavailable, err, "read scheduler response")
 	}
 	if resp.StatusCode/100 != 2 {
-		return wire.ReadHTTPError(resp.StatusCode, data)
+		we := wire.ReadHTTPError(resp.StatusCode, data)
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			// Our own credentials between edge and scheduler, not the end user's: never their fault.
+			return wire.Wrap(wire.Internal, we, "the edge could not authenticate to the scheduler (check WARREN_SCHEDULER_KEY)")
+		}
+		return we
 	}
 	if out == nil {
 		return nil

@@ -113,8 +113,8 @@ func TestErrorsKeepTheirWireCode(t *testing.T) {
 		t.Fatalf("err = %v (code %s), want timeout", err, wire.CodeOf(err))
 	}
 	_, err = (&remote.Client{URL: srv.URL, Key: "wrong-key-wrong-key"}).Ensure(context.Background(), scheduler.Request{Issuer: "iss", User: "u"})
-	if wire.CodeOf(err) != wire.Unauthenticated {
-		t.Fatalf("wrong key: err = %v, want unauthenticated", err)
+	if wire.CodeOf(err) != wire.Internal {
+		t.Fatalf("wrong key: err = %v, want internal (the edge's credentials, not the user's)", err)
 	}
 	srv.Close()
 	_, err = (&remote.Client{URL: srv.URL, Key: key}).Ensure(context.Background(), scheduler.Request{Issuer: "iss", User: "u"})
