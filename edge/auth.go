@@ -39,6 +39,7 @@ type admitted struct {
 	maxSessions int64         // per user, from the quota; < 0 unlimited
 	limit       billing.Limit // the quota's caps and rates, with Config.Rates where it sets none
 	lease       string        // the agent connection's session lease ("" without one)
+	anchor      time.Time     // the token's windowStart for a bounded window (the account rolls from it)
 	entry       registry.Entry
 	log         *slog.Logger
 }
@@ -84,13 +85,14 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 		}
 	}
 	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, limit: lim, log: log}
+	a.anchor = anchorOf(claims, acct)
 	if channel {
 		if err := e.admitChannel(ctx, a); err != nil {
 			return nil, err
 		}
 	}
 	e.m.admissions.WithLabelValues("ok").Inc()
-	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct, ComputeLimit: budget.ComputeSeconds})
+	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct, ComputeLimit: budget.ComputeSeconds, Anchor: anchorOf(claims, acct)})
 	if err != nil {
 		e.releaseLease(a)
 		return nil, err
@@ -104,7 +106,8 @@ func (a *admitted) grant(b billing.Budget) wire.Grant {
 	g := wire.Grant{
 		Issuer: a.claims.Issuer, User: a.claims.Subject, Window: string(a.account.Window),
 		WindowStart: a.account.WindowStart, AIMicros: b.AIMicros, ComputeSeconds: b.ComputeSeconds,
-		SDKConfig: a.claims.SDKConfig,
+		WindowAnchor: a.anchor,
+		SDKConfig:    a.claims.SDKConfig,
 	}
 	if !a.claims.Permissions.IsZero() {
 		g.Permissions, _ = json.Marshal(a.claims.Permissions)
@@ -126,6 +129,14 @@ func accountOf(c *token.Claims, now time.Time) (billing.Account, billing.Budget)
 		acct.WindowStart = billing.CurrentWindowStart(acct.Window, c.Budget.WindowStart.UTC().Truncate(time.Second), now)
 	}
 	return acct, billing.Budget{AIMicros: c.Budget.AIMicros, ComputeSeconds: c.Budget.ComputeSeconds}
+}
+
+// anchorOf is the token's windowStart for a bounded window (zero for lifetime): the account rolls from it.
+func anchorOf(c *token.Claims, acct billing.Account) time.Time {
+	if acct.Window == billing.Lifetime {
+		return time.Time{}
+	}
+	return c.Budget.WindowStart.UTC().Truncate(time.Second)
 }
 
 // leaseTTL bounds how long a crashed edge's connections keep counting against the caps.

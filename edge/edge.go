@@ -27,7 +27,8 @@ type SandboxRequest struct {
 	Issuer       string
 	User         string
 	Account      billing.Account
-	ComputeLimit int64 // seconds in Account's window; < 0 unlimited
+	ComputeLimit int64     // seconds in Account's window; < 0 unlimited
+	Anchor       time.Time // non-zero: Account's window rolls over from it (the token's windowStart)
 }
 
 // Sandboxes finds or starts users' runners (the scheduler). Safe for concurrent use.

@@ -52,7 +52,7 @@ func (m *meteredAgent) grantOf(sessionID string) wire.Grant {
 // open (re)opens the session with the proxy under its grant and returns its token.
 func (m *meteredAgent) open(sessionID string) string {
 	g := m.grantOf(sessionID)
-	return m.proxy.OpenSession(sessionID, accountOf(g), g.AIMicros)
+	return m.proxy.OpenRollingSession(sessionID, accountOf(g), g.WindowAnchor.UTC(), g.AIMicros)
 }
 
 // Endpoint is the driver's view of the model: the runner's proxy and a per-session token.

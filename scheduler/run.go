@@ -41,6 +41,9 @@ type Request struct {
 	User         string
 	Account      billing.Account
 	ComputeLimit int64
+	// Anchor, when set, is the token's windowStart: Account's bounded window rolls over from it, so compute
+	// of a sandbox that outlives a window is charged to the window it is used in.
+	Anchor time.Time
 }
 
 // Scheduler gives every (issuer, user) at most one live runner. Safe for concurrent use.
@@ -61,6 +64,7 @@ type live struct {
 	entry   registry.Entry
 	sb      Sandbox
 	account billing.Account
+	anchor  time.Time     // non-zero: account's window rolls over from it
 	limit   int64         // compute seconds of account's window; < 0 unlimited
 	stopped chan struct{} // closed when the supervisor finished
 }
@@ -123,7 +127,7 @@ func New(cfg Config) (*Scheduler, error) {
 // *wire.Error (unavailable, timeout) ready for a client.
 func (s *Scheduler) Ensure(ctx context.Context, req Request) (registry.Entry, error) {
 	if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
-		s.charge(SandboxID(req.Issuer, req.User), req.Account, req.ComputeLimit)
+		s.charge(SandboxID(req.Issuer, req.User), req.Account, req.Anchor, req.ComputeLimit)
 		return e, nil
 	} else if !errors.Is(err, registry.ErrNotFound) {
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "sandbox registry unavailable")
@@ -226,7 +230,7 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		Issuer: req.Issuer, User: req.User, Epoch: claimed.Epoch, Region: s.cfg.Region,
 		Alloc: sb.Alloc, Addr: sb.Addr, Key: sb.Key, Since: s.cfg.Now(),
 	}
-	l := &live{entry: entry, sb: sb, account: req.Account, limit: req.ComputeLimit, stopped: make(chan struct{})}
+	l := &live{entry: entry, sb: sb, account: req.Account, anchor: req.Anchor, limit: req.ComputeLimit, stopped: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -321,8 +325,11 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 			return
 		}
 		s.mu.Lock()
-		acct := l.account
+		acct, anchor := l.account, l.anchor
 		s.mu.Unlock()
+		if !anchor.IsZero() && acct.Window != billing.Lifetime {
+			acct.WindowStart = billing.CurrentWindowStart(acct.Window, anchor, now)
+		}
 		seq++
 		ev := billing.UsageEvent{
 			Key:     fmt.Sprintf("compute/%s/%d/%d", id, l.entry.Epoch, seq),
@@ -433,11 +440,11 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 }
 
 // charge makes later compute of the user's live sandbox count against acct (the newest token's window).
-func (s *Scheduler) charge(id string, acct billing.Account, limit int64) {
+func (s *Scheduler) charge(id string, acct billing.Account, anchor time.Time, limit int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.live[id]; l != nil && acct.Issuer != "" {
-		l.account, l.limit = acct, limit
+		l.account, l.anchor, l.limit = acct, anchor, limit
 	}
 }
 

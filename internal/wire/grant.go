@@ -13,10 +13,13 @@ const HeaderGrant = "X-Warren-Grant"
 // Grant is what the edge admitted: whose sandbox, which budget window is charged, the limits of that window
 // and the token's permissions and sdkConfig (PROTOCOL.md §1), which override client session options.
 type Grant struct {
-	Issuer         string          `json:"iss"`
-	User           string          `json:"sub"`
-	Window         string          `json:"window"`
-	WindowStart    time.Time       `json:"windowStart,omitzero"`
+	Issuer      string    `json:"iss"`
+	User        string    `json:"sub"`
+	Window      string    `json:"window"`
+	WindowStart time.Time `json:"windowStart,omitzero"`
+	// WindowAnchor is the token's own windowStart: the window rolls over from it (billing.CurrentWindowStart),
+	// so a connection that outlives its window charges the next one. Zero: WindowStart is fixed.
+	WindowAnchor   time.Time       `json:"windowAnchor,omitzero"`
 	AIMicros       int64           `json:"ai"`      // limit for the window; < 0 unlimited
 	ComputeSeconds int64           `json:"compute"` // limit for the window; < 0 unlimited
 	Permissions    json.RawMessage `json:"permissions,omitempty"`

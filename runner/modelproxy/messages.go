@@ -32,7 +32,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 		writeAPIError(w, badRequest(err.Error()))
 		return
 	}
-	acct, limit := s.budget()
+	acct, limit := s.budget(p.now())
 	price := p.prices.Lookup(req.model)
 	pl := plan{acct: acct, limit: limit, worst: billing.Price{Input: price.MaxInput(), Output: price.Output},
 		inBytes: int64(len(body)) + bodySlack, maxTokens: req.maxTokens, thinkingBudget: req.thinkingBudget()}

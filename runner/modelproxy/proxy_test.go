@@ -914,3 +914,41 @@ func TestWaitsForSiblingHolds(t *testing.T) {
 		t.Errorf("ledger %+v", l)
 	}
 }
+
+// A rolling session (the grant's window anchor) charges each call to the window period that contains the
+// proxy's clock: a session open across midnight of a daily budget moves to the new day's account.
+func TestRollingSessionChargesTheCurrentWindow(t *testing.T) {
+	anchor := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := time.Date(2030, 3, 4, 23, 59, 59, 0, time.UTC)
+	e := startEnv(t, modelserver.Options{}, func(c *modelproxy.Config) {
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	start := billing.Account{Issuer: "iss", User: "night", Window: billing.Day, WindowStart: billing.CurrentWindowStart(billing.Day, anchor, now)}
+	token := e.proxy.OpenRollingSession("s1", start, anchor, -1)
+	call := func() {
+		t.Helper()
+		resp, b := post(t, e.url, "/v1/messages", token, "plain", body("claude-sonnet-4-5", 256, false))
+		wantStatus(t, resp, b, http.StatusOK)
+	}
+	call()
+	mu.Lock()
+	now = time.Date(2030, 3, 5, 0, 0, 1, 0, time.UTC)
+	mu.Unlock()
+	call()
+	usage := func(day int) billing.Usage {
+		u, err := e.ledger.Usage(context.Background(), billing.Account{Issuer: "iss", User: "night", Window: billing.Day,
+			WindowStart: time.Date(2030, 3, day, 0, 0, 0, 0, time.UTC)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	d4, d5 := usage(4), usage(5)
+	if d4.AIMicros == 0 || d5.AIMicros == 0 || d4.HeldAIMicros != 0 || d5.HeldAIMicros != 0 {
+		t.Fatalf("day 4 %+v, day 5 %+v: want one settled call in each window", d4, d5)
+	}
+	if got := e.proxy.Usage("s1").AIMicros; got != d4.AIMicros+d5.AIMicros {
+		t.Fatalf("session usage %d, want %d (both windows)", got, d4.AIMicros+d5.AIMicros)
+	}
+}

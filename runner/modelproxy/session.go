@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/warren-mesh/warren/billing"
 )
@@ -71,10 +72,11 @@ type session struct {
 	token     string
 	tokenHash [32]byte
 
-	mu    sync.Mutex
-	acct  billing.Account
-	limit int64
-	usage SessionUsage
+	mu     sync.Mutex
+	acct   billing.Account
+	anchor time.Time // non-zero: acct's window rolls over from it (billing.CurrentWindowStart)
+	limit  int64
+	usage  SessionUsage
 	// The grace allowance (Config.Grace) for calls made while the ledger is unavailable: graceUsed is what
 	// such calls cost since the ledger last answered, graceHeld what those in flight may still cost.
 	// graceEpoch counts the answers that made the grace whole again, so a call begun before one is not
@@ -83,10 +85,16 @@ type session struct {
 	graceEpoch           uint64
 }
 
-func (s *session) budget() (billing.Account, int64) {
+// budget is the account a call at now is charged to, and its limit: with an anchor, the window period that
+// contains now, so a session that outlives its window charges the next one.
+func (s *session) budget(now time.Time) (billing.Account, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.acct, s.limit
+	acct := s.acct
+	if !s.anchor.IsZero() && acct.Window != billing.Lifetime {
+		acct.WindowStart = billing.CurrentWindowStart(acct.Window, s.anchor, now)
+	}
+	return acct, s.limit
 }
 
 func (s *session) snapshot() SessionUsage {
@@ -174,16 +182,23 @@ type sessions struct {
 // keeps its token and usage and updates its account and limit (a new budget window); open a fresh token
 // with CloseSession first. Safe for concurrent use.
 func (p *Proxy) OpenSession(sessionID string, acct billing.Account, aiLimit int64) (token string) {
+	return p.OpenRollingSession(sessionID, acct, time.Time{}, aiLimit)
+}
+
+// OpenRollingSession is OpenSession for an account whose bounded window rolls over from anchor (the token's
+// windowStart): every call is charged to the window period that contains the proxy's clock at that call.
+// A zero anchor keeps acct's window fixed.
+func (p *Proxy) OpenRollingSession(sessionID string, acct billing.Account, anchor time.Time, aiLimit int64) (token string) {
 	p.sess.mu.Lock()
 	defer p.sess.mu.Unlock()
 	if s, ok := p.sess.byID[sessionID]; ok {
 		s.mu.Lock()
-		s.acct, s.limit = acct, aiLimit
+		s.acct, s.anchor, s.limit = acct, anchor, aiLimit
 		s.mu.Unlock()
 		return s.token
 	}
 	token = tokenPrefix + rand.Text()
-	s := &session{id: sessionID, token: token, tokenHash: sha256.Sum256([]byte(token)), acct: acct, limit: aiLimit}
+	s := &session{id: sessionID, token: token, tokenHash: sha256.Sum256([]byte(token)), acct: acct, anchor: anchor, limit: aiLimit}
 	s.usage.Models = map[string]ModelUsage{}
 	p.sess.byID[sessionID] = s
 	p.sess.byToken[s.tokenHash] = s

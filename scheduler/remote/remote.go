@@ -42,10 +42,11 @@ type Scheduler interface {
 
 // EnsureRequest is the body of POST /v1/sandboxes/ensure.
 type EnsureRequest struct {
-	Issuer       string  `json:"issuer"`
-	User         string  `json:"user"`
-	Account      Account `json:"account"`
-	ComputeLimit int64   `json:"computeLimit"`
+	Issuer       string    `json:"issuer"`
+	User         string    `json:"user"`
+	Account      Account   `json:"account"`
+	ComputeLimit int64     `json:"computeLimit"`
+	Anchor       time.Time `json:"anchor,omitzero"`
 }
 
 // Account is billing.Account on the wire.
@@ -90,7 +91,7 @@ func ParseEnsure(b []byte) (scheduler.Request, error) {
 		return scheduler.Request{}, wire.Errorf(wire.InvalidArgument, "unknown budget window %q", r.Account.Window)
 	}
 	return scheduler.Request{
-		Issuer: r.Issuer, User: r.User, ComputeLimit: r.ComputeLimit,
+		Issuer: r.Issuer, User: r.User, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor,
 		Account: billing.Account{Issuer: r.Account.Issuer, User: r.Account.User, Window: w, WindowStart: r.Account.WindowStart},
 	}, nil
 }
@@ -194,7 +195,7 @@ func (c *Client) Ensure(ctx context.Context, req scheduler.Request) (registry.En
 		}
 	}
 	body, _ := json.Marshal(EnsureRequest{
-		Issuer: req.Issuer, User: req.User, ComputeLimit: req.ComputeLimit,
+		Issuer: req.Issuer, User: req.User, ComputeLimit: req.ComputeLimit, Anchor: req.Anchor,
 		Account: Account{Issuer: req.Account.Issuer, User: req.Account.User, Window: string(req.Account.Window), WindowStart: req.Account.WindowStart},
 	})
 	var out Entry

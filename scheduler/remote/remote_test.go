@@ -64,14 +64,15 @@ func TestEnsureAndForgetRoundTrip(t *testing.T) {
 	c := &remote.Client{URL: srv.URL, Key: key}
 	ctx := context.Background()
 	acct := billing.Account{Issuer: "iss", User: "u", Window: billing.Window("day"), WindowStart: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
-	e, err := c.Ensure(ctx, scheduler.Request{Issuer: "iss", User: "u", Account: acct, ComputeLimit: 60})
+	anchor := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	e, err := c.Ensure(ctx, scheduler.Request{Issuer: "iss", User: "u", Account: acct, ComputeLimit: 60, Anchor: anchor})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e.Epoch != 3 || e.Key != "runner-key" || e.Addr != "127.0.0.1:9" || !e.Since.Equal(time.Unix(1700000000, 0)) {
 		t.Fatalf("entry = %+v", e)
 	}
-	if got := rec.ensured[0]; got.Account != acct || got.ComputeLimit != 60 {
+	if got := rec.ensured[0]; got.Account != acct || got.ComputeLimit != 60 || !got.Anchor.Equal(anchor) {
 		t.Fatalf("scheduler got %+v, want account %+v", got, acct)
 	}
 	c.Forget(ctx, e)
