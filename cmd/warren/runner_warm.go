@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/warren-mesh/warren/internal/registry/consul"
@@ -43,17 +44,81 @@ func parseAssignment(b []byte) (assignment, error) {
 	return a, nil
 }
 
+// warmAssignGrace is how long a warm runner whose announcement is gone (claimed) waits for its assignment
+// before it exits: the claimant died or gave up, and nobody else can claim it any more.
+var warmAssignGrace = 30 * time.Second
+
 // awaitAssignment is the warm-pool half of a runner (`warren runner -warm`): it listens on listen,
 // announces itself in Consul as a warm runner of region (address, allocation, key, under a session that
 // dies with this process), and waits for a scheduler to claim it and POST /v1/assign. It returns the
 // assignment and the address it listened on, which the runner then serves from; the listener is closed.
+// It fails when the Consul session is lost, or when the announcement was claimed and no assignment came
+// within warmAssignGrace.
 func awaitAssignment(ctx context.Context, listen, key, alloc, region string, prod *prodFlags, log *slog.Logger) (assignment, string, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return assignment{}, "", fmt.Errorf("warm runner: listen: %w", err)
 	}
+	reg, err := prod.openConsul(false)
+	if err != nil {
+		ln.Close()
+		return assignment{}, "", err
+	}
+	defer reg.Close()
+	return serveWarm(ctx, ln, key, alloc, region, reg, warmAssignGrace, log)
+}
+
+// serveWarm is awaitAssignment on an open listener (closed on return) and registry.
+func serveWarm(ctx context.Context, ln net.Listener, key, alloc, region string, reg *consul.Registry, grace time.Duration, log *slog.Logger) (assignment, string, error) {
 	addr := ln.Addr().String()
 	got := make(chan assignment, 1)
+	srv := &http.Server{Handler: warmHandler(key, got, log), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx) // lets the 202 reach the scheduler
+	}()
+
+	lease, err := reg.HoldWarm(ctx, consul.Warm{Region: region, Alloc: alloc, Addr: addr, Key: key})
+	if err != nil {
+		return assignment{}, "", fmt.Errorf("warm runner: announce in Consul: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil {
+			log.Warn("warm: release the announcement", "err", err)
+		}
+	}()
+	log.Info("warm: waiting for an assignment", "addr", addr, "alloc", alloc)
+	claimed := lease.Claimed()
+	var giveUp <-chan time.Time
+	for {
+		select {
+		case a := <-got:
+			log.Info("warm: assigned", "issuer", a.Issuer, "user", a.User, "epoch", a.Epoch)
+			return a, addr, nil
+		case <-lease.Lost():
+			return assignment{}, "", errors.New("warm runner: lost the Consul session before an assignment")
+		case <-claimed:
+			claimed = nil
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			giveUp = t.C
+			log.Info("warm: claimed, waiting for the assignment", "grace", grace.String())
+		case <-giveUp:
+			return assignment{}, "", fmt.Errorf("warm runner: claimed, but no assignment within %v", grace)
+		case <-ctx.Done():
+			return assignment{}, "", ctx.Err()
+		}
+	}
+}
+
+// warmHandler serves a waiting warm runner: GET /healthz, and POST /v1/assign, which takes the first valid
+// assignment (202, sent on got, which must have room for one) and answers every later one 409 conflict.
+func warmHandler(key string, got chan<- assignment, log *slog.Logger) http.Handler {
+	var assigned atomic.Bool
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "warm\n") })
 	mux.HandleFunc("POST /v1/assign", func(w http.ResponseWriter, r *http.Request) {
@@ -72,43 +137,12 @@ func awaitAssignment(ctx context.Context, listen, key, alloc, region string, pro
 			wire.WriteHTTPError(w, log, err)
 			return
 		}
-		select {
-		case got <- a:
-			w.WriteHeader(http.StatusAccepted)
-		default:
+		if !assigned.CompareAndSwap(false, true) {
 			wire.WriteHTTPError(w, log, wire.Errorf(wire.Conflict, "this runner is already assigned"))
+			return
 		}
+		got <- a // room for one, and only the first assignment gets here
+		w.WriteHeader(http.StatusAccepted)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx) // lets the 202 reach the scheduler
-	}()
-
-	reg, err := prod.openConsul(false)
-	if err != nil {
-		return assignment{}, "", err
-	}
-	defer reg.Close()
-	lease, err := reg.HoldWarm(ctx, consul.Warm{Region: region, Alloc: alloc, Addr: addr, Key: key})
-	if err != nil {
-		return assignment{}, "", fmt.Errorf("warm runner: announce in Consul: %w", err)
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = lease.Release(rctx)
-	}()
-	log.Info("warm: waiting for an assignment", "addr", addr, "alloc", alloc)
-	select {
-	case a := <-got:
-		log.Info("warm: assigned", "issuer", a.Issuer, "user", a.User, "epoch", a.Epoch)
-		return a, addr, nil
-	case <-lease.Lost():
-		return assignment{}, "", errors.New("warm runner: lost the Consul session before an assignment")
-	case <-ctx.Done():
-		return assignment{}, "", ctx.Err()
-	}
+	return mux
 }

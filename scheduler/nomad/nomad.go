@@ -486,8 +486,12 @@ func (d *Driver) abandon(ctx context.Context, jobID string, log *slog.Logger) {
 }
 
 // purge deregisters jobID and removes it from Nomad's state; its allocation is stopped with the task's
-// kill_signal and kill_timeout. A job that is gone is nil.
+// kill_signal and kill_timeout. A job that is gone is nil. Only sandbox jobs ("sandbox-…") are touched: job
+// ids may come from announcements and allocations other processes wrote.
 func (d *Driver) purge(ctx context.Context, jobID string) error {
+	if !strings.HasPrefix(jobID, jobPrefix) {
+		return fmt.Errorf("deregister job %q: not a sandbox job", jobID)
+	}
 	_, _, err := d.client.Jobs().Deregister(jobID, true, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil && !isNotFound(err) {
 		return fmt.Errorf("deregister job %s: %w", jobID, classify(err))

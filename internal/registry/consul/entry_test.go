@@ -138,11 +138,18 @@ func FuzzDecodeWarm(f *testing.F) {
 	f.Add([]byte(`{"region":"r/1","alloc":"a","addr":"h:1","key":"k"}`))
 	f.Add([]byte(`{"region":"r1"} {}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"region":"r1","alloc":"a","addr":"h:1","key":"k","extra":1}`))
+	f.Add([]byte(`{"region":"r1","alloc":"` + strings.Repeat("a", 129) + `","addr":"h:1","key":"k"}`))
+	f.Add([]byte(`{"region":"r1","alloc":"a","addr":"","key":""}`))
+	f.Add([]byte("{\"region\":\"r\u0000\",\"alloc\":\"a\",\"addr\":\"h:1\",\"key\":\"k\"}"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		w, err := decodeWarm(in)
 		if err != nil {
 			if !errors.Is(err, ErrBadEntry) {
 				t.Fatalf("untyped error %v", err)
+			}
+			if w != (Warm{}) {
+				t.Fatalf("warm runner %+v returned with error %v", w, err)
 			}
 			return
 		}

@@ -60,32 +60,74 @@ func (r *Registry) warmPrefix(region string) string { return r.cfg.Prefix + "war
 
 // WarmLease keeps a warm runner announced until Release or until its session is lost.
 type WarmLease struct {
-	r       *Registry
-	key     string
-	session string
-	lost    chan struct{}
-	once    sync.Once
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	r           *Registry
+	key         string
+	session     string
+	lost        chan struct{}
+	once        sync.Once
+	claimed     chan struct{}
+	claimedOnce sync.Once
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 // Lost is closed when the session is gone (Consul unreachable for a whole TTL, or destroyed).
 func (l *WarmLease) Lost() <-chan struct{} { return l.lost }
 
-// Release stops renewing, deletes the announcement if it is still there and destroys the session.
+// Claimed is closed once the announcement is no longer this lease's: a scheduler claimed it (deleted the
+// key), or the session ended and took the key with it. A claimed runner expects its assignment next; one
+// that does not arrive means the claimant gave up or died, and the runner should exit rather than wait
+// for ever, unclaimable.
+func (l *WarmLease) Claimed() <-chan struct{} { return l.claimed }
+
+// Release stops renewing, deletes the announcement if this session still holds it (a missing key is fine)
+// and destroys the session.
 func (l *WarmLease) Release(ctx context.Context) error {
 	l.cancel()
 	l.wg.Wait()
-	w, cancel := l.r.write(ctx)
-	defer cancel()
-	_, _, err := l.r.client.KV().Release(&api.KVPair{Key: l.key, Session: l.session}, w)
-	if err == nil {
-		_, err = l.r.client.Session().Destroy(l.session, w)
-	}
-	if err != nil {
+	// Delete, not KV().Release: a released key stays without a session and would count as a warm runner
+	// nobody can claim. The session check keeps a key some other session holds now.
+	if _, err := l.r.txn(ctx, api.KVTxnOps{
+		{Verb: api.KVCheckSession, Key: l.key, Session: l.session},
+		{Verb: api.KVDelete, Key: l.key},
+	}); err != nil {
 		return wrap(ctx, err, "release warm runner %s", l.key)
 	}
+	w, cancel := l.r.write(ctx)
+	defer cancel()
+	if _, err := l.r.client.Session().Destroy(l.session, w); err != nil {
+		return wrap(ctx, err, "release warm runner %s: destroy session", l.key)
+	}
 	return nil
+}
+
+// watchClaim closes claimed once l's key is gone or held by another session, with blocking queries on the
+// key until ctx ends. While Consul is unreachable it keeps trying (Lost reports that).
+func (l *WarmLease) watchClaim(ctx context.Context) {
+	var index uint64
+	backoff := 100 * time.Millisecond
+	for {
+		qctx, cancel := context.WithTimeout(ctx, watchWait+watchWait/16+requestTimeout)
+		p, meta, err := l.r.client.KV().Get(l.key, (&api.QueryOptions{WaitIndex: index, WaitTime: watchWait}).WithContext(qctx))
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			index = 0
+			if sleep(ctx, backoff) != nil {
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if p == nil || p.Session != l.session {
+			l.claimedOnce.Do(func() { close(l.claimed) })
+			return
+		}
+		index = nextIndex(index, meta.LastIndex)
+	}
 }
 
 // HoldWarm announces w as a warm runner of its region. The session has the Registry's TTL and the delete
@@ -117,7 +159,8 @@ func (r *Registry) HoldWarm(ctx context.Context, w Warm) (*WarmLease, error) {
 		return nil, wrap(ctx, err, "announce warm runner")
 	}
 	lctx, lcancel := context.WithCancel(r.ctx)
-	l := &WarmLease{r: r, key: key, session: session, lost: make(chan struct{}), cancel: lcancel}
+	l := &WarmLease{r: r, key: key, session: session, lost: make(chan struct{}), claimed: make(chan struct{}), cancel: lcancel}
+	l.wg.Go(func() { l.watchClaim(lctx) })
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -148,20 +191,27 @@ func (r *Registry) HoldWarm(ctx context.Context, w Warm) (*WarmLease, error) {
 	return l, nil
 }
 
-// CountWarm is the number of warm runners announced in region.
+// CountWarm is the number of warm runners announced in region: keys held by a session. A key without one
+// (its runner is gone) is not counted; ClaimWarm deletes it.
 func (r *Registry) CountWarm(ctx context.Context, region string) (int, error) {
 	q, cancel := r.query(ctx)
 	defer cancel()
-	keys, _, err := r.client.KV().Keys(r.warmPrefix(region), "", q)
+	pairs, _, err := r.client.KV().List(r.warmPrefix(region), q)
 	if err != nil {
 		return 0, wrap(ctx, err, "count warm runners")
 	}
-	return len(keys), nil
+	n := 0
+	for _, p := range pairs {
+		if p.Session != "" {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // ClaimWarm takes one warm runner of region out of the pool: its announcement is deleted with a
-// check-and-set, so no other claimant gets it. ErrNoWarm when none is left. Malformed announcements are
-// deleted on the way.
+// check-and-set, so no other claimant gets it. ErrNoWarm when none is left. Malformed announcements and
+// keys no session holds (their runners are gone) are deleted on the way.
 func (r *Registry) ClaimWarm(ctx context.Context, region string) (Warm, error) {
 	q, cancel := r.query(ctx)
 	pairs, _, err := r.client.KV().List(r.warmPrefix(region), q)
@@ -171,9 +221,6 @@ func (r *Registry) ClaimWarm(ctx context.Context, region string) (Warm, error) {
 	}
 	sort.Slice(pairs, func(i, j int) bool { return pairs[i].CreateIndex < pairs[j].CreateIndex }) // oldest first
 	for _, p := range pairs {
-		if p.Session == "" {
-			continue // its runner is gone
-		}
 		w, decErr := decodeWarm(p.Value)
 		// check-index fails on a key that is gone or changed (a plain delete-cas succeeds on a missing key).
 		res, err := r.txn(ctx, api.KVTxnOps{
@@ -183,10 +230,13 @@ func (r *Registry) ClaimWarm(ctx context.Context, region string) (Warm, error) {
 		if err != nil {
 			return Warm{}, wrap(ctx, err, "claim warm runner")
 		}
-		if !res.ok {
-			continue // another scheduler was faster
-		}
-		if decErr != nil {
+		switch {
+		case !res.ok:
+			continue // another scheduler was faster, or the key changed
+		case p.Session == "":
+			r.log.Info("deleted a warm runner announcement no session holds", "key", p.Key)
+			continue
+		case decErr != nil:
 			r.log.Warn("deleted a malformed warm runner announcement", "key", p.Key, "err", decErr)
 			continue
 		}

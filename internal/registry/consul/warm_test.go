@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/testenv"
 )
@@ -116,4 +118,88 @@ func sessionOf(t *testing.T, srv *testenv.ConsulServer, key string) string {
 		t.Fatalf("key %s: %+v, %v", key, p, err)
 	}
 	return p.Session
+}
+
+// A warm runner that stops without being claimed takes its announcement with it; a key left without a
+// session (by an older runner, or by hand) is neither counted nor handed out, and claiming cleans it up.
+func TestWarmReleaseAndSessionlessKeys(t *testing.T) {
+	srv := testenv.StartConsul(t)
+	ctx := context.Background()
+	prefix := uniquePrefix()
+	r := open(t, srv, prefix, nil)
+	raw := rawClient(t, srv)
+
+	l, err := r.HoldWarm(ctx, consul.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := r.CountWarm(ctx, "r1"); err != nil || c != 1 {
+		t.Fatalf("CountWarm = %d, %v; want 1", c, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := r.CountWarm(ctx, "r1"); err != nil || c != 0 {
+		t.Fatalf("CountWarm after releasing an unclaimed runner = %d, %v; want 0", c, err)
+	}
+	if p, _, err := raw.KV().Get(prefix+"warm/r1/a1", nil); err != nil || p != nil {
+		t.Fatalf("announcement after Release: %+v, %v; want none", p, err)
+	}
+	// Releasing twice (the key is gone, so is the session) is fine.
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+
+	ghost := prefix + "warm/r1/ghost"
+	if _, err := raw.KV().Put(&api.KVPair{Key: ghost, Value: []byte(`{"region":"r1","alloc":"ghost","addr":"h:2","key":"k"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := r.CountWarm(ctx, "r1"); err != nil || c != 0 {
+		t.Fatalf("CountWarm with a sessionless key = %d, %v; want 0", c, err)
+	}
+	if w, err := r.ClaimWarm(ctx, "r1"); !errors.Is(err, consul.ErrNoWarm) {
+		t.Fatalf("ClaimWarm with only a sessionless key = %+v, %v; want ErrNoWarm", w, err)
+	}
+	if p, _, err := raw.KV().Get(ghost, nil); err != nil || p != nil {
+		t.Fatalf("sessionless key after ClaimWarm: %+v, %v; want it deleted", p, err)
+	}
+}
+
+// Claimed fires when a scheduler takes the runner (its key is deleted), not before.
+func TestWarmClaimed(t *testing.T) {
+	srv := testenv.StartConsul(t)
+	ctx := context.Background()
+	prefix := uniquePrefix()
+	r := open(t, srv, prefix, nil)
+	l, err := r.HoldWarm(ctx, consul.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	other, err := r.HoldWarm(ctx, consul.Warm{Region: "r1", Alloc: "a2", Addr: "h:2", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	select {
+	case <-l.Claimed():
+		t.Fatal("Claimed closed while the announcement is in place")
+	default:
+	}
+	w, err := open(t, srv, prefix, nil).ClaimWarm(ctx, "r1") // oldest first: a1
+	if err != nil || w.Alloc != "a1" {
+		t.Fatalf("ClaimWarm = %+v, %v; want a1", w, err)
+	}
+	select {
+	case <-l.Claimed():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Claimed not closed 30 s after the runner was claimed")
+	}
+	select {
+	case <-other.Claimed():
+		t.Fatal("claiming one runner closed another's Claimed")
+	case <-l.Lost():
+		t.Fatal("a claim ended the runner's session")
+	default:
+	}
 }
