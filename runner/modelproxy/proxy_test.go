@@ -944,7 +944,15 @@ func TestRollingSessionChargesTheCurrentWindow(t *testing.T) {
 		}
 		return u
 	}
-	d4, d5 := usage(4), usage(5)
+	// A call is settled right after its response: wait for the holds to turn into usage.
+	var d4, d5 billing.Usage
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d4, d5 = usage(4), usage(5)
+		if (d4.HeldAIMicros == 0 && d5.HeldAIMicros == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if d4.AIMicros == 0 || d5.AIMicros == 0 || d4.HeldAIMicros != 0 || d5.HeldAIMicros != 0 {
 		t.Fatalf("day 4 %+v, day 5 %+v: want one settled call in each window", d4, d5)
 	}
