@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -80,7 +81,7 @@ func serveWarm(ctx context.Context, ln net.Listener, key, alloc, region string, 
 		_ = srv.Shutdown(sctx) // lets the 202 reach the scheduler
 	}()
 
-	lease, err := reg.HoldWarm(ctx, consul.Warm{Region: region, Alloc: alloc, Addr: addr, Key: key})
+	lease, err := reg.HoldWarm(ctx, consul.Warm{Region: region, Alloc: alloc, Addr: addr, Key: key, Job: os.Getenv("NOMAD_JOB_ID")})
 	if err != nil {
 		return assignment{}, "", fmt.Errorf("warm runner: announce in Consul: %w", err)
 	}

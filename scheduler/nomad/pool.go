@@ -46,7 +46,7 @@ import (
 // WarmRegistry is where warm runners announce themselves (the Consul registry).
 type WarmRegistry interface {
 	ClaimWarm(ctx context.Context, region string) (consul.Warm, error)
-	CountWarm(ctx context.Context, region string) (int, error)
+	ListWarm(ctx context.Context, region string) ([]consul.Warm, error)
 }
 
 // PoolConfig enables the warm pool.
@@ -142,9 +142,14 @@ func (p *pool) loop(ctx context.Context) {
 // there; a job both announced and pending here is counted twice until Pending passes, so the pool may be
 // briefly under-filled, never over-filled. Dead warm jobs (runners that ended unclaimed) are purged.
 func (p *pool) fill(ctx context.Context) error {
-	have, err := p.cfg.Registry.CountWarm(ctx, p.cfg.Region)
+	warm, err := p.cfg.Registry.ListWarm(ctx, p.cfg.Region)
 	if err != nil {
 		return err
+	}
+	have := len(warm)
+	announced := make(map[string]bool, len(warm))
+	for _, w := range warm {
+		announced[w.Job] = true
 	}
 	jobs, err := p.warmJobs(ctx)
 	if err != nil {
@@ -166,7 +171,7 @@ func (p *pool) fill(ctx context.Context) error {
 	p.mu.Lock()
 	for id, at := range p.pending {
 		st, listed := status[id]
-		if !listed || st == "dead" || now.Sub(at) > p.cfg.Pending {
+		if !listed || st == "dead" || announced[id] || now.Sub(at) > p.cfg.Pending {
 			delete(p.pending, id)
 			continue
 		}

@@ -25,6 +25,9 @@ type Warm struct {
 	Alloc  string `json:"alloc"`
 	Addr   string `json:"addr"`
 	Key    string `json:"key"`
+	// Job is the runner's Nomad job id when it knows it ($NOMAD_JOB_ID), so a pool can tell which of the
+	// jobs it registered have announced themselves.
+	Job string `json:"job,omitempty"`
 }
 
 // ErrNoWarm means the region's pool is empty right now.
@@ -33,7 +36,8 @@ var ErrNoWarm = errors.New("no warm runner available")
 var warmName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 func (w Warm) validate() error {
-	if !warmName.MatchString(w.Region) || !warmName.MatchString(w.Alloc) || w.Addr == "" || w.Key == "" {
+	if !warmName.MatchString(w.Region) || !warmName.MatchString(w.Alloc) || w.Addr == "" || w.Key == "" ||
+		(w.Job != "" && !warmName.MatchString(w.Job)) {
 		return fmt.Errorf("%w: a warm runner needs region and alloc of [A-Za-z0-9._-]{1,128}, an address and a key", ErrBadEntry)
 	}
 	return nil
@@ -194,19 +198,28 @@ func (r *Registry) HoldWarm(ctx context.Context, w Warm) (*WarmLease, error) {
 // CountWarm is the number of warm runners announced in region: keys held by a session. A key without one
 // (its runner is gone) is not counted; ClaimWarm deletes it.
 func (r *Registry) CountWarm(ctx context.Context, region string) (int, error) {
+	ws, err := r.ListWarm(ctx, region)
+	return len(ws), err
+}
+
+// ListWarm returns the warm runners announced in region (held by a session; malformed ones left out).
+func (r *Registry) ListWarm(ctx context.Context, region string) ([]Warm, error) {
 	q, cancel := r.query(ctx)
 	defer cancel()
 	pairs, _, err := r.client.KV().List(r.warmPrefix(region), q)
 	if err != nil {
-		return 0, wrap(ctx, err, "count warm runners")
+		return nil, wrap(ctx, err, "list warm runners")
 	}
-	n := 0
+	var out []Warm
 	for _, p := range pairs {
-		if p.Session != "" {
-			n++
+		if p.Session == "" {
+			continue
+		}
+		if w, err := decodeWarm(p.Value); err == nil {
+			out = append(out, w)
 		}
 	}
-	return n, nil
+	return out, nil
 }
 
 // ClaimWarm takes one warm runner of region out of the pool: its announcement is deleted with a
