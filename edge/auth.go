@@ -39,7 +39,6 @@ type admitted struct {
 	maxSessions int64         // per user, from the quota; < 0 unlimited
 	limit       billing.Limit // the quota's caps and rates, with Config.Rates where it sets none
 	lease       string        // the agent connection's session lease ("" without one)
-	anchor      time.Time     // the token's windowStart for a bounded window (the account rolls from it)
 	entry       registry.Entry
 	log         *slog.Logger
 }
@@ -85,14 +84,13 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 		}
 	}
 	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, limit: lim, log: log}
-	a.anchor = anchorOf(claims, acct)
 	if channel {
 		if err := e.admitChannel(ctx, a); err != nil {
 			return nil, err
 		}
 	}
 	e.m.admissions.WithLabelValues("ok").Inc()
-	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct, ComputeLimit: budget.ComputeSeconds, Anchor: anchorOf(claims, acct)})
+	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct, ComputeLimit: budget.ComputeSeconds, Anchor: a.anchor()})
 	if err != nil {
 		e.releaseLease(a)
 		return nil, err
@@ -106,7 +104,7 @@ func (a *admitted) grant(b billing.Budget) wire.Grant {
 	g := wire.Grant{
 		Issuer: a.claims.Issuer, User: a.claims.Subject, Window: string(a.account.Window),
 		WindowStart: a.account.WindowStart, AIMicros: b.AIMicros, ComputeSeconds: b.ComputeSeconds,
-		WindowAnchor: a.anchor,
+		WindowAnchor: a.anchor(),
 		SDKConfig:    a.claims.SDKConfig,
 	}
 	if !a.claims.Permissions.IsZero() {
@@ -130,6 +128,9 @@ func accountOf(c *token.Claims, now time.Time) (billing.Account, billing.Budget)
 	}
 	return acct, billing.Budget{AIMicros: c.Budget.AIMicros, ComputeSeconds: c.Budget.ComputeSeconds}
 }
+
+// anchor is the token's windowStart for a bounded window (zero for lifetime): the account rolls from it.
+func (a *admitted) anchor() time.Time { return anchorOf(a.claims, a.account) }
 
 // anchorOf is the token's windowStart for a bounded window (zero for lifetime): the account rolls from it.
 func anchorOf(c *token.Claims, acct billing.Account) time.Time {

@@ -69,7 +69,7 @@ func (e *Edge) dialRunner(ctx context.Context, a *admitted) (*websocket.Conn, er
 			return nil, wire.Wrap(wire.Unavailable, err, "your sandbox could not be reached; retry shortly")
 		}
 		e.cfg.Sandboxes.Forget(ctx, a.entry)
-		entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: a.claims.Issuer, User: a.claims.Subject, Account: a.account, ComputeLimit: a.budget.ComputeSeconds, Anchor: a.anchor})
+		entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: a.claims.Issuer, User: a.claims.Subject, Account: a.account, ComputeLimit: a.budget.ComputeSeconds, Anchor: a.anchor()})
 		if err != nil {
 			return nil, err
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warren-mesh/warren/billing"
-	billingcockroach "github.com/warren-mesh/warren/billing/cockroach"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/secrets"
@@ -44,6 +43,18 @@ const schedulerKeyEnv = "WARREN_SCHEDULER_KEY"
 // roleCommon are the flags every role has.
 type roleCommon struct {
 	listen, region, logLevel string
+}
+
+// parse parses args and returns the role's logger, tagged with role and region.
+func (c *roleCommon) parse(fs *flag.FlagSet, args []string, stderr io.Writer, role string) (*slog.Logger, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	log, err := newLogger(stderr, c.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	return log.With("role", role, "region", c.region), nil
 }
 
 func (c *roleCommon) register(fs *flag.FlagSet, defListen string) {
@@ -108,14 +119,10 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	p.registerConsul(fs)
 	p.registerDB(fs)
 	fs.StringVar(&sched, "scheduler", os.Getenv("WARREN_SCHEDULER_URL"), "this region's scheduler, http://host:port; key from $"+schedulerKeyEnv+" ($WARREN_SCHEDULER_URL)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := newLogger(stderr, c.logLevel)
+	log, err := c.parse(fs, args, stderr, "edge")
 	if err != nil {
 		return err
 	}
-	log = log.With("role", "edge", "region", c.region)
 	if sched == "" {
 		return errors.New("-scheduler (or $WARREN_SCHEDULER_URL) is required")
 	}
@@ -133,15 +140,11 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer reg.Close()
-	pool, err := p.openDB(ctx)
+	pool, ledger, err := p.openLedger(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	ledger, err := billingcockroach.New(ctx, pool)
-	if err != nil {
-		return err
-	}
 	sessions, err := ledger.Sessions(ctx)
 	if err != nil {
 		return err
@@ -200,14 +203,10 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&templatePath, "sandbox-template", os.Getenv("WARREN_SANDBOX_TEMPLATE"), "sandbox job template (HCL2 with the variables of jobs/sandbox.nomad.hcl); default: the built-in one. Use your own to add Vault templates for the runners' secrets (model key, database URL, S3 keys) instead of -runner-env")
 	fs.Var(&runnerArgs, "runner-arg", "extra flag for every runner (repeatable), e.g. -runner-arg=-idle-timeout=10m")
 	fs.Var(&runnerEnv, "runner-env", "K=V in every runner's environment (repeatable; prefer Vault templates for secrets)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := newLogger(stderr, c.logLevel)
+	log, err := c.parse(fs, args, stderr, "scheduler")
 	if err != nil {
 		return err
 	}
-	log = log.With("role", "scheduler", "region", c.region)
 	key, err := schedulerKey()
 	if err != nil {
 		return err
@@ -217,16 +216,12 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer reg.Close()
-	pool, err := p.openDB(ctx)
+	pool, ledger, err := p.openLedger(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	placements, err := schedcockroach.New(ctx, pool)
-	if err != nil {
-		return err
-	}
-	ledger, err := billingcockroach.New(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -282,28 +277,20 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	c.register(fs, ":7200")
 	p.registerVault(fs)
 	p.registerDB(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := newLogger(stderr, c.logLevel)
+	log, err := c.parse(fs, args, stderr, "billing")
 	if err != nil {
 		return err
 	}
-	log = log.With("role", "billing", "region", c.region)
 	keys, err := p.openVault(ctx)
 	if err != nil {
 		return err
 	}
 	defer keys.Close()
-	pool, err := p.openDB(ctx)
+	pool, ledger, err := p.openLedger(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	ledger, err := billingcockroach.New(ctx, pool)
-	if err != nil {
-		return err
-	}
 	metrics := newRoleMetrics()
 	a, err := billing.NewAPI(billing.APIConfig{Store: ledger, Keys: keys, AdminKeys: keys.AdminKeys, Logger: log, Metrics: metrics})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	billingcockroach "github.com/warren-mesh/warren/billing/cockroach"
 	blobs3 "github.com/warren-mesh/warren/internal/blob/s3"
 	"github.com/warren-mesh/warren/internal/cockroachdb"
 	"github.com/warren-mesh/warren/internal/registry/consul"
@@ -110,6 +111,21 @@ func (p *prodFlags) openDB(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, errors.New("-db (or $WARREN_DB) is required")
 	}
 	return cockroachdb.Open(ctx, p.db)
+}
+
+// openLedger opens the database and the CockroachDB ledger over it (migrations applied); closing the pool
+// is the caller's.
+func (p *prodFlags) openLedger(ctx context.Context) (*pgxpool.Pool, *billingcockroach.Ledger, error) {
+	pool, err := p.openDB(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := billingcockroach.New(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, l, nil
 }
 
 func (p *prodFlags) openS3(ctx context.Context) (*blobs3.Store, error) {

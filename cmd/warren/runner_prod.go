@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
-	billingcockroach "github.com/warren-mesh/warren/billing/cockroach"
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
 )
@@ -35,13 +34,8 @@ func openRunnerLedger(ctx context.Context, sqlitePath string, prod *prodFlags) (
 		}
 		return l, func() { _ = l.Close() }, nil
 	case prod.db != "":
-		pool, err := prod.openDB(ctx)
+		pool, l, err := prod.openLedger(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: %w", err)
-		}
-		l, err := billingcockroach.New(ctx, pool)
-		if err != nil {
-			pool.Close()
 			return nil, nil, fmt.Errorf("ledger: %w", err)
 		}
 		return l, pool.Close, nil

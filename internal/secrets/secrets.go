@@ -6,6 +6,8 @@ package secrets
 import (
 	"context"
 	"errors"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Key is one version of an issuer's HMAC secret. ID is the JWT "kid" that selects it.
@@ -28,3 +30,17 @@ var (
 	// ErrUnavailable means the store could not be reached.
 	ErrUnavailable = errors.New("secret store unavailable")
 )
+
+// ValidIssuer is the rule for issuer ids every store applies before an id reaches a file or a path (the
+// token package's rule for iss): 1 to 256 bytes of UTF-8 without control or format characters.
+func ValidIssuer(s string) bool {
+	if s == "" || len(s) > 256 || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return false
+		}
+	}
+	return true
+}

@@ -393,29 +393,36 @@ func (l *Lease) renew(ctx context.Context) error {
 	return nil
 }
 
-// watchLoop follows the owner key with blocking queries and loses the lease as soon as the key is no longer
-// held by its session (destroyed, expired, taken, deleted).
+// watchLoop follows the owner key and loses the lease as soon as the key is no longer held by its session
+// (destroyed, expired, taken, deleted).
 func (l *Lease) watchLoop(ctx context.Context, index uint64) {
+	if l.r.awaitNotHeld(ctx, l.key, l.session, index) == nil {
+		l.lose("owner key no longer held by the session")
+	}
+}
+
+// awaitNotHeld follows key with blocking queries from index and returns nil once it is no longer held by
+// session (destroyed, expired, taken, deleted), or ctx's error when ctx ends first. Errors of Consul are
+// retried with backoff (a restarted Consul may have another index: start over with a plain read); deciding
+// when an outage has lasted too long is the callers' renew loops'.
+func (r *Registry) awaitNotHeld(ctx context.Context, key, session string, index uint64) error {
 	backoff := 100 * time.Millisecond
 	for {
-		pair, meta, err := l.r.blockingGet(ctx, l.key, index)
+		pair, meta, err := r.blockingGet(ctx, key, index)
 		if ctx.Err() != nil {
-			return
+			return ctx.Err()
 		}
 		if err != nil {
-			// Consul may have restarted with another index: start over with a plain read. The renew loop
-			// decides when an outage has lasted too long.
 			index = 0
-			if sleep(ctx, backoff) != nil {
-				return
+			if err := sleep(ctx, backoff); err != nil {
+				return err
 			}
 			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if pair == nil || pair.Session != l.session {
-			l.lose("owner key no longer held by the session")
-			return
+		if pair == nil || pair.Session != session {
+			return nil
 		}
 		index = nextIndex(index, meta.LastIndex)
 	}

@@ -108,29 +108,8 @@ func (l *WarmLease) Release(ctx context.Context) error {
 // watchClaim closes claimed once l's key is gone or held by another session, with blocking queries on the
 // key until ctx ends. While Consul is unreachable it keeps trying (Lost reports that).
 func (l *WarmLease) watchClaim(ctx context.Context) {
-	var index uint64
-	backoff := 100 * time.Millisecond
-	for {
-		qctx, cancel := context.WithTimeout(ctx, watchWait+watchWait/16+requestTimeout)
-		p, meta, err := l.r.client.KV().Get(l.key, (&api.QueryOptions{WaitIndex: index, WaitTime: watchWait}).WithContext(qctx))
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			index = 0
-			if sleep(ctx, backoff) != nil {
-				return
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		if p == nil || p.Session != l.session {
-			l.claimedOnce.Do(func() { close(l.claimed) })
-			return
-		}
-		index = nextIndex(index, meta.LastIndex)
+	if l.r.awaitNotHeld(ctx, l.key, l.session, 0) == nil {
+		l.claimedOnce.Do(func() { close(l.claimed) })
 	}
 }
 

@@ -20,8 +20,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/warren-mesh/warren/internal/secrets"
 )
@@ -152,7 +150,7 @@ func (s *Store) EnsureIssuer(issuer string) (key secrets.Key, created bool, err 
 // update runs fn on the freshest document under the process mutex and the file lock, then writes the file
 // if fn succeeded and reports a change.
 func (s *Store) update(issuer string, fn func(*document) (changed bool, err error)) error {
-	if !validIssuer(issuer) {
+	if !secrets.ValidIssuer(issuer) {
 		return fmt.Errorf("issuer %q: %w", issuer, ErrInvalidIssuer)
 	}
 	return s.updateDoc(fn)
@@ -301,7 +299,7 @@ func parse(data []byte) (document, error) {
 		d.Issuers = map[string][]storedKey{}
 	}
 	for iss, keys := range d.Issuers {
-		if !validIssuer(iss) {
+		if !secrets.ValidIssuer(iss) {
 			return document{}, fmt.Errorf("%w: issuer %q: %w", ErrCorrupt, iss, ErrInvalidIssuer)
 		}
 		slices.SortStableFunc(keys, func(a, b storedKey) int { return b.Version - a.Version })
@@ -343,18 +341,4 @@ func (d document) clone() document {
 		c.Issuers[iss] = slices.Clone(keys)
 	}
 	return c
-}
-
-// validIssuer mirrors the token package's rule for iss: 1 to 256 bytes of UTF-8 without control or format
-// characters.
-func validIssuer(s string) bool {
-	if s == "" || len(s) > 256 || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
-			return false
-		}
-	}
-	return true
 }

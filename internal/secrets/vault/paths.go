@@ -4,8 +4,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/warren-mesh/warren/internal/secrets"
 )
 
 // The layout below <mount>/data/<prefix>/ (KV v2):
@@ -19,27 +19,13 @@ const (
 	modelName  = "model"
 )
 
-// validIssuer is the token package's rule for iss (and the file store's and billing's): 1 to 256 bytes of
-// UTF-8 without control or format characters.
-func validIssuer(s string) bool {
-	if s == "" || len(s) > 256 || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
-			return false
-		}
-	}
-	return true
-}
-
 // issuerSegment is the one path segment that names issuer below issuers/. Issuer ids may hold any printable
 // UTF-8, "/", ".." and "%" included, so only plain ids (an ASCII letter or digit, then letters, digits, '.',
 // '_' or '-') are used as they are; any other valid id is "~" followed by its unpadded base64url, which holds
 // no '/', is never "." or "..", and cannot equal a plain id (those never start with '~'). The mapping is
 // one-to-one, so two issuers never share a secret. Invalid ids are refused before any path is built.
 func issuerSegment(issuer string) (string, error) {
-	if !validIssuer(issuer) {
+	if !secrets.ValidIssuer(issuer) {
 		return "", fmt.Errorf("issuer %q: %w", issuer, ErrInvalidIssuer)
 	}
 	if plainSegment(issuer) {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/warren-mesh/warren/internal/secrets"
 )
 
 // decodeSegment inverts issuerSegment, to check that the mapping is one-to-one.
@@ -22,7 +24,7 @@ var safeSegment = regexp.MustCompile(`^[A-Za-z0-9~][A-Za-z0-9._~-]*$`)
 func checkSegment(t *testing.T, issuer string) {
 	t.Helper()
 	seg, err := issuerSegment(issuer)
-	if !validIssuer(issuer) {
+	if !secrets.ValidIssuer(issuer) {
 		if !errors.Is(err, ErrInvalidIssuer) || seg != "" {
 			t.Fatalf("invalid issuer %q: segment %q, %v", issuer, seg, err)
 		}
