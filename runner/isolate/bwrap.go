@@ -93,6 +93,7 @@ func systemMounts(hostRoot string) ([]string, error) {
 // bind keeps its own read-only or read-write flag.
 func bwrapArgs(mounts []string, workspace, dir string, binds []Bind, env, inner []string) []string {
 	a := []string{
+		"--info-fd", "3", // the sandbox's init pid, see boxCmd
 		"--die-with-parent", "--new-session",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", Hostname,

@@ -127,7 +127,10 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	inner := shellArgv(spec.Command, spec.Args)
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
-	cmd := s.command(runCtx, cleanDir(spec.Dir), spec.Env, nil, inner)
+	cmd, err := s.command(runCtx, cleanDir(spec.Dir), spec.Env, nil, inner)
+	if err != nil {
+		return res, err
+	}
 	cmd.Stdin = spec.Stdin
 	// The pipes are ours, not exec's, so Wait returns as soon as the process exits and the group can be
 	// killed before draining: a background child holding stdout cannot stall the request.
@@ -144,7 +147,7 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	cmd.Stdout, cmd.Stderr = outW, errW
 
 	start := s.cfg.Now()
-	err = cmd.Start()
+	err = cmd.start()
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -159,8 +162,9 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	wg.Go(func() { drain(spec.Stdout, outR) })
 	wg.Go(func() { drain(spec.Stderr, errR) })
 
-	werr := cmd.Wait()
+	werr := cmd.wait()
 	_ = killGroup(cmd.Process.Pid) // stragglers (insecure mode); the sandbox's are already gone
+	cmd.settle(treeGone)
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {
@@ -206,24 +210,31 @@ func cleanDir(dir string) string {
 // long-running process gets exactly the boundary of a one-shot command.
 //
 // The process gets its own process group so a kill reaches every descendant that did not leave it; with
-// bwrap the group is the outer bwrap, whose death takes the PID namespace down (see bwrapArgs). Pdeathsig
-// covers a runner crash. ctx ending kills the group.
-func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string, binds []Bind, inner []string) *exec.Cmd {
-	var cmd *exec.Cmd
+// bwrap a kill also goes to the sandbox's init, whose death takes the PID namespace down (see boxCmd).
+// Pdeathsig covers a runner crash. ctx ending kills both.
+func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string, binds []Bind, inner []string) (*boxCmd, error) {
+	c := &boxCmd{}
 	if s.cfg.Insecure {
-		cmd = exec.CommandContext(ctx, inner[0], inner[1:]...)
-		cmd.Dir = filepath.Join(s.cfg.Workspace, filepath.FromSlash(dir))
-		cmd.Env = environ(s.cfg.Workspace, env)
+		c.Cmd = exec.CommandContext(ctx, inner[0], inner[1:]...)
+		c.Dir = filepath.Join(s.cfg.Workspace, filepath.FromSlash(dir))
+		c.Env = environ(s.cfg.Workspace, env)
 	} else {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("bwrap info pipe: %w", err)
+		}
 		e := environ(WorkspaceMount, env)
-		cmd = exec.CommandContext(ctx, s.cfg.Bwrap, bwrapArgs(s.mounts, s.cfg.Workspace, dir, binds, e, inner)...)
-		cmd.Dir = "/"
-		cmd.Env = e // bwrap itself never sees the runner's environment either
+		c.Cmd = exec.CommandContext(ctx, s.cfg.Bwrap, bwrapArgs(s.mounts, s.cfg.Workspace, dir, binds, e, inner)...)
+		c.Dir = "/"
+		c.Env = e                    // bwrap itself never sees the runner's environment either
+		c.ExtraFiles = []*os.File{w} // fd 3: --info-fd (bwrap closes it in the sandbox)
+		c.infoR, c.infoW = r, w
+		c.init = &sandboxInit{known: make(chan struct{}), pidfd: -1}
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
-	cmd.WaitDelay = waitDelay
-	return cmd
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c.Cancel = c.kill
+	c.WaitDelay = waitDelay
+	return c, nil
 }
 
 // Validate checks spec the way Run does, so a caller can refuse a request before committing to an answer.

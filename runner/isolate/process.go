@@ -41,7 +41,7 @@ type Process struct {
 	Stderr *os.File
 
 	cmd     *procState
-	tree    *tree
+	box     *boxCmd
 	done    chan struct{}
 	closeMu sync.Once
 }
@@ -53,61 +53,9 @@ type procState struct {
 	err   error
 }
 
-// treeGone bounds how long a killed process's sandbox may take to disappear after the outer bwrap is reaped.
+// treeGone bounds how long a finished process's sandbox may take to disappear after the outer bwrap is
+// reaped.
 const treeGone = 5 * time.Second
-
-// tree kills a process group and remembers the group leader's children at the time. Under bubblewrap the
-// child is the sandbox's init (PID 1 of its namespace): the kernel takes the namespace down when it dies,
-// asynchronously to the outer bwrap's exit, so the Process waits for those children too before it reports
-// Done. Then nothing of the sandbox still writes to its mounts once Close returns.
-type tree struct {
-	mu   sync.Mutex
-	kids []int
-}
-
-func (t *tree) kill(pid int) error {
-	kids := children(pid)
-	t.mu.Lock()
-	t.kids = append(t.kids, kids...)
-	t.mu.Unlock()
-	return killGroup(pid)
-}
-
-// waitGone waits, up to treeGone, until every remembered child has exited (gone, or a zombie: a
-// namespace's init becomes one only after every other process of its namespace is gone).
-func (t *tree) waitGone() {
-	t.mu.Lock()
-	kids := t.kids
-	t.mu.Unlock()
-	deadline := time.Now().Add(treeGone)
-	for _, k := range kids {
-		for alive(k) && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-}
-
-// children lists the processes whose parent is pid, from /proc.
-func children(pid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, _, ok := stat(n); ok && ppid == pid {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	_, state, ok := stat(pid)
-	return ok && state != 'Z' && state != 'X'
-}
 
 // stat reads the parent and state of pid from /proc/PID/stat ("pid (comm) S ppid ...").
 func stat(pid int) (ppid int, state byte, ok bool) {
@@ -140,12 +88,19 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 			return nil, err
 		}
 	}
-	cmd := s.command(ctx, cleanDir(spec.Dir), spec.Env, spec.Binds, shellArgv(spec.Command, spec.Args))
+	cmd, err := s.command(ctx, cleanDir(spec.Dir), spec.Env, spec.Binds, shellArgv(spec.Command, spec.Args))
+	if err != nil {
+		return nil, err
+	}
 
 	var files []*os.File // every pipe end, for cleanup on failure
 	closeAll := func() {
 		for _, f := range files {
 			f.Close()
+		}
+		if cmd.infoR != nil {
+			cmd.infoR.Close()
+			cmd.infoW.Close()
 		}
 	}
 	pipe := func() (r, w *os.File, err error) {
@@ -170,10 +125,10 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 		return nil, fmt.Errorf("stderr pipe: %w", err)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	t := &tree{}
-	cmd.Cancel = func() error { return t.kill(cmd.Process.Pid) }
-	if err := cmd.Start(); err != nil {
-		closeAll()
+	if err := cmd.start(); err != nil {
+		for _, f := range files {
+			f.Close()
+		}
 		if errors.Is(err, syscall.E2BIG) {
 			return nil, wire.Wrap(wire.InvalidArgument, fmt.Errorf("%w: %w", ErrInvalidSpec, err), "command line too long")
 		}
@@ -183,12 +138,12 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 	inR.Close()
 	outW.Close()
 	errW.Close()
-	p := &Process{Stdin: inW, Stdout: outR, Stderr: errR, cmd: &procState{pid: cmd.Process.Pid}, tree: t, done: make(chan struct{})}
+	p := &Process{Stdin: inW, Stdout: outR, Stderr: errR, cmd: &procState{pid: cmd.Process.Pid}, box: cmd, done: make(chan struct{})}
 	go func() {
-		err := cmd.Wait()
+		err := cmd.wait()
 		// Stragglers that left the sandbox's tree (insecure mode); under bwrap they die with its init.
 		_ = killGroup(p.cmd.pid)
-		t.waitGone()
+		cmd.settle(treeGone)
 		p.cmd.state, p.cmd.err = cmd.ProcessState, err
 		close(p.done)
 	}()
@@ -230,15 +185,15 @@ func (p *Process) ExitError() string {
 	return "exited"
 }
 
-// Kill sends SIGKILL to the process's whole group (and so, under bwrap, ends its PID namespace). Killing a
-// process that has already exited is not an error.
+// Kill sends SIGKILL to the process's whole group and, under bwrap, to its sandbox's init, which ends its
+// PID namespace. Killing a process that has already exited is not an error.
 func (p *Process) Kill() error {
 	select {
 	case <-p.done:
 		return nil
 	default:
 	}
-	if err := p.tree.kill(p.cmd.pid); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := p.box.kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("kill process group %d: %w", p.cmd.pid, err)
 	}
 	return nil

@@ -125,6 +125,19 @@ func TestStart(t *testing.T) {
 				waitNoProcess(t, "sleep "+marker)
 			})
 
+			t.Run("cancel right after start never leaks", func(t *testing.T) {
+				// A kill landing between bwrap's clone and its child's parent-death signal used to leave
+				// the sandbox running (about 1 in 50); many immediate cancels make that window likely.
+				marker := fmt.Sprintf("86400.%d", rand.Uint32())
+				for range 40 {
+					ctx, cancel := context.WithCancel(context.Background())
+					p := startProcess(t, s, ctx, ProcessSpec{Command: "sleep", Args: []string{marker}})
+					cancel()
+					waitExit(t, p)
+				}
+				waitNoProcess(t, "sleep "+marker)
+			})
+
 			t.Run("invalid spec", func(t *testing.T) {
 				if _, err := s.Start(context.Background(), ProcessSpec{}); !errors.Is(err, ErrInvalidSpec) {
 					t.Errorf("empty command: %v", err)
