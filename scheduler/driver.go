@@ -32,6 +32,14 @@ type Driver interface {
 	Stop(ctx context.Context, alloc string) error
 }
 
+// Adopter is a Driver that can follow a sandbox another scheduler process started (Scheduler.Adopt).
+type Adopter interface {
+	// Adopt follows allocation alloc, started for spec, and returns it with Alloc and Exited set (the
+	// caller knows the address and key from the registry). An allocation the driver no longer knows is
+	// ErrNotFound; one that has ended is returned with Exited already closed.
+	Adopt(ctx context.Context, spec Spec, alloc string) (Sandbox, error)
+}
+
 // SandboxID names (issuer, user) in paths and job names: a hash, so user-controlled strings never reach a
 // file system path or a scheduler's job name.
 func SandboxID(issuer, user string) string {

@@ -3,7 +3,7 @@ package scheduler
 import "errors"
 
 var (
-	// ErrNotFound: no placement row for that user.
+	// ErrNotFound: no placement row for that user (from a driver: no such allocation).
 	ErrNotFound = errors.New("placement not found")
 	// ErrConflict: a compare-and-set claim lost to another claimant.
 	ErrConflict = errors.New("placement claimed concurrently")

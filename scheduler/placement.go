@@ -2,7 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/warren-mesh/warren/billing"
 )
 
 // State of a placement (DESIGN.md §4).
@@ -24,6 +28,7 @@ type Placement struct {
 	State   State
 	Alloc   string
 	Updated time.Time
+	Meter   Meter // as last set by SetMeter; zero after a claim
 }
 
 // Placements stores placements. Implementations are safe for concurrent use by many processes.
@@ -35,4 +40,46 @@ type Placements interface {
 	Claim(ctx context.Context, issuer, user, region string, expect int64) (Placement, error)
 	// Update sets state and alloc if the stored epoch equals epoch; ErrStaleEpoch otherwise.
 	Update(ctx context.Context, issuer, user string, epoch int64, state State, alloc string) error
+	// SetMeter stores m with the placement if its stored epoch is epoch; ErrStaleEpoch otherwise,
+	// ErrNotFound without a placement. A claim clears it.
+	SetMeter(ctx context.Context, issuer, user string, epoch int64, m Meter) error
+	// Running lists region's placements in state running, with their meters.
+	Running(ctx context.Context, region string) ([]Placement, error)
+}
+
+// Meter is what a running sandbox's compute is charged to: its user's account window, the token's window
+// anchor and the compute seconds allowed in a window. It is stored with the placement (SetMeter) so that a
+// scheduler that restarts can resume metering the runners it left serving (Scheduler.Adopt).
+type Meter struct {
+	Window      billing.Window `json:"window"`
+	WindowStart time.Time      `json:"window_start,omitzero"` // the account's window start when Anchor is zero
+	Anchor      time.Time      `json:"anchor,omitzero"`       // non-zero: the window rolls over from it
+	Limit       int64          `json:"limit"`                 // compute seconds of a window; < 0 unlimited, 0 not enforced
+}
+
+// Set reports whether m names an account (placements written before meters were stored have none).
+func (m Meter) Set() bool { return m.Window != "" }
+
+// EncodeMeter is how adapters store m: JSON, or "" for an unset meter.
+func EncodeMeter(m Meter) (string, error) {
+	if !m.Set() {
+		return "", nil
+	}
+	if !m.Window.Valid() {
+		return "", fmt.Errorf("meter: unknown window %q", m.Window)
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+// DecodeMeter reads what EncodeMeter wrote.
+func DecodeMeter(s string) (Meter, error) {
+	var m Meter
+	if s == "" {
+		return m, nil
+	}
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return Meter{}, fmt.Errorf("stored meter: %w", err)
+	}
+	return m, nil
 }

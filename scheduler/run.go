@@ -63,10 +63,16 @@ type Scheduler struct {
 type live struct {
 	entry   registry.Entry
 	sb      Sandbox
-	account billing.Account
-	anchor  time.Time     // non-zero: account's window rolls over from it
-	limit   int64         // compute seconds of account's window; < 0 unlimited
-	stopped chan struct{} // closed when the supervisor finished
+	account billing.Account // zero until known (an adopted runner without a stored meter): compute is carried
+	anchor  time.Time       // non-zero: account's window rolls over from it
+	limit   int64           // compute seconds of account's window; < 0 unlimited
+	events  string          // usage event keys are events + sequence number
+	stopped chan struct{}   // closed when the supervisor finished
+}
+
+// meter is what l's compute is charged to, as stored with its placement. Called with s.mu held.
+func (l *live) meter() Meter {
+	return Meter{Window: l.account.Window, WindowStart: l.account.WindowStart, Anchor: l.anchor, Limit: l.limit}
 }
 
 type metrics struct {
@@ -74,6 +80,7 @@ type metrics struct {
 	startLatency prometheus.Histogram
 	live         prometheus.GaugeFunc
 	computeSecs  prometheus.Counter
+	adopted      prometheus.Counter
 }
 
 // New validates cfg and returns a Scheduler. Call Close to stop every sandbox it started.
@@ -111,9 +118,12 @@ func New(cfg Config) (*Scheduler, error) {
 		computeSecs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warren_compute_seconds_total", Help: "Sandbox compute seconds recorded to the ledger.",
 		}),
+		adopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_sandboxes_adopted_total", Help: "Running sandboxes taken over from a previous scheduler process.",
+		}),
 	}
 	if cfg.Metrics != nil {
-		for _, c := range []prometheus.Collector{s.metrics.starts, s.metrics.startLatency, s.metrics.live, s.metrics.computeSecs} {
+		for _, c := range []prometheus.Collector{s.metrics.starts, s.metrics.startLatency, s.metrics.live, s.metrics.computeSecs, s.metrics.adopted} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("scheduler: register metrics: %w", err)
 			}
@@ -127,7 +137,7 @@ func New(cfg Config) (*Scheduler, error) {
 // *wire.Error (unavailable, timeout) ready for a client.
 func (s *Scheduler) Ensure(ctx context.Context, req Request) (registry.Entry, error) {
 	if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
-		s.charge(SandboxID(req.Issuer, req.User), req.Account, req.Anchor, req.ComputeLimit)
+		s.charge(ctx, SandboxID(req.Issuer, req.User), req.Account, req.Anchor, req.ComputeLimit)
 		return e, nil
 	} else if !errors.Is(err, registry.ErrNotFound) {
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "sandbox registry unavailable")
@@ -230,7 +240,8 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		Issuer: req.Issuer, User: req.User, Epoch: claimed.Epoch, Region: s.cfg.Region,
 		Alloc: sb.Alloc, Addr: sb.Addr, Key: sb.Key, Since: s.cfg.Now(),
 	}
-	l := &live{entry: entry, sb: sb, account: req.Account, anchor: req.Anchor, limit: req.ComputeLimit, stopped: make(chan struct{})}
+	l := &live{entry: entry, sb: sb, account: req.Account, anchor: req.Anchor, limit: req.ComputeLimit,
+		events: fmt.Sprintf("compute/%s/%d/", id, claimed.Epoch), stopped: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -247,6 +258,15 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		log.Warn("placement fenced after start", "err", err)
 		_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "the sandbox moved while starting; retry")
+	}
+	if req.Account.Issuer != "" {
+		s.mu.Lock()
+		m := l.meter()
+		s.mu.Unlock()
+		if err := s.cfg.Placements.SetMeter(ctx, req.Issuer, req.User, claimed.Epoch, m); err != nil {
+			// Metering goes on here; only a successor scheduler would lack the account until a reconnect.
+			log.Warn("store the sandbox's meter", "err", err)
+		}
 	}
 	if !s.cfg.RunnerRegisters {
 		if err := s.cfg.Registry.Register(ctx, entry); err != nil {
@@ -314,6 +334,12 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 		if s.cfg.Ledger == nil {
 			return
 		}
+		s.mu.Lock()
+		known := l.account.Issuer != ""
+		s.mu.Unlock()
+		if !known {
+			return // adopted without a stored meter: carried until an Ensure names the account
+		}
 		if pending != nil {
 			if !record(*pending) {
 				return
@@ -332,7 +358,7 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 		}
 		seq++
 		ev := billing.UsageEvent{
-			Key:     fmt.Sprintf("compute/%s/%d/%d", id, l.entry.Epoch, seq),
+			Key:     fmt.Sprintf("%s%d", l.events, seq),
 			Account: acct, Kind: billing.KindCompute, ComputeSeconds: secs, At: now,
 		}
 		carry -= time.Duration(secs) * time.Second
@@ -369,8 +395,7 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 			if s.cfg.RunnerRegisters {
 				// Production: the runner holds its own lock and outlives this scheduler (a restart or
 				// deploy must not end every session of the region). Record what it used so far and stop
-				// supervising; it sleeps on its own, and its job and placement are cleaned up when the next
-				// claim of its user finds the placement stale.
+				// supervising: the next scheduler of the region adopts it (Adopt).
 				meter()
 				s.mu.Lock()
 				if s.live[id] == l {
@@ -439,13 +464,117 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 	log.Info("sandbox exited", "alloc", l.sb.Alloc)
 }
 
-// charge makes later compute of the user's live sandbox count against acct (the newest token's window).
-func (s *Scheduler) charge(id string, acct billing.Account, anchor time.Time, limit int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l := s.live[id]; l != nil && acct.Issuer != "" {
-		l.account, l.anchor, l.limit = acct, anchor, limit
+// charge makes later compute of the user's live sandbox count against acct (the newest token's window),
+// and stores that with its placement when it changed, for a successor scheduler (Adopt).
+func (s *Scheduler) charge(ctx context.Context, id string, acct billing.Account, anchor time.Time, limit int64) {
+	if acct.Issuer == "" {
+		return
 	}
+	s.mu.Lock()
+	l := s.live[id]
+	if l == nil || (l.account == acct && l.anchor.Equal(anchor) && l.limit == limit) {
+		s.mu.Unlock()
+		return
+	}
+	l.account, l.anchor, l.limit = acct, anchor, limit
+	m, e := l.meter(), l.entry
+	s.mu.Unlock()
+	if err := s.cfg.Placements.SetMeter(ctx, e.Issuer, e.User, e.Epoch, m); err != nil && !errors.Is(err, ErrStaleEpoch) {
+		s.log.Warn("store the sandbox's meter", "issuer", e.Issuer, "user", e.User, "epoch", e.Epoch, "err", err)
+	}
+}
+
+// Adopt takes over the runners of this region that a previous scheduler process started and left serving
+// (production, Config.RunnerRegisters, with a driver that is an Adopter): for each running placement of
+// the region whose runner is still registered under the placement's epoch, it follows the allocation and
+// meters its compute from now on, charged to the placement's stored meter (a placement stored without one
+// carries its seconds until the next Ensure of its user names the account), and marks the placement
+// asleep once the runner exits, like a runner it started. A running placement whose runner is no longer
+// registered slept or died while no scheduler watched: its allocation is cleaned up and the placement
+// marked asleep. The seconds between the previous scheduler's last record and the adoption are not
+// charged.
+//
+// Call it once after New, before serving. It returns how many runners it adopted; an error means some
+// placements were not examined (the registry, store or driver is unreachable) and a later call may be
+// made for them — adopted ones are skipped.
+func (s *Scheduler) Adopt(ctx context.Context) (int, error) {
+	ad, ok := s.cfg.Driver.(Adopter)
+	if !ok || !s.cfg.RunnerRegisters {
+		return 0, nil
+	}
+	ps, err := s.cfg.Placements.Running(ctx, s.cfg.Region)
+	if err != nil {
+		return 0, fmt.Errorf("adopt runners: %w", err)
+	}
+	adopted := 0
+	var errs []error
+	for _, p := range ps {
+		ok, err := s.adopt(ctx, ad, p)
+		if ok {
+			adopted++
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return adopted, fmt.Errorf("adopt runners: %w", errors.Join(errs...))
+	}
+	return adopted, nil
+}
+
+func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, error) {
+	id := SandboxID(p.Issuer, p.User)
+	log := s.log.With("issuer", p.Issuer, "user", p.User, "epoch", p.Epoch, "alloc", p.Alloc)
+	s.mu.Lock()
+	_, known := s.live[id]
+	s.mu.Unlock()
+	if known {
+		return false, nil
+	}
+	e, err := s.cfg.Registry.Lookup(ctx, p.Issuer, p.User)
+	switch {
+	case errors.Is(err, registry.ErrNotFound) || (err == nil && e.Epoch < p.Epoch):
+		// Gone while nobody watched: release what the driver keeps for it and let the placement sleep.
+		if err := s.cfg.Driver.Stop(ctx, p.Alloc); err != nil {
+			return false, fmt.Errorf("%s/%s: clean up after the runner: %w", p.Issuer, p.User, err)
+		}
+		if err := s.cfg.Placements.Update(ctx, p.Issuer, p.User, p.Epoch, StateAsleep, ""); err != nil && !errors.Is(err, ErrStaleEpoch) {
+			return false, fmt.Errorf("%s/%s: mark placement asleep: %w", p.Issuer, p.User, err)
+		}
+		log.Info("runner gone while no scheduler watched: placement asleep")
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%s/%s: %w", p.Issuer, p.User, err)
+	case e.Epoch > p.Epoch:
+		return false, nil // a newer claim is under way; its scheduler supervises it
+	}
+	sb, err := ad.Adopt(ctx, Spec{ID: id, Issuer: p.Issuer, User: p.User, Epoch: p.Epoch, Region: p.Region}, p.Alloc)
+	if err != nil {
+		return false, fmt.Errorf("%s/%s: follow allocation %s: %w", p.Issuer, p.User, p.Alloc, err)
+	}
+	sb.Addr, sb.Key = e.Addr, e.Key
+	l := &live{entry: e, sb: sb, anchor: p.Meter.Anchor, limit: p.Meter.Limit,
+		events: fmt.Sprintf("compute/%s/%d/a%d/", id, p.Epoch, s.cfg.Now().UnixNano()), stopped: make(chan struct{})}
+	if p.Meter.Set() {
+		l.account = billing.Account{Issuer: p.Issuer, User: p.User, Window: p.Meter.Window, WindowStart: p.Meter.WindowStart}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false, errors.New("the scheduler is shutting down")
+	}
+	if _, known := s.live[id]; known {
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.live[id] = l
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.supervise(id, l, log)
+	s.metrics.adopted.Inc()
+	log.Info("runner adopted", "addr", e.Addr, "metered", p.Meter.Set())
+	return true, nil
 }
 
 // Live is the number of sandboxes this scheduler supervises.

@@ -264,7 +264,29 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer s.Close()
+	adoptCtx, stopAdopting := context.WithCancel(ctx)
+	defer stopAdopting() // before s.Close
+	go adoptRunners(adoptCtx, s, log)
 	return serveRole(ctx, "scheduler", c.listen, remote.Handler(s, key, log), metrics, stdout, log)
+}
+
+// adoptRunners takes over the region's runners that a previous scheduler process left serving (so their
+// compute is metered again and their placements sleep when they exit), retrying every 5 s while the
+// registry, the placements or Nomad cannot be reached, until it succeeds or ctx ends.
+func adoptRunners(ctx context.Context, s *scheduler.Scheduler, log *slog.Logger) {
+	for {
+		n, err := s.Adopt(ctx)
+		if err == nil {
+			log.Info("runners of the previous scheduler adopted", "count", n)
+			return
+		}
+		log.Warn("adopt the previous scheduler's runners; retrying", "adopted", n, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
 
 func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) error {

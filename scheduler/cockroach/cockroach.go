@@ -29,6 +29,8 @@ var migrations = []string{
 		updated TIMESTAMPTZ NOT NULL,
 		PRIMARY KEY (issuer, "user")
 	)`,
+	`ALTER TABLE placements ADD COLUMN meter TEXT NOT NULL DEFAULT ''`, // scheduler.EncodeMeter
+	`CREATE INDEX placements_region_state ON placements (region, state)`,
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as
@@ -85,13 +87,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Placements, 
 // Get returns the placement of (issuer, user) or an error wrapping scheduler.ErrNotFound.
 func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Placement, error) {
 	pl := scheduler.Placement{Issuer: issuer, User: user}
-	var state string
+	var state, meter string
 	err := p.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT region, epoch, state, alloc, updated FROM placements
-			WHERE issuer = $1 AND "user" = $2`, issuer, user).Scan(&pl.Region, &pl.Epoch, &state, &pl.Alloc, &pl.Updated)
+		return tx.QueryRow(ctx, `SELECT region, epoch, state, alloc, updated, meter FROM placements
+			WHERE issuer = $1 AND "user" = $2`, issuer, user).Scan(&pl.Region, &pl.Epoch, &state, &pl.Alloc, &pl.Updated, &meter)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, scheduler.ErrNotFound)
+	}
+	if err == nil {
+		pl.Meter, err = scheduler.DecodeMeter(meter)
 	}
 	if err != nil {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, err)
@@ -125,7 +130,7 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 				VALUES ($1, $2, $3, 1, 'starting', '', $4)
 				ON CONFLICT (issuer, "user") DO NOTHING`
 		} else {
-			sql = `UPDATE placements SET region = $3, epoch = epoch + 1, state = 'starting', alloc = '', updated = $4
+			sql = `UPDATE placements SET region = $3, epoch = epoch + 1, state = 'starting', alloc = '', meter = '', updated = $4
 				WHERE issuer = $1 AND "user" = $2 AND epoch = $5`
 			args = append(args, expect)
 		}
@@ -145,20 +150,37 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 	}, nil
 }
 
-// Update changes state and alloc only under the stored epoch. When no row changes, a second read inside the
-// same transaction tells a missing placement (ErrNotFound) from a different epoch (ErrStaleEpoch, whether the
-// caller's epoch is older or, from a confused caller, newer). Setting the same state and alloc twice is
-// harmless, so an ambiguous commit is resolved by running the update again.
+// Update changes state and alloc only under the stored epoch (see fenced).
 func (p *Placements) Update(ctx context.Context, issuer, user string, epoch int64, state scheduler.State, alloc string) error {
 	switch state {
 	case scheduler.StateStarting, scheduler.StateRunning, scheduler.StateAsleep:
 	default:
 		return fmt.Errorf("update placement %s/%s: unknown state %q", issuer, user, state)
 	}
+	return p.fenced(ctx, "update placement", issuer, user, epoch, `state = $4, alloc = $5`, string(state), alloc)
+}
+
+// SetMeter stores m under the stored epoch (see fenced).
+func (p *Placements) SetMeter(ctx context.Context, issuer, user string, epoch int64, m scheduler.Meter) error {
+	enc, err := scheduler.EncodeMeter(m)
+	if err != nil {
+		return fmt.Errorf("set meter of placement %s/%s: %w", issuer, user, err)
+	}
+	return p.fenced(ctx, "set meter of placement", issuer, user, epoch, `meter = $4`, enc)
+}
+
+// fenced runs UPDATE placements SET <set>, updated = now for the row of (issuer, user) at epoch; set's
+// placeholders start at $4. When no row changes, a second read inside the same transaction tells a
+// missing placement (ErrNotFound) from a different epoch (ErrStaleEpoch, whether the caller's epoch is
+// older or, from a confused caller, newer). Setting the same values twice is harmless, so an ambiguous
+// commit is resolved by running the update again.
+func (p *Placements) fenced(ctx context.Context, what, issuer, user string, epoch int64, set string, args ...any) error {
 	now := p.now().UTC()
+	args = append([]any{issuer, user, epoch}, args...)
+	args = append(args, now)
 	err := p.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE placements SET state = $1, alloc = $2, updated = $3
-			WHERE issuer = $4 AND "user" = $5 AND epoch = $6`, string(state), alloc, now, issuer, user, epoch)
+		tag, err := tx.Exec(ctx, `UPDATE placements SET `+set+fmt.Sprintf(`, updated = $%d`, len(args))+`
+			WHERE issuer = $1 AND "user" = $2 AND epoch = $3`, args...)
 		if err != nil {
 			return err
 		}
@@ -176,9 +198,40 @@ func (p *Placements) Update(ctx context.Context, issuer, user string, epoch int6
 		return fmt.Errorf("stored %d: %w", stored, scheduler.ErrStaleEpoch)
 	})
 	if err != nil {
-		return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+		return fmt.Errorf("%s %s/%s at epoch %d: %w", what, issuer, user, epoch, err)
 	}
 	return nil
+}
+
+// Running lists region's running placements.
+func (p *Placements) Running(ctx context.Context, region string) ([]scheduler.Placement, error) {
+	var out []scheduler.Placement
+	err := p.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
+		out = out[:0]
+		rows, err := tx.Query(ctx, `SELECT issuer, "user", epoch, alloc, updated, meter FROM placements
+			WHERE region = $1 AND state = 'running' ORDER BY issuer, "user"`, region)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			pl := scheduler.Placement{Region: region, State: scheduler.StateRunning}
+			var meter string
+			if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &pl.Alloc, &pl.Updated, &meter); err != nil {
+				return err
+			}
+			if pl.Meter, err = scheduler.DecodeMeter(meter); err != nil {
+				return fmt.Errorf("%s/%s: %w", pl.Issuer, pl.User, err)
+			}
+			pl.Updated = pl.Updated.UTC()
+			out = append(out, pl)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+	}
+	return out, nil
 }
 
 // tx runs f in one serializable transaction, retried on serialization failures (cockroachdb.ExecuteTx).

@@ -168,6 +168,8 @@ func (d *Driver) Close() error {
 	return nil
 }
 
+var _ scheduler.Adopter = (*Driver)(nil)
+
 // JobID is the Nomad job id of spec's sandbox: derived from the hashed sandbox id and the epoch only.
 func JobID(spec scheduler.Spec) string {
 	return fmt.Sprintf("%s%s-e%d", jobPrefix, spec.ID, spec.Epoch)
@@ -242,6 +244,31 @@ func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (sb scheduler.S
 	d.metrics.startSeconds.Observe(took.Seconds())
 	log.Info("sandbox ready", "alloc", allocID, "addr", entry.Addr, "seconds", took.Seconds())
 	return scheduler.Sandbox{Alloc: allocID, Addr: entry.Addr, Key: entry.Key, Exited: w.done}, nil
+}
+
+// Adopt follows allocation alloc, which a previous scheduler process started (or claimed from the warm
+// pool) for spec: its Exited is closed like a started sandbox's, and an allocation that ends is purged. An
+// allocation Nomad no longer knows is scheduler.ErrNotFound; one that is not a sandbox's is refused.
+func (d *Driver) Adopt(ctx context.Context, spec scheduler.Spec, alloc string) (scheduler.Sandbox, error) {
+	what := fmt.Sprintf("adopt sandbox %s epoch %d", spec.ID, spec.Epoch)
+	if alloc == "" {
+		return scheduler.Sandbox{}, fmt.Errorf("%s: no allocation: %w", what, scheduler.ErrNotFound)
+	}
+	a, _, err := d.client.Allocations().Info(alloc, query(ctx, 0, 0))
+	if isNotFound(err) {
+		return scheduler.Sandbox{}, fmt.Errorf("%s: allocation %s: %w", what, alloc, scheduler.ErrNotFound)
+	}
+	if err != nil {
+		return scheduler.Sandbox{}, fmt.Errorf("%s: %w", what, classify(err))
+	}
+	if !strings.HasPrefix(a.JobID, jobPrefix) {
+		return scheduler.Sandbox{}, fmt.Errorf("%s: allocation %s belongs to job %q, not a sandbox", what, alloc, a.JobID)
+	}
+	w, err := d.watch(alloc, a.JobID)
+	if err != nil {
+		return scheduler.Sandbox{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return scheduler.Sandbox{Alloc: alloc, Exited: w.done}, nil
 }
 
 // Stop deregisters and purges the job of allocation alloc, then waits until the allocation is terminal (the

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/scheduler"
 )
 
@@ -33,6 +35,88 @@ func Run(t *testing.T, open func(t *testing.T) scheduler.Placements) {
 	t.Run("UpdateStale", func(t *testing.T) { testUpdateStale(t, open(t)) })
 	t.Run("ConcurrentClaims", func(t *testing.T) { ClaimRace(t, open(t)) })
 	t.Run("UsersIndependent", func(t *testing.T) { testUsersIndependent(t, open(t)) })
+	t.Run("Meter", func(t *testing.T) { testMeter(t, open(t)) })
+	t.Run("Running", func(t *testing.T) { testRunning(t, open(t)) })
+}
+
+func testMeter(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	pl := MustClaim(t, p, "iss", "u", "eu", 0)
+	anchor := time.Date(2026, 1, 31, 10, 0, 0, 0, time.UTC)
+	meters := []scheduler.Meter{
+		{Window: billing.Month, Anchor: anchor, Limit: 3600},
+		{Window: billing.Day, WindowStart: anchor.Add(24 * time.Hour), Limit: -1},
+		{Window: billing.Lifetime},
+	}
+	want := scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: scheduler.StateStarting}
+	for _, m := range meters {
+		if err := p.SetMeter(ctx, "iss", "u", pl.Epoch, m); err != nil {
+			t.Fatalf("SetMeter(%+v): %v", m, err)
+		}
+		want.Meter = m
+		AssertStored(t, p, want)
+	}
+	// Changing the state keeps the meter.
+	if err := p.Update(ctx, "iss", "u", pl.Epoch, scheduler.StateRunning, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	want.State, want.Alloc = scheduler.StateRunning, "a1"
+	AssertStored(t, p, want)
+	if err := p.SetMeter(ctx, "iss", "u", pl.Epoch, scheduler.Meter{Window: "fortnight"}); err == nil {
+		t.Error("SetMeter with an unknown window succeeded")
+	}
+	if err := p.SetMeter(ctx, "iss", "nobody", 1, meters[0]); !errors.Is(err, scheduler.ErrNotFound) {
+		t.Errorf("SetMeter missing: %v, want ErrNotFound", err)
+	}
+	// A claim clears the meter; the old epoch can no longer set one.
+	cur := MustClaim(t, p, "iss", "u", "us", pl.Epoch)
+	want = scheduler.Placement{Issuer: "iss", User: "u", Region: "us", Epoch: cur.Epoch, State: scheduler.StateStarting}
+	AssertStored(t, p, want)
+	if err := p.SetMeter(ctx, "iss", "u", pl.Epoch, meters[0]); !errors.Is(err, scheduler.ErrStaleEpoch) {
+		t.Errorf("SetMeter at a stale epoch: %v, want ErrStaleEpoch", err)
+	}
+	AssertStored(t, p, want)
+}
+
+func testRunning(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	if got, err := p.Running(ctx, "eu"); err != nil || len(got) != 0 {
+		t.Fatalf("Running on an empty store = %v, %v", got, err)
+	}
+	m := scheduler.Meter{Window: billing.Week, Anchor: time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), Limit: 60}
+	for _, u := range []struct {
+		user, region string
+		state        scheduler.State
+		meter        bool
+	}{
+		{"a", "eu", scheduler.StateRunning, true},
+		{"b", "eu", scheduler.StateRunning, false},
+		{"c", "eu", scheduler.StateAsleep, true},
+		{"d", "eu", scheduler.StateStarting, false},
+		{"e", "us", scheduler.StateRunning, true},
+	} {
+		pl := MustClaim(t, p, "iss", u.user, u.region, 0)
+		if err := p.Update(ctx, "iss", u.user, pl.Epoch, u.state, "alloc-"+u.user); err != nil {
+			t.Fatal(err)
+		}
+		if u.meter {
+			if err := p.SetMeter(ctx, "iss", u.user, pl.Epoch, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := p.Running(ctx, "eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("Running(eu) = %+v, want users a and b", got)
+	}
+	AssertPlacement(t, got[0], scheduler.Placement{Issuer: "iss", User: "a", Region: "eu", Epoch: 1, State: scheduler.StateRunning, Alloc: "alloc-a", Meter: m})
+	AssertPlacement(t, got[1], scheduler.Placement{Issuer: "iss", User: "b", Region: "eu", Epoch: 1, State: scheduler.StateRunning, Alloc: "alloc-b"})
+	if got[0].Updated.IsZero() {
+		t.Error("Running returned a zero Updated")
+	}
 }
 
 func testFirstClaim(t *testing.T, p scheduler.Placements) {
@@ -217,10 +301,15 @@ func AssertStored(t testing.TB, p scheduler.Placements, want scheduler.Placement
 	AssertPlacement(t, got, want)
 }
 
-// AssertPlacement compares every field but Updated, whose precision depends on the store.
+// AssertPlacement compares every field but Updated, whose precision depends on the store; the meter's
+// times are compared as instants.
 func AssertPlacement(t testing.TB, got, want scheduler.Placement) {
 	t.Helper()
 	got.Updated = want.Updated
+	gm, wm := got.Meter, want.Meter
+	if gm.WindowStart.Equal(wm.WindowStart) && gm.Anchor.Equal(wm.Anchor) {
+		got.Meter.WindowStart, got.Meter.Anchor = wm.WindowStart, wm.Anchor
+	}
 	if got != want {
 		t.Fatalf("placement = %+v, want %+v", got, want)
 	}

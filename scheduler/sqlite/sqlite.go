@@ -25,6 +25,8 @@ var migrations = []string{
 		updated INTEGER NOT NULL, -- Unix nanoseconds UTC
 		PRIMARY KEY (issuer, "user")
 	)`,
+	`ALTER TABLE placements ADD COLUMN meter TEXT NOT NULL DEFAULT ''`, // scheduler.EncodeMeter
+	`CREATE INDEX placements_region_state ON placements (region, state)`,
 }
 
 // Placements is a scheduler.Placements over a SQLite file.
@@ -70,16 +72,48 @@ func (p *Placements) Close() error {
 func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Placement, error) {
 	pl := scheduler.Placement{Issuer: issuer, User: user}
 	var updated int64
-	err := p.db.QueryRowContext(ctx, `SELECT region, epoch, state, alloc, updated FROM placements
-		WHERE issuer = ? AND "user" = ?`, issuer, user).Scan(&pl.Region, &pl.Epoch, &pl.State, &pl.Alloc, &updated)
+	var meter string
+	err := p.db.QueryRowContext(ctx, `SELECT region, epoch, state, alloc, updated, meter FROM placements
+		WHERE issuer = ? AND "user" = ?`, issuer, user).Scan(&pl.Region, &pl.Epoch, &pl.State, &pl.Alloc, &updated, &meter)
 	if errors.Is(err, sql.ErrNoRows) {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, scheduler.ErrNotFound)
+	}
+	if err == nil {
+		pl.Meter, err = scheduler.DecodeMeter(meter)
 	}
 	if err != nil {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, err)
 	}
 	pl.Updated = time.Unix(0, updated).UTC()
 	return pl, nil
+}
+
+// Running lists region's running placements.
+func (p *Placements) Running(ctx context.Context, region string) ([]scheduler.Placement, error) {
+	rows, err := p.db.QueryContext(ctx, `SELECT issuer, "user", epoch, alloc, updated, meter FROM placements
+		WHERE region = ? AND state = 'running' ORDER BY issuer, "user"`, region)
+	if err != nil {
+		return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+	}
+	defer rows.Close()
+	var out []scheduler.Placement
+	for rows.Next() {
+		pl := scheduler.Placement{Region: region, State: scheduler.StateRunning}
+		var updated int64
+		var meter string
+		if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &pl.Alloc, &updated, &meter); err != nil {
+			return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+		}
+		if pl.Meter, err = scheduler.DecodeMeter(meter); err != nil {
+			return nil, fmt.Errorf("list running placements in %s: %s/%s: %w", region, pl.Issuer, pl.User, err)
+		}
+		pl.Updated = time.Unix(0, updated).UTC()
+		out = append(out, pl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+	}
+	return out, nil
 }
 
 // Claim is one statement: an INSERT that does nothing on an existing row when expect is 0, otherwise an
@@ -107,7 +141,7 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 			ON CONFLICT (issuer, "user") DO NOTHING`, issuer, user, region, now.UnixNano())
 	default:
 		res, err = p.db.ExecContext(ctx, `UPDATE placements
-			SET region = ?, epoch = epoch + 1, state = 'starting', alloc = '', updated = ?
+			SET region = ?, epoch = epoch + 1, state = 'starting', alloc = '', meter = '', updated = ?
 			WHERE issuer = ? AND "user" = ? AND epoch = ?`, region, now.UnixNano(), issuer, user, expect)
 	}
 	if err != nil {
@@ -123,42 +157,57 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 	return pl, nil
 }
 
-// Update changes state and alloc only under the stored epoch. When no row changes, a second read inside the
-// same transaction tells a missing placement (ErrNotFound) from a different epoch (ErrStaleEpoch, whether the
-// caller's epoch is older or, from a confused caller, newer).
+// Update changes state and alloc only under the stored epoch (see fenced).
 func (p *Placements) Update(ctx context.Context, issuer, user string, epoch int64, state scheduler.State, alloc string) error {
 	switch state {
 	case scheduler.StateStarting, scheduler.StateRunning, scheduler.StateAsleep:
 	default:
 		return fmt.Errorf("update placement %s/%s: unknown state %q", issuer, user, state)
 	}
+	return p.fenced(ctx, "update placement", issuer, user, epoch, `state = ?, alloc = ?`, string(state), alloc)
+}
+
+// SetMeter stores m under the stored epoch (see fenced).
+func (p *Placements) SetMeter(ctx context.Context, issuer, user string, epoch int64, m scheduler.Meter) error {
+	enc, err := scheduler.EncodeMeter(m)
+	if err != nil {
+		return fmt.Errorf("set meter of placement %s/%s: %w", issuer, user, err)
+	}
+	return p.fenced(ctx, "set meter of placement", issuer, user, epoch, `meter = ?`, enc)
+}
+
+// fenced runs UPDATE placements SET <set>, updated = now for the row of (issuer, user) at epoch. When no
+// row changes, a second read inside the same transaction tells a missing placement (ErrNotFound) from a
+// different epoch (ErrStaleEpoch, whether the caller's epoch is older or, from a confused caller, newer).
+func (p *Placements) fenced(ctx context.Context, what, issuer, user string, epoch int64, set string, args ...any) error {
 	tx, err := p.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("update placement %s/%s: begin: %w", issuer, user, err)
+		return fmt.Errorf("%s %s/%s: begin: %w", what, issuer, user, err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE placements SET state = ?, alloc = ?, updated = ?
-		WHERE issuer = ? AND "user" = ? AND epoch = ?`, string(state), alloc, p.now().UTC().UnixNano(), issuer, user, epoch)
+	args = append(args, p.now().UTC().UnixNano(), issuer, user, epoch)
+	res, err := tx.ExecContext(ctx, `UPDATE placements SET `+set+`, updated = ?
+		WHERE issuer = ? AND "user" = ? AND epoch = ?`, args...)
 	if err != nil {
-		return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+		return fmt.Errorf("%s %s/%s at epoch %d: %w", what, issuer, user, epoch, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+		return fmt.Errorf("%s %s/%s at epoch %d: %w", what, issuer, user, epoch, err)
 	}
 	if n == 0 {
 		var stored int64
 		err := tx.QueryRowContext(ctx, `SELECT epoch FROM placements WHERE issuer = ? AND "user" = ?`, issuer, user).Scan(&stored)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, scheduler.ErrNotFound)
+			return fmt.Errorf("%s %s/%s at epoch %d: %w", what, issuer, user, epoch, scheduler.ErrNotFound)
 		}
 		if err != nil {
-			return fmt.Errorf("update placement %s/%s at epoch %d: %w", issuer, user, epoch, err)
+			return fmt.Errorf("%s %s/%s at epoch %d: %w", what, issuer, user, epoch, err)
 		}
-		return fmt.Errorf("update placement %s/%s at epoch %d, stored %d: %w", issuer, user, epoch, stored, scheduler.ErrStaleEpoch)
+		return fmt.Errorf("%s %s/%s at epoch %d, stored %d: %w", what, issuer, user, epoch, stored, scheduler.ErrStaleEpoch)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("update placement %s/%s at epoch %d: commit: %w", issuer, user, epoch, err)
+		return fmt.Errorf("%s %s/%s at epoch %d: commit: %w", what, issuer, user, epoch, err)
 	}
 	return nil
 }
