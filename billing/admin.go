@@ -62,6 +62,9 @@ type Quota struct {
 	IssuerConnectsPerMinute int64 `json:"issuer_connects_per_minute"`
 	// PromptsPerMinute is each user's prompts per minute; not set: the edge's default.
 	PromptsPerMinute int64 `json:"prompts_per_minute"`
+	// IssuerPromptsPerMinute is the prompts per minute of all the issuer's users together (issuer default
+	// only); not set: the edge's default.
+	IssuerPromptsPerMinute int64 `json:"issuer_prompts_per_minute"`
 	// Revision counts the writes of this quota: 1 after the first, +1 after every other. Writers name the
 	// revision they read (optimistic concurrency).
 	Revision int64 `json:"revision"`
@@ -237,21 +240,21 @@ func (q Quota) Validate() error {
 	case q.AIMicros < Unlimited || q.ComputeSeconds < Unlimited || q.MaxConcurrentSessions < Unlimited:
 		return fmt.Errorf("quota: limits below %d: %w", Unlimited, ErrInvalid)
 	case q.MaxIssuerSessions < Unlimited || q.ConnectsPerMinute < Unlimited || q.IssuerConnectsPerMinute < Unlimited ||
-		q.PromptsPerMinute < Unlimited:
+		q.PromptsPerMinute < Unlimited || q.IssuerPromptsPerMinute < Unlimited:
 		return fmt.Errorf("quota: session cap or rate below %d: %w", Unlimited, ErrInvalid)
 	}
 	return nil
 }
 
 // ValidateFor is Validate for the quota stored under k: a user's override must also leave the issuer-wide
-// fields (MaxIssuerSessions, IssuerConnectsPerMinute) unset, as they are read from the issuer's default
-// alone. Failures wrap ErrInvalid.
+// fields (MaxIssuerSessions, IssuerConnectsPerMinute, IssuerPromptsPerMinute) unset, as they are read from
+// the issuer's default alone. Failures wrap ErrInvalid.
 func (q Quota) ValidateFor(k QuotaKey) error {
 	if err := q.Validate(); err != nil {
 		return err
 	}
-	if k.User != "" && (q.MaxIssuerSessions != 0 || q.IssuerConnectsPerMinute != 0) {
-		return fmt.Errorf("quota of user %s/%s: max_issuer_sessions and issuer_connects_per_minute belong to the issuer's default: %w",
+	if k.User != "" && (q.MaxIssuerSessions != 0 || q.IssuerConnectsPerMinute != 0 || q.IssuerPromptsPerMinute != 0) {
+		return fmt.Errorf("quota of user %s/%s: max_issuer_sessions, issuer_connects_per_minute and issuer_prompts_per_minute belong to the issuer's default: %w",
 			k.Issuer, k.User, ErrInvalid)
 	}
 	return nil
@@ -315,10 +318,12 @@ type Rates struct {
 	ConnectsPerUser   int64 // agent connects of one user
 	ConnectsPerIssuer int64 // agent connects of all the users of one issuer
 	PromptsPerUser    int64 // prompts of one user
+	PromptsPerIssuer  int64 // prompts of all the users of one issuer
 }
 
 // UnlimitedRates limit nothing.
-var UnlimitedRates = Rates{ConnectsPerUser: Unlimited, ConnectsPerIssuer: Unlimited, PromptsPerUser: Unlimited}
+var UnlimitedRates = Rates{ConnectsPerUser: Unlimited, ConnectsPerIssuer: Unlimited, PromptsPerUser: Unlimited,
+	PromptsPerIssuer: Unlimited}
 
 // EffectiveLimit is EffectiveLimitWith without default rates: the rates a quota leaves unset come out
 // unlimited.
@@ -331,9 +336,10 @@ func EffectiveLimit(token Budget, issuer, user *Quota) Limit {
 // cap is the smaller of the two, a negative value standing for unlimited on either side; without a quota
 // the token's budget stands and sessions are unlimited.
 //
-// The issuer-wide session cap and connect rate come from the issuer's default alone. Each per-user rate is
-// the override's when it sets one, else the issuer default's, else defaults'; the issuer's connect rate is
-// the issuer default's when set, else defaults'. Unset issuer session caps are unlimited.
+// The issuer-wide session cap and connect and prompt rates come from the issuer's default alone. Each
+// per-user rate is the override's when it sets one, else the issuer default's, else defaults'; each
+// issuer-wide rate is the issuer default's when set, else defaults'. Unset issuer session caps are
+// unlimited.
 //
 // The amounts are compared as they are, in the token's window: the ledger sums usage per token account, so
 // a quota whose Window differs from the token's cannot be enforced over its own window by this function.
@@ -347,6 +353,7 @@ func EffectiveLimitWith(token Budget, defaults Rates, issuer, user *Quota) Limit
 		issuerRates = *issuer
 		lim.MaxIssuerSessions = setOr(issuer.MaxIssuerSessions, Unlimited)
 		lim.Rates.ConnectsPerIssuer = setOr(issuer.IssuerConnectsPerMinute, defaults.ConnectsPerIssuer)
+		lim.Rates.PromptsPerIssuer = setOr(issuer.IssuerPromptsPerMinute, defaults.PromptsPerIssuer)
 	}
 	lim.Rates.ConnectsPerUser = setOr(userRates.ConnectsPerMinute, setOr(issuerRates.ConnectsPerMinute, defaults.ConnectsPerUser))
 	lim.Rates.PromptsPerUser = setOr(userRates.PromptsPerMinute, setOr(issuerRates.PromptsPerMinute, defaults.PromptsPerUser))

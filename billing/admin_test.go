@@ -55,7 +55,7 @@ func TestEffectiveLimit(t *testing.T) {
 // The admission fields: 0 is not set and falls through (user override, issuer default, the edge's
 // defaults), -1 is unlimited, issuer-wide fields come from the issuer's default alone.
 func TestEffectiveLimitAdmission(t *testing.T) {
-	defaults := billing.Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60}
+	defaults := billing.Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60, PromptsPerIssuer: 3000}
 	base := billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Day, MaxConcurrentSessions: 4, Revision: 1}
 	with := func(f func(q *billing.Quota)) *billing.Quota {
 		q := base
@@ -72,21 +72,32 @@ func TestEffectiveLimitAdmission(t *testing.T) {
 		{"quotas without the fields: the defaults", &base, &base, -1, defaults},
 		{"issuer sets all", with(func(q *billing.Quota) {
 			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute = 10, 3, 30, 2
-		}), nil, 10, billing.Rates{ConnectsPerUser: 3, ConnectsPerIssuer: 30, PromptsPerUser: 2}},
+			q.IssuerPromptsPerMinute = 20
+		}), nil, 10, billing.Rates{ConnectsPerUser: 3, ConnectsPerIssuer: 30, PromptsPerUser: 2, PromptsPerIssuer: 20}},
 		{"override's rates replace the issuer's, even higher; issuer-wide fields stay the issuer's",
 			with(func(q *billing.Quota) {
 				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute = 10, 3, 30, 2
+				q.IssuerPromptsPerMinute = 20
 			}),
 			with(func(q *billing.Quota) { q.ConnectsPerMinute, q.PromptsPerMinute = 500, -1 }),
-			10, billing.Rates{ConnectsPerUser: 500, ConnectsPerIssuer: 30, PromptsPerUser: -1}},
+			10, billing.Rates{ConnectsPerUser: 500, ConnectsPerIssuer: 30, PromptsPerUser: -1, PromptsPerIssuer: 20}},
 		{"override unset falls back to the issuer's, then the defaults",
 			with(func(q *billing.Quota) { q.PromptsPerMinute = 5 }), &base,
-			-1, billing.Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 5}},
+			-1, billing.Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 5, PromptsPerIssuer: 3000}},
+		{"issuer prompts alone: the rest stay the defaults",
+			with(func(q *billing.Quota) { q.IssuerPromptsPerMinute = 7 }), nil,
+			-1, billing.Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60, PromptsPerIssuer: 7}},
 		{"issuer-wide fields on an override are not read", nil,
-			with(func(q *billing.Quota) { q.MaxIssuerSessions, q.IssuerConnectsPerMinute = 1, 1 }),
+			with(func(q *billing.Quota) {
+				q.MaxIssuerSessions, q.IssuerConnectsPerMinute, q.IssuerPromptsPerMinute = 1, 1, 1
+			}),
+			-1, defaults},
+		{"issuer-wide fields on an override are not read, beside an issuer default", &base,
+			with(func(q *billing.Quota) { q.IssuerPromptsPerMinute = 1 }),
 			-1, defaults},
 		{"unlimited", with(func(q *billing.Quota) {
 			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute = -1, -1, -1, -1
+			q.IssuerPromptsPerMinute = -1
 		}), nil, -1, billing.UnlimitedRates},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +121,7 @@ func TestQuotaValidateFor(t *testing.T) {
 		"issuer sessions":        func(q *billing.Quota) { q.MaxIssuerSessions = 3 },
 		"issuer sessions -1 too": func(q *billing.Quota) { q.MaxIssuerSessions = -1 },
 		"issuer connects":        func(q *billing.Quota) { q.IssuerConnectsPerMinute = -1 },
+		"issuer prompts":         func(q *billing.Quota) { q.IssuerPromptsPerMinute = 30 },
 	} {
 		bad := q
 		mod(&bad)
@@ -125,6 +137,7 @@ func TestQuotaValidateFor(t *testing.T) {
 		"connects":        func(q *billing.Quota) { q.ConnectsPerMinute = -2 },
 		"issuer connects": func(q *billing.Quota) { q.IssuerConnectsPerMinute = -5 },
 		"prompts":         func(q *billing.Quota) { q.PromptsPerMinute = -2 },
+		"issuer prompts":  func(q *billing.Quota) { q.IssuerPromptsPerMinute = -2 },
 	} {
 		bad := q
 		mod(&bad)

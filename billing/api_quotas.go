@@ -22,6 +22,7 @@ type quotaRequest struct {
 	ConnectsPerMinute       int64   `json:"connects_per_minute"`
 	IssuerConnectsPerMinute int64   `json:"issuer_connects_per_minute"`
 	PromptsPerMinute        int64   `json:"prompts_per_minute"`
+	IssuerPromptsPerMinute  int64   `json:"issuer_prompts_per_minute"`
 }
 
 // quotaResponse is a quota with the issuer and user it belongs to.
@@ -118,6 +119,7 @@ func (req quotaRequest) quota(k QuotaKey) (Quota, int64, error) {
 		{"connects_per_minute", req.ConnectsPerMinute, false, "the edge's default"},
 		{"issuer_connects_per_minute", req.IssuerConnectsPerMinute, true, "the edge's default"},
 		{"prompts_per_minute", req.PromptsPerMinute, false, "the edge's default"},
+		{"issuer_prompts_per_minute", req.IssuerPromptsPerMinute, true, "the edge's default"},
 	}
 	for _, o := range optional {
 		switch {
@@ -141,5 +143,5 @@ func (req quotaRequest) quota(k QuotaKey) (Quota, int64, error) {
 	return Quota{AIMicros: *req.AIMicros, ComputeSeconds: *req.ComputeSeconds, Window: Window(*req.Window),
 		MaxConcurrentSessions: *req.MaxConcurrentSessions, MaxIssuerSessions: req.MaxIssuerSessions,
 		ConnectsPerMinute: req.ConnectsPerMinute, IssuerConnectsPerMinute: req.IssuerConnectsPerMinute,
-		PromptsPerMinute: req.PromptsPerMinute}, *req.Revision, nil
+		PromptsPerMinute: req.PromptsPerMinute, IssuerPromptsPerMinute: req.IssuerPromptsPerMinute}, *req.Revision, nil
 }

@@ -3,6 +3,7 @@ package billing_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -24,11 +25,14 @@ func FuzzPutQuota(f *testing.F) {
 	for _, seed := range []string{
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0}`,
 		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":-1,"revision":0,
-			"max_issuer_sessions":10,"connects_per_minute":-1,"issuer_connects_per_minute":600,"prompts_per_minute":7}`,
+			"max_issuer_sessions":10,"connects_per_minute":-1,"issuer_connects_per_minute":600,"prompts_per_minute":7,
+			"issuer_prompts_per_minute":300}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"hour","max_concurrent_sessions":1,"revision":1,"max_issuer_sessions":-2}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"week","max_concurrent_sessions":1,"revision":2,"prompts_per_minute":1.5}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"month","max_concurrent_sessions":1,"revision":0,"connects_per_minute":null}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"issuer_connects_per_minute":"5"}`,
+		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"issuer_prompts_per_minute":300}`,
+		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"issuer_prompts_per_minute":-1}`,
 		`{"ai_microdollars":9223372036854775807,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"prompts_per_minute":9223372036854775808}`,
 		`{}`, `[]`, `null`, ``, `{"revision":0}{}`,
 	} {
@@ -88,4 +92,96 @@ func FuzzPutQuota(f *testing.F) {
 			t.Fatalf("GET after PUT: %d %q, want %+v", rec.Code, rec.Body, got)
 		}
 	})
+}
+
+// issuer_prompts_per_minute is optional like the other admission fields: written on the issuer's default it
+// round-trips through PUT, GET and the issuer's default_quota; left out it is answered as 0 (not set);
+// below -1 or not an integer it is refused naming the field; on a user's override it is refused (even -1),
+// naming the issuer's quota to set it on, and nothing is stored.
+func TestAPIIssuerPromptsPerMinute(t *testing.T) {
+	e := newAPIEnv(t)
+	e.call(t, "PUT", "/v1/issuers/acme", `{}`, nil)
+	body := func(rev int, extra string) string {
+		return fmt.Sprintf(`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":%d%s}`, rev, extra)
+	}
+	for _, tc := range []struct{ name, extra string }{
+		{"below -1", `,"issuer_prompts_per_minute":-2`},
+		{"fraction", `,"issuer_prompts_per_minute":2.5`},
+		{"string", `,"issuer_prompts_per_minute":"5"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.expectError(t, "PUT", "/v1/quotas/acme", body(0, tc.extra), http.StatusBadRequest, wire.InvalidArgument,
+				"issuer_prompts_per_minute")
+		})
+	}
+
+	var got quotaJSON
+	e.call(t, "PUT", "/v1/quotas/acme", body(0, `,"issuer_prompts_per_minute":300`), &got)
+	want := quotaJSON{Issuer: "acme", Quota: billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day,
+		MaxConcurrentSessions: 1, IssuerPromptsPerMinute: 300, Revision: 1}}
+	if got != want {
+		t.Fatalf("PUT = %+v, want %+v", got, want)
+	}
+	if e.call(t, "GET", "/v1/quotas/acme", "", &got); got != want {
+		t.Fatalf("GET = %+v, want %+v", got, want)
+	}
+	var iss issuerJSON
+	if e.call(t, "GET", "/v1/issuers/acme", "", &iss); iss.DefaultQuota == nil || *iss.DefaultQuota != want.Quota {
+		t.Fatalf("GET issuer default_quota = %+v, want %+v", iss.DefaultQuota, want.Quota)
+	}
+	e.call(t, "PUT", "/v1/quotas/acme", body(1, `,"issuer_prompts_per_minute":-1`), &got)
+	if got.IssuerPromptsPerMinute != billing.Unlimited || got.Revision != 2 {
+		t.Fatalf("PUT unlimited = %+v", got)
+	}
+
+	r := e.call(t, "PUT", "/v1/quotas/acme", body(2, ""), &got)
+	var raw map[string]any
+	if err := json.Unmarshal(r.body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := raw["issuer_prompts_per_minute"]; !ok || v != float64(0) {
+		t.Fatalf("answer's issuer_prompts_per_minute = %v (present %v), want 0", v, ok)
+	}
+
+	for _, v := range []string{"5", "-1"} {
+		we := e.expectError(t, "PUT", "/v1/quotas/acme/users/alice", body(0, `,"issuer_prompts_per_minute":`+v),
+			http.StatusBadRequest, wire.InvalidArgument, "issuer_prompts_per_minute")
+		if !strings.Contains(we.Message, "/v1/quotas/acme") {
+			t.Fatalf("message %q does not say where to set it", we.Message)
+		}
+	}
+	if _, err := e.ledger.GetQuota(context.Background(), billing.QuotaKey{Issuer: "acme", User: "alice"}); err == nil {
+		t.Fatal("a refused override was stored")
+	}
+}
+
+// The OpenAPI schemas of a quota (answered and written) document every field of billing.Quota.
+func TestOpenAPIQuotaFields(t *testing.T) {
+	e := newAPIEnv(t)
+	r := e.call(t, "GET", "/v1/openapi.json", "", nil)
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(billing.Quota{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, schema := range []string{"QuotaFields", "QuotaPut"} {
+		for f := range fields {
+			if _, ok := doc.Components.Schemas[schema].Properties[f]; !ok {
+				t.Errorf("OpenAPI schema %s does not document %s", schema, f)
+			}
+		}
+	}
 }

@@ -144,17 +144,17 @@ func anchorOf(c *token.Claims, acct billing.Account) time.Time {
 const leaseTTL = time.Minute
 
 // admitChannel applies the connect rates and takes the connection's session lease, against the user's cap
-// and the issuer's.
+// and the issuer's. The user's and the issuer's connect buckets are taken from all or none, so a connect
+// one refuses costs the other nothing.
 func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 	iss, sub := a.claims.Issuer, a.claims.Subject
-	for _, l := range []struct {
-		key  string
-		rate int64
-	}{{"connect/user/" + iss + "\x00" + sub, a.limit.Rates.ConnectsPerUser}, {"connect/issuer/" + iss, a.limit.Rates.ConnectsPerIssuer}} {
-		if ok, retry := e.limiter.Allow(l.key, l.rate, max(l.rate, 1)); !ok {
-			e.m.admissions.WithLabelValues("rate_limited").Inc()
-			return rateLimited("too many connections; slow down", retry)
-		}
+	user, issuer := a.limit.Rates.ConnectsPerUser, a.limit.Rates.ConnectsPerIssuer
+	if ok, retry := e.limiter.AllowAll(
+		Take{Key: "connect/user/" + iss + "\x00" + sub, RatePerMin: user, Burst: max(user, 1)},
+		Take{Key: "connect/issuer/" + iss, RatePerMin: issuer, Burst: max(issuer, 1)},
+	); !ok {
+		e.m.admissions.WithLabelValues("rate_limited").Inc()
+		return rateLimited("too many connections; slow down", retry)
 	}
 	if e.cfg.Sessions == nil {
 		return nil

@@ -56,9 +56,9 @@ type Config struct {
 	// user) and max_issuer_sessions (all of an issuer's users) hold across every edge (the runner also caps
 	// live sessions per user).
 	Sessions billing.Sessions
-	// Rates limit agent connects per minute per user and per issuer, and prompts per minute per user
-	// (zero values: DefaultRates; negative: unlimited). They are defaults: a rate a quota sets takes the
-	// place of its default, read when the agent channel opens (billing.EffectiveLimitWith).
+	// Rates limit agent connects and prompts per minute, per user and per issuer (the zero Rates:
+	// DefaultRates; negative: unlimited). They are defaults: a rate a quota sets takes the place of its
+	// default, read when the agent channel opens (billing.EffectiveLimitWith).
 	Rates        Rates
 	Regions      []Region      // answered by GET /v1/regions; defaults to this region alone
 	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
@@ -73,7 +73,7 @@ type Config struct {
 type Rates = billing.Rates
 
 // DefaultRates are generous: they stop runaway clients, not people.
-var DefaultRates = Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60}
+var DefaultRates = Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsPerUser: 60, PromptsPerIssuer: 6000}
 
 // Edge serves end users. Safe for concurrent use.
 type Edge struct {

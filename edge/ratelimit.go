@@ -10,7 +10,7 @@ import (
 // DefaultLimiterKeys is how many keys a Limiter tracks at most unless told otherwise.
 const DefaultLimiterKeys = 100_000
 
-// sweepEvery is how often, by the limiter's clock, Allow drops the buckets that have refilled.
+// sweepEvery is how often, by the limiter's clock, AllowAll drops the buckets that have refilled.
 const sweepEvery = time.Minute
 
 // Limiter is a set of token buckets, one per key (an issuer and user, say), that admission asks before
@@ -52,37 +52,77 @@ func NewLimiter(now func() time.Time, maxKeys int) *Limiter {
 // burst < 1 counts as 1. Rate and burst may differ from call to call for one key (a quota changed): the
 // bucket's state carries over under the new parameters.
 func (l *Limiter) Allow(key string, ratePerMin, burst int64) (ok bool, retryAfter time.Duration) {
-	switch {
-	case ratePerMin < 0:
-		return true, 0
-	case ratePerMin == 0:
-		return false, time.Minute
+	return l.AllowAll(Take{Key: key, RatePerMin: ratePerMin, Burst: burst})
+}
+
+// Take names one token to take for AllowAll: from Key's bucket, which holds Burst tokens and refills at
+// RatePerMin tokens a minute, read as Allow reads its parameters.
+type Take struct {
+	Key        string
+	RatePerMin int64
+	Burst      int64
+}
+
+// AllowAll takes a token from each of the buckets of takes, all or none: one request that must pass
+// several limits (a user's and its issuer's) is let in only if every bucket has a token, and a bucket that
+// refuses costs the others nothing. When refused, retryAfter is the longest wait among the refusing
+// buckets: after it the same call is let in, unless a rate is 0 or a key is asked for more than its burst.
+// Several takes from one key ask for that many tokens. No takes: allowed.
+func (l *Limiter) AllowAll(takes ...Take) (ok bool, retryAfter time.Duration) {
+	type pending struct {
+		key  string
+		next time.Time // when the key's bucket is full again once the token is taken
 	}
-	interval := time.Minute / time.Duration(ratePerMin) // the time one token takes to come back
-	if interval <= 0 {
-		return true, 0 // more than one a nanosecond: no limit worth tracking
-	}
-	burst = max(burst, 1)
-	tolerance := time.Duration(math.MaxInt64) // how far ahead of now a bucket may be full again
-	if burst <= math.MaxInt64/int64(interval) {
-		tolerance = interval * time.Duration(burst)
-	}
+	var buf [4]pending // callers take from one or two buckets: no allocation
+	commits := buf[:0]
+	ok = true
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	full, ok := l.buckets[key]
-	if !ok || full.Before(now) {
-		full = now
+	for _, t := range takes {
+		switch {
+		case t.RatePerMin < 0:
+			continue
+		case t.RatePerMin == 0:
+			ok, retryAfter = false, max(retryAfter, time.Minute)
+			continue
+		}
+		interval := time.Minute / time.Duration(t.RatePerMin) // the time one token takes to come back
+		if interval <= 0 {
+			continue // more than one a nanosecond: no limit worth tracking
+		}
+		burst := max(t.Burst, 1)
+		tolerance := time.Duration(math.MaxInt64) // how far ahead of now a bucket may be full again
+		if burst <= math.MaxInt64/int64(interval) {
+			tolerance = interval * time.Duration(burst)
+		}
+		full, tracked := l.buckets[t.Key]
+		for _, c := range commits { // a bucket this call already takes from: as it will be
+			if c.key == t.Key {
+				full, tracked = c.next, true
+			}
+		}
+		if !tracked || full.Before(now) {
+			full = now
+		}
+		next := full.Add(interval)
+		if ahead := next.Sub(now); ahead > tolerance {
+			ok, retryAfter = false, max(retryAfter, ahead-tolerance)
+		}
+		// Refused or not, a later take from the same key waits behind this one; nothing is committed
+		// unless all are allowed.
+		commits = append(commits, pending{t.Key, next})
 	}
-	next := full.Add(interval)
-	if ahead := next.Sub(now); ahead > tolerance {
-		return false, ahead - tolerance
+	if !ok {
+		return false, retryAfter
 	}
-	if !ok && len(l.buckets) >= l.maxKeys || !now.Before(l.nextSweep) {
-		l.sweep(now)
+	for _, c := range commits {
+		if _, tracked := l.buckets[c.key]; !tracked && len(l.buckets) >= l.maxKeys || !now.Before(l.nextSweep) {
+			l.sweep(now)
+		}
+		l.buckets[c.key] = c.next
 	}
-	l.buckets[key] = next
 	return true, 0
 }
 

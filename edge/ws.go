@@ -147,9 +147,13 @@ func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
 			break
 		}
 		if m.Type == wire.TypeUser {
-			key := "prompt/user/" + a.claims.Issuer + "\x00" + a.claims.Subject
-			rate := a.limit.Rates.PromptsPerUser // the quota's, else the edge's default
-			if ok, retry := e.limiter.Allow(key, rate, max(rate, 1)); !ok {
+			// The user's and the issuer's buckets (the quota's rates, else the edge's defaults), all or
+			// none: a prompt the issuer's bucket refuses costs the user's nothing, and the other way round.
+			iss, user, issuer := a.claims.Issuer, a.limit.Rates.PromptsPerUser, a.limit.Rates.PromptsPerIssuer
+			if ok, retry := e.limiter.AllowAll(
+				Take{Key: "prompt/user/" + iss + "\x00" + a.claims.Subject, RatePerMin: user, Burst: max(user, 1)},
+				Take{Key: "prompt/issuer/" + iss, RatePerMin: issuer, Burst: max(issuer, 1)},
+			); !ok {
 				// The prompt is refused, the channel stays open.
 				_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(rateLimited("too many prompts; slow down", retry)))
 				continue

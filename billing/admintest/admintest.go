@@ -185,6 +185,7 @@ func testInvalidQuota(t *testing.T, s Store) {
 		"connects below":  {ConnectsPerMinute: -2, Window: billing.Day},
 		"issuer connects": {IssuerConnectsPerMinute: -3, Window: billing.Day},
 		"prompts below":   {PromptsPerMinute: -9, Window: billing.Day},
+		"issuer prompts":  {IssuerPromptsPerMinute: -4, Window: billing.Day},
 		"negative expect": Quota(1),
 	} {
 		expected := int64(0)
@@ -209,11 +210,13 @@ func testQuotaAdmissionFields(t *testing.T, s Store) {
 	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "alice"}
 
 	plain := MustPutQuota(t, s, issuer, Quota(5), 0)
-	if plain.MaxIssuerSessions != 0 || plain.ConnectsPerMinute != 0 || plain.IssuerConnectsPerMinute != 0 || plain.PromptsPerMinute != 0 {
+	if plain.MaxIssuerSessions != 0 || plain.ConnectsPerMinute != 0 || plain.IssuerConnectsPerMinute != 0 || plain.PromptsPerMinute != 0 ||
+		plain.IssuerPromptsPerMinute != 0 {
 		t.Fatalf("a quota without admission fields: %+v, want them 0", plain)
 	}
 	full := Quota(5)
 	full.MaxIssuerSessions, full.ConnectsPerMinute, full.IssuerConnectsPerMinute, full.PromptsPerMinute = 10, -1, 600, 7
+	full.IssuerPromptsPerMinute = 300
 	q := MustPutQuota(t, s, issuer, full, 1)
 	if got := MustGetQuota(t, s, issuer); got != q {
 		t.Fatalf("GetQuota = %+v, want %+v", got, q)
@@ -240,6 +243,8 @@ func testQuotaAdmissionFields(t *testing.T, s Store) {
 		"max issuer sessions":        func(q *billing.Quota) { q.MaxIssuerSessions = 1 },
 		"unlimited issuer sessions":  func(q *billing.Quota) { q.MaxIssuerSessions = billing.Unlimited },
 		"issuer connects per minute": func(q *billing.Quota) { q.IssuerConnectsPerMinute = 5 },
+		"issuer prompts per minute":  func(q *billing.Quota) { q.IssuerPromptsPerMinute = 5 },
+		"unlimited issuer prompts":   func(q *billing.Quota) { q.IssuerPromptsPerMinute = billing.Unlimited },
 	} {
 		bad := override
 		mod(&bad)

@@ -95,7 +95,8 @@ func (l *Ledger) ListIssuers(ctx context.Context) ([]billing.Issuer, error) {
 
 const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.ai_micros, q.compute_seconds, q."window", q.max_sessions, q.revision,
-	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute
+	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute,
+	q.issuer_prompts_per_minute
 	FROM issuers AS i LEFT JOIN quotas AS q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, tx pgx.Tx, id string) (billing.Issuer, error) {
@@ -113,18 +114,20 @@ func scanIssuer(row pgx.Row) (billing.Issuer, error) {
 		ai, compute, sessions, rev *int64
 		issuerSessions, connects   *int64
 		issuerConnects, prompts    *int64
+		issuerPrompts              *int64
 		window                     *string
 	)
 	if err := row.Scan(&iss.ID, &iss.Name, &iss.Created, &ai, &compute, &window, &sessions, &rev,
-		&issuerSessions, &connects, &issuerConnects, &prompts); err != nil {
+		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = iss.Created.UTC()
 	if rev != nil && ai != nil && compute != nil && window != nil && sessions != nil &&
-		issuerSessions != nil && connects != nil && issuerConnects != nil && prompts != nil {
+		issuerSessions != nil && connects != nil && issuerConnects != nil && prompts != nil && issuerPrompts != nil {
 		iss.Quota = &billing.Quota{AIMicros: *ai, ComputeSeconds: *compute, Window: billing.Window(*window),
 			MaxConcurrentSessions: *sessions, Revision: *rev, MaxIssuerSessions: *issuerSessions,
-			ConnectsPerMinute: *connects, IssuerConnectsPerMinute: *issuerConnects, PromptsPerMinute: *prompts}
+			ConnectsPerMinute: *connects, IssuerConnectsPerMinute: *issuerConnects, PromptsPerMinute: *prompts,
+			IssuerPromptsPerMinute: *issuerPrompts}
 	}
 	return iss, nil
 }
@@ -137,10 +140,11 @@ func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quot
 	var q billing.Quota
 	err := l.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision,
-			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute
+			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute
 			FROM quotas WHERE issuer = $1 AND "user" = $2`, k.Issuer, k.User).
 			Scan(&q.AIMicros, &q.ComputeSeconds, &q.Window, &q.MaxConcurrentSessions, &q.Revision,
-				&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute)
+				&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute,
+				&q.IssuerPromptsPerMinute)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("no quota: %w", billing.ErrNotFound)
 		}
@@ -191,17 +195,20 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		if expected == 0 {
 			tag, err = tx.Exec(ctx, `INSERT INTO quotas
 				(issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
-					max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (issuer, "user") DO NOTHING`,
+					max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute,
+					issuer_prompts_per_minute)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (issuer, "user") DO NOTHING`,
 				k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision,
-				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute)
+				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
+				q.IssuerPromptsPerMinute)
 		} else {
 			tag, err = tx.Exec(ctx, `UPDATE quotas SET ai_micros = $3, compute_seconds = $4, "window" = $5,
 				max_sessions = $6, revision = $7, max_issuer_sessions = $9, connects_per_minute = $10,
-				issuer_connects_per_minute = $11, prompts_per_minute = $12
+				issuer_connects_per_minute = $11, prompts_per_minute = $12, issuer_prompts_per_minute = $13
 				WHERE issuer = $1 AND "user" = $2 AND revision = $8`,
 				k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision, expected,
-				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute)
+				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
+				q.IssuerPromptsPerMinute)
 		}
 		if err != nil {
 			return fmt.Errorf("write quota: %w", err)

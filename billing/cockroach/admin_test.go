@@ -146,8 +146,40 @@ func TestAdminMigratesQuotasToAdmissionFields(t *testing.T) {
 	if iss, err := l.GetIssuer(ctx, "acme"); err != nil || iss.Quota == nil || *iss.Quota != wantIssuer {
 		t.Fatalf("GetIssuer after the migration = %+v, %v", iss.Quota, err)
 	}
-	wantIssuer.MaxIssuerSessions, wantIssuer.PromptsPerMinute = 4, 9
+	wantIssuer.MaxIssuerSessions, wantIssuer.PromptsPerMinute, wantIssuer.IssuerPromptsPerMinute = 4, 9, 90
 	admintest.MustPutQuota(t, l, issuer, wantIssuer, 2)
+}
+
+// A database whose quotas were written with the first admission fields keeps them, and reads the
+// issuer-wide prompt rate added after them as 0 (not set).
+func TestAdminMigratesQuotasToIssuerPrompts(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.PostgreSQL(t)
+	pool := openPool(t, dsn)
+	const before = 10 // the steps up to the first admission fields
+	if err := cockroachdb.Migrate(ctx, pool, "ledger", cockroach.Migrations[:before]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO issuers (id, name, created) VALUES ('acme', 'Acme', '2030-01-01T00:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO quotas (issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
+			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute)
+		VALUES ('acme', '', 5, 60, 'day', 3, 2, 10, 30, 600, 7)`); err != nil {
+		t.Fatal(err)
+	}
+
+	l := open(t, dsn)
+	k := billing.QuotaKey{Issuer: "acme"}
+	want := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2,
+		MaxIssuerSessions: 10, ConnectsPerMinute: 30, IssuerConnectsPerMinute: 600, PromptsPerMinute: 7}
+	if got := admintest.MustGetQuota(t, l, k); got != want {
+		t.Fatalf("quota after the migration = %+v, want %+v", got, want)
+	}
+	want.IssuerPromptsPerMinute = 70
+	if got := admintest.MustPutQuota(t, l, k, want, 2); got.IssuerPromptsPerMinute != 70 {
+		t.Fatalf("quota written after the migration = %+v", got)
+	}
 }
 
 // While the database is down every admin call fails with ErrUnavailable (bad input still with ErrInvalid);

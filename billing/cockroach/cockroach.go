@@ -103,6 +103,8 @@ var migrations = []string{
 	`ALTER TABLE quotas ADD COLUMN connects_per_minute INT8 NOT NULL DEFAULT 0 CHECK (connects_per_minute >= -1)`,
 	`ALTER TABLE quotas ADD COLUMN issuer_connects_per_minute INT8 NOT NULL DEFAULT 0 CHECK (issuer_connects_per_minute >= -1)`,
 	`ALTER TABLE quotas ADD COLUMN prompts_per_minute INT8 NOT NULL DEFAULT 0 CHECK (prompts_per_minute >= -1)`,
+	// The issuer-wide prompt rate (billing.Quota.IssuerPromptsPerMinute), read as the others above.
+	`ALTER TABLE quotas ADD COLUMN issuer_prompts_per_minute INT8 NOT NULL DEFAULT 0 CHECK (issuer_prompts_per_minute >= -1)`,
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as

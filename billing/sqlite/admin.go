@@ -76,7 +76,8 @@ type querier interface {
 
 const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.ai_micros, q.compute_seconds, q."window", q.max_sessions, q.revision,
-	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute
+	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute,
+	q.issuer_prompts_per_minute
 	FROM issuers i LEFT JOIN quotas q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, db querier, id string) (billing.Issuer, error) {
@@ -94,17 +95,19 @@ func scanIssuer(row interface{ Scan(...any) error }) (billing.Issuer, error) {
 		ai, compute, sessions, rev sql.NullInt64
 		issuerSessions, connects   sql.NullInt64
 		issuerConnects, prompts    sql.NullInt64
+		issuerPrompts              sql.NullInt64
 		window                     sql.NullString
 	)
 	if err := row.Scan(&iss.ID, &iss.Name, &created, &ai, &compute, &window, &sessions, &rev,
-		&issuerSessions, &connects, &issuerConnects, &prompts); err != nil {
+		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = time.Unix(created, 0).UTC()
 	if rev.Valid {
 		iss.Quota = &billing.Quota{AIMicros: ai.Int64, ComputeSeconds: compute.Int64, Window: billing.Window(window.String),
 			MaxConcurrentSessions: sessions.Int64, Revision: rev.Int64, MaxIssuerSessions: issuerSessions.Int64,
-			ConnectsPerMinute: connects.Int64, IssuerConnectsPerMinute: issuerConnects.Int64, PromptsPerMinute: prompts.Int64}
+			ConnectsPerMinute: connects.Int64, IssuerConnectsPerMinute: issuerConnects.Int64, PromptsPerMinute: prompts.Int64,
+			IssuerPromptsPerMinute: issuerPrompts.Int64}
 	}
 	return iss, nil
 }
@@ -154,15 +157,18 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		q.Revision = current + 1
 		if _, err := tx.ExecContext(ctx, `INSERT INTO quotas
 			(issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
-				max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute,
+				issuer_prompts_per_minute)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer, "user") DO UPDATE SET
 				ai_micros = excluded.ai_micros, compute_seconds = excluded.compute_seconds, "window" = excluded."window",
 				max_sessions = excluded.max_sessions, revision = excluded.revision,
 				max_issuer_sessions = excluded.max_issuer_sessions, connects_per_minute = excluded.connects_per_minute,
-				issuer_connects_per_minute = excluded.issuer_connects_per_minute, prompts_per_minute = excluded.prompts_per_minute`,
+				issuer_connects_per_minute = excluded.issuer_connects_per_minute, prompts_per_minute = excluded.prompts_per_minute,
+				issuer_prompts_per_minute = excluded.issuer_prompts_per_minute`,
 			k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision,
-			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute); err != nil {
+			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
+			q.IssuerPromptsPerMinute); err != nil {
 			return fmt.Errorf("write quota: %w", err)
 		}
 		return nil
@@ -176,10 +182,11 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 func getQuota(ctx context.Context, db querier, k billing.QuotaKey) (billing.Quota, error) {
 	var q billing.Quota
 	err := db.QueryRowContext(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision,
-		max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute
+		max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute
 		FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).
 		Scan(&q.AIMicros, &q.ComputeSeconds, &q.Window, &q.MaxConcurrentSessions, &q.Revision,
-			&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute)
+			&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute,
+			&q.IssuerPromptsPerMinute)
 	if errors.Is(err, sql.ErrNoRows) {
 		return billing.Quota{}, fmt.Errorf("no quota: %w", billing.ErrNotFound)
 	}

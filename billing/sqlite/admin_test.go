@@ -78,8 +78,42 @@ func TestAdminMigratesQuotasToAdmissionFields(t *testing.T) {
 	if iss, err := l.GetIssuer(ctx, "acme"); err != nil || iss.Quota == nil || *iss.Quota != wantIssuer {
 		t.Fatalf("GetIssuer after the migration = %+v, %v", iss.Quota, err)
 	}
-	wantIssuer.MaxIssuerSessions, wantIssuer.PromptsPerMinute = 4, 9
+	wantIssuer.MaxIssuerSessions, wantIssuer.PromptsPerMinute, wantIssuer.IssuerPromptsPerMinute = 4, 9, 90
 	admintest.MustPutQuota(t, l, issuer, wantIssuer, 2)
+}
+
+// A ledger file whose quotas were written with the first admission fields keeps them, and reads the
+// issuer-wide prompt rate added after them as 0 (not set).
+func TestAdminMigratesQuotasToIssuerPrompts(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sqlitedb.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const before = 6 // the steps up to the first admission fields
+	if err := sqlitedb.Migrate(ctx, db, "ledger", sqlite.Migrations[:before]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO issuers (id, name, created) VALUES ('acme', 'Acme', 0);
+		INSERT INTO quotas (issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
+			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute)
+		VALUES ('acme', '', 5, 60, 'day', 3, 2, 10, 30, 600, 7)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	l := open(t, path)
+	k := billing.QuotaKey{Issuer: "acme"}
+	want := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2,
+		MaxIssuerSessions: 10, ConnectsPerMinute: 30, IssuerConnectsPerMinute: 600, PromptsPerMinute: 7}
+	if got := admintest.MustGetQuota(t, l, k); got != want {
+		t.Fatalf("quota after the migration = %+v, want %+v", got, want)
+	}
+	want.IssuerPromptsPerMinute = 70
+	if got := admintest.MustPutQuota(t, l, k, want, 2); got.IssuerPromptsPerMinute != 70 {
+		t.Fatalf("quota written after the migration = %+v", got)
+	}
 }
 
 // Issuers are stamped by the ledger's clock, to the second.

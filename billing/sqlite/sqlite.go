@@ -93,6 +93,8 @@ var migrations = []string{
 	ALTER TABLE quotas ADD COLUMN connects_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (connects_per_minute >= -1);
 	ALTER TABLE quotas ADD COLUMN issuer_connects_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (issuer_connects_per_minute >= -1);
 	ALTER TABLE quotas ADD COLUMN prompts_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (prompts_per_minute >= -1)`,
+	// The issuer-wide prompt rate (billing.Quota.IssuerPromptsPerMinute), read as the others above.
+	`ALTER TABLE quotas ADD COLUMN issuer_prompts_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (issuer_prompts_per_minute >= -1)`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

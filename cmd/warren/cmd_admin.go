@@ -37,7 +37,7 @@ commands:
   quota get ISS [-user SUB]        the issuer's default quota, or a user's override
   quota set ISS [-user SUB] [-ai-usd X] [-compute S] [-window W] [-max-sessions N] [-revision R]
                 [-max-issuer-sessions N] [-connects-per-minute N] [-issuer-connects-per-minute N]
-                [-prompts-per-minute N]
+                [-prompts-per-minute N] [-issuer-prompts-per-minute N]
                                    change a quota (flags left out keep their value; a new quota needs the
                                    first four; the others default to "default": the edge's setting)
   usage [-iss ISS] [-user SUB] [-from T] [-to T] [-group-by user|day|model] [-csv]
@@ -320,6 +320,9 @@ func printQuota(w io.Writer, q quotaView) {
 		line("issuer connects", optionalLimit(q.IssuerConnectsPerMinute, " per minute, all users", notSet))
 	}
 	line("prompts", optionalLimit(q.PromptsPerMinute, " per minute", notSet))
+	if q.User == "" {
+		line("issuer prompts", optionalLimit(q.IssuerPromptsPerMinute, " per minute, all users", notSet))
+	}
 }
 
 // optionalLimit shows an admission field of a quota: unlimited, the value with its unit, or what applies
@@ -345,6 +348,7 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	fs.String("connects-per-minute", "", "agent connects per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)")
 	fs.String("issuer-connects-per-minute", "", "agent connects per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only")
 	fs.String("prompts-per-minute", "", "prompts per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)")
+	fs.String("issuer-prompts-per-minute", "", "prompts per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only")
 	revision := fs.Int64("revision", -1, "the `revision` you read (default: the current one, read just before writing)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -390,6 +394,7 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		{"connects-per-minute", &q.ConnectsPerMinute},
 		{"issuer-connects-per-minute", &q.IssuerConnectsPerMinute},
 		{"prompts-per-minute", &q.PromptsPerMinute},
+		{"issuer-prompts-per-minute", &q.IssuerPromptsPerMinute},
 	} {
 		if !flagSet(fs, f.name) {
 			continue
@@ -436,7 +441,8 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	body := map[string]any{"ai_microdollars": q.AIMicros, "compute_seconds": q.ComputeSeconds, "window": q.Window,
 		"max_concurrent_sessions": q.MaxConcurrentSessions, "revision": expected,
 		"max_issuer_sessions": q.MaxIssuerSessions, "connects_per_minute": q.ConnectsPerMinute,
-		"issuer_connects_per_minute": q.IssuerConnectsPerMinute, "prompts_per_minute": q.PromptsPerMinute}
+		"issuer_connects_per_minute": q.IssuerConnectsPerMinute, "prompts_per_minute": q.PromptsPerMinute,
+		"issuer_prompts_per_minute": q.IssuerPromptsPerMinute}
 	var stored quotaView
 	if err := c.call(ctx, "PUT", path, nil, body, &stored); err != nil {
 		return err

@@ -223,6 +223,56 @@ func TestAdminQuotaAdmissionFields(t *testing.T) {
 	}
 }
 
+// -issuer-prompts-per-minute: N, unlimited or default on the issuer's default, alone or with others, shown
+// in the table and in -json; 0 and junk refused here, any value on an override by the API.
+func TestAdminQuotaIssuerPrompts(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	out := e.mustRun(t, "quota", "set", "acme", "-ai-usd", "5", "-compute", "3600", "-window", "day", "-max-sessions", "2",
+		"-issuer-prompts-per-minute", "300", "-prompts-per-minute", "6")
+	for _, want := range []string{"prompts          6 per minute", "issuer prompts   300 per minute, all users"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("quota set lacks %q:\n%s", want, out)
+		}
+	}
+	var q quotaView
+	e.mustJSON(t, &q, "quota", "set", "acme", "-issuer-prompts-per-minute", "unlimited")
+	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
+		MaxConcurrentSessions: 2, PromptsPerMinute: 6, IssuerPromptsPerMinute: -1, Revision: 2}}
+	if q != want {
+		t.Fatalf("quota set -issuer-prompts-per-minute unlimited = %+v, want %+v", q, want)
+	}
+	if out := e.mustRun(t, "quota", "get", "acme"); !strings.Contains(out, "issuer prompts   unlimited") {
+		t.Fatalf("quota get:\n%s", out)
+	}
+	e.mustJSON(t, &q, "quota", "set", "acme", "-issuer-prompts-per-minute", "default")
+	want.IssuerPromptsPerMinute, want.Revision = 0, 3
+	if q != want {
+		t.Fatalf("quota set -issuer-prompts-per-minute default = %+v, want %+v", q, want)
+	}
+	if out := e.mustRun(t, "quota", "get", "acme"); !strings.Contains(out, "issuer prompts   edge default") {
+		t.Fatalf("quota get:\n%s", out)
+	}
+	for _, bad := range []string{"0", "-2", "many"} {
+		_, _, err := e.run(t, "quota", "set", "acme", "-issuer-prompts-per-minute", bad)
+		if err == nil || !strings.Contains(err.Error(), "-issuer-prompts-per-minute") {
+			t.Errorf("quota set -issuer-prompts-per-minute %s: %v, want an error naming the flag", bad, err)
+		}
+	}
+
+	out = e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-ai-usd", "1", "-compute", "60", "-window", "day",
+		"-max-sessions", "1")
+	if strings.Contains(out, "issuer prompts") {
+		t.Fatalf("an override shows the issuer-wide prompt rate:\n%s", out)
+	}
+	for _, v := range []string{"7", "unlimited"} {
+		_, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-issuer-prompts-per-minute", v)
+		if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), "/v1/quotas/acme") {
+			t.Fatalf("an issuer prompt rate %s on an override: %v", v, err)
+		}
+	}
+}
+
 func TestAdminUsage(t *testing.T) {
 	e := newAdminEnv(t)
 	day := time.Date(2030, 3, 4, 12, 0, 0, 0, time.UTC)

@@ -559,7 +559,7 @@ func TestQuotaCapsTheToken(t *testing.T) {
 func TestSessionCapAndConnectRate(t *testing.T) {
 	st, err := devstack.Start(context.Background(), devstack.Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary,
-		Rates: edge.Rates{ConnectsPerUser: 5, ConnectsPerIssuer: -1, PromptsPerUser: -1},
+		Rates: edge.Rates{ConnectsPerUser: 5, ConnectsPerIssuer: -1, PromptsPerUser: -1, PromptsPerIssuer: -1},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -673,25 +673,11 @@ func TestQuotaPromptRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	outcome := func(prompt string) error {
-		for ev, err := range s.Prompt(ctx, prompt) {
-			if err != nil {
-				return err
-			}
-			if e := ev.Err(); e != nil {
-				return e
-			}
-			if _, ok := ev.Result(); ok {
-				return nil
-			}
-		}
-		return nil
-	}
 	// This stack runs no agent: the first prompt reaches the runner, which answers unavailable.
-	if err := outcome("one"); warren.IsCode(err, warren.CodeRateLimited) {
+	if err := promptOutcome(ctx, s, "one"); warren.IsCode(err, warren.CodeRateLimited) {
 		t.Fatalf("first prompt: %v, want it to reach the runner", err)
 	}
-	err = outcome("two")
+	err = promptOutcome(ctx, s, "two")
 	var we *warren.Error
 	if !warren.IsCode(err, warren.CodeRateLimited) || !errors.As(err, &we) {
 		t.Fatalf("second prompt within a minute: %v, want rate_limited", err)
@@ -699,4 +685,56 @@ func TestQuotaPromptRate(t *testing.T) {
 	if _, err := s.Ping(ctx); err != nil {
 		t.Fatalf("the channel closed after a refused prompt: %v", err)
 	}
+}
+
+// The issuer's default quota sets the prompt rate of all its users together (issuer_prompts_per_minute):
+// once one user has taken it, another user's prompt is refused at the edge with rate_limited, and that
+// user's channel stays open.
+func TestQuotaIssuerPromptRate(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	qs := st.Ledger.(billing.Quotas)
+	if _, err := qs.PutQuota(ctx, billing.QuotaKey{Issuer: devstack.DevIssuer},
+		billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: -1, IssuerPromptsPerMinute: 1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	ivo, err := client(t, st, "ivo").Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ivo.Close()
+	ina, err := client(t, st, "ina").Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ina.Close()
+	// This stack runs no agent: the first prompt reaches the runner, which answers unavailable.
+	if err := promptOutcome(ctx, ivo, "one"); warren.IsCode(err, warren.CodeRateLimited) {
+		t.Fatalf("ivo's first prompt: %v, want it to reach the runner", err)
+	}
+	err = promptOutcome(ctx, ina, "two")
+	var we *warren.Error
+	if !warren.IsCode(err, warren.CodeRateLimited) || !errors.As(err, &we) {
+		t.Fatalf("ina's first prompt after the issuer's one a minute: %v, want rate_limited", err)
+	}
+	if _, err := ina.Ping(ctx); err != nil {
+		t.Fatalf("the channel closed after a refused prompt: %v", err)
+	}
+}
+
+// promptOutcome sends prompt and returns the error it ends with: nil for a result, the stream's error or
+// an error event's.
+func promptOutcome(ctx context.Context, s *warren.Session, prompt string) error {
+	for ev, err := range s.Prompt(ctx, prompt) {
+		if err != nil {
+			return err
+		}
+		if e := ev.Err(); e != nil {
+			return e
+		}
+		if _, ok := ev.Result(); ok {
+			return nil
+		}
+	}
+	return nil
 }
