@@ -149,7 +149,7 @@ const leaseTTL = time.Minute
 func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 	iss, sub := a.claims.Issuer, a.claims.Subject
 	user, issuer := a.limit.Rates.ConnectsPerUser, a.limit.Rates.ConnectsPerIssuer
-	if ok, retry := e.limiter.AllowAll(
+	if ok, retry := e.takeRates(ctx,
 		Take{Key: "connect/user/" + iss + "\x00" + sub, RatePerMin: user, Burst: max(user, 1)},
 		Take{Key: "connect/issuer/" + iss, RatePerMin: issuer, Burst: max(issuer, 1)},
 	); !ok {

@@ -56,6 +56,11 @@ type Config struct {
 	// user) and max_issuer_sessions (all of an issuer's users) hold across every edge (the runner also caps
 	// live sessions per user).
 	Sessions billing.Sessions
+	// RateBuckets, when set, holds the rate buckets below in the shared store, so a user's and an issuer's
+	// rates hold across every edge as the caps do. When the store fails, this edge falls back to its own
+	// in-process buckets (each edge then limits on its own; warren_edge_rate_fallbacks_total counts it).
+	// Unset: in-process buckets only.
+	RateBuckets billing.RateBuckets
 	// Rates limit agent connects and prompts per minute, per user and per issuer (the zero Rates:
 	// DefaultRates; negative: unlimited). They are defaults: a rate a quota sets takes the place of its
 	// default, read when the agent channel opens (billing.EffectiveLimitWith).

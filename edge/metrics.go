@@ -14,6 +14,8 @@ type edgeMetrics struct {
 	requests     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
 	frames       *prometheus.CounterVec
+	// rateFallbacks counts rate decisions this edge took alone because the shared buckets failed.
+	rateFallbacks prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
@@ -40,9 +42,12 @@ func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_edge_frames_total", Help: "Agent channel frames relayed, by direction.",
 		}, []string{"direction"}),
+		rateFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_edge_rate_fallbacks_total", Help: "Rate-limit decisions taken by this edge's own buckets because the shared ones failed.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.requests, m.latency, m.frames} {
+		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.requests, m.latency, m.frames, m.rateFallbacks} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("edge: register metrics: %w", err)
 			}

@@ -1,10 +1,13 @@
 package edge
 
 import (
+	"context"
 	"math"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/warren-mesh/warren/billing"
 )
 
 // DefaultLimiterKeys is how many keys a Limiter tracks at most unless told otherwise.
@@ -151,4 +154,22 @@ func (l *Limiter) sweep(now time.Time) {
 	for _, e := range entries[:len(entries)-keep] {
 		delete(l.buckets, e.key)
 	}
+}
+
+// takeRates takes from every bucket of takes, all or none: in the shared RateBuckets when configured,
+// else (or when the store fails) in this edge's Limiter.
+func (e *Edge) takeRates(ctx context.Context, takes ...Take) (ok bool, retryAfter time.Duration) {
+	if e.cfg.RateBuckets != nil {
+		shared := make([]billing.RateTake, len(takes))
+		for i, t := range takes {
+			shared[i] = billing.RateTake{Key: t.Key, PerMinute: t.RatePerMin, Burst: t.Burst}
+		}
+		ok, retry, err := e.cfg.RateBuckets.TakeAll(ctx, shared)
+		if err == nil {
+			return ok, retry
+		}
+		e.m.rateFallbacks.Inc()
+		e.log.Warn("shared rate buckets failed; this edge's own buckets decide", "request_id", requestID(ctx), "err", err)
+	}
+	return e.limiter.AllowAll(takes...)
 }

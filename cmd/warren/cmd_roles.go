@@ -149,6 +149,10 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	buckets, err := ledger.RateBuckets(ctx)
+	if err != nil {
+		return err
+	}
 	metrics := newRoleMetrics()
 	timer, err := billing.NewLedgerTimer(metrics)
 	if err != nil {
@@ -157,7 +161,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	client := &remote.Client{URL: sched, Key: key, Registry: reg}
 	ed, err := edge.New(edge.Config{
 		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
-		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions,
+		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions, RateBuckets: buckets,
 		Logger: log, Metrics: metrics,
 	})
 	if err != nil {

@@ -361,7 +361,8 @@ func TestProductionTopology(t *testing.T) {
 
 // TestSessionCapAcrossEdgeProcesses: a quota of one concurrent session holds across two `warren edge`
 // processes (leases in CockroachDB): the second connection, through the other edge, is refused with
-// concurrency_limit; after the first closes, the other edge admits it.
+// concurrency_limit; after the first closes, the other edge admits it. The issuer-wide cap and a user's
+// connect rate hold across the two edges too.
 func TestSessionCapAcrossEdgeProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -397,4 +398,23 @@ func TestSessionCapAcrossEdgeProcesses(t *testing.T) {
 		t.Fatalf("di through edge B while cy holds the issuer's one session: %v, want concurrency_limit", err)
 	}
 	_ = s2.Close()
+
+	// Connect rates are shared buckets too: with 2 connects a minute, one through each edge spends them,
+	// and a third through either is refused (each edge alone would still have a token).
+	tp.admin(http.MethodPut, "/v1/quotas/acme",
+		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":-1,"max_issuer_sessions":-1,"revision":1}`)
+	tp.admin(http.MethodPut, "/v1/quotas/acme/users/ed",
+		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":-1,"connects_per_minute":2,"revision":0}`)
+	for i := range 2 {
+		s, err := tp.client(t, i, "ed").Dial(ctx, nil)
+		if err != nil {
+			t.Fatalf("connect %d of 2 a minute, through edge %d: %v", i+1, i, err)
+		}
+		_ = s.Close()
+	}
+	for i := range 2 {
+		if _, err := tp.client(t, i, "ed").Dial(ctx, nil); !warren.IsCode(err, warren.CodeRateLimited) {
+			t.Fatalf("a third connect within the minute, through edge %d: %v, want rate_limited", i, err)
+		}
+	}
 }
