@@ -48,6 +48,17 @@ func ValidateTakes(takes []RateTake) error {
 	return nil
 }
 
+// Limited is takes without the unlimited ones (PerMinute < 0), which a store need not read or write.
+func Limited(takes []RateTake) []RateTake {
+	out := takes[:0:0]
+	for _, t := range takes {
+		if t.PerMinute >= 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // GCRA decides one take from a bucket kept as the time full at which it is full again (the generic cell
 // rate algorithm: an exact token bucket in one value; a zero full, or one in the past, is a full bucket).
 // Allowed, next is the bucket's new value; refused, retryAfter is how long until it has a token. An

@@ -53,3 +53,41 @@ func BenchmarkReserveSettle(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRateBucketsTakeAll is what a connect or prompt costs at the edge for its rate limits: one
+// TakeAll from parallel callers (4 per CPU), each a user of its own under one issuer. "user+issuer" takes
+// from the user's and the issuer's buckets (the issuer's is the contended row, as in production);
+// "user" has the issuer unlimited (nothing of it is read). Rates are high enough that nothing is refused.
+//
+//	go test -run '^$' -bench RateBuckets -benchtime 5s ./billing/cockroach
+func BenchmarkRateBucketsTakeAll(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		issuer int64
+	}{{"user+issuer", 1 << 30}, {"user", billing.Unlimited}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			r, err := open(b, testenv.PostgreSQL(b)).RateBuckets(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var callers atomic.Int64
+			b.SetParallelism(4)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				user := "rate/user/iss\x00u" + strconv.FormatInt(callers.Add(1), 10)
+				takes := []billing.RateTake{
+					{Key: user, PerMinute: 1 << 30, Burst: 1 << 30},
+					{Key: "rate/issuer/iss", PerMinute: bc.issuer, Burst: 1 << 30},
+				}
+				for pb.Next() {
+					if ok, _, err := r.TakeAll(ctx, takes); err != nil || !ok {
+						b.Errorf("TakeAll = %v, %v", ok, err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "takes/s")
+		})
+	}
+}

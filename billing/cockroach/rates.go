@@ -50,6 +50,10 @@ func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bo
 	if err := billing.ValidateTakes(takes); err != nil {
 		return false, 0, err
 	}
+	takes = billing.Limited(takes)
+	if len(takes) == 0 {
+		return true, 0, nil // nothing to read or write
+	}
 	keys := make([][]byte, len(takes))
 	for i, t := range takes {
 		keys[i] = []byte(t.Key)
