@@ -3,6 +3,7 @@ package isolate
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -35,6 +36,17 @@ type sandboxInit struct {
 	known chan struct{} // closed once pidfd is set, or bwrap closed its info pipe without a usable report
 	mu    sync.Mutex
 	pidfd int // -1: unknown or released
+}
+
+// checkPidfd tells whether this kernel lets the runner use pidfds (pidfd_open, Linux ≥ 5.3, not denied by
+// a seccomp profile), which kill and settle need under bubblewrap.
+func checkPidfd() error {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return fmt.Errorf("pidfd_open (Linux 5.3 or later, allowed by the seccomp profile): %w", err)
+	}
+	unix.Close(fd)
+	return nil
 }
 
 // start starts the command and, under bubblewrap, begins reading bwrap's report.
@@ -80,21 +92,42 @@ func (si *sandboxInit) read(r *os.File, bwrapPid int) {
 	si.mu.Unlock()
 }
 
-// kill sends SIGKILL to the sandbox's init (when bwrap reports it within initWait) and to the outer
-// process group.
+// kill sends SIGKILL to the sandbox's init (when bwrap reports it within initWait) and then to bwrap
+// itself, both through pidfds so that neither can reach a process that reused the pid. Without bubblewrap
+// it kills the process group, reaching every descendant that did not leave it.
 func (c *boxCmd) kill() error {
-	if si := c.init; si != nil {
-		select {
-		case <-si.known:
-		case <-time.After(initWait):
-		}
-		si.mu.Lock()
-		if si.pidfd >= 0 {
-			_ = unix.PidfdSendSignal(si.pidfd, unix.SIGKILL, nil, 0)
-		}
-		si.mu.Unlock()
+	si := c.init
+	if si == nil {
+		return killGroup(c.Process.Pid)
 	}
-	return killGroup(c.Process.Pid)
+	select {
+	case <-si.known:
+	case <-time.After(initWait):
+	}
+	si.mu.Lock()
+	if si.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(si.pidfd, unix.SIGKILL, nil, 0)
+	}
+	si.mu.Unlock()
+	// The outer bwrap is alone in its group (the sandbox calls setsid), so killing it is enough.
+	return c.Process.Kill()
+}
+
+// abort releases what command prepared for a command that will not be started.
+func (c *boxCmd) abort() {
+	if c.infoR != nil {
+		c.infoR.Close()
+		c.infoW.Close()
+	}
+}
+
+// reapStragglers kills what is left of the process group after the command exited: in insecure mode, the
+// descendants that did not leave it. Under bubblewrap there is nothing to do (they died with the sandbox's
+// init), and the group id may already be free.
+func (c *boxCmd) reapStragglers() {
+	if c.init == nil {
+		_ = killGroup(c.Process.Pid)
+	}
 }
 
 // wait waits for the command. Under bubblewrap it first waits for the report to be read (bwrap closes
@@ -124,11 +157,9 @@ func (c *boxCmd) settle(d time.Duration) {
 			if ms <= 0 {
 				break
 			}
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
-			if errors.Is(err, syscall.EINTR) {
+			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms); errors.Is(err, syscall.EINTR) {
 				continue
 			}
-			_ = n
 			break
 		}
 	}

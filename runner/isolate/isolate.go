@@ -78,6 +78,9 @@ func New(cfg Config) (*Sandbox, error) {
 	if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("%w: %s is not an executable file", ErrNoBwrap, cfg.Bwrap)
 	}
+	if err := checkPidfd(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if s.mounts, err = systemMounts("/"); err != nil {
 		return nil, fmt.Errorf("prepare sandbox mounts: %w", err)
 	}
@@ -136,10 +139,12 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	// killed before draining: a background child holding stdout cannot stall the request.
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		cmd.abort()
 		return res, fmt.Errorf("stdout pipe: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		cmd.abort()
 		outR.Close()
 		outW.Close()
 		return res, fmt.Errorf("stderr pipe: %w", err)
@@ -163,7 +168,7 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	wg.Go(func() { drain(spec.Stderr, errR) })
 
 	werr := cmd.wait()
-	_ = killGroup(cmd.Process.Pid) // stragglers (insecure mode); the sandbox's are already gone
+	cmd.reapStragglers()
 	cmd.settle(treeGone)
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()

@@ -98,10 +98,7 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 		for _, f := range files {
 			f.Close()
 		}
-		if cmd.infoR != nil {
-			cmd.infoR.Close()
-			cmd.infoW.Close()
-		}
+		cmd.abort()
 	}
 	pipe := func() (r, w *os.File, err error) {
 		r, w, err = os.Pipe()
@@ -112,6 +109,7 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 	}
 	inR, inW, err := pipe()
 	if err != nil {
+		closeAll()
 		return nil, fmt.Errorf("stdin pipe: %w", err)
 	}
 	outR, outW, err := pipe()
@@ -141,8 +139,7 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 	p := &Process{Stdin: inW, Stdout: outR, Stderr: errR, cmd: &procState{pid: cmd.Process.Pid}, box: cmd, done: make(chan struct{})}
 	go func() {
 		err := cmd.wait()
-		// Stragglers that left the sandbox's tree (insecure mode); under bwrap they die with its init.
-		_ = killGroup(p.cmd.pid)
+		cmd.reapStragglers()
 		cmd.settle(treeGone)
 		p.cmd.state, p.cmd.err = cmd.ProcessState, err
 		close(p.done)
@@ -185,8 +182,8 @@ func (p *Process) ExitError() string {
 	return "exited"
 }
 
-// Kill sends SIGKILL to the process's whole group and, under bwrap, to its sandbox's init, which ends its
-// PID namespace. Killing a process that has already exited is not an error.
+// Kill sends SIGKILL to the process's whole group or, under bwrap, to its sandbox's init (which ends its
+// PID namespace) and to bwrap. Killing a process that has already exited is not an error.
 func (p *Process) Kill() error {
 	select {
 	case <-p.done:
@@ -194,7 +191,7 @@ func (p *Process) Kill() error {
 	default:
 	}
 	if err := p.box.kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill process group %d: %w", p.cmd.pid, err)
+		return fmt.Errorf("kill process %d: %w", p.cmd.pid, err)
 	}
 	return nil
 }

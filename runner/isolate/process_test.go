@@ -127,9 +127,9 @@ func TestStart(t *testing.T) {
 
 			t.Run("cancel right after start never leaks", func(t *testing.T) {
 				// A kill landing between bwrap's clone and its child's parent-death signal used to leave
-				// the sandbox running (about 1 in 50); many immediate cancels make that window likely.
+				// the sandbox running (about 1 in 50); a hundred immediate cancels catch that nearly always.
 				marker := fmt.Sprintf("86400.%d", rand.Uint32())
-				for range 40 {
+				for range 100 {
 					ctx, cancel := context.WithCancel(context.Background())
 					p := startProcess(t, s, ctx, ProcessSpec{Command: "sleep", Args: []string{marker}})
 					cancel()
