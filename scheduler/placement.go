@@ -43,8 +43,9 @@ type Placements interface {
 	// SetMeter stores m with the placement if its stored epoch is epoch; ErrStaleEpoch otherwise,
 	// ErrNotFound without a placement. A claim clears it.
 	SetMeter(ctx context.Context, issuer, user string, epoch int64, m Meter) error
-	// Running lists region's placements in state running, with their meters.
-	Running(ctx context.Context, region string) ([]Placement, error)
+	// Active lists region's placements in state starting or running, with their meters; a meter that
+	// cannot be read is returned unset.
+	Active(ctx context.Context, region string) ([]Placement, error)
 }
 
 // Meter is what a running sandbox's compute is charged to: its user's account window, the token's window

@@ -66,9 +66,19 @@ type live struct {
 	account billing.Account // zero until known (an adopted runner without a stored meter): compute is carried
 	anchor  time.Time       // non-zero: account's window rolls over from it
 	limit   int64           // compute seconds of account's window; < 0 unlimited
-	events  string          // usage event keys are events + sequence number
+	events  string          // usage event keys are events + bucket number
+	stored  bool            // the placement holds meter() (SetMeter succeeded)
 	stopped chan struct{}   // closed when the supervisor finished
 }
+
+// computeKeys is the prefix of the compute events of a sandbox's epoch; supervise appends the bucket.
+func computeKeys(id string, epoch int64) string {
+	return fmt.Sprintf("compute/%s/%d/b", id, epoch)
+}
+
+// AdoptBackfill bounds how far back Adopt re-meters an adopted runner: the time no scheduler ran is
+// charged up to this much.
+const AdoptBackfill = 15 * time.Minute
 
 // meter is what l's compute is charged to, as stored with its placement. Called with s.mu held.
 func (l *live) meter() Meter {
@@ -241,7 +251,7 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		Alloc: sb.Alloc, Addr: sb.Addr, Key: sb.Key, Since: s.cfg.Now(),
 	}
 	l := &live{entry: entry, sb: sb, account: req.Account, anchor: req.Anchor, limit: req.ComputeLimit,
-		events: fmt.Sprintf("compute/%s/%d/", id, claimed.Epoch), stopped: make(chan struct{})}
+		events: computeKeys(id, claimed.Epoch), stopped: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -251,23 +261,29 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 	s.live[id] = l
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.supervise(id, l, log)
+	go s.supervise(id, l, entry.Since, log)
 
+	// The meter first: a placement is running only with its meter, for a successor (Adopt).
+	if req.Account.Issuer != "" {
+		s.mu.Lock()
+		m := l.meter()
+		s.mu.Unlock()
+		if err := s.cfg.Placements.SetMeter(ctx, req.Issuer, req.User, claimed.Epoch, m); err != nil {
+			// Metering goes on here; only a successor would lack the account until the next Ensure.
+			log.Warn("store the sandbox's meter", "err", err)
+		} else {
+			s.mu.Lock()
+			l.stored = l.meter() == m
+			s.mu.Unlock()
+		}
+	}
 	if err := s.cfg.Placements.Update(ctx, req.Issuer, req.User, claimed.Epoch, StateRunning, sb.Alloc); err != nil {
 		// A newer claim fenced us off: this runner must not serve.
 		log.Warn("placement fenced after start", "err", err)
 		_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "the sandbox moved while starting; retry")
 	}
-	if req.Account.Issuer != "" {
-		s.mu.Lock()
-		m := l.meter()
-		s.mu.Unlock()
-		if err := s.cfg.Placements.SetMeter(ctx, req.Issuer, req.User, claimed.Epoch, m); err != nil {
-			// Metering goes on here; only a successor scheduler would lack the account until a reconnect.
-			log.Warn("store the sandbox's meter", "err", err)
-		}
-	}
+
 	if !s.cfg.RunnerRegisters {
 		if err := s.cfg.Registry.Register(ctx, entry); err != nil {
 			_ = s.cfg.Driver.Stop(context.WithoutCancel(ctx), sb.Alloc)
@@ -298,26 +314,27 @@ func (s *Scheduler) awaitOther(ctx context.Context, req Request) (registry.Entry
 
 // supervise waits for the runner to exit (or the scheduler to close), meters its compute time meanwhile,
 // then deregisters it and marks the placement asleep, fenced by its epoch.
-func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
+//
+// Compute is metered in buckets aligned to the clock (bucket k is [k·B, (k+1)·B) with B the meter interval
+// in whole seconds): the event of bucket k of a runner is keyed by its sandbox, epoch and k, and charges
+// the part of the bucket the runner lived, in started seconds. Two supervisors of one runner (a scheduler
+// and its successor overlapping during a deploy) therefore record each bucket once, and a successor can
+// re-meter recent buckets (from) without counting any twice. A bucket is recorded once it is over; the
+// runner's last one when it exits. A failed write is retried at the next tick under the same key.
+func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logger) {
 	defer s.wg.Done()
 	defer close(l.stopped)
 	tick := time.NewTicker(s.cfg.MeterInterval)
 	defer tick.Stop()
-	last := s.cfg.Now()
-	var carry time.Duration
-	seq := 0
-	// pending is an event whose write failed: it is retried unchanged under its own key (the write may
-	// have committed before the error; a changed amount under the same key would then be lost). A spool as
-	// Ledger takes what the ledger cannot, so with one only the spool's own disk failing leaves an event
-	// here; without one this memory is all there is, and it is gone if the process is.
-	var pending *billing.UsageEvent
+	bucket := max(s.cfg.MeterInterval.Truncate(time.Second), time.Second)
+	next := from.UnixNano() / int64(bucket) // the first bucket not yet recorded
 	spent := false
 	record := func(ev billing.UsageEvent) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.cfg.Ledger.Record(ctx, ev); err != nil {
 			if errors.Is(err, billing.ErrInvalid) {
-				// Retrying cannot make it valid, and a pending event would hold up every later one.
+				// Retrying cannot make it valid, and it would hold up every later bucket.
 				log.Error("compute usage event refused: dropped", "key", ev.Key, "compute_seconds", ev.ComputeSeconds, "err", err)
 				return true
 			}
@@ -327,76 +344,86 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 		s.metrics.computeSecs.Add(float64(ev.ComputeSeconds))
 		return true
 	}
-	meter := func() {
-		now := s.cfg.Now()
-		carry += now.Sub(last)
-		last = now
+	// meter records the buckets that are over, and with last also the current one, up to now.
+	meter := func(last bool) {
 		if s.cfg.Ledger == nil {
 			return
 		}
 		s.mu.Lock()
-		known := l.account.Issuer != ""
+		acct, anchor, limit := l.account, l.anchor, l.limit
 		s.mu.Unlock()
-		if !known {
-			return // adopted without a stored meter: carried until an Ensure names the account
+		if acct.Issuer == "" {
+			return // adopted without a stored meter: metered once an Ensure names the account
 		}
-		if pending != nil {
-			if !record(*pending) {
-				return
+		now := s.cfg.Now()
+		recorded := false
+		for {
+			start := time.Unix(0, next*int64(bucket))
+			end := start.Add(bucket)
+			if end.After(now) {
+				if !last || !now.After(start) {
+					break
+				}
+				end = now
 			}
-			pending = nil
+			lived := end.Sub(start)
+			if from.After(start) {
+				lived = end.Sub(from)
+			}
+			if lived > 0 {
+				a := acct
+				if !anchor.IsZero() && a.Window != billing.Lifetime {
+					a.WindowStart = billing.CurrentWindowStart(a.Window, anchor, start)
+				}
+				ev := billing.UsageEvent{
+					Key:     fmt.Sprintf("%s%d", l.events, next),
+					Account: a, Kind: billing.KindCompute, ComputeSeconds: int64((lived + time.Second - 1) / time.Second), At: end,
+				}
+				if !record(ev) {
+					return
+				}
+				recorded = true
+			}
+			next++
+			if end.Equal(now) {
+				break
+			}
 		}
-		secs := int64(carry / time.Second)
-		if secs <= 0 {
+		if !recorded || limit <= 0 || spent { // 0 never gets past admission; < 0 is unlimited
 			return
 		}
-		s.mu.Lock()
-		acct, anchor := l.account, l.anchor
-		s.mu.Unlock()
-		if !anchor.IsZero() && acct.Window != billing.Lifetime {
-			acct.WindowStart = billing.CurrentWindowStart(acct.Window, anchor, now)
+		a := acct
+		if !anchor.IsZero() && a.Window != billing.Lifetime {
+			a.WindowStart = billing.CurrentWindowStart(a.Window, anchor, now)
 		}
-		seq++
-		ev := billing.UsageEvent{
-			Key:     fmt.Sprintf("%s%d", l.events, seq),
-			Account: acct, Kind: billing.KindCompute, ComputeSeconds: secs, At: now,
-		}
-		carry -= time.Duration(secs) * time.Second
-		if !record(ev) {
-			pending = &ev
-			return
-		}
-		s.mu.Lock()
-		limit := l.limit
-		s.mu.Unlock()
-		if limit > 0 && !spent { // 0 never gets past admission; < 0 is unlimited
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			u, err := s.cfg.Ledger.Usage(ctx, acct)
-			cancel()
-			if err == nil && u.ComputeSeconds >= limit {
-				// The compute budget of the window is spent: the sandbox sleeps (snapshot, exit).
-				spent = true
-				log.Info("compute budget spent; stopping the sandbox", "used_s", u.ComputeSeconds, "limit_s", limit)
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					defer cancel()
-					_ = s.cfg.Driver.Stop(ctx, l.sb.Alloc)
-				}()
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		u, err := s.cfg.Ledger.Usage(ctx, a)
+		cancel()
+		if err == nil && u.ComputeSeconds >= limit {
+			// The compute budget of the window is spent: the sandbox sleeps (snapshot, exit).
+			spent = true
+			log.Info("compute budget spent; stopping the sandbox", "used_s", u.ComputeSeconds, "limit_s", limit)
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = s.cfg.Driver.Stop(ctx, l.sb.Alloc)
+			}()
 		}
 	}
 	for done := false; !done; {
 		select {
 		case <-tick.C:
-			meter()
+			meter(false)
 		case <-l.sb.Exited:
 			done = true
 		case <-s.stop:
 			if s.cfg.RunnerRegisters {
 				// Production: the runner holds its own lock and outlives this scheduler (a restart or
-				// deploy must not end every session of the region). Record what it used so far and stop
-				// supervising: the next scheduler of the region adopts it (Adopt).
-				meter()
+				// deploy must not end every session of the region). Record the buckets that are over and
+				// stop supervising: the next scheduler of the region adopts it (Adopt) and meters the rest.
+				meter(false)
 				s.mu.Lock()
 				if s.live[id] == l {
 					delete(s.live, id)
@@ -418,7 +445,7 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 			done = true
 		}
 	}
-	meter()
+	meter(true)
 	// The runner is gone (slept, crashed or stopped): release what the driver still keeps for it (on
 	// Nomad, the stopped job is purged). Each step has its own deadline, so a slow one cannot starve the
 	// placement update.
@@ -445,7 +472,14 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 			select {
 			case <-time.After(time.Second):
 			case <-s.stop:
-				deadline = time.Time{} // shutting down: leave the placement to the next claim
+				// Shutting down while the runner may still hold its lock: the placement stays running
+				// for the successor (Adopt), which finds out.
+				s.mu.Lock()
+				if s.live[id] == l {
+					delete(s.live, id)
+				}
+				s.mu.Unlock()
+				return
 			}
 		}
 	} else {
@@ -465,51 +499,64 @@ func (s *Scheduler) supervise(id string, l *live, log *slog.Logger) {
 }
 
 // charge makes later compute of the user's live sandbox count against acct (the newest token's window),
-// and stores that with its placement when it changed, for a successor scheduler (Adopt).
+// and stores that with its placement when it changed, for a successor scheduler (Adopt). The supervisor
+// uses it once stored (or, when the store fails, at once: metering goes on, only a successor would lack
+// it, and the next Ensure tries again).
 func (s *Scheduler) charge(ctx context.Context, id string, acct billing.Account, anchor time.Time, limit int64) {
 	if acct.Issuer == "" {
 		return
 	}
 	s.mu.Lock()
 	l := s.live[id]
-	if l == nil || (l.account == acct && l.anchor.Equal(anchor) && l.limit == limit) {
+	if l == nil || (l.account == acct && l.anchor.Equal(anchor) && l.limit == limit && l.stored) {
 		s.mu.Unlock()
 		return
 	}
 	l.account, l.anchor, l.limit = acct, anchor, limit
 	m, e := l.meter(), l.entry
 	s.mu.Unlock()
-	if err := s.cfg.Placements.SetMeter(ctx, e.Issuer, e.User, e.Epoch, m); err != nil && !errors.Is(err, ErrStaleEpoch) {
+	err := s.cfg.Placements.SetMeter(ctx, e.Issuer, e.User, e.Epoch, m)
+	if err != nil && !errors.Is(err, ErrStaleEpoch) {
 		s.log.Warn("store the sandbox's meter", "issuer", e.Issuer, "user", e.User, "epoch", e.Epoch, "err", err)
 	}
+	s.mu.Lock()
+	if l.meter() == m {
+		l.stored = err == nil
+	}
+	s.mu.Unlock()
 }
 
 // Adopt takes over the runners of this region that a previous scheduler process started and left serving
-// (production, Config.RunnerRegisters, with a driver that is an Adopter): for each running placement of
-// the region whose runner is still registered under the placement's epoch, it follows the allocation and
-// meters its compute from now on, charged to the placement's stored meter (a placement stored without one
-// carries its seconds until the next Ensure of its user names the account), and marks the placement
-// asleep once the runner exits, like a runner it started. A running placement whose runner is no longer
-// registered slept or died while no scheduler watched: its allocation is cleaned up and the placement
-// marked asleep. The seconds between the previous scheduler's last record and the adoption are not
-// charged.
+// (production, Config.RunnerRegisters, with a driver that is an Adopter): for each active placement of the
+// region whose runner is registered under the placement's epoch and allocation, it follows the allocation,
+// meters its compute (charged to the placement's stored meter; a placement stored without one is metered
+// once the next Ensure of its user names the account) from up to AdoptBackfill ago — the buckets the
+// predecessor recorded are not counted twice — and marks the placement asleep once the runner exits, like
+// a runner it started. A running placement whose runner is no longer registered slept or died while no
+// scheduler watched: its allocation is cleaned up and the placement marked asleep. A starting placement
+// whose runner is not registered is left alone (its start may be under way).
 //
-// Call it once after New, before serving. It returns how many runners it adopted; an error means some
-// placements were not examined (the registry, store or driver is unreachable) and a later call may be
-// made for them — adopted ones are skipped.
+// Call it after New; it may run while the scheduler serves. It returns how many runners it adopted. An
+// error means some placements could not be examined because the placements, the registry or the driver
+// could not be reached, and a later call should be made for them (adopted ones are skipped); a placement
+// that cannot be adopted for good (its allocation is not a sandbox's, or unknown to the driver) is logged
+// and skipped.
 func (s *Scheduler) Adopt(ctx context.Context) (int, error) {
 	ad, ok := s.cfg.Driver.(Adopter)
 	if !ok || !s.cfg.RunnerRegisters {
 		return 0, nil
 	}
-	ps, err := s.cfg.Placements.Running(ctx, s.cfg.Region)
+	ps, err := s.cfg.Placements.Active(ctx, s.cfg.Region)
 	if err != nil {
 		return 0, fmt.Errorf("adopt runners: %w", err)
 	}
 	adopted := 0
 	var errs []error
 	for _, p := range ps {
-		ok, err := s.adopt(ctx, ad, p)
+		// Each placement has its own bound, so one slow cleanup cannot hold up the others for long.
+		pctx, cancel := context.WithTimeout(ctx, adoptTimeout)
+		ok, err := s.adopt(pctx, ad, p)
+		cancel()
 		if ok {
 			adopted++
 		}
@@ -523,6 +570,11 @@ func (s *Scheduler) Adopt(ctx context.Context) (int, error) {
 	return adopted, nil
 }
 
+// adoptTimeout bounds the adoption of one placement (a cleanup waits for the runner's graceful stop).
+const adoptTimeout = time.Minute
+
+// adopt adopts p's runner if it is still registered; it returns an error only for what a later attempt may
+// get past.
 func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, error) {
 	id := SandboxID(p.Issuer, p.User)
 	log := s.log.With("issuer", p.Issuer, "user", p.User, "epoch", p.Epoch, "alloc", p.Alloc)
@@ -534,7 +586,9 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 	}
 	e, err := s.cfg.Registry.Lookup(ctx, p.Issuer, p.User)
 	switch {
-	case errors.Is(err, registry.ErrNotFound) || (err == nil && e.Epoch < p.Epoch):
+	case (errors.Is(err, registry.ErrNotFound) || err == nil && e.Epoch < p.Epoch) && p.State == StateStarting:
+		return false, nil // maybe still starting; the next claim of its user settles it
+	case errors.Is(err, registry.ErrNotFound) || err == nil && e.Epoch < p.Epoch:
 		// Gone while nobody watched: release what the driver keeps for it and let the placement sleep.
 		if err := s.cfg.Driver.Stop(ctx, p.Alloc); err != nil {
 			return false, fmt.Errorf("%s/%s: clean up after the runner: %w", p.Issuer, p.User, err)
@@ -548,14 +602,27 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 		return false, fmt.Errorf("%s/%s: %w", p.Issuer, p.User, err)
 	case e.Epoch > p.Epoch:
 		return false, nil // a newer claim is under way; its scheduler supervises it
+	case p.Alloc != "" && e.Alloc != p.Alloc:
+		log.Warn("not adopted: the registered runner is another allocation than the placement's", "registered_alloc", e.Alloc)
+		return false, nil
 	}
-	sb, err := ad.Adopt(ctx, Spec{ID: id, Issuer: p.Issuer, User: p.User, Epoch: p.Epoch, Region: p.Region}, p.Alloc)
+	alloc := e.Alloc // a starting placement has no allocation stored yet
+	sb, err := ad.Adopt(ctx, Spec{ID: id, Issuer: p.Issuer, User: p.User, Epoch: p.Epoch, Region: p.Region}, alloc)
 	if err != nil {
-		return false, fmt.Errorf("%s/%s: follow allocation %s: %w", p.Issuer, p.User, p.Alloc, err)
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotASandbox) {
+			log.Warn("not adopted", "err", err)
+			return false, nil
+		}
+		return false, fmt.Errorf("%s/%s: follow allocation %s: %w", p.Issuer, p.User, alloc, err)
+	}
+	if p.State == StateStarting {
+		if err := s.cfg.Placements.Update(ctx, p.Issuer, p.User, p.Epoch, StateRunning, alloc); err != nil {
+			return false, fmt.Errorf("%s/%s: mark placement running: %w", p.Issuer, p.User, err)
+		}
 	}
 	sb.Addr, sb.Key = e.Addr, e.Key
 	l := &live{entry: e, sb: sb, anchor: p.Meter.Anchor, limit: p.Meter.Limit,
-		events: fmt.Sprintf("compute/%s/%d/a%d/", id, p.Epoch, s.cfg.Now().UnixNano()), stopped: make(chan struct{})}
+		events: computeKeys(id, p.Epoch), stopped: make(chan struct{})}
 	if p.Meter.Set() {
 		l.account = billing.Account{Issuer: p.Issuer, User: p.User, Window: p.Meter.Window, WindowStart: p.Meter.WindowStart}
 	}
@@ -571,7 +638,13 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 	s.live[id] = l
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.supervise(id, l, log)
+	// Re-meter the recent past: the buckets the predecessor left (its last, unfinished one, and the time no
+	// scheduler ran) are recorded now, those it recorded are not counted twice.
+	from := s.cfg.Now().Add(-AdoptBackfill)
+	if e.Since.After(from) {
+		from = e.Since
+	}
+	go s.supervise(id, l, from, log)
 	s.metrics.adopted.Inc()
 	log.Info("runner adopted", "addr", e.Addr, "metered", p.Meter.Set())
 	return true, nil
@@ -584,8 +657,10 @@ func (s *Scheduler) Live() int {
 	return len(s.live)
 }
 
-// Close stops every sandbox this scheduler started, records their last compute seconds, and waits. It is
-// idempotent.
+// Close stops supervising: without RunnerRegisters (warren dev) it stops every sandbox this scheduler
+// started and records their last compute seconds; with it (production) the runners keep serving, the
+// compute buckets that are over are recorded and a successor adopts them (Adopt). It waits for its
+// goroutines and is idempotent.
 func (s *Scheduler) Close() error {
 	s.mu.Lock()
 	if !s.closed {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"sync"
 	"context"
 	"errors"
 	"flag"
@@ -269,27 +270,34 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer s.Close()
 	adoptCtx, stopAdopting := context.WithCancel(ctx)
-	defer stopAdopting() // before s.Close
-	go adoptRunners(adoptCtx, s, log)
+	var adopting sync.WaitGroup
+	adopting.Go(func() { adoptRunners(adoptCtx, s, log) })
+	defer adopting.Wait() // before s.Close and the stores' closing
+	defer stopAdopting()
 	return serveRole(ctx, "scheduler", c.listen, remote.Handler(s, key, log), metrics, stdout, log)
 }
 
 // adoptRunners takes over the region's runners that a previous scheduler process left serving (so their
-// compute is metered again and their placements sleep when they exit), retrying every 5 s while the
-// registry, the placements or Nomad cannot be reached, until it succeeds or ctx ends.
+// compute is metered again and their placements sleep when they exit), retrying with backoff (5 s doubling
+// to 5 min) while the registry, the placements or Nomad cannot be reached, until it succeeds or ctx ends.
 func adoptRunners(ctx context.Context, s *scheduler.Scheduler, log *slog.Logger) {
+	wait := 5 * time.Second
 	for {
 		n, err := s.Adopt(ctx)
 		if err == nil {
 			log.Info("runners of the previous scheduler adopted", "count", n)
 			return
 		}
-		log.Warn("adopt the previous scheduler's runners; retrying", "adopted", n, "err", err)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("adopt the previous scheduler's runners; retrying", "adopted", n, "retry_in", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(5 * time.Second):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 5*time.Minute)
 	}
 }
 

@@ -203,33 +203,32 @@ func (p *Placements) fenced(ctx context.Context, what, issuer, user string, epoc
 	return nil
 }
 
-// Running lists region's running placements.
-func (p *Placements) Running(ctx context.Context, region string) ([]scheduler.Placement, error) {
+// Active lists region's starting and running placements.
+func (p *Placements) Active(ctx context.Context, region string) ([]scheduler.Placement, error) {
 	var out []scheduler.Placement
 	err := p.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
 		out = out[:0]
-		rows, err := tx.Query(ctx, `SELECT issuer, "user", epoch, alloc, updated, meter FROM placements
-			WHERE region = $1 AND state = 'running' ORDER BY issuer, "user"`, region)
+		rows, err := tx.Query(ctx, `SELECT issuer, "user", epoch, state, alloc, updated, meter FROM placements
+			WHERE region = $1 AND state IN ('starting', 'running') ORDER BY issuer, "user"`, region)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			pl := scheduler.Placement{Region: region, State: scheduler.StateRunning}
-			var meter string
-			if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &pl.Alloc, &pl.Updated, &meter); err != nil {
+			pl := scheduler.Placement{Region: region}
+			var state, meter string
+			if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &state, &pl.Alloc, &pl.Updated, &meter); err != nil {
 				return err
 			}
-			if pl.Meter, err = scheduler.DecodeMeter(meter); err != nil {
-				return fmt.Errorf("%s/%s: %w", pl.Issuer, pl.User, err)
-			}
+			pl.State = scheduler.State(state)
+			pl.Meter, _ = scheduler.DecodeMeter(meter) // unreadable: unset (Placements.Active)
 			pl.Updated = pl.Updated.UTC()
 			out = append(out, pl)
 		}
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+		return nil, fmt.Errorf("list active placements in %s: %w", region, err)
 	}
 	return out, nil
 }

@@ -66,6 +66,11 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 		!p.Meter.WindowStart.Equal(keptAcct.WindowStart) || p.Meter.Limit != -1 {
 		t.Fatalf("placement %+v, %v: the meter of the request is not stored", p, err)
 	}
+	// The first scheduler meters a few seconds, which its successor must not count again.
+	waitFor(t, ctx, "the first scheduler to meter the runner", func() bool {
+		u, err := ledger.Usage(ctx, keptAcct)
+		return err == nil && u.ComputeSeconds >= 4
+	})
 	first.Close()
 	d1.Close()
 	if e, err := c.reg.Lookup(ctx, kept.Issuer, kept.User); err != nil || e.Epoch != keptEntry.Epoch {
@@ -81,6 +86,11 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 	if err := d2.Stop(ctx, endedEntry.Alloc); err != nil {
 		t.Fatal(err)
 	}
+
+	waitFor(t, ctx, "the ended runner to release its lock", func() bool {
+		_, err := c.reg.Lookup(ctx, ended.Issuer, ended.User)
+		return errors.Is(err, registry.ErrNotFound)
+	})
 
 	second := newScheduler(d2)
 	defer second.Close()
@@ -118,5 +128,15 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 	})
 	if _, err := c.reg.Lookup(ctx, kept.Issuer, kept.User); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("registry entry after the adopted runner exited: %v", err)
+	}
+	// Every second of the runner's life is charged once: the successor re-metered from the runner's start,
+	// and the buckets the first scheduler had recorded did not count twice (which would add its 4+ s).
+	lived := time.Since(keptEntry.Since)
+	u, err := ledger.Usage(ctx, keptAcct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Duration(u.ComputeSeconds) * time.Second; got > lived+2*time.Second || got < lived-3*time.Second {
+		t.Fatalf("charged %v for a runner that lived at most %v (one-second buckets, started seconds)", got, lived)
 	}
 }

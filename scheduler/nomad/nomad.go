@@ -248,7 +248,8 @@ func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (sb scheduler.S
 
 // Adopt follows allocation alloc, which a previous scheduler process started (or claimed from the warm
 // pool) for spec: its Exited is closed like a started sandbox's, and an allocation that ends is purged. An
-// allocation Nomad no longer knows is scheduler.ErrNotFound; one that is not a sandbox's is refused.
+// allocation Nomad no longer knows is scheduler.ErrNotFound; one that is not a sandbox's is
+// scheduler.ErrNotASandbox.
 func (d *Driver) Adopt(ctx context.Context, spec scheduler.Spec, alloc string) (scheduler.Sandbox, error) {
 	what := fmt.Sprintf("adopt sandbox %s epoch %d", spec.ID, spec.Epoch)
 	if alloc == "" {
@@ -262,7 +263,7 @@ func (d *Driver) Adopt(ctx context.Context, spec scheduler.Spec, alloc string) (
 		return scheduler.Sandbox{}, fmt.Errorf("%s: %w", what, classify(err))
 	}
 	if !strings.HasPrefix(a.JobID, jobPrefix) {
-		return scheduler.Sandbox{}, fmt.Errorf("%s: allocation %s belongs to job %q, not a sandbox", what, alloc, a.JobID)
+		return scheduler.Sandbox{}, fmt.Errorf("%s: allocation %s belongs to job %q: %w", what, alloc, a.JobID, scheduler.ErrNotASandbox)
 	}
 	w, err := d.watch(alloc, a.JobID)
 	if err != nil {

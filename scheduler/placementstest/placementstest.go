@@ -36,7 +36,7 @@ func Run(t *testing.T, open func(t *testing.T) scheduler.Placements) {
 	t.Run("ConcurrentClaims", func(t *testing.T) { ClaimRace(t, open(t)) })
 	t.Run("UsersIndependent", func(t *testing.T) { testUsersIndependent(t, open(t)) })
 	t.Run("Meter", func(t *testing.T) { testMeter(t, open(t)) })
-	t.Run("Running", func(t *testing.T) { testRunning(t, open(t)) })
+	t.Run("Active", func(t *testing.T) { testActive(t, open(t)) })
 }
 
 func testMeter(t *testing.T, p scheduler.Placements) {
@@ -78,10 +78,10 @@ func testMeter(t *testing.T, p scheduler.Placements) {
 	AssertStored(t, p, want)
 }
 
-func testRunning(t *testing.T, p scheduler.Placements) {
+func testActive(t *testing.T, p scheduler.Placements) {
 	ctx := context.Background()
-	if got, err := p.Running(ctx, "eu"); err != nil || len(got) != 0 {
-		t.Fatalf("Running on an empty store = %v, %v", got, err)
+	if got, err := p.Active(ctx, "eu"); err != nil || len(got) != 0 {
+		t.Fatalf("Active on an empty store = %v, %v", got, err)
 	}
 	m := scheduler.Meter{Window: billing.Week, Anchor: time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), Limit: 60}
 	for _, u := range []struct {
@@ -105,17 +105,18 @@ func testRunning(t *testing.T, p scheduler.Placements) {
 			}
 		}
 	}
-	got, err := p.Running(ctx, "eu")
+	got, err := p.Active(ctx, "eu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 {
-		t.Fatalf("Running(eu) = %+v, want users a and b", got)
+	if len(got) != 3 {
+		t.Fatalf("Active(eu) = %+v, want users a, b and d", got)
 	}
 	AssertPlacement(t, got[0], scheduler.Placement{Issuer: "iss", User: "a", Region: "eu", Epoch: 1, State: scheduler.StateRunning, Alloc: "alloc-a", Meter: m})
 	AssertPlacement(t, got[1], scheduler.Placement{Issuer: "iss", User: "b", Region: "eu", Epoch: 1, State: scheduler.StateRunning, Alloc: "alloc-b"})
+	AssertPlacement(t, got[2], scheduler.Placement{Issuer: "iss", User: "d", Region: "eu", Epoch: 1, State: scheduler.StateStarting, Alloc: "alloc-d"})
 	if got[0].Updated.IsZero() {
-		t.Error("Running returned a zero Updated")
+		t.Error("Active returned a zero Updated")
 	}
 }
 

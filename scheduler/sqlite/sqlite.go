@@ -88,30 +88,28 @@ func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Pl
 	return pl, nil
 }
 
-// Running lists region's running placements.
-func (p *Placements) Running(ctx context.Context, region string) ([]scheduler.Placement, error) {
-	rows, err := p.db.QueryContext(ctx, `SELECT issuer, "user", epoch, alloc, updated, meter FROM placements
-		WHERE region = ? AND state = 'running' ORDER BY issuer, "user"`, region)
+// Active lists region's starting and running placements.
+func (p *Placements) Active(ctx context.Context, region string) ([]scheduler.Placement, error) {
+	rows, err := p.db.QueryContext(ctx, `SELECT issuer, "user", epoch, state, alloc, updated, meter FROM placements
+		WHERE region = ? AND state IN ('starting', 'running') ORDER BY issuer, "user"`, region)
 	if err != nil {
-		return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+		return nil, fmt.Errorf("list active placements in %s: %w", region, err)
 	}
 	defer rows.Close()
 	var out []scheduler.Placement
 	for rows.Next() {
-		pl := scheduler.Placement{Region: region, State: scheduler.StateRunning}
+		pl := scheduler.Placement{Region: region}
 		var updated int64
 		var meter string
-		if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &pl.Alloc, &updated, &meter); err != nil {
-			return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+		if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &pl.State, &pl.Alloc, &updated, &meter); err != nil {
+			return nil, fmt.Errorf("list active placements in %s: %w", region, err)
 		}
-		if pl.Meter, err = scheduler.DecodeMeter(meter); err != nil {
-			return nil, fmt.Errorf("list running placements in %s: %s/%s: %w", region, pl.Issuer, pl.User, err)
-		}
+		pl.Meter, _ = scheduler.DecodeMeter(meter) // unreadable: unset (Placements.Active)
 		pl.Updated = time.Unix(0, updated).UTC()
 		out = append(out, pl)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list running placements in %s: %w", region, err)
+		return nil, fmt.Errorf("list active placements in %s: %w", region, err)
 	}
 	return out, nil
 }
