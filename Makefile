@@ -29,11 +29,8 @@ test: tools ## install what the tests need, run every test and a short fuzz pass
 test-short: ## unit tests only (no bubblewrap, no real servers)
 	$(GO) test -short -count=1 ./...
 
-fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; out=$$($(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg 2>&1) || { echo "$$out" | tail -40; exit 1; }; \
-	  done; done
+fuzz: ## run every fuzz target for FUZZTIME each (default 10s; see internal/tools/fuzz.sh)
+	@GO=$(GO) internal/tools/fuzz.sh $(FUZZTIME)
 
 lint: ## go vet, plus staticcheck when installed
 	$(GO) vet ./...
