@@ -2,8 +2,12 @@ package cockroach
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,11 +45,13 @@ func (l *Ledger) RateBuckets(ctx context.Context) (*RateBuckets, error) {
 // sweepOneIn is how rarely (one take in this many) a take also deletes some buckets that are full again.
 const sweepOneIn = 64
 
-// TakeAll is one serializable transaction (billing.RateBuckets): it reads each bucket's "full again at"
-// time with a locking read, decides every take with billing.GCRA and writes the new times only if all
-// were allowed. A full bucket is the same as no row, so now and then a take deletes rows that are full
-// again. A take is not idempotent, so an ambiguous commit is an error (ErrUnavailable) rather than run
-// twice.
+// TakeAll takes from each bucket with one conditional UPSERT (billing.GCRA in SQL: the bucket's new "full
+// again at" is max(full_at, now) + interval, written only if that is at most burst intervals ahead), in
+// key order, in one transaction that is rolled back as soon as a bucket refuses, so a refusal takes
+// nothing. Each statement is atomic on its row, so the transaction needs no more than READ COMMITTED on
+// PostgreSQL (TxOptions.ReadCommitted): takers of one hot bucket (an issuer's) queue on its row lock
+// instead of failing serialization. A take is not idempotent, so an ambiguous commit is an error
+// (ErrUnavailable) rather than run twice.
 func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bool, time.Duration, error) {
 	if err := billing.ValidateTakes(takes); err != nil {
 		return false, 0, err
@@ -54,66 +60,77 @@ func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bo
 	if len(takes) == 0 {
 		return true, 0, nil // nothing to read or write
 	}
-	keys := make([][]byte, len(takes))
-	for i, t := range takes {
-		keys[i] = []byte(t.Key)
+	for _, t := range takes {
+		if t.PerMinute == 0 {
+			return false, time.Minute, nil // nothing ever lets it through (billing.GCRA)
+		}
 	}
+	// One lock order for every taker, so two takes of the same buckets cannot deadlock.
+	takes = slices.Clone(takes)
+	slices.SortFunc(takes, func(a, b billing.RateTake) int { return strings.Compare(a.Key, b.Key) })
 	var (
 		ok    bool
 		retry time.Duration
 	)
-	err := r.l.tx(ctx, cockroachdb.TxOptions{}, func(tx pgx.Tx) error {
-		now := r.l.now()
+	errRefused := errors.New("refused")
+	err := r.l.tx(ctx, cockroachdb.TxOptions{ReadCommitted: true}, func(tx pgx.Tx) error {
+		now := r.l.now().UnixNano()
 		ok, retry = true, 0
-		rows, err := tx.Query(ctx, `SELECT key, full_at FROM rate_buckets WHERE key = ANY($1) FOR UPDATE`, keys)
-		if err != nil {
-			return fmt.Errorf("read buckets: %w", err)
-		}
-		full := make(map[string]time.Time, len(takes))
-		for rows.Next() {
-			var k []byte
-			var ns int64
-			if err := rows.Scan(&k, &ns); err != nil {
-				rows.Close()
-				return fmt.Errorf("read buckets: %w", err)
+		for _, t := range takes {
+			interval, tolerance, limited := gcraParams(t)
+			if !limited {
+				continue
 			}
-			full[string(k)] = time.Unix(0, ns)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read buckets: %w", err)
-		}
-		next := make([]time.Time, len(takes))
-		for i, t := range takes {
-			n, allowed, wait := billing.GCRA(full[t.Key], now, t)
-			if !allowed {
-				ok, retry = false, max(retry, wait)
+			var full int64
+			err := tx.QueryRow(ctx, `INSERT INTO rate_buckets AS b (key, full_at) VALUES ($1, $2::INT8 + $3::INT8)
+				ON CONFLICT (key) DO UPDATE SET full_at = GREATEST(b.full_at, $2::INT8) + $3::INT8
+				WHERE GREATEST(b.full_at, $2::INT8) + $3::INT8 - $2::INT8 <= $4::INT8
+				RETURNING full_at`, []byte(t.Key), now, interval, tolerance).Scan(&full)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Refused: how long until the bucket has a token, from what it holds now.
+				switch err := tx.QueryRow(ctx, `SELECT full_at FROM rate_buckets WHERE key = $1`, []byte(t.Key)).Scan(&full); {
+				case errors.Is(err, pgx.ErrNoRows):
+					full = now // swept meanwhile: full again, worth trying at once
+				case err != nil:
+					return fmt.Errorf("read bucket: %w", err)
+				}
+				ok, retry = false, max(time.Duration(max(full, now)+interval-now-tolerance), time.Millisecond)
+				return errRefused // roll back what earlier buckets took
 			}
-			next[i] = n
-		}
-		if !ok {
-			return nil
-		}
-		for i, t := range takes {
-			if next[i].IsZero() {
-				continue // unlimited
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO rate_buckets (key, full_at) VALUES ($1, $2)
-				ON CONFLICT (key) DO UPDATE SET full_at = excluded.full_at`, []byte(t.Key), next[i].UnixNano()); err != nil {
-				return fmt.Errorf("write bucket: %w", err)
+			if err != nil {
+				return fmt.Errorf("take from bucket: %w", err)
 			}
 		}
 		if rand.IntN(sweepOneIn) == 0 {
-			// Bounded, so a sweep never turns a take into a long transaction.
+			// Bounded, so a sweep never turns a take into a long transaction; SKIP LOCKED leaves the
+			// buckets other takers hold alone.
 			if _, err := tx.Exec(ctx, `DELETE FROM rate_buckets WHERE key IN
-				(SELECT key FROM rate_buckets WHERE full_at <= $1 LIMIT 1000)`, now.UnixNano()); err != nil {
+				(SELECT key FROM rate_buckets WHERE full_at <= $1 LIMIT 1000 FOR UPDATE SKIP LOCKED)`, now); err != nil {
 				return fmt.Errorf("sweep full buckets: %w", err)
 			}
 		}
 		return nil
 	})
+	if errors.Is(err, errRefused) {
+		return false, retry, nil
+	}
 	if err != nil {
 		return false, 0, fmt.Errorf("take rate tokens: %w: %w", billing.ErrUnavailable, err)
 	}
 	return ok, retry, nil
+}
+
+// gcraParams are t's refill interval and tolerance (burst intervals) in nanoseconds, as billing.GCRA
+// computes them; limited is false for a rate over a token a nanosecond (nothing to track).
+func gcraParams(t billing.RateTake) (interval, tolerance int64, limited bool) {
+	iv := time.Minute / time.Duration(t.PerMinute)
+	if iv <= 0 {
+		return 0, 0, false
+	}
+	burst := max(t.Burst, 1)
+	tol := int64(math.MaxInt64 / 2) // far enough ahead for any bucket, and no overflow in full_at + interval
+	if burst <= tol/int64(iv) {
+		tol = int64(iv) * burst
+	}
+	return int64(iv), tol, true
 }

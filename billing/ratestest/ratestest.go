@@ -64,6 +64,13 @@ func Run(t *testing.T, open func(t *testing.T, clock *ledgertest.Clock) billing.
 		MustTake(t, r, true, user)
 		MustTake(t, r, true, user)
 		MustTake(t, r, false, user)
+		// Whatever the order the store takes them in: here the refusing bucket comes last by name too.
+		first := billing.RateTake{Key: "a", PerMinute: 60, Burst: 1}
+		last := billing.RateTake{Key: "z", PerMinute: 1, Burst: 1}
+		MustTake(t, r, true, last)
+		MustTake(t, r, false, first, last)
+		MustTake(t, r, false, last, first)
+		MustTake(t, r, true, first)
 	})
 
 	t.Run("KeysIndependent", func(t *testing.T) {

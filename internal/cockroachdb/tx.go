@@ -22,13 +22,19 @@ type TxOptions struct {
 	// idempotency key, or a compare-and-set that a second run finds done). ExecuteTx then resolves an
 	// ambiguous commit by running fn again in a new transaction, up to twice, and answers what that says.
 	Idempotent bool
+	// ReadCommitted runs the transaction at READ COMMITTED on PostgreSQL, for statements that are each
+	// atomic on their own rows (a conditional UPSERT ... RETURNING) and only need row locks: under
+	// contention on one row they wait for the lock and re-evaluate instead of failing serialization and
+	// retrying. CockroachDB runs it SERIALIZABLE all the same (its READ COMMITTED needs a cluster setting,
+	// and it queues writers of one row in its lock table).
+	ReadCommitted bool
 }
 
 // ambiguousReruns bounds the reruns of an idempotent transaction after ambiguous commits.
 const ambiguousReruns = 2
 
-// ExecuteTx runs fn in one SERIALIZABLE transaction on pool, committing if fn returns nil and running it
-// again on serialization failures. fn may be run several times, so it must not have effects outside the
+// ExecuteTx runs fn in one SERIALIZABLE transaction (see TxOptions.ReadCommitted) on pool, committing if
+// fn returns nil and running it again on serialization failures. fn may be run several times, so it must not have effects outside the
 // transaction, and must wrap errors with %w so their SQLSTATE stays visible. Errors of fn come back as fn
 // returned them (wrapped at most); database errors are classified by Classify.
 //
@@ -42,6 +48,9 @@ const ambiguousReruns = 2
 // why wraps ErrAmbiguousCommit.
 func ExecuteTx(ctx context.Context, pool *pgxpool.Pool, srv Server, opts TxOptions, fn func(pgx.Tx) error) error {
 	txo := pgx.TxOptions{IsoLevel: pgx.Serializable}
+	if opts.ReadCommitted && srv != CockroachDB {
+		txo.IsoLevel = pgx.ReadCommitted
+	}
 	if opts.ReadOnly {
 		txo.AccessMode = pgx.ReadOnly
 	}
