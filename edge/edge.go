@@ -57,9 +57,9 @@ type Config struct {
 	// live sessions per user).
 	Sessions billing.Sessions
 	// RateBuckets, when set, holds the rate buckets below in the shared store, so a user's and an issuer's
-	// rates hold across every edge as the caps do. When the store fails, this edge falls back to its own
-	// in-process buckets (each edge then limits on its own; warren_edge_rate_fallbacks_total counts it).
-	// Unset: in-process buckets only.
+	// rates hold across every edge as the caps do. When the store fails or does not answer within 500 ms,
+	// this edge's own in-process buckets decide for the next 5 s (each edge then limits on its own, from
+	// full buckets; warren_edge_rate_fallbacks_total counts those decisions). Unset: in-process buckets.
 	RateBuckets billing.RateBuckets
 	// Rates limit agent connects and prompts per minute, per user and per issuer (the zero Rates:
 	// DefaultRates; negative: unlimited). They are defaults: a rate a quota sets takes the place of its
@@ -84,6 +84,7 @@ var DefaultRates = Rates{ConnectsPerUser: 120, ConnectsPerIssuer: 6000, PromptsP
 type Edge struct {
 	cfg     Config
 	limiter *Limiter
+	shared  sharedRates
 	log     *slog.Logger
 	m       *edgeMetrics
 	runners *http.Client

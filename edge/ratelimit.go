@@ -156,20 +156,60 @@ func (l *Limiter) sweep(now time.Time) {
 	}
 }
 
-// takeRates takes from every bucket of takes, all or none: in the shared RateBuckets when configured,
-// else (or when the store fails) in this edge's Limiter.
+// Shared rate buckets are asked within sharedTakeTimeout; after a failure this edge's own buckets decide
+// alone for sharedBackoff before the store is tried again, so a store that is down or slow costs a prompt
+// at most one short wait per backoff period.
+const (
+	sharedTakeTimeout = 500 * time.Millisecond
+	sharedBackoff     = 5 * time.Second
+)
+
+// sharedRates is the state of the edge's use of the shared buckets.
+type sharedRates struct {
+	mu        sync.Mutex
+	downUntil time.Time // while in the future, the local Limiter decides
+	down      bool      // the last attempt failed (for logging state changes only)
+}
+
+// takeRates takes from every bucket of takes, all or none: in the shared RateBuckets when configured and
+// answering (within sharedTakeTimeout), else in this edge's Limiter. A take the client gave up on (ctx
+// ended) is refused quietly.
 func (e *Edge) takeRates(ctx context.Context, takes ...Take) (ok bool, retryAfter time.Duration) {
-	if e.cfg.RateBuckets != nil {
+	if e.cfg.RateBuckets == nil {
+		return e.limiter.AllowAll(takes...)
+	}
+	now := time.Now()
+	e.shared.mu.Lock()
+	skip := now.Before(e.shared.downUntil)
+	e.shared.mu.Unlock()
+	if !skip {
 		shared := make([]billing.RateTake, len(takes))
 		for i, t := range takes {
 			shared[i] = billing.RateTake{Key: t.Key, PerMinute: t.RatePerMin, Burst: t.Burst}
 		}
-		ok, retry, err := e.cfg.RateBuckets.TakeAll(ctx, shared)
+		tctx, cancel := context.WithTimeout(ctx, sharedTakeTimeout)
+		ok, retry, err := e.cfg.RateBuckets.TakeAll(tctx, shared)
+		cancel()
+		if ctx.Err() != nil {
+			return false, 0
+		}
+		e.shared.mu.Lock()
+		wasDown := e.shared.down
+		e.shared.down = err != nil
+		if err != nil {
+			e.shared.downUntil = time.Now().Add(sharedBackoff)
+		}
+		e.shared.mu.Unlock()
+		switch {
+		case err == nil && wasDown:
+			e.log.Info("shared rate buckets answer again", "request_id", requestID(ctx))
+		case err != nil && !wasDown:
+			e.log.Warn("shared rate buckets failed; this edge's own buckets decide until they answer", "request_id", requestID(ctx), "err", err)
+		}
 		if err == nil {
 			return ok, retry
 		}
-		e.m.rateFallbacks.Inc()
-		e.log.Warn("shared rate buckets failed; this edge's own buckets decide", "request_id", requestID(ctx), "err", err)
 	}
+	e.m.rateFallbacks.Inc()
 	return e.limiter.AllowAll(takes...)
 }

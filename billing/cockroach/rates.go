@@ -50,7 +50,7 @@ const sweepOneIn = 64
 // key order, in one transaction that is rolled back as soon as a bucket refuses, so a refusal takes
 // nothing. Each statement is atomic on its row, so the transaction needs no more than READ COMMITTED on
 // PostgreSQL (TxOptions.ReadCommitted): takers of one hot bucket (an issuer's) queue on its row lock
-// instead of failing serialization. A take is not idempotent, so an ambiguous commit is an error
+// instead of failing serialization. One take in sweepOneIn then sweeps. A take is not idempotent, so an ambiguous commit is an error
 // (ErrUnavailable) rather than run twice.
 func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bool, time.Duration, error) {
 	if err := billing.ValidateTakes(takes); err != nil {
@@ -65,9 +65,11 @@ func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bo
 			return false, time.Minute, nil // nothing ever lets it through (billing.GCRA)
 		}
 	}
-	// One lock order for every taker, so two takes of the same buckets cannot deadlock.
+	// One lock order for every taker, so two takes of the same buckets cannot deadlock: descending by key,
+	// which puts a user's bucket (".../user/...") before its issuer's (".../issuer/..."), so a take the
+	// user's bucket refuses never locks the issuer's hot row, and the issuer's is held the shortest.
 	takes = slices.Clone(takes)
-	slices.SortFunc(takes, func(a, b billing.RateTake) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(takes, func(a, b billing.RateTake) int { return strings.Compare(b.Key, a.Key) })
 	var (
 		ok    bool
 		retry time.Duration
@@ -101,16 +103,11 @@ func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bo
 				return fmt.Errorf("take from bucket: %w", err)
 			}
 		}
-		if rand.IntN(sweepOneIn) == 0 {
-			// Bounded, so a sweep never turns a take into a long transaction; SKIP LOCKED leaves the
-			// buckets other takers hold alone.
-			if _, err := tx.Exec(ctx, `DELETE FROM rate_buckets WHERE key IN
-				(SELECT key FROM rate_buckets WHERE full_at <= $1 LIMIT 1000 FOR UPDATE SKIP LOCKED)`, now); err != nil {
-				return fmt.Errorf("sweep full buckets: %w", err)
-			}
-		}
 		return nil
 	})
+	if err == nil && rand.IntN(sweepOneIn) == 0 {
+		r.sweep(ctx)
+	}
 	if errors.Is(err, errRefused) {
 		return false, retry, nil
 	}
@@ -118,6 +115,19 @@ func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bo
 		return false, 0, fmt.Errorf("take rate tokens: %w: %w", billing.ErrUnavailable, err)
 	}
 	return ok, retry, nil
+}
+
+// sweepGrace keeps a bucket that is full again for this long before a sweep deletes it, so the buckets
+// in use (whose "full again" trails the clock by an interval) are not deleted and re-inserted all the time.
+const sweepGrace = time.Minute
+
+// sweep deletes up to 1000 buckets that have been full for sweepGrace (a full bucket is the same as no
+// row), in a statement of its own after the take committed, skipping rows other takers hold. A failure is
+// left to the next sweep.
+func (r *RateBuckets) sweep(ctx context.Context) {
+	before := r.l.now().Add(-sweepGrace).UnixNano()
+	_, _ = r.l.pool.Exec(ctx, `DELETE FROM rate_buckets WHERE key IN
+		(SELECT key FROM rate_buckets WHERE full_at <= $1 LIMIT 1000 FOR UPDATE SKIP LOCKED)`, before)
 }
 
 // gcraParams are t's refill interval and tolerance (burst intervals) in nanoseconds, as billing.GCRA

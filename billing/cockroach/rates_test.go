@@ -1,6 +1,7 @@
 package cockroach_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/warren-mesh/warren/billing"
@@ -32,4 +33,27 @@ func TestRateBucketsRaceTwoProcesses(t *testing.T) {
 	dsn := testenv.PostgreSQL(t)
 	clock := ledgertest.NewClock(ratestest.Start)
 	ratestest.Race(t, openRates(t, dsn, clock), openRates(t, dsn, clock))
+}
+
+// Unlimited buckets are neither read nor written: a take of only those succeeds without the database,
+// and one with a limited bucket needs it (ErrUnavailable when it is gone).
+func TestRateBucketsUnlimitedTouchNothing(t *testing.T) {
+	dsn := testenv.PostgreSQL(t)
+	pool := openPool(t, dsn)
+	l, err := cockroach.New(t.Context(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RateBuckets(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	unlimited := billing.RateTake{Key: "u", PerMinute: billing.Unlimited}
+	if ok, _, err := r.TakeAll(t.Context(), []billing.RateTake{unlimited}); err != nil || !ok {
+		t.Fatalf("unlimited take with the pool closed = %v, %v; want allowed without the database", ok, err)
+	}
+	if _, _, err := r.TakeAll(t.Context(), []billing.RateTake{unlimited, {Key: "l", PerMinute: 1}}); !errors.Is(err, billing.ErrUnavailable) {
+		t.Fatalf("limited take with the pool closed = %v, want ErrUnavailable", err)
+	}
 }

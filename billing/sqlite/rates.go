@@ -87,7 +87,9 @@ func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bo
 			}
 		}
 		if rand.IntN(sweepOneIn) == 0 {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM rate_buckets WHERE full_at <= ?`, now.UnixNano()); err != nil {
+			// Bounded, and only buckets full for a minute (those in use trail the clock by an interval).
+			if _, err := tx.ExecContext(ctx, `DELETE FROM rate_buckets WHERE key IN
+				(SELECT key FROM rate_buckets WHERE full_at <= ? LIMIT 1000)`, now.Add(-time.Minute).UnixNano()); err != nil {
 				return fmt.Errorf("sweep full buckets: %w", err)
 			}
 		}

@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -30,4 +31,25 @@ func TestRateBucketsRaceTwoProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	clock := ledgertest.NewClock(ratestest.Start)
 	ratestest.Race(t, openRates(t, path, clock), openRates(t, path, clock))
+}
+
+// Unlimited buckets are neither read nor written: a take of only those succeeds without the database,
+// and one with a limited bucket needs it (ErrUnavailable when it is closed).
+func TestRateBucketsUnlimitedTouchNothing(t *testing.T) {
+	l, err := sqlite.New(t.Context(), filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RateBuckets(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	unlimited := billing.RateTake{Key: "u", PerMinute: billing.Unlimited}
+	if ok, _, err := r.TakeAll(t.Context(), []billing.RateTake{unlimited}); err != nil || !ok {
+		t.Fatalf("unlimited take with the database closed = %v, %v; want allowed without it", ok, err)
+	}
+	if _, _, err := r.TakeAll(t.Context(), []billing.RateTake{unlimited, {Key: "l", PerMinute: 1}}); !errors.Is(err, billing.ErrUnavailable) {
+		t.Fatalf("limited take with the database closed = %v, want ErrUnavailable", err)
+	}
 }

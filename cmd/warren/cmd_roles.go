@@ -1,7 +1,6 @@
 package main
 
 import (
-	"sync"
 	"context"
 	"errors"
 	"flag"
@@ -11,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
