@@ -56,6 +56,9 @@ type Meter struct {
 	WindowStart time.Time      `json:"window_start,omitzero"` // the account's window start when Anchor is zero
 	Anchor      time.Time      `json:"anchor,omitzero"`       // non-zero: the window rolls over from it
 	Limit       int64          `json:"limit"`                 // compute seconds of a window; < 0 unlimited, 0 not enforced
+	// Bucket is the length in seconds of the metering buckets of the scheduler that stored the meter: a
+	// successor re-meters the recent past only under the same buckets (0: none known).
+	Bucket int64 `json:"bucket_s,omitempty"`
 }
 
 // Set reports whether m names an account (placements written before meters were stored have none).

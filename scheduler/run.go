@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,11 +54,12 @@ type Scheduler struct {
 	sf      singleflight.Group
 	metrics metrics
 
-	mu     sync.Mutex
-	live   map[string]*live // by SandboxID
-	closed bool
-	wg     sync.WaitGroup
-	stop   chan struct{}
+	mu       sync.Mutex
+	live     map[string]*live // by SandboxID
+	starting map[string]int   // by SandboxID: starts under way in this process (Adopt leaves those alone)
+	closed   bool
+	wg       sync.WaitGroup
+	stop     chan struct{}
 }
 
 type live struct {
@@ -68,6 +70,7 @@ type live struct {
 	limit   int64           // compute seconds of account's window; < 0 unlimited
 	events  string          // usage event keys are events + bucket number
 	stored  bool            // the placement holds meter() (SetMeter succeeded)
+	bucket  time.Duration   // the metering bucket of this scheduler (Scheduler.bucket)
 	stopped chan struct{}   // closed when the supervisor finished
 }
 
@@ -76,13 +79,26 @@ func computeKeys(id string, epoch int64) string {
 	return fmt.Sprintf("compute/%s/%d/b", id, epoch)
 }
 
+// maxBucketsPerTick bounds the buckets a supervisor records at one tick (a backlog after a ledger outage,
+// or an adoption's re-metering, is caught up over several ticks).
+const maxBucketsPerTick = 60
+
+// exitMeterFor bounds how long a supervisor retries recording a runner's last buckets after it exited.
+const exitMeterFor = time.Minute
+
+// bucket is the length of the compute metering buckets: the meter interval in whole seconds, at least one.
+func (s *Scheduler) bucket() time.Duration {
+	return max(s.cfg.MeterInterval.Truncate(time.Second), time.Second)
+}
+
 // AdoptBackfill bounds how far back Adopt re-meters an adopted runner: the time no scheduler ran is
 // charged up to this much.
 const AdoptBackfill = 15 * time.Minute
 
 // meter is what l's compute is charged to, as stored with its placement. Called with s.mu held.
 func (l *live) meter() Meter {
-	return Meter{Window: l.account.Window, WindowStart: l.account.WindowStart, Anchor: l.anchor, Limit: l.limit}
+	return Meter{Window: l.account.Window, WindowStart: l.account.WindowStart, Anchor: l.anchor, Limit: l.limit,
+		Bucket: int64(l.bucket / time.Second)}
 }
 
 type metrics struct {
@@ -113,7 +129,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Scheduler{cfg: cfg, log: cfg.Logger, live: map[string]*live{}, stop: make(chan struct{})}
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, live: map[string]*live{}, starting: map[string]int{}, stop: make(chan struct{})}
 	s.metrics = metrics{
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_sandbox_starts_total", Help: "Sandbox starts by outcome.",
@@ -213,6 +229,16 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 			return registry.Entry{}, wire.Wrap(wire.Timeout, ctx.Err(), "the previous runner did not stop in time")
 		}
 	}
+	s.mu.Lock()
+	s.starting[id]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.starting[id]--; s.starting[id] <= 0 {
+			delete(s.starting, id)
+		}
+		s.mu.Unlock()
+	}()
 	begin := time.Now()
 	expect := int64(0)
 	p, err := s.cfg.Placements.Get(ctx, req.Issuer, req.User)
@@ -251,7 +277,7 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		Alloc: sb.Alloc, Addr: sb.Addr, Key: sb.Key, Since: s.cfg.Now(),
 	}
 	l := &live{entry: entry, sb: sb, account: req.Account, anchor: req.Anchor, limit: req.ComputeLimit,
-		events: computeKeys(id, claimed.Epoch), stopped: make(chan struct{})}
+		events: computeKeys(id, claimed.Epoch), bucket: s.bucket(), stopped: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -316,47 +342,86 @@ func (s *Scheduler) awaitOther(ctx context.Context, req Request) (registry.Entry
 // then deregisters it and marks the placement asleep, fenced by its epoch.
 //
 // Compute is metered in buckets aligned to the clock (bucket k is [k·B, (k+1)·B) with B the meter interval
-// in whole seconds): the event of bucket k of a runner is keyed by its sandbox, epoch and k, and charges
-// the part of the bucket the runner lived, in started seconds. Two supervisors of one runner (a scheduler
-// and its successor overlapping during a deploy) therefore record each bucket once, and a successor can
-// re-meter recent buckets (from) without counting any twice. A bucket is recorded once it is over; the
-// runner's last one when it exits. A failed write is retried at the next tick under the same key.
+// in whole seconds, Scheduler.bucket): the event of bucket k of a runner is keyed by its sandbox, epoch and
+// k, and charges the part of the bucket the runner lived, in started seconds. Two supervisors of one
+// runner (a scheduler and its successor overlapping during a deploy) therefore record each bucket once,
+// and a successor can re-meter recent buckets (from) without counting any twice. A bucket is recorded once
+// it is over; the runner's last one when it exits. A failed write is retried at the next tick under the
+// same key (at most maxBucketsPerTick buckets a tick, so a ledger back from an outage is not flooded); at
+// the runner's exit the rest is retried for up to exitMeterFor.
 func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logger) {
 	defer s.wg.Done()
 	defer close(l.stopped)
 	tick := time.NewTicker(s.cfg.MeterInterval)
 	defer tick.Stop()
-	bucket := max(s.cfg.MeterInterval.Truncate(time.Second), time.Second)
+	bucket := s.bucket()
 	next := from.UnixNano() / int64(bucket) // the first bucket not yet recorded
-	spent := false
+	var spent atomic.Bool                   // a budget stop is under way
+	failing := false                        // the last write failed (log state changes only)
 	record := func(ev billing.UsageEvent) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.cfg.Ledger.Record(ctx, ev); err != nil {
-			if errors.Is(err, billing.ErrInvalid) {
-				// Retrying cannot make it valid, and it would hold up every later bucket.
-				log.Error("compute usage event refused: dropped", "key", ev.Key, "compute_seconds", ev.ComputeSeconds, "err", err)
-				return true
+		err := s.cfg.Ledger.Record(ctx, ev)
+		switch {
+		case err == nil:
+		case errors.Is(err, billing.ErrInvalid):
+			// Retrying cannot make it valid, and it would hold up every later bucket.
+			log.Error("compute usage event refused: dropped", "key", ev.Key, "compute_seconds", ev.ComputeSeconds, "err", err)
+		default:
+			if !failing {
+				log.Warn("record compute usage; retrying", "key", ev.Key, "err", err)
 			}
-			log.Warn("record compute usage", "key", ev.Key, "err", err)
+			failing = true
 			return false
 		}
-		s.metrics.computeSecs.Add(float64(ev.ComputeSeconds))
+		if failing {
+			log.Info("compute usage recorded again", "key", ev.Key)
+		}
+		failing = false
+		if err == nil {
+			s.metrics.computeSecs.Add(float64(ev.ComputeSeconds))
+		}
 		return true
 	}
-	// meter records the buckets that are over, and with last also the current one, up to now.
-	meter := func(last bool) {
-		if s.cfg.Ledger == nil {
-			return
-		}
+	// account is what the runner's compute is charged to. An adopted runner whose placement had no meter
+	// yet (its start was under way) gets it from the placement once stored there, or from an Ensure.
+	account := func() (billing.Account, time.Time, int64) {
 		s.mu.Lock()
 		acct, anchor, limit := l.account, l.anchor, l.limit
 		s.mu.Unlock()
+		if acct.Issuer != "" {
+			return acct, anchor, limit
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		p, err := s.cfg.Placements.Get(ctx, l.entry.Issuer, l.entry.User)
+		cancel()
+		if err != nil || p.Epoch != l.entry.Epoch || !p.Meter.Set() {
+			return acct, anchor, limit
+		}
+		acct = billing.Account{Issuer: p.Issuer, User: p.User, Window: p.Meter.Window, WindowStart: p.Meter.WindowStart}
+		s.mu.Lock()
+		if l.account.Issuer == "" {
+			l.account, l.anchor, l.limit, l.stored = acct, p.Meter.Anchor, p.Meter.Limit, true
+		}
+		acct, anchor, limit = l.account, l.anchor, l.limit
+		s.mu.Unlock()
+		return acct, anchor, limit
+	}
+	// meter records the buckets that are over, and with last also the current one, up to now. It reports
+	// whether everything due was recorded.
+	meter := func(last bool) bool {
+		if s.cfg.Ledger == nil {
+			return true
+		}
+		acct, anchor, limit := account()
 		if acct.Issuer == "" {
-			return // adopted without a stored meter: metered once an Ensure names the account
+			if last {
+				log.Warn("the runner exited before its account was known: its compute is not charged")
+			}
+			return last // not known yet: the buckets wait (next stays)
 		}
 		now := s.cfg.Now()
-		recorded := false
+		recorded := 0
 		for {
 			start := time.Unix(0, next*int64(bucket))
 			end := start.Add(bucket)
@@ -365,6 +430,9 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 					break
 				}
 				end = now
+			}
+			if !last && recorded == maxBucketsPerTick {
+				break
 			}
 			lived := end.Sub(start)
 			if from.After(start) {
@@ -380,17 +448,17 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 					Account: a, Kind: billing.KindCompute, ComputeSeconds: int64((lived + time.Second - 1) / time.Second), At: end,
 				}
 				if !record(ev) {
-					return
+					return false
 				}
-				recorded = true
+				recorded++
 			}
 			next++
 			if end.Equal(now) {
 				break
 			}
 		}
-		if !recorded || limit <= 0 || spent { // 0 never gets past admission; < 0 is unlimited
-			return
+		if recorded == 0 || limit <= 0 || spent.Load() { // 0 never gets past admission; < 0 is unlimited
+			return true
 		}
 		a := acct
 		if !anchor.IsZero() && a.Window != billing.Lifetime {
@@ -401,16 +469,20 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 		cancel()
 		if err == nil && u.ComputeSeconds >= limit {
 			// The compute budget of the window is spent: the sandbox sleeps (snapshot, exit).
-			spent = true
+			spent.Store(true)
 			log.Info("compute budget spent; stopping the sandbox", "used_s", u.ComputeSeconds, "limit_s", limit)
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				_ = s.cfg.Driver.Stop(ctx, l.sb.Alloc)
+				if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
+					log.Warn("stop the sandbox whose compute budget is spent; retrying at the next record", "err", err)
+					spent.Store(false)
+				}
 			}()
 		}
+		return true
 	}
 	for done := false; !done; {
 		select {
@@ -445,7 +517,10 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 			done = true
 		}
 	}
-	meter(true)
+	// The runner is gone: record the rest, retrying a while if the ledger does not answer.
+	for deadline := time.Now().Add(exitMeterFor); !meter(true) && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+	}
 	// The runner is gone (slept, crashed or stopped): release what the driver still keeps for it (on
 	// Nomad, the stopped job is purged). Each step has its own deadline, so a slow one cannot starve the
 	// placement update.
@@ -580,6 +655,7 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 	log := s.log.With("issuer", p.Issuer, "user", p.User, "epoch", p.Epoch, "alloc", p.Alloc)
 	s.mu.Lock()
 	_, known := s.live[id]
+	known = known || s.starting[id] > 0
 	s.mu.Unlock()
 	if known {
 		return false, nil
@@ -622,7 +698,7 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 	}
 	sb.Addr, sb.Key = e.Addr, e.Key
 	l := &live{entry: e, sb: sb, anchor: p.Meter.Anchor, limit: p.Meter.Limit,
-		events: computeKeys(id, p.Epoch), stopped: make(chan struct{})}
+		events: computeKeys(id, p.Epoch), bucket: s.bucket(), stopped: make(chan struct{})}
 	if p.Meter.Set() {
 		l.account = billing.Account{Issuer: p.Issuer, User: p.User, Window: p.Meter.Window, WindowStart: p.Meter.WindowStart}
 	}
@@ -631,7 +707,7 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 		s.mu.Unlock()
 		return false, errors.New("the scheduler is shutting down")
 	}
-	if _, known := s.live[id]; known {
+	if _, known := s.live[id]; known || s.starting[id] > 0 {
 		s.mu.Unlock()
 		return false, nil
 	}
@@ -640,9 +716,14 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 	s.mu.Unlock()
 	// Re-meter the recent past: the buckets the predecessor left (its last, unfinished one, and the time no
 	// scheduler ran) are recorded now, those it recorded are not counted twice.
-	from := s.cfg.Now().Add(-AdoptBackfill)
-	if e.Since.After(from) {
-		from = e.Since
+	// Only under the same buckets, though: other bucket numbers would charge again what the predecessor
+	// recorded (a placement stored without a meter, or by a scheduler metering otherwise, starts now).
+	from := s.cfg.Now()
+	if p.Meter.Bucket == int64(s.bucket()/time.Second) {
+		from = from.Add(-AdoptBackfill)
+		if e.Since.After(from) {
+			from = e.Since
+		}
 	}
 	go s.supervise(id, l, from, log)
 	s.metrics.adopted.Inc()

@@ -69,7 +69,7 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 	// The first scheduler meters a few seconds, which its successor must not count again.
 	waitFor(t, ctx, "the first scheduler to meter the runner", func() bool {
 		u, err := ledger.Usage(ctx, keptAcct)
-		return err == nil && u.ComputeSeconds >= 4
+		return err == nil && u.ComputeSeconds >= 6
 	})
 	first.Close()
 	d1.Close()
@@ -119,6 +119,7 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 
 	// The runner exits (here: stopped from outside the scheduler); the new scheduler sees it and lets the
 	// placement sleep once the runner's lock is released.
+	stopping := time.Now()
 	if err := d2.Stop(ctx, keptEntry.Alloc); err != nil {
 		t.Fatal(err)
 	}
@@ -130,13 +131,16 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 		t.Fatalf("registry entry after the adopted runner exited: %v", err)
 	}
 	// Every second of the runner's life is charged once: the successor re-metered from the runner's start,
-	// and the buckets the first scheduler had recorded did not count twice (which would add its 4+ s).
-	lived := time.Since(keptEntry.Since)
+	// and the buckets the first scheduler had recorded did not count twice (which would add its 6+ s). The
+	// runner lived at least until the stop began and at most until now; one-second buckets are charged in
+	// started seconds (the first and last round up), and the runner registered a little before Ensure
+	// returned.
+	atLeast, atMost := stopping.Sub(keptEntry.Since), time.Since(keptEntry.Since)
 	u, err := ledger.Usage(ctx, keptAcct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := time.Duration(u.ComputeSeconds) * time.Second; got > lived+2*time.Second || got < lived-3*time.Second {
-		t.Fatalf("charged %v for a runner that lived at most %v (one-second buckets, started seconds)", got, lived)
+	if got := time.Duration(u.ComputeSeconds) * time.Second; got < atLeast-time.Second || got > atMost+3*time.Second {
+		t.Fatalf("charged %v for a runner that lived between %v and %v", got, atLeast, atMost)
 	}
 }
