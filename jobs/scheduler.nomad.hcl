@@ -92,6 +92,14 @@ job "warren-scheduler" {
   group "scheduler" {
     count = 1
 
+    # The usage spool (compute seconds the ledger could not take yet) lives in the allocation's data dir;
+    # a sticky, migrating disk hands it to the replacement allocation, which replays it.
+    ephemeral_disk {
+      sticky  = true
+      migrate = true
+      size    = 300
+    }
+
     network {
       port "http" {}
     }
@@ -125,6 +133,7 @@ job "warren-scheduler" {
           "-nomad-driver", var.sandbox_driver,
           "-runner-binary", var.warren_binary,
           "-kill-timeout", "45s",
+          "-spool", "${NOMAD_ALLOC_DIR}/data/usage.spool",
         ], flatten([for a in var.runner_args : ["-runner-arg", a]]))
       }
 

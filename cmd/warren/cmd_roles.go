@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/spool"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/secrets"
@@ -204,7 +205,8 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&mem, "runner-memory", 1024, "memory of a sandbox, MiB")
 	fs.DurationVar(&startTimeout, "start-timeout", 60*time.Second, "how long a sandbox may take to become ready")
 	fs.DurationVar(&killTimeout, "kill-timeout", 45*time.Second, "grace between SIGTERM and SIGKILL of a sandbox (covers its final snapshot)")
-	var templatePath string
+	var templatePath, spoolPath string
+	fs.StringVar(&spoolPath, "spool", envOr("WARREN_SCHEDULER_SPOOL", "scheduler-usage.spool"), "file where compute usage waits while CockroachDB is unreachable, replayed when it is back; keep it on a disk that outlives a restart ($WARREN_SCHEDULER_SPOOL)")
 	fs.StringVar(&templatePath, "sandbox-template", os.Getenv("WARREN_SANDBOX_TEMPLATE"), "sandbox job template (HCL2 with the variables of jobs/sandbox.nomad.hcl); default: the built-in one. Use your own to add Vault templates for the runners' secrets (model key, database URL, S3 keys) instead of -runner-env")
 	fs.Var(&runnerArgs, "runner-arg", "extra flag for every runner (repeatable), e.g. -runner-arg=-idle-timeout=10m")
 	fs.Var(&runnerEnv, "runner-env", "K=V in every runner's environment (repeatable; prefer Vault templates for secrets)")
@@ -261,8 +263,19 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer driver.Close()
+	// Compute usage the ledger cannot take now waits in the spool and is replayed (DESIGN.md §5).
+	sp, err := spool.Open(spoolPath, ledger, spool.Options{Logger: log.With("component", "spool"), Metrics: metrics})
+	if err != nil {
+		return fmt.Errorf("usage spool: %w", err)
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = sp.Flush(fctx) // what stays is replayed by the next scheduler that opens the file
+		_ = sp.Close()
+	}()
 	s, err := scheduler.New(scheduler.Config{
-		Region: c.region, Placements: placements, Registry: reg, Driver: driver, Ledger: ledger, RunnerRegisters: true,
+		Region: c.region, Placements: placements, Registry: reg, Driver: driver, Ledger: sp, RunnerRegisters: true,
 		StartTimeout: startTimeout, Logger: log, Metrics: metrics,
 	})
 	if err != nil {

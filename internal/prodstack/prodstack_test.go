@@ -60,6 +60,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func startRole(t *testing.T, bin, name string, env []string, args ...string) *role {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{name}, args...)...)
+	cmd.Dir = t.TempDir() // what a role keeps in its working directory (the scheduler's spool) goes there
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	r := &role{name: name, cmd: cmd, logs: &syncBuffer{}}
