@@ -28,6 +28,14 @@ var rateMigrations = []string{
 	CREATE INDEX rate_buckets_by_full_at ON rate_buckets (full_at)`,
 }
 
+// rateMultiRegionMigrations run only on a multi-region CockroachDB database, as the schema
+// "rates-multiregion" (see multiRegionMigrations): a bucket is homed in the region that first took from it,
+// where its user's edge is, so a user's takes stay in the region; an issuer's bucket is homed where that
+// issuer was first seen, and takes from other regions pay the round trip to it.
+var rateMultiRegionMigrations = []string{
+	`ALTER TABLE rate_buckets SET LOCALITY REGIONAL BY ROW`,
+}
+
 // RateBuckets is billing.RateBuckets on a Ledger's pool and clock.
 type RateBuckets struct{ l *Ledger }
 
@@ -38,6 +46,15 @@ var _ billing.RateBuckets = (*RateBuckets)(nil)
 func (l *Ledger) RateBuckets(ctx context.Context) (*RateBuckets, error) {
 	if err := cockroachdb.Migrate(ctx, l.pool, "rates", rateMigrations); err != nil {
 		return nil, fmt.Errorf("open rate buckets: %w", err)
+	}
+	multi, err := cockroachdb.IsMultiRegion(ctx, l.pool)
+	if err != nil {
+		return nil, fmt.Errorf("open rate buckets: %w", err)
+	}
+	if multi {
+		if err := cockroachdb.Migrate(ctx, l.pool, "rates-multiregion", rateMultiRegionMigrations); err != nil {
+			return nil, fmt.Errorf("open rate buckets: %w", err)
+		}
 	}
 	return &RateBuckets{l: l}, nil
 }
