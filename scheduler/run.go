@@ -79,6 +79,36 @@ func computeKeys(id string, epoch int64) string {
 	return fmt.Sprintf("compute/%s/%d/b", id, epoch)
 }
 
+// bucketPart is what one usage event of a bucket charges.
+type bucketPart struct {
+	acct    billing.Account
+	seconds int64  // started seconds
+	suffix  string // of the event key after the bucket number
+}
+
+// bucketParts charges the time [lo, hi) of one bucket to acct's window: one part, or two when a window
+// boundary (rolling from anchor) falls inside it, each charged to its own window (the second keyed with
+// suffix "w"). Empty when hi is not after lo.
+func bucketParts(lo, hi time.Time, acct billing.Account, anchor time.Time) []bucketPart {
+	if !hi.After(lo) {
+		return nil
+	}
+	seconds := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+	if anchor.IsZero() || acct.Window == billing.Lifetime {
+		return []bucketPart{{acct: acct, seconds: seconds(hi.Sub(lo))}}
+	}
+	first, second := acct, acct
+	first.WindowStart = billing.CurrentWindowStart(acct.Window, anchor, lo)
+	second.WindowStart = billing.CurrentWindowStart(acct.Window, anchor, hi.Add(-1))
+	if !second.WindowStart.After(lo) {
+		return []bucketPart{{acct: first, seconds: seconds(hi.Sub(lo))}}
+	}
+	return []bucketPart{
+		{acct: first, seconds: seconds(second.WindowStart.Sub(lo))},
+		{acct: second, seconds: seconds(hi.Sub(second.WindowStart)), suffix: "w"},
+	}
+}
+
 // maxBucketsPerTick bounds the buckets a supervisor records at one tick (a backlog after a ledger outage,
 // or an adoption's re-metering, is caught up over several ticks).
 const maxBucketsPerTick = 60
@@ -434,21 +464,17 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 			if !last && recorded == maxBucketsPerTick {
 				break
 			}
-			lived := end.Sub(start)
-			if from.After(start) {
-				lived = end.Sub(from)
+			lo := start
+			if from.After(lo) {
+				lo = from
 			}
-			if lived > 0 {
-				a := acct
-				if !anchor.IsZero() && a.Window != billing.Lifetime {
-					a.WindowStart = billing.CurrentWindowStart(a.Window, anchor, start)
-				}
+			for _, part := range bucketParts(lo, end, acct, anchor) {
 				ev := billing.UsageEvent{
-					Key:     fmt.Sprintf("%s%d", l.events, next),
-					Account: a, Kind: billing.KindCompute, ComputeSeconds: int64((lived + time.Second - 1) / time.Second), At: end,
+					Key:     fmt.Sprintf("%s%d%s", l.events, next, part.suffix),
+					Account: part.acct, Kind: billing.KindCompute, ComputeSeconds: part.seconds, At: end,
 				}
 				if !record(ev) {
-					return false
+					return false // the whole bucket again at the next tick: a recorded part is a no-op then
 				}
 				recorded++
 			}
