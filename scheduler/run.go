@@ -262,13 +262,17 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 	s.mu.Lock()
 	s.starting[id]++
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if s.starting[id]--; s.starting[id] <= 0 {
-			delete(s.starting, id)
-		}
-		s.mu.Unlock()
-	}()
+	var unmarkOnce sync.Once
+	unmark := func() { // from here until the runner is supervised (or the start is given up)
+		unmarkOnce.Do(func() {
+			s.mu.Lock()
+			if s.starting[id]--; s.starting[id] <= 0 {
+				delete(s.starting, id)
+			}
+			s.mu.Unlock()
+		})
+	}
+	defer unmark()
 	begin := time.Now()
 	expect := int64(0)
 	p, err := s.cfg.Placements.Get(ctx, req.Issuer, req.User)
@@ -282,7 +286,8 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 	}
 	claimed, err := s.cfg.Placements.Claim(ctx, req.Issuer, req.User, s.cfg.Region, expect)
 	if errors.Is(err, ErrConflict) {
-		// Another scheduler claimed it: wait for its runner to register.
+		// Another scheduler claimed it: wait for its runner to register (Adopt may take it over).
+		unmark()
 		return s.awaitOther(ctx, req)
 	}
 	if err != nil {
@@ -415,42 +420,54 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 	}
 	// account is what the runner's compute is charged to. An adopted runner whose placement had no meter
 	// yet (its start was under way) gets it from the placement once stored there, or from an Ensure.
-	account := func() (billing.Account, time.Time, int64) {
+	// An error means the placement could not be read (try again); an empty account without one, that the
+	// placement has none for this epoch.
+	account := func() (billing.Account, time.Time, int64, error) {
 		s.mu.Lock()
 		acct, anchor, limit := l.account, l.anchor, l.limit
 		s.mu.Unlock()
 		if acct.Issuer != "" {
-			return acct, anchor, limit
+			return acct, anchor, limit, nil
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		p, err := s.cfg.Placements.Get(ctx, l.entry.Issuer, l.entry.User)
 		cancel()
-		if err != nil || p.Epoch != l.entry.Epoch || !p.Meter.Set() {
-			return acct, anchor, limit
+		switch {
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return acct, anchor, limit, err
+		case err != nil || p.Epoch != l.entry.Epoch || !p.Meter.Set():
+			return acct, anchor, limit, nil
 		}
 		acct = billing.Account{Issuer: p.Issuer, User: p.User, Window: p.Meter.Window, WindowStart: p.Meter.WindowStart}
 		s.mu.Lock()
 		if l.account.Issuer == "" {
-			l.account, l.anchor, l.limit, l.stored = acct, p.Meter.Anchor, p.Meter.Limit, true
+			l.account, l.anchor, l.limit = acct, p.Meter.Anchor, p.Meter.Limit
+			l.stored = p.Meter == l.meter() // else charge() stores this scheduler's bucket length
 		}
 		acct, anchor, limit = l.account, l.anchor, l.limit
 		s.mu.Unlock()
-		return acct, anchor, limit
+		return acct, anchor, limit, nil
 	}
-	// meter records the buckets that are over, and with last also the current one, up to now. It reports
-	// whether everything due was recorded.
-	meter := func(last bool) bool {
+	// meter records the buckets that are over by now, and with last also the current one, up to now (the
+	// runner's exit). It reports whether everything due was recorded.
+	meter := func(now time.Time, last bool) bool {
 		if s.cfg.Ledger == nil {
 			return true
 		}
-		acct, anchor, limit := account()
-		if acct.Issuer == "" {
+		acct, anchor, limit, err := account()
+		switch {
+		case err != nil:
+			if !failing {
+				log.Warn("read the placement's meter; retrying", "err", err)
+			}
+			failing = true
+			return false
+		case acct.Issuer == "":
 			if last {
 				log.Warn("the runner exited before its account was known: its compute is not charged")
 			}
 			return last // not known yet: the buckets wait (next stays)
 		}
-		now := s.cfg.Now()
 		recorded := 0
 		for {
 			start := time.Unix(0, next*int64(bucket))
@@ -461,7 +478,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 				}
 				end = now
 			}
-			if !last && recorded == maxBucketsPerTick {
+			if !last && recorded >= maxBucketsPerTick {
 				break
 			}
 			lo := start
@@ -502,6 +519,13 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 				defer s.wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
+				go func() { // a closing scheduler does not wait for it (a successor checks the budget again)
+					select {
+					case <-s.stop:
+						cancel()
+					case <-ctx.Done():
+					}
+				}()
 				if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
 					log.Warn("stop the sandbox whose compute budget is spent; retrying at the next record", "err", err)
 					spent.Store(false)
@@ -513,7 +537,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 	for done := false; !done; {
 		select {
 		case <-tick.C:
-			meter(false)
+			meter(s.cfg.Now(), false)
 		case <-l.sb.Exited:
 			done = true
 		case <-s.stop:
@@ -521,7 +545,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 				// Production: the runner holds its own lock and outlives this scheduler (a restart or
 				// deploy must not end every session of the region). Record the buckets that are over and
 				// stop supervising: the next scheduler of the region adopts it (Adopt) and meters the rest.
-				meter(false)
+				meter(s.cfg.Now(), false)
 				s.mu.Lock()
 				if s.live[id] == l {
 					delete(s.live, id)
@@ -543,9 +567,18 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 			done = true
 		}
 	}
-	// The runner is gone: record the rest, retrying a while if the ledger does not answer.
-	for deadline := time.Now().Add(exitMeterFor); !meter(true) && time.Now().Before(deadline); {
-		time.Sleep(time.Second)
+	// The runner is gone: record the rest up to its exit, retrying a while if the ledger does not answer
+	// (once more and no longer when the scheduler closes).
+	exitAt := s.cfg.Now()
+	for deadline := time.Now().Add(exitMeterFor); !meter(exitAt, true) && time.Now().Before(deadline); {
+		select {
+		case <-time.After(time.Second):
+		case <-s.stop:
+			if !meter(exitAt, true) {
+				log.Warn("scheduler closing: the runner's last compute seconds are not recorded")
+			}
+			deadline = time.Time{}
+		}
 	}
 	// The runner is gone (slept, crashed or stopped): release what the driver still keeps for it (on
 	// Nomad, the stopped job is purged). Each step has its own deadline, so a slow one cannot starve the
