@@ -153,6 +153,9 @@ func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 		Take{Key: "connect/user/" + iss + "\x00" + sub, RatePerMin: user, Burst: max(user, 1)},
 		Take{Key: "connect/issuer/" + iss, RatePerMin: issuer, Burst: max(issuer, 1)},
 	); !ok {
+		if ctx.Err() != nil {
+			return context.Cause(ctx) // the client went away while its connect was being counted
+		}
 		e.m.admissions.WithLabelValues("rate_limited").Inc()
 		return rateLimited("too many connections; slow down", retry)
 	}

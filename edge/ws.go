@@ -154,6 +154,9 @@ func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
 				Take{Key: "prompt/user/" + iss + "\x00" + a.claims.Subject, RatePerMin: user, Burst: max(user, 1)},
 				Take{Key: "prompt/issuer/" + iss, RatePerMin: issuer, Burst: max(issuer, 1)},
 			); !ok {
+				if ctx.Err() != nil {
+					break // the channel is closing
+				}
 				// The prompt is refused, the channel stays open.
 				_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(rateLimited("too many prompts; slow down", retry)))
 				continue
