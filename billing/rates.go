@@ -59,25 +59,37 @@ func Limited(takes []RateTake) []RateTake {
 	return out
 }
 
+// GCRAParams are t's refill interval (the time one token takes to come back) and tolerance (how far
+// ahead of now its bucket may be full again: burst intervals, math.MaxInt64 when that overflows). limited
+// is false for an unlimited rate (PerMinute < 0) or one over a token a nanosecond: nothing to track. A
+// rate of 0 must be handled by the caller (nothing ever passes).
+func GCRAParams(t RateTake) (interval, tolerance time.Duration, limited bool) {
+	if t.PerMinute <= 0 {
+		return 0, 0, t.PerMinute == 0
+	}
+	interval = time.Minute / time.Duration(t.PerMinute)
+	if interval <= 0 {
+		return 0, 0, false
+	}
+	burst := max(t.Burst, 1)
+	tolerance = time.Duration(math.MaxInt64)
+	if burst <= math.MaxInt64/int64(interval) {
+		tolerance = interval * time.Duration(burst)
+	}
+	return interval, tolerance, true
+}
+
 // GCRA decides one take from a bucket kept as the time full at which it is full again (the generic cell
 // rate algorithm: an exact token bucket in one value; a zero full, or one in the past, is a full bucket).
 // Allowed, next is the bucket's new value; refused, retryAfter is how long until it has a token. An
 // unlimited rate (or one over a token a nanosecond) is always allowed with a zero next: nothing to store.
 func GCRA(full, now time.Time, t RateTake) (next time.Time, ok bool, retryAfter time.Duration) {
-	switch {
-	case t.PerMinute < 0:
-		return time.Time{}, true, 0
-	case t.PerMinute == 0:
+	if t.PerMinute == 0 {
 		return full, false, time.Minute
 	}
-	interval := time.Minute / time.Duration(t.PerMinute) // the time one token takes to come back
-	if interval <= 0 {
+	interval, tolerance, limited := GCRAParams(t)
+	if !limited {
 		return time.Time{}, true, 0
-	}
-	burst := max(t.Burst, 1)
-	tolerance := time.Duration(math.MaxInt64) // how far ahead of now a bucket may be full again
-	if burst <= math.MaxInt64/int64(interval) {
-		tolerance = interval * time.Duration(burst)
 	}
 	if full.Before(now) {
 		full = now

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -84,21 +83,13 @@ func (l *Limiter) AllowAll(takes ...Take) (ok bool, retryAfter time.Duration) {
 	defer l.mu.Unlock()
 	now := l.now()
 	for _, t := range takes {
-		switch {
-		case t.RatePerMin < 0:
-			continue
-		case t.RatePerMin == 0:
+		if t.RatePerMin == 0 {
 			ok, retryAfter = false, max(retryAfter, time.Minute)
 			continue
 		}
-		interval := time.Minute / time.Duration(t.RatePerMin) // the time one token takes to come back
-		if interval <= 0 {
-			continue // more than one a nanosecond: no limit worth tracking
-		}
-		burst := max(t.Burst, 1)
-		tolerance := time.Duration(math.MaxInt64) // how far ahead of now a bucket may be full again
-		if burst <= math.MaxInt64/int64(interval) {
-			tolerance = interval * time.Duration(burst)
+		interval, tolerance, limited := billing.GCRAParams(billing.RateTake{PerMinute: t.RatePerMin, Burst: t.Burst})
+		if !limited {
+			continue // unlimited, or more than one a nanosecond: no limit worth tracking
 		}
 		full, tracked := l.buckets[t.Key]
 		for _, c := range commits { // a bucket this call already takes from: as it will be

@@ -147,17 +147,9 @@ func (r *RateBuckets) sweep(ctx context.Context) {
 		(SELECT key FROM rate_buckets WHERE full_at <= $1 LIMIT 1000 FOR UPDATE SKIP LOCKED)`, before)
 }
 
-// gcraParams are t's refill interval and tolerance (burst intervals) in nanoseconds, as billing.GCRA
-// computes them; limited is false for a rate over a token a nanosecond (nothing to track).
+// gcraParams are billing.GCRAParams in nanoseconds, the tolerance capped so that full_at + interval
+// cannot overflow in SQL.
 func gcraParams(t billing.RateTake) (interval, tolerance int64, limited bool) {
-	iv := time.Minute / time.Duration(t.PerMinute)
-	if iv <= 0 {
-		return 0, 0, false
-	}
-	burst := max(t.Burst, 1)
-	tol := int64(math.MaxInt64 / 2) // far enough ahead for any bucket, and no overflow in full_at + interval
-	if burst <= tol/int64(iv) {
-		tol = int64(iv) * burst
-	}
-	return int64(iv), tol, true
+	iv, tol, limited := billing.GCRAParams(t)
+	return int64(iv), min(int64(tol), math.MaxInt64/2), limited
 }
