@@ -24,6 +24,29 @@ type Grant struct {
 	ComputeSeconds int64           `json:"compute"` // limit for the window; < 0 unlimited
 	Permissions    json.RawMessage `json:"permissions,omitempty"`
 	SDKConfig      json.RawMessage `json:"sdkConfig,omitempty"`
+	// Limits are the sandbox's hard limits from the user's effective quota; nil: the runner's defaults.
+	Limits *SandboxLimits `json:"limits,omitempty"`
+}
+
+// SandboxLimits are the hard resource limits of one user's sandbox, from the quota (issuer default, then
+// the user's override). In every field 0 means "not set" (the runner's default applies) and -1 means
+// unlimited; the runner enforces them (cgroups, tmpfs sizes, a semaphore, the snapshot store) and refuses
+// what exceeds them with resource_exhausted.
+type SandboxLimits struct {
+	// Processes caps the tasks (processes and threads) alive in the sandbox at once (cgroup pids.max).
+	Processes int64 `json:"processes,omitempty"`
+	// MemoryBytes caps the sandbox's memory (cgroup memory limit); a command over it is killed.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// CPUMillis caps the sandbox's CPU time in thousandths of a core (1000 = one core; cgroup CFS quota).
+	CPUMillis int64 `json:"cpuMillis,omitempty"`
+	// TmpBytes caps each command's private /tmp (a sized tmpfs).
+	TmpBytes int64 `json:"tmpBytes,omitempty"`
+	// WorkspaceBytes caps the bytes stored under /workspace.
+	WorkspaceBytes int64 `json:"workspaceBytes,omitempty"`
+	// ConcurrentExecs caps the commands (exec requests) running at once.
+	ConcurrentExecs int64 `json:"concurrentExecs,omitempty"`
+	// StoredBytes caps the bytes the user's snapshots keep in the blob store.
+	StoredBytes int64 `json:"storedBytes,omitempty"`
 }
 
 // Encode is the header value: base64url of the JSON.
