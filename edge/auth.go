@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -95,7 +96,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 		e.releaseLease(a)
 		return nil, err
 	}
-	a.entry, a.log = entry, log.With("epoch", entry.Epoch)
+	a.entry, a.log = entry, a.log.With("epoch", entry.Epoch) // a.log has the lease
 	return a, nil
 }
 
@@ -162,8 +163,11 @@ func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 	if e.cfg.Sessions == nil {
 		return nil
 	}
-	id := requestID(ctx)
-	err := e.cfg.Sessions.Acquire(ctx, billing.SessionLease{ID: "edge/" + id, Issuer: iss, User: sub}, a.maxSessions, a.limit.MaxIssuerSessions, leaseTTL)
+	// The lease id is the server's own, never the client's X-Request-Id: two connections sending the same
+	// header would otherwise share one lease (Acquire renews a live lease of the same id), so the second
+	// would pass the caps uncounted, and the first's release would end the second's.
+	id := newLeaseID()
+	err := e.cfg.Sessions.Acquire(ctx, billing.SessionLease{ID: id, Issuer: iss, User: sub}, a.maxSessions, a.limit.MaxIssuerSessions, leaseTTL)
 	switch {
 	case errors.Is(err, billing.ErrIssuerConcurrencyLimit):
 		e.m.admissions.WithLabelValues("concurrency_limit").Inc()
@@ -177,8 +181,14 @@ func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 		e.m.admissions.WithLabelValues("unavailable").Inc()
 		return wire.Wrap(wire.Unavailable, err, "session leases are unavailable; new sessions are refused until they are back")
 	}
-	a.lease = "edge/" + id
+	a.lease = id
+	a.log = a.log.With("lease", id)
 	return nil
+}
+
+// newLeaseID is a session lease id made by the edge: 128 random bits, unguessable and never repeated.
+func newLeaseID() string {
+	return "edge/" + rand.Text()
 }
 
 // keepLease renews the connection's lease until ctx ends.

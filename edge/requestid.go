@@ -12,7 +12,9 @@ type ctxKey int
 const requestIDKey ctxKey = 0
 
 // withRequestID gives every request an id (a sane client-sent X-Request-Id, or a random one), echoes it in
-// the response and passes it to runners so one id follows a request through every log.
+// the response and passes it to runners so one id follows a request through every log. It is for logs and
+// correlation only: the client chooses it, so nothing the server keys on (session leases, holds, usage
+// events) may be derived from it.
 func (e *Edge) withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
