@@ -21,18 +21,19 @@ type Code = wire.Code
 
 // The error codes of the protocol.
 const (
-	CodeInvalidArgument  = wire.InvalidArgument
-	CodeUnauthenticated  = wire.Unauthenticated
-	CodePermissionDenied = wire.PermissionDenied
-	CodeNotFound         = wire.NotFound
-	CodeConflict         = wire.Conflict
-	CodePayloadTooLarge  = wire.PayloadTooLarge
-	CodeBudgetExceeded   = wire.BudgetExceeded
-	CodeRateLimited      = wire.RateLimited
-	CodeConcurrencyLimit = wire.ConcurrencyLimit
-	CodeUnavailable      = wire.Unavailable
-	CodeTimeout          = wire.Timeout
-	CodeInternal         = wire.Internal
+	CodeInvalidArgument   = wire.InvalidArgument
+	CodeUnauthenticated   = wire.Unauthenticated
+	CodePermissionDenied  = wire.PermissionDenied
+	CodeNotFound          = wire.NotFound
+	CodeConflict          = wire.Conflict
+	CodePayloadTooLarge   = wire.PayloadTooLarge
+	CodeBudgetExceeded    = wire.BudgetExceeded
+	CodeRateLimited       = wire.RateLimited
+	CodeConcurrencyLimit  = wire.ConcurrencyLimit
+	CodeResourceExhausted = wire.ResourceExhausted
+	CodeUnavailable       = wire.Unavailable
+	CodeTimeout           = wire.Timeout
+	CodeInternal          = wire.Internal
 )
 
 // ErrClosed is returned by the methods of a Session after it has ended normally or was closed.

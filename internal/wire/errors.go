@@ -24,24 +24,28 @@ const (
 	BudgetExceeded   Code = "budget_exceeded"
 	RateLimited      Code = "rate_limited"
 	ConcurrencyLimit Code = "concurrency_limit"
-	Unavailable      Code = "unavailable"
-	Timeout          Code = "timeout"
-	Internal         Code = "internal"
+	// ResourceExhausted: a hard limit of the sandbox (Grant.Limits) would be exceeded, e.g. the bytes its
+	// snapshots keep in the store; nothing was changed. Retrying does not help until usage goes down.
+	ResourceExhausted Code = "resource_exhausted"
+	Unavailable       Code = "unavailable"
+	Timeout           Code = "timeout"
+	Internal          Code = "internal"
 )
 
 var codeTable = map[Code]struct{ http, close int }{
-	InvalidArgument:  {http.StatusBadRequest, 4400},
-	Unauthenticated:  {http.StatusUnauthorized, 4401},
-	PermissionDenied: {http.StatusForbidden, 4403},
-	NotFound:         {http.StatusNotFound, 4404},
-	Conflict:         {http.StatusConflict, 4409},
-	PayloadTooLarge:  {http.StatusRequestEntityTooLarge, 1009},
-	BudgetExceeded:   {http.StatusPaymentRequired, 4402},
-	RateLimited:      {http.StatusTooManyRequests, 4429},
-	ConcurrencyLimit: {http.StatusTooManyRequests, 4430},
-	Unavailable:      {http.StatusServiceUnavailable, 1013},
-	Timeout:          {http.StatusGatewayTimeout, 4504},
-	Internal:         {http.StatusInternalServerError, 1011},
+	InvalidArgument:   {http.StatusBadRequest, 4400},
+	Unauthenticated:   {http.StatusUnauthorized, 4401},
+	PermissionDenied:  {http.StatusForbidden, 4403},
+	NotFound:          {http.StatusNotFound, 4404},
+	Conflict:          {http.StatusConflict, 4409},
+	PayloadTooLarge:   {http.StatusRequestEntityTooLarge, 1009},
+	BudgetExceeded:    {http.StatusPaymentRequired, 4402},
+	RateLimited:       {http.StatusTooManyRequests, 4429},
+	ConcurrencyLimit:  {http.StatusTooManyRequests, 4430},
+	ResourceExhausted: {http.StatusTooManyRequests, 4431},
+	Unavailable:       {http.StatusServiceUnavailable, 1013},
+	Timeout:           {http.StatusGatewayTimeout, 4504},
+	Internal:          {http.StatusInternalServerError, 1011},
 }
 
 // Valid reports whether c is a code of PROTOCOL.md §6.
@@ -66,7 +70,7 @@ func (c Code) CloseCode() int {
 // CodeForHTTPStatus is the inverse of HTTPStatus for clients that only see a status (429 maps to rate_limited).
 func CodeForHTTPStatus(status int) Code {
 	for c, e := range codeTable {
-		if e.http == status && c != ConcurrencyLimit {
+		if e.http == status && c != ConcurrencyLimit && c != ResourceExhausted {
 			return c
 		}
 	}
