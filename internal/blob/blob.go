@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"strings"
+	"time"
 )
 
 // Store is an object store. Safe for concurrent use by many processes.
@@ -37,6 +39,22 @@ type Store interface {
 	PutIf(ctx context.Context, key string, data []byte, ifMatch string) (etag string, err error)
 	// Delete removes key; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
+	// Stat describes the object at key; ErrNotFound when absent.
+	Stat(ctx context.Context, key string) (Object, error)
+	// List yields every object whose key starts with prefix ("" or a key, optionally followed by a slash;
+	// anything else is ErrInvalidKey), in no particular order, then stops at the first error, which it
+	// yields with a zero Object. Objects written or deleted while a List runs may or may not be seen;
+	// every object present for the whole List is seen exactly once.
+	List(ctx context.Context, prefix string) iter.Seq2[Object, error]
+}
+
+// Object describes a stored object.
+type Object struct {
+	Key  string
+	Size int64
+	// Modified is when the object was last written (a Put or PutIf, also of identical content), by the
+	// store's clock.
+	Modified time.Time
 }
 
 // Sentinel errors, tested with errors.Is; adapters wrap them with the key.
@@ -76,4 +94,20 @@ func CheckKey(key string) error {
 		}
 	}
 	return nil
+}
+
+// CheckPrefix returns nil if prefix is a valid List prefix: "" or a key, optionally followed by one slash.
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if err := CheckKey(strings.TrimSuffix(prefix, "/")); err != nil {
+		return fmt.Errorf("prefix: %w", err)
+	}
+	return nil
+}
+
+// ListErr is a List that yields err alone: for adapters refusing a prefix or a cancelled context.
+func ListErr(err error) iter.Seq2[Object, error] {
+	return func(yield func(Object, error) bool) { yield(Object{}, err) }
 }

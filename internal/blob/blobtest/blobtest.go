@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/warren-mesh/warren/internal/blob"
 )
@@ -64,6 +65,12 @@ func Run(t *testing.T, open func(t *testing.T) blob.Store, opts ...Option) {
 		{"PutIfCounter", testPutIfCounter},
 		{"Delete", testDelete},
 		{"Cancelled", testCancelled},
+		{"Stat", testStat},
+		{"StatAfterRewrite", testStatAfterRewrite},
+		{"List", testList},
+		{"ListMany", testListMany},
+		{"ListInvalidPrefix", testListInvalidPrefix},
+		{"ListCancelled", testListCancelled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -516,6 +523,182 @@ func testCancelled(t *testing.T, s blob.Store) {
 	if ok, err := s.Exists(t.Context(), "k"); ok || err != nil {
 		t.Fatalf("Exists = %v, %v; want false, nil", ok, err)
 	}
+}
+
+// Stat gives an object's key, size and a modification time by a clock close to the test's.
+func testStat(t *testing.T, s blob.Store) {
+	ctx := t.Context()
+	before := time.Now()
+	put(t, s, "st/k", "12345")
+	after := time.Now()
+	o, err := s.Stat(ctx, "st/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Servers keep whole seconds and run on their own clock: allow for both.
+	if o.Key != "st/k" || o.Size != 5 || o.Modified.Before(before.Add(-2*time.Second)) || o.Modified.After(after.Add(2*time.Second)) {
+		t.Fatalf("Stat = %+v; want st/k, 5 bytes, modified between %v and %v", o, before, after)
+	}
+	put(t, s, "st/empty", "")
+	if o, err := s.Stat(ctx, "st/empty"); err != nil || o.Size != 0 {
+		t.Fatalf("Stat(empty) = %+v, %v", o, err)
+	}
+	if _, err := s.Stat(ctx, "st/none"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("Stat of a missing key = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Stat(ctx, "st"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("Stat of a key that is only a prefix = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Stat(ctx, "../x"); !errors.Is(err, blob.ErrInvalidKey) {
+		t.Fatalf("Stat of an invalid key = %v, want ErrInvalidKey", err)
+	}
+}
+
+// Writing an object again, even with the same content, moves its modification time forward: garbage
+// collection by age relies on it (a snapshot refreshes an old blob it reuses by writing it again).
+func testStatAfterRewrite(t *testing.T, s blob.Store) {
+	ctx := t.Context()
+	put(t, s, "rw/k", "same")
+	o1, err := s.Stat(ctx, "rw/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // past a whole-second clock's next tick
+	put(t, s, "rw/k", "same")
+	o2, err := s.Stat(ctx, "rw/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o2.Modified.After(o1.Modified) {
+		t.Fatalf("modified %v after a rewrite, %v before: want later", o2.Modified, o1.Modified)
+	}
+	listed := list(t, s, "rw/")
+	if got := listed["rw/k"]; !got.Modified.Equal(o2.Modified) && got.Modified.Sub(o2.Modified).Abs() > time.Second {
+		t.Fatalf("List says modified %v, Stat %v", got.Modified, o2.Modified)
+	}
+}
+
+// List yields exactly the objects whose keys start with the prefix, a raw string prefix as in S3.
+func testList(t *testing.T, s blob.Store) {
+	ctx := t.Context()
+	objs := map[string]string{"l/a": "1", "l/b/c": "22", "l/bz": "333", "lx": "4444", "m/a": "55555"}
+	for k, v := range objs {
+		put(t, s, k, v)
+	}
+	for prefix, want := range map[string][]string{
+		"":      {"l/a", "l/b/c", "l/bz", "lx", "m/a"},
+		"l":     {"l/a", "l/b/c", "l/bz", "lx"},
+		"l/":    {"l/a", "l/b/c", "l/bz"},
+		"l/b":   {"l/b/c", "l/bz"},
+		"l/b/":  {"l/b/c"},
+		"l/a":   {"l/a"},
+		"none/": nil,
+		"l/b/c": {"l/b/c"},
+	} {
+		got := list(t, s, prefix)
+		if len(got) != len(want) {
+			t.Errorf("List(%q) = %v, want %v", prefix, keys(got), want)
+			continue
+		}
+		for _, k := range want {
+			if o, ok := got[k]; !ok || o.Size != int64(len(objs[k])) || o.Modified.IsZero() {
+				t.Errorf("List(%q)[%s] = %+v, %v; want %d bytes and a time", prefix, k, o, ok, len(objs[k]))
+			}
+		}
+	}
+	if err := s.Delete(ctx, "l/bz"); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(t, s, "l/b"); len(got) != 1 {
+		t.Errorf("List(l/b) after deleting l/bz = %v", keys(got))
+	}
+	n := 0
+	for _, err := range s.List(ctx, "") { // stopping early is allowed
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n++; n == 2 {
+			break
+		}
+	}
+}
+
+// Many objects: S3 pages a listing; every object comes exactly once.
+func testListMany(t *testing.T, s blob.Store) {
+	const n = 23
+	for i := range n {
+		put(t, s, fmt.Sprintf("many/%02d", i), "x")
+	}
+	seen := make(map[string]int)
+	for o, err := range s.List(t.Context(), "many/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[o.Key]++
+	}
+	if len(seen) != n {
+		t.Fatalf("listed %d distinct objects, want %d", len(seen), n)
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Errorf("%s listed %d times", k, c)
+		}
+	}
+}
+
+func testListInvalidPrefix(t *testing.T, s blob.Store) {
+	for _, p := range []string{"/", "a//", "/a", "../x", "a/../b", "a b", "a#", strings.Repeat("k", 1025)} {
+		n := 0
+		for _, err := range s.List(t.Context(), p) {
+			n++
+			if !errors.Is(err, blob.ErrInvalidKey) {
+				t.Errorf("List(%.20q) yielded %v, want ErrInvalidKey", p, err)
+			}
+		}
+		if n != 1 {
+			t.Errorf("List(%.20q) yielded %d times, want one error", p, n)
+		}
+	}
+}
+
+func testListCancelled(t *testing.T, s blob.Store) {
+	put(t, s, "c/k", "x")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var last error
+	for o, err := range s.List(ctx, "c/") {
+		if err == nil {
+			t.Fatalf("a cancelled List yielded %+v", o)
+		}
+		last = err
+	}
+	if !errors.Is(last, context.Canceled) {
+		t.Fatalf("cancelled List ended with %v, want context.Canceled", last)
+	}
+}
+
+// list collects a List by key, failing the test on an error.
+func list(t *testing.T, s blob.Store, prefix string) map[string]blob.Object {
+	t.Helper()
+	got := make(map[string]blob.Object)
+	for o, err := range s.List(t.Context(), prefix) {
+		if err != nil {
+			t.Fatalf("List(%q): %v", prefix, err)
+		}
+		if _, dup := got[o.Key]; dup {
+			t.Fatalf("List(%q) yielded %s twice", prefix, o.Key)
+		}
+		got[o.Key] = o
+	}
+	return got
+}
+
+func keys(m map[string]blob.Object) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
 }
 
 func put(t *testing.T, s blob.Store, key, data string) {

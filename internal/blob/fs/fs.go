@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"iter"
 	"os"
 	"path/filepath"
 	"strings"
@@ -208,6 +209,79 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
 	return nil
+}
+
+// Stat describes the object file: its size and modification time (set when the object was written).
+func (s *Store) Stat(ctx context.Context, key string) (blob.Object, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return blob.Object{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return blob.Object{}, fmt.Errorf("stat %s: %w", key, err)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return blob.Object{}, fmt.Errorf("stat %s: %w", key, notFound(err))
+	}
+	return blob.Object{Key: key, Size: fi.Size(), Modified: fi.ModTime()}, nil
+}
+
+// List walks the directory that holds prefix's last complete segment, skipping directories that cannot
+// hold a matching key and the store's own files. Objects are yielded as the walk finds them.
+func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[blob.Object, error] {
+	if err := blob.CheckPrefix(prefix); err != nil {
+		return blob.ListErr(err)
+	}
+	return func(yield func(blob.Object, error) bool) {
+		base := prefix[:strings.LastIndexByte(prefix, '/')+1] // "" or "a/b/"
+		root := filepath.Join(s.dir, filepath.FromSlash(base))
+		stop := errors.New("stop")
+		err := filepath.WalkDir(root, func(p string, d iofs.DirEntry, err error) error {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			if err != nil {
+				if errors.Is(err, iofs.ErrNotExist) {
+					return nil // the base directory does not exist, or an entry vanished
+				}
+				return err
+			}
+			rel, rerr := filepath.Rel(s.dir, p)
+			if rerr != nil {
+				return rerr
+			}
+			name := filepath.ToSlash(rel)
+			if d.IsDir() {
+				if p == root {
+					return nil
+				}
+				dir := name + "/"
+				if !strings.HasPrefix(dir, prefix) && !strings.HasPrefix(prefix, dir) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			key, ok := strings.CutSuffix(name, objectSuffix)
+			if !ok || !d.Type().IsRegular() || strings.HasPrefix(d.Name(), "#") || !strings.HasPrefix(key, prefix) {
+				return nil // the lock, temporary files, anything not an object
+			}
+			fi, err := d.Info()
+			if errors.Is(err, iofs.ErrNotExist) {
+				return nil // deleted meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			if !yield(blob.Object{Key: key, Size: fi.Size(), Modified: fi.ModTime()}, nil) {
+				return stop
+			}
+			return nil
+		})
+		if err != nil && err != stop {
+			yield(blob.Object{}, fmt.Errorf("list %s: %w", prefix, err))
+		}
+	}
 }
 
 // path validates key and returns its object file.

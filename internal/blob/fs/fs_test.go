@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +72,12 @@ func (a *alternating) PutIf(ctx context.Context, key string, data []byte, ifMatc
 	return a.next().PutIf(ctx, key, data, ifMatch)
 }
 func (a *alternating) Delete(ctx context.Context, key string) error { return a.next().Delete(ctx, key) }
+func (a *alternating) Stat(ctx context.Context, key string) (blob.Object, error) {
+	return a.next().Stat(ctx, key)
+}
+func (a *alternating) List(ctx context.Context, prefix string) iter.Seq2[blob.Object, error] {
+	return a.next().List(ctx, prefix)
+}
 
 // Several processes incrementing one counter with Read/PutIf lose no update: the flock makes PutIf a
 // compare-and-set across processes, not only across goroutines.

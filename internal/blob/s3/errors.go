@@ -87,7 +87,7 @@ func (s *Store) wrapErr(ctx context.Context, op, key string, err error, timedOut
 	if timedOut || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s %s: %w: no answer within %v: %w", op, key, blob.ErrUnavailable, s.cfg.Timeout, err)
 	}
-	switch classify(err, op == opExists) {
+	switch classify(err, op == opExists || op == opStat) {
 	case classNotFound:
 		return fmt.Errorf("%s %s: %w", op, key, blob.ErrNotFound)
 	case classPrecondition:

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,6 +51,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/warren-mesh/warren/internal/blob"
 )
@@ -104,6 +106,9 @@ type Config struct {
 	Timeout time.Duration
 	// Logger reports what no caller sees, e.g. a failed abort of a multipart upload; nil discards.
 	Logger *slog.Logger
+
+	// listPageSize, when set, is List's page size (S3's default is 1000); tests make it small.
+	listPageSize int32
 }
 
 // Operation names, in errors.
@@ -114,6 +119,8 @@ const (
 	opRead   = "read"
 	opPutIf  = "put-if"
 	opDelete = "delete"
+	opStat   = "stat"
+	opList   = "list"
 	opCheck  = "check bucket"
 )
 
@@ -440,4 +447,78 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.wrapErr(ctx, opDelete, key, err, cctx.Err() != nil)
 	}
 	return nil
+}
+
+// Stat sends a HeadObject.
+func (s *Store) Stat(ctx context.Context, key string) (blob.Object, error) {
+	k, err := s.objectKey(key)
+	if err != nil {
+		return blob.Object{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return blob.Object{}, fmt.Errorf("%s %s: %w", opStat, key, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	out, err := s.client.HeadObject(cctx, &s3.HeadObjectInput{Bucket: &s.cfg.Bucket, Key: &k})
+	if err != nil {
+		return blob.Object{}, s.wrapErr(ctx, opStat, key, err, cctx.Err() != nil)
+	}
+	return blob.Object{Key: key, Size: aws.ToInt64(out.ContentLength), Modified: aws.ToTime(out.LastModified)}, nil
+}
+
+// List pages through ListObjectsV2 under the store's prefix, each page bounded by Timeout.
+func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[blob.Object, error] {
+	if err := blob.CheckPrefix(prefix); err != nil {
+		return blob.ListErr(err)
+	}
+	full := prefix
+	if s.cfg.Prefix != "" {
+		full = s.cfg.Prefix + "/" + prefix
+	}
+	return func(yield func(blob.Object, error) bool) {
+		in := &s3.ListObjectsV2Input{Bucket: &s.cfg.Bucket, Prefix: aws.String(full)}
+		if s.cfg.listPageSize > 0 {
+			in.MaxKeys = aws.Int32(s.cfg.listPageSize)
+		}
+		for {
+			if err := ctx.Err(); err != nil {
+				yield(blob.Object{}, fmt.Errorf("%s %s: %w", opList, prefix, err))
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+			out, err := s.client.ListObjectsV2(cctx, in)
+			timedOut := cctx.Err() != nil
+			cancel()
+			if err != nil {
+				yield(blob.Object{}, s.wrapErr(ctx, opList, prefix, err, timedOut))
+				return
+			}
+			for _, o := range out.Contents {
+				if !s.yieldObject(o, yield) {
+					return
+				}
+			}
+			if !aws.ToBool(out.IsTruncated) || aws.ToString(out.NextContinuationToken) == "" {
+				return
+			}
+			in.ContinuationToken = out.NextContinuationToken
+		}
+	}
+}
+
+// yieldObject yields a listed object by its key in the port (without the store's prefix), skipping any
+// that is not a key of this store (an object written by other means).
+func (s *Store) yieldObject(o types.Object, yield func(blob.Object, error) bool) bool {
+	key := aws.ToString(o.Key)
+	if s.cfg.Prefix != "" {
+		var ok bool
+		if key, ok = strings.CutPrefix(key, s.cfg.Prefix+"/"); !ok {
+			return true
+		}
+	}
+	if blob.CheckKey(key) != nil {
+		return true
+	}
+	return yield(blob.Object{Key: key, Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)}, nil)
 }

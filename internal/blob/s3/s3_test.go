@@ -117,6 +117,35 @@ func TestPrefix(t *testing.T) {
 	}
 }
 
+// The contract suite again with List pages of 4 objects, so every List crosses pages; with a prefix, List
+// sees only the store's own objects, named without the prefix.
+func TestListPagesAndPrefix(t *testing.T) {
+	srv := testenv.StartS3(t)
+	t.Run("contract", func(t *testing.T) {
+		blobtest.Run(t, func(t *testing.T) blob.Store {
+			return open(t, s3.WithListPageSize(config(srv, srv.CreateBucket(t)), 4))
+		}, blobtest.ServerLacksNestedKeys("see TestNestedKeysOnVersitygw"))
+	})
+	bucket := srv.CreateBucket(t)
+	cfgA, cfgB := s3.WithListPageSize(config(srv, bucket), 2), config(srv, bucket)
+	cfgA.Prefix, cfgB.Prefix = "tenants/a", "tenants/ab"
+	a, b := open(t, cfgA), open(t, cfgB)
+	for _, k := range []string{"x/1", "x/2", "x/3", "y"} {
+		blobPut(t, a, k, k)
+		blobPut(t, b, k, "other "+k)
+	}
+	got := map[string]int64{}
+	for o, err := range a.List(t.Context(), "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[o.Key] = o.Size
+	}
+	if len(got) != 4 || got["x/1"] != 3 || got["y"] != 1 {
+		t.Fatalf("List under prefix tenants/a = %v, want its 4 objects by their keys", got)
+	}
+}
+
 // Objects larger than PartSize go up in parts, with a known or an unknown size; a reader that fails or
 // a context that ends midway leaves the old object and no pending upload behind.
 func TestMultipart(t *testing.T) {
