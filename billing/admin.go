@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // The admin ports' sentinel errors. They live here rather than in errors.go only because this change may
@@ -46,7 +48,7 @@ type Issuer struct {
 // quotas written before them, and writers that leave them out, keep the edge's behaviour), -1 unlimited,
 // and a positive value the limit. The per-user rates of a user's override take the place of the issuer
 // default's when set; the issuer-wide fields are read from the issuer's default alone and must be 0 on an
-// override (ValidateFor).
+// override (ValidateFor). The sandbox's hard limits (SandboxQuota) read the same way, per user.
 type Quota struct {
 	AIMicros              int64  `json:"ai_microdollars"`
 	ComputeSeconds        int64  `json:"compute_seconds"`
@@ -65,9 +67,81 @@ type Quota struct {
 	// IssuerPromptsPerMinute is the prompts per minute of all the issuer's users together (issuer default
 	// only); not set: the edge's default.
 	IssuerPromptsPerMinute int64 `json:"issuer_prompts_per_minute"`
+	// SandboxQuota are the hard limits of each user's sandbox.
+	SandboxQuota
 	// Revision counts the writes of this quota: 1 after the first, +1 after every other. Writers name the
 	// revision they read (optimistic concurrency).
 	Revision int64 `json:"revision"`
+}
+
+// SandboxQuota are the hard resource limits of a user's sandbox a quota sets, the grant's
+// wire.SandboxLimits (the runner enforces them). Each reads like the admission fields: 0 not set (a user's
+// override falls back to the issuer's default, that to the runner's default), -1 unlimited, else the limit,
+// which must be at least the field's minimum (MinSandboxMemoryBytes and the others), so that a quota cannot
+// leave a sandbox unable to run anything by accident.
+type SandboxQuota struct {
+	// MaxProcesses caps the processes and threads alive in the sandbox at once.
+	MaxProcesses int64 `json:"max_processes"`
+	// MaxMemoryBytes caps the sandbox's memory.
+	MaxMemoryBytes int64 `json:"max_memory_bytes"`
+	// CPUMillis caps the sandbox's CPU in thousandths of a core (1000: one core).
+	CPUMillis int64 `json:"cpu_millis"`
+	// MaxTmpBytes caps each command's private /tmp.
+	MaxTmpBytes int64 `json:"max_tmp_bytes"`
+	// MaxWorkspaceBytes caps the bytes stored under /workspace.
+	MaxWorkspaceBytes int64 `json:"max_workspace_bytes"`
+	// MaxConcurrentExecs caps the commands running at once.
+	MaxConcurrentExecs int64 `json:"max_concurrent_execs"`
+	// MaxStoredBytes caps the bytes the user's snapshots keep in the blob store.
+	MaxStoredBytes int64 `json:"max_stored_bytes"`
+}
+
+// The smallest limits a SandboxQuota may set (besides 0, not set, and -1, unlimited).
+const (
+	MinSandboxProcesses       = 8
+	MinSandboxMemoryBytes     = 16 << 20
+	MinSandboxCPUMillis       = 10
+	MinSandboxTmpBytes        = 1 << 20
+	MinSandboxWorkspaceBytes  = 1 << 20
+	MinSandboxConcurrentExecs = 1
+	MinSandboxStoredBytes     = 1 << 20
+)
+
+// sandboxField is one field of a SandboxQuota and of the wire.SandboxLimits it becomes.
+type sandboxField struct {
+	name  string // JSON name
+	min   int64
+	quota func(*SandboxQuota) *int64
+	wire  func(*wire.SandboxLimits) *int64
+}
+
+var sandboxFields = []sandboxField{
+	{"max_processes", MinSandboxProcesses,
+		func(s *SandboxQuota) *int64 { return &s.MaxProcesses }, func(l *wire.SandboxLimits) *int64 { return &l.Processes }},
+	{"max_memory_bytes", MinSandboxMemoryBytes,
+		func(s *SandboxQuota) *int64 { return &s.MaxMemoryBytes }, func(l *wire.SandboxLimits) *int64 { return &l.MemoryBytes }},
+	{"cpu_millis", MinSandboxCPUMillis,
+		func(s *SandboxQuota) *int64 { return &s.CPUMillis }, func(l *wire.SandboxLimits) *int64 { return &l.CPUMillis }},
+	{"max_tmp_bytes", MinSandboxTmpBytes,
+		func(s *SandboxQuota) *int64 { return &s.MaxTmpBytes }, func(l *wire.SandboxLimits) *int64 { return &l.TmpBytes }},
+	{"max_workspace_bytes", MinSandboxWorkspaceBytes,
+		func(s *SandboxQuota) *int64 { return &s.MaxWorkspaceBytes }, func(l *wire.SandboxLimits) *int64 { return &l.WorkspaceBytes }},
+	{"max_concurrent_execs", MinSandboxConcurrentExecs,
+		func(s *SandboxQuota) *int64 { return &s.MaxConcurrentExecs }, func(l *wire.SandboxLimits) *int64 { return &l.ConcurrentExecs }},
+	{"max_stored_bytes", MinSandboxStoredBytes,
+		func(s *SandboxQuota) *int64 { return &s.MaxStoredBytes }, func(l *wire.SandboxLimits) *int64 { return &l.StoredBytes }},
+}
+
+// invalidField names the first field of s out of range (below -1, or positive and below its minimum) and
+// says why; "" when every field is valid.
+func (s SandboxQuota) invalidField() (field, why string) {
+	for _, f := range sandboxFields {
+		if v := *f.quota(&s); v < Unlimited || (v > 0 && v < f.min) {
+			return f.name, fmt.Sprintf("%s must be -1 (unlimited), 0 (not set) or at least %d, not %d",
+				f.name, f.min, v)
+		}
+	}
+	return "", ""
 }
 
 // QuotaKey names a quota: the issuer's default when User is empty, else the override of that user.
@@ -232,7 +306,8 @@ func ParseUsageCursor(s string, g GroupBy) (UsageCursor, error) {
 	return c, nil
 }
 
-// Validate reports, wrapping ErrInvalid, an unknown window or a limit below Unlimited (-1).
+// Validate reports, wrapping ErrInvalid, an unknown window, a limit below Unlimited (-1) or a sandbox limit
+// below its minimum.
 func (q Quota) Validate() error {
 	switch {
 	case !q.Window.Valid():
@@ -242,6 +317,9 @@ func (q Quota) Validate() error {
 	case q.MaxIssuerSessions < Unlimited || q.ConnectsPerMinute < Unlimited || q.IssuerConnectsPerMinute < Unlimited ||
 		q.PromptsPerMinute < Unlimited || q.IssuerPromptsPerMinute < Unlimited:
 		return fmt.Errorf("quota: session cap or rate below %d: %w", Unlimited, ErrInvalid)
+	}
+	if _, why := q.SandboxQuota.invalidField(); why != "" {
+		return fmt.Errorf("quota: %s: %w", why, ErrInvalid)
 	}
 	return nil
 }
@@ -304,12 +382,14 @@ func validText(s string) bool {
 func ValidIssuerName(s string) bool { return validText(s) }
 
 // Limit is what the edge enforces on one user: a budget in the token's window, how many sessions may run
-// at once, for the user and for its whole issuer, and the admission rates (negative: unlimited).
+// at once, for the user and for its whole issuer, and the admission rates (negative: unlimited); and what
+// it tells the user's runner to enforce, the sandbox's hard limits (zero: the runner's defaults).
 type Limit struct {
 	Budget
 	MaxConcurrentSessions int64
 	MaxIssuerSessions     int64
 	Rates                 Rates
+	Sandbox               wire.SandboxLimits
 }
 
 // Rates are admission rates per minute, each a token bucket whose burst equals its rate; negative is
@@ -339,7 +419,8 @@ func EffectiveLimit(token Budget, issuer, user *Quota) Limit {
 // The issuer-wide session cap and connect and prompt rates come from the issuer's default alone. Each
 // per-user rate is the override's when it sets one, else the issuer default's, else defaults'; each
 // issuer-wide rate is the issuer default's when set, else defaults'. Unset issuer session caps are
-// unlimited.
+// unlimited. Each sandbox limit is the override's when it sets one, else the issuer default's, else 0 (the
+// runner's default).
 //
 // The amounts are compared as they are, in the token's window: the ledger sums usage per token account, so
 // a quota whose Window differs from the token's cannot be enforced over its own window by this function.
@@ -357,6 +438,9 @@ func EffectiveLimitWith(token Budget, defaults Rates, issuer, user *Quota) Limit
 	}
 	lim.Rates.ConnectsPerUser = setOr(userRates.ConnectsPerMinute, setOr(issuerRates.ConnectsPerMinute, defaults.ConnectsPerUser))
 	lim.Rates.PromptsPerUser = setOr(userRates.PromptsPerMinute, setOr(issuerRates.PromptsPerMinute, defaults.PromptsPerUser))
+	for _, f := range sandboxFields {
+		*f.wire(&lim.Sandbox) = setOr(*f.quota(&userRates.SandboxQuota), setOr(*f.quota(&issuerRates.SandboxQuota), 0))
+	}
 	q := user
 	if q == nil {
 		q = issuer

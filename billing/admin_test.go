@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 func TestEffectiveLimit(t *testing.T) {
@@ -143,6 +144,89 @@ func TestQuotaValidateFor(t *testing.T) {
 		mod(&bad)
 		if err := bad.ValidateFor(issuer); !errors.Is(err, billing.ErrInvalid) {
 			t.Errorf("%s below -1: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// The sandbox limits: each field is the override's when set, else the issuer default's, else 0 (the
+// runner's default); -1 is unlimited; every field lands in its own field of wire.SandboxLimits.
+func TestEffectiveLimitSandbox(t *testing.T) {
+	base := billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Day, MaxConcurrentSessions: 4, Revision: 1}
+	with := func(s billing.SandboxQuota) *billing.Quota {
+		q := base
+		q.SandboxQuota = s
+		return &q
+	}
+	all := billing.SandboxQuota{MaxProcesses: 64, MaxMemoryBytes: 512 << 20, CPUMillis: 1500, MaxTmpBytes: 2 << 20,
+		MaxWorkspaceBytes: 3 << 30, MaxConcurrentExecs: 4, MaxStoredBytes: 5 << 30}
+	for _, tc := range []struct {
+		name         string
+		issuer, user *billing.Quota
+		want         wire.SandboxLimits
+	}{
+		{"no quota: the runner's defaults", nil, nil, wire.SandboxLimits{}},
+		{"quotas without the fields: the runner's defaults", &base, &base, wire.SandboxLimits{}},
+		{"issuer sets all", with(all), nil, wire.SandboxLimits{Processes: 64, MemoryBytes: 512 << 20, CPUMillis: 1500,
+			TmpBytes: 2 << 20, WorkspaceBytes: 3 << 30, ConcurrentExecs: 4, StoredBytes: 5 << 30}},
+		{"override sets all", nil, with(all), wire.SandboxLimits{Processes: 64, MemoryBytes: 512 << 20, CPUMillis: 1500,
+			TmpBytes: 2 << 20, WorkspaceBytes: 3 << 30, ConcurrentExecs: 4, StoredBytes: 5 << 30}},
+		{"override's fields replace the issuer's, even higher; the rest stay the issuer's", with(all),
+			with(billing.SandboxQuota{MaxMemoryBytes: 8 << 30, CPUMillis: -1, MaxStoredBytes: 16 << 20}),
+			wire.SandboxLimits{Processes: 64, MemoryBytes: 8 << 30, CPUMillis: -1, TmpBytes: 2 << 20,
+				WorkspaceBytes: 3 << 30, ConcurrentExecs: 4, StoredBytes: 16 << 20}},
+		{"issuer unlimited, override unset", with(billing.SandboxQuota{MaxProcesses: -1, MaxConcurrentExecs: -1}), &base,
+			wire.SandboxLimits{Processes: -1, ConcurrentExecs: -1}},
+		{"override alone, beside an issuer default without them", &base,
+			with(billing.SandboxQuota{MaxTmpBytes: 64 << 20, MaxWorkspaceBytes: -1}),
+			wire.SandboxLimits{TmpBytes: 64 << 20, WorkspaceBytes: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := billing.EffectiveLimitWith(billing.Budget{AIMicros: 5, ComputeSeconds: 6}, billing.UnlimitedRates, tc.issuer, tc.user)
+			if got.Sandbox != tc.want {
+				t.Fatalf("EffectiveLimitWith sandbox = %+v, want %+v", got.Sandbox, tc.want)
+			}
+		})
+	}
+}
+
+// A sandbox limit is -1, 0 or at least its minimum, on the issuer's default and on a user's override
+// alike; anything else is refused with ErrInvalid.
+func TestQuotaValidateSandbox(t *testing.T) {
+	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "u"}
+	q := billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day, MaxConcurrentSessions: 1}
+	for _, f := range []struct {
+		name string
+		min  int64
+		v    func(s *billing.SandboxQuota) *int64
+	}{
+		{"processes", billing.MinSandboxProcesses, func(s *billing.SandboxQuota) *int64 { return &s.MaxProcesses }},
+		{"memory", billing.MinSandboxMemoryBytes, func(s *billing.SandboxQuota) *int64 { return &s.MaxMemoryBytes }},
+		{"cpu", billing.MinSandboxCPUMillis, func(s *billing.SandboxQuota) *int64 { return &s.CPUMillis }},
+		{"tmp", billing.MinSandboxTmpBytes, func(s *billing.SandboxQuota) *int64 { return &s.MaxTmpBytes }},
+		{"workspace", billing.MinSandboxWorkspaceBytes, func(s *billing.SandboxQuota) *int64 { return &s.MaxWorkspaceBytes }},
+		{"execs", billing.MinSandboxConcurrentExecs, func(s *billing.SandboxQuota) *int64 { return &s.MaxConcurrentExecs }},
+		{"stored", billing.MinSandboxStoredBytes, func(s *billing.SandboxQuota) *int64 { return &s.MaxStoredBytes }},
+	} {
+		for _, v := range []int64{-1, 0, f.min, f.min + 1, 1 << 40} {
+			ok := q
+			*f.v(&ok.SandboxQuota) = v
+			for _, k := range []billing.QuotaKey{issuer, user} {
+				if err := ok.ValidateFor(k); err != nil {
+					t.Errorf("%s %d on %+v: %v", f.name, v, k, err)
+				}
+			}
+		}
+		for _, v := range []int64{-2, 1, f.min - 1, -1 << 62} {
+			if v == 0 || v == -1 || v >= f.min {
+				continue // under a minimum of 1 (execs) only the negatives are out of range
+			}
+			bad := q
+			*f.v(&bad.SandboxQuota) = v
+			for _, k := range []billing.QuotaKey{issuer, user} {
+				if err := bad.ValidateFor(k); !errors.Is(err, billing.ErrInvalid) {
+					t.Errorf("%s %d on %+v: %v, want ErrInvalid", f.name, v, k, err)
+				}
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -309,7 +310,8 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error 
 		if typeErr.Field == "" {
 			return wire.Errorf(wire.InvalidArgument, "request body must be a JSON object")
 		}
-		return invalidField(typeErr.Field, "%s must be a JSON %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()))
+		field := jsonField(typeErr.Field)
+		return invalidField(field, "%s must be a JSON %s", field, jsonKind(typeErr.Type.Kind().String()))
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		return wire.Errorf(wire.InvalidArgument, "request body is not valid JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -317,6 +319,23 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error 
 		return invalidField(field, "unknown field %q", field)
 	}
 	return wire.Wrap(wire.InvalidArgument, err, "request body cannot be read")
+}
+
+// jsonField is the JSON name of a field in an UnmarshalTypeError's path: encoding/json puts the Go names of
+// embedded structs in it (SandboxQuota.max_memory_bytes), which a client never sent. The API's JSON names
+// are all lower case, so the segments that start upper case are those.
+func jsonField(path string) string {
+	segs := strings.Split(path, ".")
+	out := segs[:0]
+	for _, s := range segs {
+		if s == "" || !unicode.IsUpper(rune(s[0])) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return path
+	}
+	return strings.Join(out, ".")
 }
 
 func jsonKind(goKind string) string {

@@ -10,8 +10,8 @@ import (
 )
 
 // quotaRequest is the body of PUT /v1/quotas/...: the budget fields are required, so a forgotten one is an
-// error rather than a zero that allows nothing. The admission fields after them are optional: left out
-// they are 0, not set (Quota).
+// error rather than a zero that allows nothing. The admission fields after them and the sandbox limits are
+// optional: left out they are 0, not set (Quota).
 type quotaRequest struct {
 	AIMicros                *int64  `json:"ai_microdollars"`
 	ComputeSeconds          *int64  `json:"compute_seconds"`
@@ -23,6 +23,7 @@ type quotaRequest struct {
 	IssuerConnectsPerMinute int64   `json:"issuer_connects_per_minute"`
 	PromptsPerMinute        int64   `json:"prompts_per_minute"`
 	IssuerPromptsPerMinute  int64   `json:"issuer_prompts_per_minute"`
+	SandboxQuota
 }
 
 // quotaResponse is a quota with the issuer and user it belongs to.
@@ -130,6 +131,9 @@ func (req quotaRequest) quota(k QuotaKey) (Quota, int64, error) {
 				"%s applies to all of the issuer's users together: set it on the issuer's quota, PUT /v1/quotas/%s", o.field, k.Issuer)
 		}
 	}
+	if field, why := req.SandboxQuota.invalidField(); why != "" {
+		return Quota{}, 0, invalidField(field, "%s", why)
+	}
 	switch {
 	case req.Window == nil:
 		return Quota{}, 0, invalidField("window", "window is required: hour, day, week, month or lifetime")
@@ -143,5 +147,6 @@ func (req quotaRequest) quota(k QuotaKey) (Quota, int64, error) {
 	return Quota{AIMicros: *req.AIMicros, ComputeSeconds: *req.ComputeSeconds, Window: Window(*req.Window),
 		MaxConcurrentSessions: *req.MaxConcurrentSessions, MaxIssuerSessions: req.MaxIssuerSessions,
 		ConnectsPerMinute: req.ConnectsPerMinute, IssuerConnectsPerMinute: req.IssuerConnectsPerMinute,
-		PromptsPerMinute: req.PromptsPerMinute, IssuerPromptsPerMinute: req.IssuerPromptsPerMinute}, *req.Revision, nil
+		PromptsPerMinute: req.PromptsPerMinute, IssuerPromptsPerMinute: req.IssuerPromptsPerMinute,
+		SandboxQuota: req.SandboxQuota}, *req.Revision, nil
 }

@@ -33,6 +33,12 @@ func FuzzPutQuota(f *testing.F) {
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"issuer_connects_per_minute":"5"}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"issuer_prompts_per_minute":300}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"issuer_prompts_per_minute":-1}`,
+		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,
+			"max_processes":64,"max_memory_bytes":1073741824,"cpu_millis":-1,"max_tmp_bytes":1048576,"max_workspace_bytes":-1,
+			"max_concurrent_execs":2,"max_stored_bytes":5368709120}`,
+		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"max_memory_bytes":16777215}`,
+		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"max_processes":7}`,
+		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"cpu_millis":-2}`,
 		`{"ai_microdollars":9223372036854775807,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"prompts_per_minute":9223372036854775808}`,
 		`{}`, `[]`, `null`, ``, `{"revision":0}{}`,
 	} {
@@ -116,19 +122,8 @@ func TestAPIIssuerPromptsPerMinute(t *testing.T) {
 	}
 
 	var got quotaJSON
-	e.call(t, "PUT", "/v1/quotas/acme", body(0, `,"issuer_prompts_per_minute":300`), &got)
-	want := quotaJSON{Issuer: "acme", Quota: billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day,
-		MaxConcurrentSessions: 1, IssuerPromptsPerMinute: 300, Revision: 1}}
-	if got != want {
-		t.Fatalf("PUT = %+v, want %+v", got, want)
-	}
-	if e.call(t, "GET", "/v1/quotas/acme", "", &got); got != want {
-		t.Fatalf("GET = %+v, want %+v", got, want)
-	}
-	var iss issuerJSON
-	if e.call(t, "GET", "/v1/issuers/acme", "", &iss); iss.DefaultQuota == nil || *iss.DefaultQuota != want.Quota {
-		t.Fatalf("GET issuer default_quota = %+v, want %+v", iss.DefaultQuota, want.Quota)
-	}
+	e.mustPutDefault(t, body(0, `,"issuer_prompts_per_minute":300`), billing.Quota{AIMicros: 1, ComputeSeconds: 1,
+		Window: billing.Day, MaxConcurrentSessions: 1, IssuerPromptsPerMinute: 300, Revision: 1})
 	e.call(t, "PUT", "/v1/quotas/acme", body(1, `,"issuer_prompts_per_minute":-1`), &got)
 	if got.IssuerPromptsPerMinute != billing.Unlimited || got.Revision != 2 {
 		t.Fatalf("PUT unlimited = %+v", got)
@@ -152,6 +147,88 @@ func TestAPIIssuerPromptsPerMinute(t *testing.T) {
 	}
 	if _, err := e.ledger.GetQuota(context.Background(), billing.QuotaKey{Issuer: "acme", User: "alice"}); err == nil {
 		t.Fatal("a refused override was stored")
+	}
+}
+
+// The sandbox limits are optional like the admission fields and allowed on a user's override too: written
+// they round-trip through PUT, GET and the issuer's default_quota; left out they are answered as 0 (not
+// set); below -1, positive but below the field's minimum, or not an integer they are refused naming the
+// field, and nothing is stored.
+func TestAPISandboxLimits(t *testing.T) {
+	e := newAPIEnv(t)
+	e.call(t, "PUT", "/v1/issuers/acme", `{}`, nil)
+	body := func(rev int, extra string) string {
+		return fmt.Sprintf(`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":%d%s}`, rev, extra)
+	}
+	for _, tc := range []struct{ field, value string }{
+		{"max_processes", "-2"},
+		{"max_processes", "7"},
+		{"max_memory_bytes", "16777215"},
+		{"max_memory_bytes", "1.5"},
+		{"cpu_millis", "9"},
+		{"max_tmp_bytes", "1024"},
+		{"max_workspace_bytes", `"1GiB"`},
+		{"max_concurrent_execs", "-5"},
+		{"max_stored_bytes", "1"},
+	} {
+		t.Run(tc.field+"="+tc.value, func(t *testing.T) {
+			for _, path := range []string{"/v1/quotas/acme", "/v1/quotas/acme/users/alice"} {
+				e.expectError(t, "PUT", path, body(0, `,"`+tc.field+`":`+tc.value), http.StatusBadRequest, wire.InvalidArgument,
+					tc.field)
+			}
+		})
+	}
+	for _, k := range []billing.QuotaKey{{Issuer: "acme"}, {Issuer: "acme", User: "alice"}} {
+		if _, err := e.ledger.GetQuota(context.Background(), k); err == nil {
+			t.Fatalf("a refused quota was stored under %+v", k)
+		}
+	}
+
+	all := `,"max_processes":64,"max_memory_bytes":1073741824,"cpu_millis":1500,"max_tmp_bytes":1048576,` +
+		`"max_workspace_bytes":-1,"max_concurrent_execs":2,"max_stored_bytes":5368709120`
+	e.mustPutDefault(t, body(0, all), billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day,
+		MaxConcurrentSessions: 1, Revision: 1, SandboxQuota: billing.SandboxQuota{MaxProcesses: 64, MaxMemoryBytes: 1 << 30,
+			CPUMillis: 1500, MaxTmpBytes: 1 << 20, MaxWorkspaceBytes: -1, MaxConcurrentExecs: 2, MaxStoredBytes: 5 << 30}})
+
+	var got quotaJSON
+
+	e.call(t, "PUT", "/v1/quotas/acme/users/alice", body(0, `,"max_memory_bytes":16777216,"cpu_millis":-1`), &got)
+	wantUser := quotaJSON{Issuer: "acme", User: "alice", Quota: billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day,
+		MaxConcurrentSessions: 1, Revision: 1, SandboxQuota: billing.SandboxQuota{MaxMemoryBytes: 16 << 20, CPUMillis: -1}}}
+	if got != wantUser {
+		t.Fatalf("PUT override = %+v, want %+v", got, wantUser)
+	}
+	if e.call(t, "GET", "/v1/quotas/acme/users/alice", "", &got); got != wantUser {
+		t.Fatalf("GET override = %+v, want %+v", got, wantUser)
+	}
+
+	r := e.call(t, "PUT", "/v1/quotas/acme", body(1, ""), &got)
+	var raw map[string]any
+	if err := json.Unmarshal(r.body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"max_processes", "max_memory_bytes", "cpu_millis", "max_tmp_bytes", "max_workspace_bytes",
+		"max_concurrent_execs", "max_stored_bytes"} {
+		if v, ok := raw[f]; !ok || v != float64(0) {
+			t.Errorf("answer's %s = %v (present %v), want 0", f, v, ok)
+		}
+	}
+}
+
+// mustPutDefault PUTs body as acme's default quota and checks that the answer, GET and the issuer's
+// default_quota are all want.
+func (e *apiEnv) mustPutDefault(t *testing.T, body string, want billing.Quota) {
+	t.Helper()
+	var got quotaJSON
+	if e.call(t, "PUT", "/v1/quotas/acme", body, &got); got != (quotaJSON{Issuer: "acme", Quota: want}) {
+		t.Fatalf("PUT = %+v, want %+v", got, want)
+	}
+	if e.call(t, "GET", "/v1/quotas/acme", "", &got); got != (quotaJSON{Issuer: "acme", Quota: want}) {
+		t.Fatalf("GET = %+v, want %+v", got, want)
+	}
+	var iss issuerJSON
+	if e.call(t, "GET", "/v1/issuers/acme", "", &iss); iss.DefaultQuota == nil || *iss.DefaultQuota != want {
+		t.Fatalf("GET issuer default_quota = %+v, want %+v", iss.DefaultQuota, want)
 	}
 }
 

@@ -111,6 +111,10 @@ func (a *admitted) grant(b billing.Budget) wire.Grant {
 	if !a.claims.Permissions.IsZero() {
 		g.Permissions, _ = json.Marshal(a.claims.Permissions)
 	}
+	// The sandbox's hard limits from the user's effective quota; none set: the runner's defaults.
+	if l := a.limit.Sandbox; l != (wire.SandboxLimits{}) {
+		g.Limits = &l
+	}
 	return g
 }
 

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("QuotaNeedsIssuer", func(t *testing.T) { testQuotaNeedsIssuer(t, open(t)) })
 	t.Run("InvalidQuota", func(t *testing.T) { testInvalidQuota(t, open(t)) })
 	t.Run("QuotaAdmissionFields", func(t *testing.T) { testQuotaAdmissionFields(t, open(t)) })
+	t.Run("QuotaSandboxLimits", func(t *testing.T) { testQuotaSandboxLimits(t, open(t)) })
 	t.Run("ConcurrentQuotaWriters", func(t *testing.T) { testConcurrentQuotaWriters(t, open(t)) })
 	t.Run("Prices", func(t *testing.T) { testPrices(t, open(t)) })
 	t.Run("UsageGrouping", func(t *testing.T) { testUsageGrouping(t, open(t)) })
@@ -186,6 +187,10 @@ func testInvalidQuota(t *testing.T, s Store) {
 		"issuer connects": {IssuerConnectsPerMinute: -3, Window: billing.Day},
 		"prompts below":   {PromptsPerMinute: -9, Window: billing.Day},
 		"issuer prompts":  {IssuerPromptsPerMinute: -4, Window: billing.Day},
+		"processes below": {SandboxQuota: billing.SandboxQuota{MaxProcesses: -2}, Window: billing.Day},
+		"memory too low":  {SandboxQuota: billing.SandboxQuota{MaxMemoryBytes: billing.MinSandboxMemoryBytes - 1}, Window: billing.Day},
+		"cpu too low":     {SandboxQuota: billing.SandboxQuota{CPUMillis: 1}, Window: billing.Day},
+		"stored below":    {SandboxQuota: billing.SandboxQuota{MaxStoredBytes: -3}, Window: billing.Day},
 		"negative expect": Quota(1),
 	} {
 		expected := int64(0)
@@ -218,15 +223,7 @@ func testQuotaAdmissionFields(t *testing.T, s Store) {
 	full.MaxIssuerSessions, full.ConnectsPerMinute, full.IssuerConnectsPerMinute, full.PromptsPerMinute = 10, -1, 600, 7
 	full.IssuerPromptsPerMinute = 300
 	q := MustPutQuota(t, s, issuer, full, 1)
-	if got := MustGetQuota(t, s, issuer); got != q {
-		t.Fatalf("GetQuota = %+v, want %+v", got, q)
-	}
-	if iss, err := s.GetIssuer(ctx, "acme"); err != nil || iss.Quota == nil || *iss.Quota != q {
-		t.Fatalf("GetIssuer default quota = %+v, %v; want %+v", iss.Quota, err, q)
-	}
-	if list, err := s.ListIssuers(ctx); err != nil || len(list) != 1 || list[0].Quota == nil || *list[0].Quota != q {
-		t.Fatalf("ListIssuers = %+v, %v; want the default quota %+v", list, err, q)
-	}
+	mustReadDefault(t, s, "acme", q)
 	// Back to not set.
 	unset := MustPutQuota(t, s, issuer, Quota(5), q.Revision)
 	if got := MustGetQuota(t, s, issuer); got != unset {
@@ -257,7 +254,95 @@ func testQuotaAdmissionFields(t *testing.T, s Store) {
 	}
 }
 
+// The sandbox limits round-trip through PutQuota, GetQuota, GetIssuer and ListIssuers, on the issuer's
+// default and on a user's override; a quota written without them reads them as 0 (not set); one below its
+// minimum is refused and changes nothing.
+func testQuotaSandboxLimits(t *testing.T, s Store) {
+	ctx := context.Background()
+	MustPutIssuer(t, s, "acme", "")
+	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "alice"}
+
+	if plain := MustPutQuota(t, s, issuer, Quota(5), 0); plain.SandboxQuota != (billing.SandboxQuota{}) {
+		t.Fatalf("a quota without sandbox limits: %+v, want them 0", plain)
+	}
+	full := Quota(5)
+	full.SandboxQuota = billing.SandboxQuota{MaxProcesses: 128, MaxMemoryBytes: 2 << 30, CPUMillis: 1500,
+		MaxTmpBytes: 256 << 20, MaxWorkspaceBytes: -1, MaxConcurrentExecs: 3, MaxStoredBytes: 10 << 30}
+	q := MustPutQuota(t, s, issuer, full, 1)
+	if q.SandboxQuota != full.SandboxQuota {
+		t.Fatalf("PutQuota = %+v, want the sandbox limits %+v", q, full.SandboxQuota)
+	}
+	mustReadDefault(t, s, "acme", q)
+
+	override := Quota(1)
+	override.MaxMemoryBytes, override.CPUMillis = billing.MinSandboxMemoryBytes, -1
+	u := MustPutQuota(t, s, user, override, 0)
+	if got := MustGetQuota(t, s, user); got != u || got.MaxMemoryBytes != billing.MinSandboxMemoryBytes || got.CPUMillis != -1 {
+		t.Fatalf("GetQuota override = %+v, want %+v", got, u)
+	}
+	bad := override
+	bad.MaxProcesses = billing.MinSandboxProcesses - 1
+	if _, err := s.PutQuota(ctx, user, bad, u.Revision); !errors.Is(err, billing.ErrInvalid) {
+		t.Errorf("processes below the minimum on an override: %v, want ErrInvalid", err)
+	}
+	if got := MustGetQuota(t, s, user); got != u {
+		t.Fatalf("a refused write changed the override: %+v, want %+v", got, u)
+	}
+	// Back to not set.
+	unset := MustPutQuota(t, s, issuer, Quota(5), q.Revision)
+	if got := MustGetQuota(t, s, issuer); got != unset || got.SandboxQuota != (billing.SandboxQuota{}) {
+		t.Fatalf("GetQuota after unsetting = %+v, want %+v", got, unset)
+	}
+}
+
+// mustReadDefault checks that GetQuota, GetIssuer and ListIssuers (where iss is the only issuer) all answer
+// q as iss's default quota.
+func mustReadDefault(t *testing.T, s Store, iss string, q billing.Quota) {
+	t.Helper()
+	ctx := context.Background()
+	if got := MustGetQuota(t, s, billing.QuotaKey{Issuer: iss}); got != q {
+		t.Fatalf("GetQuota = %+v, want %+v", got, q)
+	}
+	if got, err := s.GetIssuer(ctx, iss); err != nil || got.Quota == nil || *got.Quota != q {
+		t.Fatalf("GetIssuer default quota = %+v, %v; want %+v", got.Quota, err, q)
+	}
+	if list, err := s.ListIssuers(ctx); err != nil || len(list) != 1 || list[0].Quota == nil || *list[0].Quota != q {
+		t.Fatalf("ListIssuers = %+v, %v; want the default quota %+v", list, err, q)
+	}
+}
+
 func testConcurrentQuotaWriters(t *testing.T, s Store) { QuotaRace(t, s) }
+
+// SandboxLimitsMigrated checks a store migrated from a schema without the sandbox limits, in which two
+// quotas were written: acme's default (5, 60, day, 3 sessions, revision 2, issuer sessions 10, connects
+// 30, issuer connects 600, prompts 7, issuer prompts 70) and alice's override (-1, -1, lifetime,
+// 1 session, revision 1). Both read as written, with the sandbox limits 0 (not set), and both take
+// sandbox limits afterwards.
+func SandboxLimitsMigrated(t *testing.T, l Store) {
+	t.Helper()
+	ctx := context.Background()
+	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "alice"}
+	want := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2,
+		MaxIssuerSessions: 10, ConnectsPerMinute: 30, IssuerConnectsPerMinute: 600, PromptsPerMinute: 7, IssuerPromptsPerMinute: 70}
+	if got := MustGetQuota(t, l, issuer); got != want {
+		t.Fatalf("quota after the migration = %+v, want %+v", got, want)
+	}
+	if iss, err := l.GetIssuer(ctx, "acme"); err != nil || iss.Quota == nil || *iss.Quota != want {
+		t.Fatalf("GetIssuer after the migration = %+v, %v", iss.Quota, err)
+	}
+	want.MaxMemoryBytes, want.MaxProcesses, want.MaxStoredBytes = 1<<30, 256, -1
+	if got := MustPutQuota(t, l, issuer, want, 2); got.SandboxQuota != want.SandboxQuota {
+		t.Fatalf("quota written after the migration = %+v", got)
+	}
+	wantUser := billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 1, Revision: 1}
+	if got := MustGetQuota(t, l, user); got != wantUser {
+		t.Fatalf("user quota after the migration = %+v, want %+v", got, wantUser)
+	}
+	wantUser.CPUMillis = 500
+	if got := MustPutQuota(t, l, user, wantUser, 1); got.CPUMillis != 500 {
+		t.Fatalf("override written after the migration = %+v", got)
+	}
+}
 
 // QuotaRace races writers of one quota that all name the same revision, spread over stores (one per
 // process sharing a database, or a single store for the goroutines of one process), round after round:

@@ -96,7 +96,9 @@ func (l *Ledger) ListIssuers(ctx context.Context) ([]billing.Issuer, error) {
 const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.ai_micros, q.compute_seconds, q."window", q.max_sessions, q.revision,
 	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute,
-	q.issuer_prompts_per_minute
+	q.issuer_prompts_per_minute,
+	COALESCE(q.max_processes, 0), COALESCE(q.max_memory_bytes, 0), COALESCE(q.cpu_millis, 0), COALESCE(q.max_tmp_bytes, 0),
+	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0)
 	FROM issuers AS i LEFT JOIN quotas AS q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, tx pgx.Tx, id string) (billing.Issuer, error) {
@@ -116,9 +118,12 @@ func scanIssuer(row pgx.Row) (billing.Issuer, error) {
 		issuerConnects, prompts    *int64
 		issuerPrompts              *int64
 		window                     *string
+		sb                         billing.SandboxQuota
 	)
 	if err := row.Scan(&iss.ID, &iss.Name, &iss.Created, &ai, &compute, &window, &sessions, &rev,
-		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts); err != nil {
+		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts,
+		&sb.MaxProcesses, &sb.MaxMemoryBytes, &sb.CPUMillis, &sb.MaxTmpBytes, &sb.MaxWorkspaceBytes, &sb.MaxConcurrentExecs,
+		&sb.MaxStoredBytes); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = iss.Created.UTC()
@@ -127,7 +132,7 @@ func scanIssuer(row pgx.Row) (billing.Issuer, error) {
 		iss.Quota = &billing.Quota{AIMicros: *ai, ComputeSeconds: *compute, Window: billing.Window(*window),
 			MaxConcurrentSessions: *sessions, Revision: *rev, MaxIssuerSessions: *issuerSessions,
 			ConnectsPerMinute: *connects, IssuerConnectsPerMinute: *issuerConnects, PromptsPerMinute: *prompts,
-			IssuerPromptsPerMinute: *issuerPrompts}
+			IssuerPromptsPerMinute: *issuerPrompts, SandboxQuota: sb}
 	}
 	return iss, nil
 }
@@ -140,11 +145,13 @@ func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quot
 	var q billing.Quota
 	err := l.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision,
-			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute
+			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute,
+			max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes
 			FROM quotas WHERE issuer = $1 AND "user" = $2`, k.Issuer, k.User).
 			Scan(&q.AIMicros, &q.ComputeSeconds, &q.Window, &q.MaxConcurrentSessions, &q.Revision,
 				&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute,
-				&q.IssuerPromptsPerMinute)
+				&q.IssuerPromptsPerMinute,
+				&q.MaxProcesses, &q.MaxMemoryBytes, &q.CPUMillis, &q.MaxTmpBytes, &q.MaxWorkspaceBytes, &q.MaxConcurrentExecs, &q.MaxStoredBytes)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("no quota: %w", billing.ErrNotFound)
 		}
@@ -196,19 +203,25 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 			tag, err = tx.Exec(ctx, `INSERT INTO quotas
 				(issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
 					max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute,
-					issuer_prompts_per_minute)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (issuer, "user") DO NOTHING`,
+					issuer_prompts_per_minute,
+					max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+				ON CONFLICT (issuer, "user") DO NOTHING`,
 				k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision,
 				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
-				q.IssuerPromptsPerMinute)
+				q.IssuerPromptsPerMinute,
+				q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes)
 		} else {
 			tag, err = tx.Exec(ctx, `UPDATE quotas SET ai_micros = $3, compute_seconds = $4, "window" = $5,
 				max_sessions = $6, revision = $7, max_issuer_sessions = $9, connects_per_minute = $10,
-				issuer_connects_per_minute = $11, prompts_per_minute = $12, issuer_prompts_per_minute = $13
+				issuer_connects_per_minute = $11, prompts_per_minute = $12, issuer_prompts_per_minute = $13,
+				max_processes = $14, max_memory_bytes = $15, cpu_millis = $16, max_tmp_bytes = $17,
+				max_workspace_bytes = $18, max_concurrent_execs = $19, max_stored_bytes = $20
 				WHERE issuer = $1 AND "user" = $2 AND revision = $8`,
 				k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision, expected,
 				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
-				q.IssuerPromptsPerMinute)
+				q.IssuerPromptsPerMinute,
+				q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes)
 		}
 		if err != nil {
 			return fmt.Errorf("write quota: %w", err)

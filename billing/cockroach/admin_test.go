@@ -182,6 +182,33 @@ func TestAdminMigratesQuotasToIssuerPrompts(t *testing.T) {
 	}
 }
 
+// A database whose quotas were written with the issuer-wide prompt rate keeps them, and reads the sandbox
+// limits added after it as 0 (not set), so runners keep their defaults; the limits are then writable, also
+// on a user's override.
+func TestAdminMigratesQuotasToSandboxLimits(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.PostgreSQL(t)
+	pool := openPool(t, dsn)
+	const before = 11 // the steps up to the issuer-wide prompt rate
+	if err := cockroachdb.Migrate(ctx, pool, "ledger", cockroach.Migrations[:before]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO issuers (id, name, created) VALUES ('acme', 'Acme', '2030-01-01T00:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO quotas (issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
+			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute)
+		VALUES ('acme', '', 5, 60, 'day', 3, 2, 10, 30, 600, 7, 70), ('acme', 'alice', -1, -1, 'lifetime', 1, 1, 0, 0, 0, 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+
+	l := open(t, dsn)
+	if v, err := cockroachdb.Version(ctx, pool, "ledger"); err != nil || v != int64(len(cockroach.Migrations)) {
+		t.Fatalf("ledger schema version %d, %v; want %d", v, err, len(cockroach.Migrations))
+	}
+	admintest.SandboxLimitsMigrated(t, l)
+}
+
 // While the database is down every admin call fails with ErrUnavailable (bad input still with ErrInvalid);
 // once it is back the same ledger answers again, with nothing lost.
 func TestAdminServerDownThenBack(t *testing.T) {

@@ -77,7 +77,9 @@ type querier interface {
 const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.ai_micros, q.compute_seconds, q."window", q.max_sessions, q.revision,
 	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute,
-	q.issuer_prompts_per_minute
+	q.issuer_prompts_per_minute,
+	COALESCE(q.max_processes, 0), COALESCE(q.max_memory_bytes, 0), COALESCE(q.cpu_millis, 0), COALESCE(q.max_tmp_bytes, 0),
+	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0)
 	FROM issuers i LEFT JOIN quotas q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, db querier, id string) (billing.Issuer, error) {
@@ -97,9 +99,12 @@ func scanIssuer(row interface{ Scan(...any) error }) (billing.Issuer, error) {
 		issuerConnects, prompts    sql.NullInt64
 		issuerPrompts              sql.NullInt64
 		window                     sql.NullString
+		sb                         billing.SandboxQuota
 	)
 	if err := row.Scan(&iss.ID, &iss.Name, &created, &ai, &compute, &window, &sessions, &rev,
-		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts); err != nil {
+		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts,
+		&sb.MaxProcesses, &sb.MaxMemoryBytes, &sb.CPUMillis, &sb.MaxTmpBytes, &sb.MaxWorkspaceBytes, &sb.MaxConcurrentExecs,
+		&sb.MaxStoredBytes); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = time.Unix(created, 0).UTC()
@@ -107,7 +112,7 @@ func scanIssuer(row interface{ Scan(...any) error }) (billing.Issuer, error) {
 		iss.Quota = &billing.Quota{AIMicros: ai.Int64, ComputeSeconds: compute.Int64, Window: billing.Window(window.String),
 			MaxConcurrentSessions: sessions.Int64, Revision: rev.Int64, MaxIssuerSessions: issuerSessions.Int64,
 			ConnectsPerMinute: connects.Int64, IssuerConnectsPerMinute: issuerConnects.Int64, PromptsPerMinute: prompts.Int64,
-			IssuerPromptsPerMinute: issuerPrompts.Int64}
+			IssuerPromptsPerMinute: issuerPrompts.Int64, SandboxQuota: sb}
 	}
 	return iss, nil
 }
@@ -158,17 +163,23 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		if _, err := tx.ExecContext(ctx, `INSERT INTO quotas
 			(issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
 				max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute,
-				issuer_prompts_per_minute)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				issuer_prompts_per_minute,
+				max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer, "user") DO UPDATE SET
 				ai_micros = excluded.ai_micros, compute_seconds = excluded.compute_seconds, "window" = excluded."window",
 				max_sessions = excluded.max_sessions, revision = excluded.revision,
 				max_issuer_sessions = excluded.max_issuer_sessions, connects_per_minute = excluded.connects_per_minute,
 				issuer_connects_per_minute = excluded.issuer_connects_per_minute, prompts_per_minute = excluded.prompts_per_minute,
-				issuer_prompts_per_minute = excluded.issuer_prompts_per_minute`,
+				issuer_prompts_per_minute = excluded.issuer_prompts_per_minute,
+				max_processes = excluded.max_processes, max_memory_bytes = excluded.max_memory_bytes,
+				cpu_millis = excluded.cpu_millis, max_tmp_bytes = excluded.max_tmp_bytes,
+				max_workspace_bytes = excluded.max_workspace_bytes, max_concurrent_execs = excluded.max_concurrent_execs,
+				max_stored_bytes = excluded.max_stored_bytes`,
 			k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision,
 			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
-			q.IssuerPromptsPerMinute); err != nil {
+			q.IssuerPromptsPerMinute,
+			q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes); err != nil {
 			return fmt.Errorf("write quota: %w", err)
 		}
 		return nil
@@ -182,11 +193,13 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 func getQuota(ctx context.Context, db querier, k billing.QuotaKey) (billing.Quota, error) {
 	var q billing.Quota
 	err := db.QueryRowContext(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision,
-		max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute
+		max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute,
+		max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes
 		FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).
 		Scan(&q.AIMicros, &q.ComputeSeconds, &q.Window, &q.MaxConcurrentSessions, &q.Revision,
 			&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute,
-			&q.IssuerPromptsPerMinute)
+			&q.IssuerPromptsPerMinute,
+			&q.MaxProcesses, &q.MaxMemoryBytes, &q.CPUMillis, &q.MaxTmpBytes, &q.MaxWorkspaceBytes, &q.MaxConcurrentExecs, &q.MaxStoredBytes)
 	if errors.Is(err, sql.ErrNoRows) {
 		return billing.Quota{}, fmt.Errorf("no quota: %w", billing.ErrNotFound)
 	}

@@ -116,6 +116,32 @@ func TestAdminMigratesQuotasToIssuerPrompts(t *testing.T) {
 	}
 }
 
+// A ledger file whose quotas were written with the issuer-wide prompt rate keeps them, and reads the
+// sandbox limits added after it as 0 (not set), so runners keep their defaults; the limits are then
+// writable, also on a user's override.
+func TestAdminMigratesQuotasToSandboxLimits(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sqlitedb.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const before = 7 // the steps up to the issuer-wide prompt rate
+	if err := sqlitedb.Migrate(ctx, db, "ledger", sqlite.Migrations[:before]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO issuers (id, name, created) VALUES ('acme', 'Acme', 0);
+		INSERT INTO quotas (issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
+			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute)
+		VALUES ('acme', '', 5, 60, 'day', 3, 2, 10, 30, 600, 7, 70), ('acme', 'alice', -1, -1, 'lifetime', 1, 1, 0, 0, 0, 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	l := open(t, path)
+	admintest.SandboxLimitsMigrated(t, l)
+}
+
 // Issuers are stamped by the ledger's clock, to the second.
 func TestIssuerCreatedByClock(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 600, time.UTC)

@@ -95,6 +95,15 @@ var migrations = []string{
 	ALTER TABLE quotas ADD COLUMN prompts_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (prompts_per_minute >= -1)`,
 	// The issuer-wide prompt rate (billing.Quota.IssuerPromptsPerMinute), read as the others above.
 	`ALTER TABLE quotas ADD COLUMN issuer_prompts_per_minute INTEGER NOT NULL DEFAULT 0 CHECK (issuer_prompts_per_minute >= -1)`,
+	// The sandbox's hard limits (billing.SandboxQuota), read as the admission fields above; their minimums
+	// are checked by billing.Quota.Validate, not here, so that they may change without a migration.
+	`ALTER TABLE quotas ADD COLUMN max_processes INTEGER NOT NULL DEFAULT 0 CHECK (max_processes >= -1);
+	ALTER TABLE quotas ADD COLUMN max_memory_bytes INTEGER NOT NULL DEFAULT 0 CHECK (max_memory_bytes >= -1);
+	ALTER TABLE quotas ADD COLUMN cpu_millis INTEGER NOT NULL DEFAULT 0 CHECK (cpu_millis >= -1);
+	ALTER TABLE quotas ADD COLUMN max_tmp_bytes INTEGER NOT NULL DEFAULT 0 CHECK (max_tmp_bytes >= -1);
+	ALTER TABLE quotas ADD COLUMN max_workspace_bytes INTEGER NOT NULL DEFAULT 0 CHECK (max_workspace_bytes >= -1);
+	ALTER TABLE quotas ADD COLUMN max_concurrent_execs INTEGER NOT NULL DEFAULT 0 CHECK (max_concurrent_execs >= -1);
+	ALTER TABLE quotas ADD COLUMN max_stored_bytes INTEGER NOT NULL DEFAULT 0 CHECK (max_stored_bytes >= -1)`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

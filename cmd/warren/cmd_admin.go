@@ -38,8 +38,11 @@ commands:
   quota set ISS [-user SUB] [-ai-usd X] [-compute S] [-window W] [-max-sessions N] [-revision R]
                 [-max-issuer-sessions N] [-connects-per-minute N] [-issuer-connects-per-minute N]
                 [-prompts-per-minute N] [-issuer-prompts-per-minute N]
+                [-max-processes N] [-max-memory SIZE] [-cpu-millis N] [-max-tmp SIZE] [-max-workspace SIZE]
+                [-max-concurrent-execs N] [-max-stored SIZE]
                                    change a quota (flags left out keep their value; a new quota needs the
-                                   first four; the others default to "default": the edge's setting)
+                                   first four; the others default to "default": the edge's setting, or the
+                                   runner's for the sandbox limits; SIZE is bytes or 512MiB, 2GiB, ...)
   usage [-iss ISS] [-user SUB] [-from T] [-to T] [-group-by user|day|model] [-csv]
                                    usage and cost (default: this UTC month, by user)
   prices ls                        the model price table, USD per million tokens
@@ -322,7 +325,34 @@ func printQuota(w io.Writer, q quotaView) {
 	line("prompts", optionalLimit(q.PromptsPerMinute, " per minute", notSet))
 	if q.User == "" {
 		line("issuer prompts", optionalLimit(q.IssuerPromptsPerMinute, " per minute, all users", notSet))
+		notSet = "runner default"
 	}
+	// The sandbox's hard limits.
+	line("processes", optionalLimit(q.MaxProcesses, " at once", notSet))
+	line("memory", optionalSize(q.MaxMemoryBytes, "", notSet))
+	line("cpu", optionalLimit(q.CPUMillis, " millicores", notSet))
+	line("tmp", optionalSize(q.MaxTmpBytes, " per command", notSet))
+	line("workspace", optionalSize(q.MaxWorkspaceBytes, "", notSet))
+	line("execs", optionalLimit(q.MaxConcurrentExecs, " at once", notSet))
+	line("stored", optionalSize(q.MaxStoredBytes, " of snapshots", notSet))
+}
+
+// optionalSize is optionalLimit for a size in bytes, shown in the largest binary unit that divides it.
+func optionalSize(v int64, suffix, notSet string) string {
+	if v <= 0 {
+		return optionalLimit(v, "", notSet)
+	}
+	return byteSize(v) + suffix
+}
+
+// byteSize formats n bytes exactly: in TiB, GiB, MiB or KiB when one divides it, else in bytes.
+func byteSize(n int64) string {
+	for _, u := range sizeUnits {
+		if u.binary && n%u.bytes == 0 {
+			return strconv.FormatInt(n/u.bytes, 10) + " " + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // optionalLimit shows an admission field of a quota: unlimited, the value with its unit, or what applies
@@ -349,6 +379,13 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	fs.String("issuer-connects-per-minute", "", "agent connects per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only")
 	fs.String("prompts-per-minute", "", "prompts per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)")
 	fs.String("issuer-prompts-per-minute", "", "prompts per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only")
+	fs.String("max-processes", "", "processes and threads alive at once in each user's sandbox (`N`, at least 8), unlimited, or default (the issuer's, else the runner's)")
+	fs.String("max-memory", "", "memory of each user's sandbox (`SIZE`: bytes, 512MiB, 2GiB; at least 16MiB), unlimited, or default (the issuer's, else the runner's)")
+	fs.String("cpu-millis", "", "CPU of each user's sandbox in thousandths of a core (`N`, 1000: one core; at least 10), unlimited, or default (the issuer's, else the runner's)")
+	fs.String("max-tmp", "", "private /tmp of each command (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
+	fs.String("max-workspace", "", "bytes under each user's /workspace (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
+	fs.String("max-concurrent-execs", "", "commands running at once in each user's sandbox (`N`), unlimited, or default (the issuer's, else the runner's)")
+	fs.String("max-stored", "", "bytes each user's snapshots keep in the blob store (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
 	revision := fs.Int64("revision", -1, "the `revision` you read (default: the current one, read just before writing)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -384,24 +421,33 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		exists = false
 	}
 	q := cur.Quota
-	// The admission fields are optional: a flag left out keeps the value, never counted as missing.
+	// The admission fields and sandbox limits are optional: a flag left out keeps the value, never counted
+	// as missing.
 	optional := 0
 	for _, f := range []struct {
-		name string
-		v    *int64
+		name  string
+		v     *int64
+		parse func(string) (int64, error)
 	}{
-		{"max-issuer-sessions", &q.MaxIssuerSessions},
-		{"connects-per-minute", &q.ConnectsPerMinute},
-		{"issuer-connects-per-minute", &q.IssuerConnectsPerMinute},
-		{"prompts-per-minute", &q.PromptsPerMinute},
-		{"issuer-prompts-per-minute", &q.IssuerPromptsPerMinute},
+		{"max-issuer-sessions", &q.MaxIssuerSessions, parseOptionalLimit},
+		{"connects-per-minute", &q.ConnectsPerMinute, parseOptionalLimit},
+		{"issuer-connects-per-minute", &q.IssuerConnectsPerMinute, parseOptionalLimit},
+		{"prompts-per-minute", &q.PromptsPerMinute, parseOptionalLimit},
+		{"issuer-prompts-per-minute", &q.IssuerPromptsPerMinute, parseOptionalLimit},
+		{"max-processes", &q.MaxProcesses, parseOptionalLimit},
+		{"max-memory", &q.MaxMemoryBytes, parseOptionalSize},
+		{"cpu-millis", &q.CPUMillis, parseOptionalLimit},
+		{"max-tmp", &q.MaxTmpBytes, parseOptionalSize},
+		{"max-workspace", &q.MaxWorkspaceBytes, parseOptionalSize},
+		{"max-concurrent-execs", &q.MaxConcurrentExecs, parseOptionalLimit},
+		{"max-stored", &q.MaxStoredBytes, parseOptionalSize},
 	} {
 		if !flagSet(fs, f.name) {
 			continue
 		}
 		optional++
 		v := fs.Lookup(f.name).Value.String()
-		n, err := parseOptionalLimit(v)
+		n, err := f.parse(v)
 		if err != nil {
 			return fmt.Errorf("-%s %q: %w", f.name, v, err)
 		}
@@ -429,7 +475,7 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	case !exists && len(missing) > 0:
 		return fmt.Errorf("%s has no quota yet: a new one needs %s", strings.TrimPrefix(path, "/v1/quotas/"), strings.Join(missing, ", "))
 	case len(missing) == 4 && optional == 0:
-		return errors.New("nothing to set: pass -ai-usd, -compute, -window, -max-sessions or a rate or issuer cap flag")
+		return errors.New("nothing to set: pass -ai-usd, -compute, -window, -max-sessions or a rate, issuer cap or sandbox limit flag")
 	}
 	expected := cur.Revision
 	if flagSet(fs, "revision") {
@@ -442,7 +488,10 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		"max_concurrent_sessions": q.MaxConcurrentSessions, "revision": expected,
 		"max_issuer_sessions": q.MaxIssuerSessions, "connects_per_minute": q.ConnectsPerMinute,
 		"issuer_connects_per_minute": q.IssuerConnectsPerMinute, "prompts_per_minute": q.PromptsPerMinute,
-		"issuer_prompts_per_minute": q.IssuerPromptsPerMinute}
+		"issuer_prompts_per_minute": q.IssuerPromptsPerMinute, "max_processes": q.MaxProcesses,
+		"max_memory_bytes": q.MaxMemoryBytes, "cpu_millis": q.CPUMillis, "max_tmp_bytes": q.MaxTmpBytes,
+		"max_workspace_bytes": q.MaxWorkspaceBytes, "max_concurrent_execs": q.MaxConcurrentExecs,
+		"max_stored_bytes": q.MaxStoredBytes}
 	var stored quotaView
 	if err := c.call(ctx, "PUT", path, nil, body, &stored); err != nil {
 		return err
@@ -719,6 +768,54 @@ func parseOptionalLimit(s string) (int64, error) {
 		return 0, errors.New("0 is not a limit here: pass default to use the default, or a positive count")
 	}
 	return 0, errors.New("want a positive count, unlimited, or default")
+}
+
+// sizeUnits are the units parseSize reads and byteSize writes, largest first.
+var sizeUnits = []struct {
+	name   string
+	bytes  int64
+	binary bool
+}{
+	{"TiB", 1 << 40, true}, {"GiB", 1 << 30, true}, {"MiB", 1 << 20, true}, {"KiB", 1 << 10, true},
+	{"TB", 1e12, false}, {"GB", 1e9, false}, {"MB", 1e6, false}, {"KB", 1e3, false}, {"B", 1, false},
+}
+
+// parseSize reads a positive number of bytes: an integer, or a number with a unit (512MiB, 1.5GiB, 2GB;
+// the unit in any case, a space before it allowed). Fractions are rounded to the byte.
+func parseSize(s string) (int64, error) {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range sizeUnits {
+		if len(num) > len(u.name) && strings.EqualFold(num[len(num)-len(u.name):], u.name) {
+			num, mult = strings.TrimSpace(num[:len(num)-len(u.name)]), u.bytes
+			break
+		}
+	}
+	if n, err := strconv.ParseInt(num, 10, 64); err == nil && n > 0 && n <= math.MaxInt64/mult {
+		return n * mult, nil
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || math.IsNaN(f) || f <= 0 || f*float64(mult) >= math.MaxInt64 || math.Round(f*float64(mult)) < 1 {
+		return 0, errors.New("want a positive size: bytes, or a number with a unit such as 512MiB or 2GiB")
+	}
+	return int64(math.Round(f * float64(mult))), nil
+}
+
+// parseOptionalSize is parseOptionalLimit for a size (parseSize).
+func parseOptionalSize(s string) (int64, error) {
+	switch {
+	case s == "default":
+		return 0, nil
+	case isUnlimited(s):
+		return billing.Unlimited, nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n == 0 {
+		return 0, errors.New("0 is not a limit here: pass default to use the default, or a positive size")
+	}
+	n, err := parseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w, unlimited, or default", err)
+	}
+	return n, nil
 }
 
 // usd formats microdollars as USD with at least two decimals and no rounding: 0.30, 3.75, 0.0001.

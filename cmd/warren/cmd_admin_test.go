@@ -273,6 +273,81 @@ func TestAdminQuotaIssuerPrompts(t *testing.T) {
 	}
 }
 
+// The sandbox limit flags: counts and sizes (bytes or with a unit), unlimited or default, on the issuer's
+// default and on an override, shown in the table (sizes in binary units) and in -json; 0 and junk refused
+// here naming the flag, a value below the field's minimum by the API naming the field.
+func TestAdminQuotaSandboxLimits(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	out := e.mustRun(t, "quota", "set", "acme", "-ai-usd", "5", "-compute", "3600", "-window", "day", "-max-sessions", "2",
+		"-max-processes", "64", "-max-memory", "512MiB", "-cpu-millis", "1500", "-max-tmp", "64mib",
+		"-max-workspace", "2 GiB", "-max-concurrent-execs", "3", "-max-stored", "10737418240")
+	for _, want := range []string{"processes        64 at once", "memory           512 MiB", "cpu              1500 millicores",
+		"tmp              64 MiB per command", "workspace        2 GiB", "execs            3 at once",
+		"stored           10 GiB of snapshots"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("quota set lacks %q:\n%s", want, out)
+		}
+	}
+	var q quotaView
+	e.mustJSON(t, &q, "quota", "set", "acme", "-max-memory", "unlimited", "-max-stored", "default", "-max-tmp", "1.5GiB")
+	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
+		MaxConcurrentSessions: 2, Revision: 2, SandboxQuota: billing.SandboxQuota{MaxProcesses: 64, MaxMemoryBytes: -1,
+			CPUMillis: 1500, MaxTmpBytes: 3 << 29, MaxWorkspaceBytes: 2 << 30, MaxConcurrentExecs: 3}}}
+	if q != want {
+		t.Fatalf("quota set = %+v, want %+v", q, want)
+	}
+	out = e.mustRun(t, "quota", "get", "acme")
+	for _, want := range []string{"memory           unlimited", "stored           runner default", "tmp              1536 MiB per command"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("quota get lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range [][]string{
+		{"-max-memory", "0"}, {"-max-memory", "-2"}, {"-max-memory", "lots"}, {"-max-tmp", "12XB"}, {"-max-stored", "0.0001"},
+		{"-max-workspace", "-1GiB"}, {"-max-processes", "0"}, {"-cpu-millis", "1.5"}, {"-max-concurrent-execs", "many"},
+	} {
+		if _, _, err := e.run(t, append([]string{"quota", "set", "acme"}, bad...)...); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("quota set %v: %v, want an error naming the flag", bad, err)
+		}
+	}
+	for _, bad := range [][]string{{"-max-memory", "1MiB", "max_memory_bytes"}, {"-max-processes", "7", "max_processes"},
+		{"-cpu-millis", "9", "cpu_millis"}} {
+		_, _, err := e.run(t, "quota", "set", "acme", bad[0], bad[1])
+		if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), bad[2]) {
+			t.Errorf("quota set %s %s: %v, want invalid_argument naming %s", bad[0], bad[1], err, bad[2])
+		}
+	}
+	if e.mustJSON(t, &q, "quota", "get", "acme"); q != want {
+		t.Fatalf("refused writes changed the quota: %+v, want %+v", q, want)
+	}
+
+	// An override may set them too; what it leaves unset falls back to the issuer's.
+	out = e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-ai-usd", "1", "-compute", "60", "-window", "day",
+		"-max-sessions", "1", "-max-memory", "1GiB")
+	if !strings.Contains(out, "memory           1 GiB") || !strings.Contains(out, "processes        issuer default") {
+		t.Fatalf("quota set -user alice:\n%s", out)
+	}
+}
+
+// parseSize reads bytes and sizes with a unit exactly; fractions round to the byte; overflows and sizes
+// that round to nothing are refused.
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"1": 1, "4096": 4096, "16MiB": 16 << 20, "16 MiB": 16 << 20, "2gib": 2 << 30, "1.5GiB": 3 << 29, "3KiB": 3 << 10,
+		"1TiB": 1 << 40, "2GB": 2e9, "5kb": 5000, "7B": 7, "0.5KiB": 512, "8388607TiB": 8388607 << 40,
+	} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-1", "GiB", "1XiB", "0.1B", "8388608TiB", "1e30", "NaN", "inf", "1.5.5MiB"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
 func TestAdminUsage(t *testing.T) {
 	e := newAdminEnv(t)
 	day := time.Date(2030, 3, 4, 12, 0, 0, 0, time.UTC)
