@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/agent/claude"
@@ -79,12 +81,47 @@ func (r *Runner) buildSnapshots() error {
 	s, err := snapshot.New(snapshot.Config{
 		Store: r.cfg.Snapshots, Prefix: r.cfg.SnapshotPrefix, Dirs: dirs,
 		Logger: r.log.With("component", "snapshot"), Now: r.cfg.Now,
+		StoredBytesLimit: r.storedBytesLimit,
 	})
 	if err != nil {
 		return fmt.Errorf("snapshots: %w", err)
 	}
 	r.snap = s
+	// One runner per user, so the gauge is the user's without a label (no cardinality from users).
+	if err := r.metrics.reg.Register(&storedBytesCollector{snap: s, desc: newStoredBytesDesc()}); err != nil {
+		return fmt.Errorf("snapshots: metrics: %w", err)
+	}
 	return nil
+}
+
+// storedBytesLimit is the grant's cap on the bytes the snapshots keep (Grant.Limits.StoredBytes; 0 not
+// set and -1 unlimited are both no cap).
+func (r *Runner) storedBytesLimit() int64 {
+	if l := r.Grant().Limits; l != nil {
+		return l.StoredBytes
+	}
+	return 0
+}
+
+func newStoredBytesDesc() *prometheus.Desc {
+	return prometheus.NewDesc("warren_snapshot_stored_bytes",
+		"Bytes this sandbox's snapshots keep in the blob store (retained snapshots and not yet collected garbage), "+
+			"as last measured by garbage collection plus what was written since; absent until first measured.",
+		nil, nil)
+}
+
+// storedBytesCollector reports snapshot.Snapshotter.StoredBytes once it is known.
+type storedBytesCollector struct {
+	snap *snapshot.Snapshotter
+	desc *prometheus.Desc
+}
+
+func (c *storedBytesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *storedBytesCollector) Collect(ch chan<- prometheus.Metric) {
+	if v := c.snap.StoredBytes(); v >= 0 {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(v))
+	}
 }
 
 // restore brings back the latest snapshot before the runner serves anything.
@@ -121,18 +158,35 @@ func (r *Runner) snapshot(ctx context.Context, why string) {
 	defer r.snapMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	_, st, err := r.snap.Snapshot(ctx, r.cfg.Epoch)
+	m, st, err := r.snap.Snapshot(ctx, r.cfg.Epoch)
 	switch {
 	case errors.Is(err, snapshot.ErrFenced):
 		r.log.Error("snapshot fenced: a newer runner owns this sandbox; stopping", "why", why)
 		r.stop(ErrFencedOff)
+		return
+	case errors.Is(err, snapshot.ErrStoredBytesQuota):
+		// The previous snapshot stays latest; what changed since is not persisted until usage goes down.
+		r.log.Warn("snapshot refused: stored-bytes limit", "why", why, "code", wire.CodeOf(err),
+			"limit_bytes", r.storedBytesLimit(), "stored_bytes", r.snap.StoredBytes(), "err", err)
+		return
 	case err != nil:
 		r.log.Error("snapshot failed", "why", why, "err", err)
+		return
 	default:
-		r.log.Info("snapshot written", "why", why, "files", st.Files, "uploaded_files", st.FilesUploaded,
-			"uploaded_bytes", st.BytesUploaded, "ms", st.Duration.Milliseconds())
+		r.log.Info("snapshot written", "why", why, "snapshot", fmt.Sprintf("%d-%d", m.Epoch, m.Seq), "files", st.Files,
+			"uploaded_files", st.FilesUploaded, "uploaded_bytes", st.BytesUploaded, "ms", st.Duration.Milliseconds())
+	}
+	// Garbage collection after a commit, at most every snapshot.DefaultGCEvery, bounded and cancelled
+	// with ctx (the Snapshotter logs its outcome with the prefix).
+	gctx, gcancel := context.WithTimeout(ctx, gcTimeout)
+	defer gcancel()
+	if _, ran, err := r.snap.CollectIfDue(gctx); ran && err != nil {
+		r.log.Warn("snapshot gc failed", "why", why, "err", err)
 	}
 }
+
+// gcTimeout bounds one garbage collection after a snapshot.
+const gcTimeout = 2 * time.Minute
 
 // Grant is the newest grant an admitted caller brought (zero before any).
 func (r *Runner) Grant() wire.Grant {

@@ -12,4 +12,8 @@ var (
 	// ErrCorrupt: a manifest, the latest pointer or a blob read from the store is malformed, of an
 	// unknown version, unsafe (a path leaving its directory), missing, or does not match its hash.
 	ErrCorrupt = errors.New("corrupt snapshot")
+	// ErrStoredBytesQuota: the snapshot would take the bytes the prefix holds past Config.StoredBytesLimit.
+	// It is refused before the upload that would cross the limit; the latest snapshot stays what it was.
+	// The error is also a *wire.Error of code resource_exhausted.
+	ErrStoredBytesQuota = errors.New("stored-bytes quota exceeded")
 )

@@ -11,3 +11,6 @@ func Trusted(mtime, ctime int64, hashedAt time.Time, margin time.Duration) bool 
 	id := fileID{dev: 1, ino: 2, size: 3, mtime: mtime, ctime: ctime}
 	return cached{id: id, hashedAt: hashedAt}.trusted(id, margin)
 }
+
+// ParseManifestName exposes the parser of listed manifest names to the fuzz test.
+var ParseManifestName = parseManifestName

@@ -273,6 +273,8 @@ type pointer struct {
 	Seq      int64     `json:"seq"`
 	Manifest string    `json:"manifest"`
 	Time     time.Time `json:"time"`
+
+	size int // bytes of the object it was read from (0 when not read)
 }
 
 // parsePointer decodes the latest pointer, which must name the manifest key its epoch and seq imply.
@@ -284,6 +286,7 @@ func parsePointer(data []byte, prefix string) (pointer, error) {
 	if p.Epoch < 0 || p.Seq < 1 || p.Manifest != manifestKey(prefix, p.Epoch, p.Seq) {
 		return pointer{}, fmt.Errorf("%w: latest pointer %d-%d names manifest %q", ErrCorrupt, p.Epoch, p.Seq, p.Manifest)
 	}
+	p.size = len(data)
 	return p, nil
 }
 

@@ -28,12 +28,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warren-mesh/warren/internal/blob"
@@ -56,8 +57,23 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for manifest times and durations; nil means time.Now.
 	Now func() time.Time
-	// Concurrency bounds parallel hashing, uploads and downloads (default 8).
+	// Concurrency bounds parallel hashing, uploads, downloads and deletions (default 8).
 	Concurrency int
+
+	// Garbage collection (Collect). Retention is how many of the newest snapshots are kept besides those
+	// younger than Grace (default DefaultRetention, at least 1). Grace is the age below which no manifest
+	// or blob is collected (default DefaultGrace); a snapshot must write its manifest within Grace/2 of
+	// its start and renews a stored blob older than Grace/2 that it reuses. GCEvery spaces CollectIfDue
+	// (default DefaultGCEvery); MaxDeletes bounds the deletions of one Collect (default DefaultMaxDeletes).
+	Retention  int
+	Grace      time.Duration
+	GCEvery    time.Duration
+	MaxDeletes int
+
+	// StoredBytesLimit, if set, is asked at every Snapshot for the cap on the bytes the prefix may hold
+	// (every object under it, retained snapshots and not yet collected garbage included); <= 0 is no cap.
+	// A snapshot that would go past it fails with ErrStoredBytesQuota before the upload that would.
+	StoredBytesLimit func() int64
 }
 
 // DefaultConcurrency is Config.Concurrency's default.
@@ -101,8 +117,13 @@ type Snapshotter struct {
 	mu sync.Mutex
 	// cache maps a file to its identity and hash when this Snapshotter last hashed it.
 	cache map[cacheKey]cached
-	// known holds the hashes of the last snapshot taken or restored, whose blobs are in the store.
+	// known holds the hashes of the last snapshot committed or restored, whose blobs are in the store
+	// (latest names it, so Collect keeps them).
 	known map[string]struct{}
+	// lastGC is when Collect last ran (zero: never).
+	lastGC time.Time
+	// stored is the bytes under the prefix as last measured plus what was written since; -1 unknown.
+	stored atomic.Int64
 }
 
 // New validates cfg and returns a Snapshotter. It does no I/O.
@@ -116,6 +137,18 @@ func New(cfg Config) (*Snapshotter, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.GCEvery == 0 {
+		cfg.GCEvery = DefaultGCEvery
+	}
+	if cfg.MaxDeletes == 0 {
+		cfg.MaxDeletes = DefaultMaxDeletes
+	}
 	var errs []string
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -126,6 +159,9 @@ func New(cfg Config) (*Snapshotter, error) {
 	check(validPrefix(cfg.Prefix), "prefix %q is not a valid blob key", cfg.Prefix)
 	check(len(cfg.Dirs) > 0, "at least one dir is required")
 	check(cfg.Concurrency > 0, "concurrency must be positive")
+	check(cfg.Retention > 0, "retention must be positive")
+	check(cfg.Grace > 0 && cfg.GCEvery > 0, "grace and gc interval must be positive")
+	check(cfg.MaxDeletes > 0, "max deletes must be positive")
 	names := make([]string, 0, len(cfg.Dirs))
 	for name, dir := range cfg.Dirs {
 		check(checkDirName(name) == nil, "dir name %q must be 1 to 64 bytes of [A-Za-z0-9._-]", name)
@@ -141,7 +177,9 @@ func New(cfg Config) (*Snapshotter, error) {
 		dirs[name] = filepath.Clean(dir)
 	}
 	cfg.Dirs = dirs
-	return &Snapshotter{cfg: cfg, names: names, racy: racyMargin}, nil
+	s := &Snapshotter{cfg: cfg, names: names, racy: racyMargin}
+	s.stored.Store(-1)
+	return s, nil
 }
 
 // validPrefix accepts a blob key (see package blob) that leaves room for the suffixes added to it.
@@ -192,17 +230,37 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 		seq = latest.Seq + 1
 	}
 
-	m, st, err := s.collect(ctx)
+	up := &uploads{known: maps.Clone(s.known), inflight: make(map[string]chan struct{}),
+		reuseAfter: start.Add(-s.cfg.Grace / 2)}
+	if up.known == nil {
+		up.known = make(map[string]struct{})
+	}
+	if s.cfg.StoredBytesLimit != nil {
+		if up.limit = s.cfg.StoredBytesLimit(); up.limit > 0 && s.stored.Load() < 0 {
+			if err := s.measure(ctx); err != nil {
+				return Manifest{}, Stats{}, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
+			}
+		}
+	}
+	up.base = s.stored.Load()
+
+	m, hashes, st, err := s.collect(ctx, up)
 	if err != nil {
 		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
 	}
 	m.Epoch, m.Seq, m.Time = epoch, seq, s.cfg.Now().UTC()
+	// Collect may delete a blob this snapshot relies on once Grace/2 has passed since it started; the
+	// manifest, which protects them, must exist before then.
+	if took := s.cfg.Now().Sub(start); took > s.cfg.Grace/2 {
+		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: took %v, more than half the gc grace period %v: not committed", epoch, took, s.cfg.Grace)
+	}
 
-	key, err := s.writeManifest(ctx, &m)
+	key, size, err := s.writeManifest(ctx, &m, up)
 	if err != nil {
 		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
 	}
-	if err := s.commit(ctx, m, key); err != nil {
+	grown, err := s.commit(ctx, m, key)
+	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			// Nothing points at the manifest; remove it so only committed manifests remain. Its blobs
 			// stay: they are shared and harmless.
@@ -211,6 +269,11 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 			}
 		}
 		return Manifest{}, st, fmt.Errorf("snapshot %d-%d: %w", m.Epoch, m.Seq, err)
+	}
+	s.known = hashes // latest names them now
+	s.checkRenewed(ctx, up)
+	if up.base >= 0 {
+		s.stored.Store(up.base + up.added.Load() + size + grown)
 	}
 	st.Duration = s.cfg.Now().Sub(start)
 	s.cfg.Logger.Info("snapshot committed", "epoch", m.Epoch, "seq", m.Seq, "files", st.Files,
@@ -222,50 +285,56 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 
 // writeManifest stores m create-only, taking the next seq if its key is already taken (by a concurrent
 // writer of the same epoch), so a manifest object is never overwritten.
-func (s *Snapshotter) writeManifest(ctx context.Context, m *Manifest) (string, error) {
+// It returns the key and the manifest's size; a manifest that would take the stored bytes past up's
+// limit is not written.
+func (s *Snapshotter) writeManifest(ctx context.Context, m *Manifest, up *uploads) (string, int64, error) {
 	for range 16 {
 		data, err := m.Marshal()
 		if err != nil {
-			return "", err
+			return "", 0, err
+		}
+		if err := up.fits(int64(len(data))); err != nil {
+			return "", 0, err
 		}
 		key := manifestKey(s.cfg.Prefix, m.Epoch, m.Seq)
 		_, err = s.cfg.Store.PutIf(ctx, key, data, "")
 		if err == nil {
-			return key, nil
+			return key, int64(len(data)), nil
 		}
 		if !errors.Is(err, blob.ErrPrecondition) {
-			return "", fmt.Errorf("write manifest: %w", err)
+			return "", 0, fmt.Errorf("write manifest: %w", err)
 		}
 		m.Seq++
 	}
-	return "", fmt.Errorf("write manifest: every seq up to %d-%d is taken", m.Epoch, m.Seq)
+	return "", 0, fmt.Errorf("write manifest: every seq up to %d-%d is taken", m.Epoch, m.Seq)
 }
 
 // commit points latest at the manifest with a compare-and-set, refusing with ErrFenced when latest
-// holds a newer epoch. A lost race (ErrPrecondition) is retried from the read.
-func (s *Snapshotter) commit(ctx context.Context, m Manifest, key string) error {
+// holds a newer epoch. A lost race (ErrPrecondition) is retried from the read. It returns by how many
+// bytes latest grew.
+func (s *Snapshotter) commit(ctx context.Context, m Manifest, key string) (int64, error) {
 	data, err := json.Marshal(pointer{Epoch: m.Epoch, Seq: m.Seq, Manifest: key, Time: m.Time})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for range commitAttempts {
 		latest, etag, found, err := s.readLatest(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if found && latest.Epoch > m.Epoch {
-			return fmt.Errorf("%w: latest is %d-%d", ErrFenced, latest.Epoch, latest.Seq)
+			return 0, fmt.Errorf("%w: latest is %d-%d", ErrFenced, latest.Epoch, latest.Seq)
 		}
 		_, err = s.cfg.Store.PutIf(ctx, latestKey(s.cfg.Prefix), data, etag)
 		if err == nil {
-			return nil
+			return int64(len(data) - latest.size), nil
 		}
 		if !errors.Is(err, blob.ErrPrecondition) {
-			return fmt.Errorf("commit latest: %w", err)
+			return 0, fmt.Errorf("commit latest: %w", err)
 		}
 		s.cfg.Logger.Debug("snapshot: latest changed during commit, retrying", "epoch", m.Epoch, "seq", m.Seq)
 	}
-	return fmt.Errorf("commit latest: changed by other writers %d times in a row: %w", commitAttempts, blob.ErrPrecondition)
+	return 0, fmt.Errorf("commit latest: changed by other writers %d times in a row: %w", commitAttempts, blob.ErrPrecondition)
 }
 
 // readLatest reads the latest pointer; etag is "" when there is none.
@@ -290,21 +359,12 @@ func (s *Snapshotter) Latest(ctx context.Context) (Manifest, bool, error) {
 	if err != nil || !found {
 		return Manifest{}, false, err
 	}
-	rc, err := s.cfg.Store.Get(ctx, p.Manifest)
-	if err != nil {
-		if errors.Is(err, blob.ErrNotFound) {
-			return Manifest{}, false, fmt.Errorf("%w: latest names missing manifest %s: %w", ErrCorrupt, p.Manifest, err)
-		}
-		return Manifest{}, false, fmt.Errorf("read manifest: %w", err)
+	m, err := s.readManifest(ctx, p.Manifest)
+	if errors.Is(err, blob.ErrNotFound) {
+		return Manifest{}, false, fmt.Errorf("%w: latest names missing manifest %s: %w", ErrCorrupt, p.Manifest, err)
 	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
 	if err != nil {
-		return Manifest{}, false, fmt.Errorf("read manifest %s: %w", p.Manifest, err)
-	}
-	m, err := ParseManifest(data)
-	if err != nil {
-		return Manifest{}, false, fmt.Errorf("manifest %s: %w", p.Manifest, err)
+		return Manifest{}, false, err
 	}
 	if m.Epoch != p.Epoch || m.Seq != p.Seq {
 		return Manifest{}, false, fmt.Errorf("%w: manifest %s holds snapshot %d-%d", ErrCorrupt, p.Manifest, m.Epoch, m.Seq)

@@ -522,7 +522,7 @@ func TestFileChangesDuringUpload(t *testing.T) {
 	big := strings.Repeat("0123456789abcdef", (5<<20)/16)
 	write(t, filepath.Join(ws, "log"), big, 0o644)
 	var once sync.Once
-	hooked := &hookStore{Store: store, beforeExists: func(key string) {
+	hooked := &hookStore{Store: store, beforeStat: func(key string) {
 		once.Do(func() {
 			f, err := os.OpenFile(filepath.Join(ws, "log"), os.O_APPEND|os.O_WRONLY, 0)
 			must(t, err)
@@ -735,8 +735,8 @@ func TestNewValidates(t *testing.T) {
 // exact point.
 type hookStore struct {
 	blob.Store
-	beforePutIf  func(key string)
-	beforeExists func(key string)
+	beforePutIf func(key string)
+	beforeStat  func(key string)
 }
 
 func (h *hookStore) PutIf(ctx context.Context, key string, data []byte, ifMatch string) (string, error) {
@@ -746,9 +746,9 @@ func (h *hookStore) PutIf(ctx context.Context, key string, data []byte, ifMatch 
 	return h.Store.PutIf(ctx, key, data, ifMatch)
 }
 
-func (h *hookStore) Exists(ctx context.Context, key string) (bool, error) {
-	if h.beforeExists != nil {
-		h.beforeExists(key)
+func (h *hookStore) Stat(ctx context.Context, key string) (blob.Object, error) {
+	if h.beforeStat != nil {
+		h.beforeStat(key)
 	}
-	return h.Store.Exists(ctx, key)
+	return h.Store.Stat(ctx, key)
 }

@@ -10,7 +10,6 @@ import (
 	"hash"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/warren-mesh/warren/internal/blob"
+	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
@@ -88,34 +89,30 @@ type fileJob struct {
 
 // collect walks every directory and makes sure every file's content is in the store. It returns the
 // manifest's directories (epoch, seq and time are the caller's).
-func (s *Snapshotter) collect(ctx context.Context) (Manifest, Stats, error) {
+func (s *Snapshotter) collect(ctx context.Context, up *uploads) (Manifest, map[string]struct{}, Stats, error) {
 	var st Stats
 	m := Manifest{Version: ManifestVersion, Dirs: make([]Dir, 0, len(s.names))}
 	var jobs []*fileJob
 	for _, name := range s.names {
 		root, err := os.OpenRoot(s.cfg.Dirs[name])
 		if err != nil {
-			return Manifest{}, st, fmt.Errorf("dir %s: %w", name, err)
+			return Manifest{}, nil, st, fmt.Errorf("dir %s: %w", name, err)
 		}
 		defer root.Close()
 		d, dirJobs, err := s.walk(root, name, &st)
 		if err != nil {
-			return Manifest{}, st, fmt.Errorf("dir %s: %w", name, err)
+			return Manifest{}, nil, st, fmt.Errorf("dir %s: %w", name, err)
 		}
 		m.Dirs = append(m.Dirs, d)
 		jobs = append(jobs, dirJobs...)
 	}
 
-	up := &uploads{known: maps.Clone(s.known), inflight: make(map[string]chan struct{})}
-	if up.known == nil {
-		up.known = make(map[string]struct{})
-	}
 	cache := &sync.Map{} // cacheKey → cached, filled by the workers
 	err := parallel(ctx, len(jobs), s.cfg.Concurrency, func(ctx context.Context, i int) error {
 		return s.file(ctx, up, cache, jobs[i])
 	})
 	if err != nil {
-		return Manifest{}, st, err
+		return Manifest{}, nil, st, err
 	}
 
 	skipped := make(map[*Entry]bool)
@@ -152,14 +149,14 @@ func (s *Snapshotter) collect(ctx context.Context) (Manifest, Stats, error) {
 		slices.SortFunc(d.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
 	}
 
-	// Whatever happens to the commit, these blobs are in the store and these hashes are right.
-	s.known = hashes
+	// Whatever happens to the commit, these hashes are right. The blobs are in the store, but only the
+	// commit makes latest name them, so the caller makes them known then.
 	s.cache = make(map[cacheKey]cached)
 	cache.Range(func(k, v any) bool {
 		s.cache[k.(cacheKey)] = v.(cached)
 		return true
 	})
-	return m, st, nil
+	return m, hashes, st, nil
 }
 
 // walk lists one directory without following symlinks. Regular files come back as jobs whose entries
@@ -373,13 +370,33 @@ func (s *Snapshotter) ensureBlob(ctx context.Context, up *uploads, j *fileJob, d
 	ok := false
 	defer func() { up.release(e.SHA256, ok) }()
 	key := blobKey(s.cfg.Prefix, e.SHA256)
-	exists, err := s.cfg.Store.Exists(ctx, key)
-	if err != nil {
-		return fmt.Errorf("blob %s: %w", e.SHA256, err)
-	}
-	if exists {
-		ok = true
+	o, err := s.cfg.Store.Stat(ctx, key)
+	exists := err == nil
+	switch {
+	case exists && o.Modified.After(up.reuseAfter):
+		ok = true // young enough that Collect keeps it until this snapshot's manifest protects it
 		return nil
+	case exists:
+		// Old: Collect may delete it any time (no kept manifest may name it). Writing it again renews it;
+		// the snapshot checks it again after its commit (checkRenewed).
+		defer func() {
+			if ok {
+				up.mu.Lock()
+				up.renewed = append(up.renewed, j)
+				up.mu.Unlock()
+			}
+		}()
+	case !errors.Is(err, blob.ErrNotFound):
+		return fmt.Errorf("blob %s: %w", e.SHA256, err)
+	default:
+		if err := up.reserve(e.Size); err != nil {
+			return err
+		}
+		defer func() {
+			if !ok {
+				up.added.Add(-e.Size)
+			}
+		}()
 	}
 	if data != nil || e.Size == 0 {
 		err = s.cfg.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
@@ -437,6 +454,76 @@ type uploads struct {
 	mu       sync.Mutex
 	known    map[string]struct{}
 	inflight map[string]chan struct{}
+	// reuseAfter: a stored blob last written before it is written again rather than reused.
+	reuseAfter time.Time
+	// limit caps base + added (<= 0: no cap); base is the stored bytes before this snapshot (-1 unknown),
+	// added the bytes of new blobs uploaded or being uploaded.
+	limit, base int64
+	added       atomic.Int64
+	// renewed are the files whose old blob was written again (under mu).
+	renewed []*fileJob
+}
+
+// checkRenewed makes sure the blobs the snapshot renewed are still there after its commit. A Collect that
+// listed before the renewal and looked at a blob again just before it (then deleted it) may have removed
+// one; it is uploaded again from the file, or, if the file changed, forgotten so the next snapshot
+// uploads it. Collects listing after the commit keep them: latest names them.
+func (s *Snapshotter) checkRenewed(ctx context.Context, up *uploads) {
+	for _, j := range up.renewed {
+		e := j.entry
+		key := blobKey(s.cfg.Prefix, e.SHA256)
+		_, err := s.cfg.Store.Stat(ctx, key)
+		if !errors.Is(err, blob.ErrNotFound) {
+			continue
+		}
+		err = s.reupload(ctx, j, key)
+		if err == nil {
+			s.cfg.Logger.Warn("snapshot: a concurrent gc deleted a renewed blob; uploaded it again", "blob", e.SHA256)
+			continue
+		}
+		delete(s.known, e.SHA256)
+		s.cfg.Logger.Error("snapshot: a concurrent gc deleted a renewed blob; the next snapshot uploads it",
+			"blob", e.SHA256, "dir", j.dir, "path", e.Path, "err", err)
+	}
+}
+
+func (s *Snapshotter) reupload(ctx context.Context, j *fileJob, key string) error {
+	root, err := os.OpenRoot(s.cfg.Dirs[j.dir])
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	f, _, err := s.openSame(root, j.entry.Path, j.info)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	v := &verifier{r: io.LimitReader(f, j.entry.Size+1), h: sha256.New(), size: j.entry.Size, want: j.entry.SHA256}
+	return s.cfg.Store.Put(ctx, key, v, j.entry.Size)
+}
+
+// reserve counts n more bytes of new blobs, refusing when they would take the store past the limit.
+func (u *uploads) reserve(n int64) error {
+	added := u.added.Add(n)
+	if u.limit <= 0 || u.base+added <= u.limit {
+		return nil
+	}
+	u.added.Add(-n)
+	return quotaError(u.base, added, u.limit)
+}
+
+// fits checks that n more bytes (the manifest) keep the store within the limit.
+func (u *uploads) fits(n int64) error {
+	if added := u.added.Load() + n; u.limit > 0 && u.base+added > u.limit {
+		return quotaError(u.base, added, u.limit)
+	}
+	return nil
+}
+
+func quotaError(stored, adding, limit int64) error {
+	return wire.Wrap(wire.ResourceExhausted, ErrStoredBytesQuota, fmt.Sprintf(
+		"snapshot refused: the sandbox's snapshots would keep %d bytes in the store, over its limit of %d; the previous snapshot stays, delete files to get under the limit",
+		stored+adding, limit)).WithDetails(map[string]any{"stored_bytes": stored, "snapshot_bytes": adding, "limit_bytes": limit})
 }
 
 // acquire returns true if the caller must make sure the blob is stored (and then call release), false if
