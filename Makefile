@@ -71,9 +71,12 @@ postgres: ## install PostgreSQL (the CockroachDB wire stand-in for tests) from D
 	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
 	@echo "postgres: $$( (command -v initdb || ls /usr/lib/postgresql/*/bin/initdb) | head -1)"
 
-bwrap: ## install bubblewrap from Debian if missing
-	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
-	@command -v bwrap >/dev/null && echo "bubblewrap: $$(bwrap --version)"
+bwrap: ## install the sandbox's parts from Debian if missing: bubblewrap, pasta (passt), util-linux
+	@command -v bwrap >/dev/null && command -v pasta >/dev/null && command -v nsenter >/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap passt util-linux; }
+	@# pasta runs as each sandbox's unprivileged uid and opens /dev/net/tun: the Linux default mode is 0666.
+	@[ "$$(stat -c %a /dev/net/tun 2>/dev/null)" = 666 ] || $(SUDO) chmod 0666 /dev/net/tun
+	@command -v bwrap >/dev/null && echo "bubblewrap: $$(bwrap --version), pasta: $$(command -v pasta)"
 
 clean: ## remove build outputs (not the data dir)
 	rm -rf bin

@@ -3,6 +3,9 @@ package runner
 import (
 	"errors"
 	"net"
+	"net/netip"
+
+	"github.com/warren-mesh/warren/runner/isolate"
 
 	"fmt"
 	"github.com/warren-mesh/warren/billing"
@@ -47,6 +50,20 @@ type Config struct {
 	Insecure bool
 	// BwrapPath is the bubblewrap binary (default: "bwrap" looked up in PATH).
 	BwrapPath string
+	// UIDDir holds the locks of the host uids sandboxes run as (default isolate.DefaultUIDDir); used when
+	// the runner runs as root.
+	UIDDir string
+	// CgroupParent is the control group under which the sandbox's own is made (default "/warren"); "-"
+	// makes none (the task driver's limits alone then hold).
+	CgroupParent string
+	// HostNetwork shares the runner's network with the sandbox instead of giving it one of its own
+	// (-sandbox-network=host; development only: every host listener on loopback is reachable).
+	HostNetwork bool
+	// Pasta and Nsenter are the programs the sandbox's network needs (default: looked up in PATH).
+	Pasta, Nsenter string
+	// EgressAllow opens destinations the sandbox network refuses by default (private, link-local,
+	// loopback and the host's addresses), e.g. a package mirror.
+	EgressAllow []netip.Prefix
 
 	// DefaultExecTimeout applies when a request gives no timeoutMs (default 60s); MaxExecTimeout caps
 	// what a request may ask for (default 10m).
@@ -112,6 +129,21 @@ const (
 func (c Config) withDefaults() (Config, error) {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
+	}
+	if c.UIDDir == "" {
+		c.UIDDir = isolate.DefaultUIDDir
+	}
+	switch c.CgroupParent {
+	case "":
+		c.CgroupParent = "/warren"
+	case "-":
+		c.CgroupParent = ""
+	}
+	if c.Pasta == "" {
+		c.Pasta = "pasta"
+	}
+	if c.Nsenter == "" {
+		c.Nsenter = "nsenter"
 	}
 	if c.DefaultExecTimeout == 0 {
 		c.DefaultExecTimeout = DefaultExecTimeout

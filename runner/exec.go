@@ -58,6 +58,7 @@ func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 		DurationMs: res.Duration.Milliseconds(),
 		Truncated:  stdout.truncated || stderr.truncated,
 		TimedOut:   res.TimedOut,
+		OOMKilled:  res.OOMKilled,
 	})
 }
 
@@ -95,9 +96,19 @@ func (a *api) execSpec(er wire.ExecRequest) (isolate.Spec, error) {
 // runCommand runs spec, counting it and recording the outcome. An error from a cancelled context becomes
 // unavailable.
 func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
+	release, err := a.r.takeExec()
+	if err != nil {
+		a.r.metrics.execs.WithLabelValues(outcomeError).Inc()
+		return isolate.Result{ExitCode: -1}, err
+	}
+	defer release()
 	a.r.running.Add(1)
 	defer a.r.running.Add(-1)
+	oom := a.r.sandbox.OOMKills()
 	res, err := a.r.sandbox.Run(ctx, spec)
+	if err == nil && oom >= 0 && res.ExitCode == 128+9 && a.r.sandbox.OOMKills() > oom {
+		res.OOMKilled = true
+	}
 	outcome := outcomeOK
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -196,6 +207,7 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 					DurationMs: o.res.Duration.Milliseconds(),
 					Truncated:  truncated,
 					TimedOut:   o.res.TimedOut,
+					OOMKilled:  o.res.OOMKilled,
 				})
 			}
 			_ = rc.Flush()

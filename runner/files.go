@@ -53,6 +53,9 @@ func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	res, err := a.root.Write(p, req.Body, workspace.WriteOptions{Parents: parents, MaxSize: limit})
+	if err == nil && a.r.parts.uid != nil {
+		err = a.root.Give(res.Path, int(a.r.parts.uid.UID), int(a.r.parts.uid.UID))
+	}
 	if err != nil {
 		a.fileFail(w, req, "write", err)
 		return

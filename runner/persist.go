@@ -59,7 +59,7 @@ func (r *Runner) buildAgent() error {
 	}
 	driver, err := claude.New(claude.Config{
 		CLIPath: mc.CLIPath, Workspace: r.cfg.Workspace, Home: mc.Home, Bwrap: r.cfg.BwrapPath,
-		Insecure: r.cfg.Insecure, Endpoint: m.Endpoint, Env: mc.Env, Decorate: m.Decorate,
+		Insecure: r.cfg.Insecure, Sandbox: r.sandbox, Endpoint: m.Endpoint, Env: mc.Env, Decorate: m.Decorate,
 		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"), Policy: func(sessionID string) (claude.Permissions, json.RawMessage) { return r.policy(m.grantOf(sessionID)) },
 	})
 	if err != nil {

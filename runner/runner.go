@@ -34,7 +34,11 @@ type Runner struct {
 	cfg     Config
 	log     *slog.Logger
 	sandbox *isolate.Sandbox
+	parts   *sandboxParts // host uid, cgroup, network; released when Run ends
 	metrics *metrics
+
+	execLimit    atomic.Int64 // concurrent execs allowed (the grant's limit)
+	execsRunning atomic.Int64
 
 	ready   chan struct{}
 	addr    atomic.Pointer[string]
@@ -67,24 +71,23 @@ func New(cfg Config) (*Runner, error) {
 	if err := cfg.prepareDirs(); err != nil {
 		return nil, err
 	}
-	sb, err := isolate.New(isolate.Config{
-		Workspace: cfg.Workspace, Bwrap: cfg.BwrapPath, Insecure: cfg.Insecure, Now: cfg.Now,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+	r := &Runner{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stop: func(error) {}}
+	if err := r.buildSandbox(); err != nil {
+		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, sandbox: sb, ready: make(chan struct{}), stop: func(error) {}}
 	r.metrics = newMetrics(
 		func() float64 { return float64(r.clients.Load()) },
 		func() float64 { return float64(r.running.Load()) },
 	)
 	if cfg.Snapshots != nil {
 		if err := r.buildSnapshots(); err != nil {
+			r.parts.release()
 			return nil, err
 		}
 	}
 	if cfg.Model != nil && cfg.Agent == nil {
 		if err := r.buildAgent(); err != nil {
+			r.parts.release()
 			return nil, err
 		}
 	}
@@ -122,10 +125,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	if r.cfg.Listener != nil {
 		defer r.cfg.Listener.Close() // also on the early returns below; a second close is harmless
 	}
+	defer r.parts.release()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	r.stop = stop
 	if err := r.restore(ctx); err != nil {
+		return err
+	}
+	if err := r.giveFiles(); err != nil {
 		return err
 	}
 	root, err := workspace.Open(r.cfg.Workspace)
@@ -139,6 +146,13 @@ func (r *Runner) Run(ctx context.Context) error {
 			return fmt.Errorf("model proxy: %w", err)
 		}
 		r.agent.proxyURL = url
+	}
+	proxyURL := ""
+	if r.agent != nil {
+		proxyURL = r.agent.proxyURL
+	}
+	if err := r.attachNetwork(proxyURL); err != nil {
+		return err
 	}
 	ln := r.cfg.Listener
 	if ln == nil {

@@ -142,6 +142,7 @@ func (a *api) auth(next http.Handler) http.Handler {
 				return
 			}
 			a.r.grant.Store(&g)
+			a.r.applyLimits(g.Limits)
 		}
 		// Activity keeps the sandbox awake, however short the request (the idle check samples).
 		a.r.inflight.Add(1)

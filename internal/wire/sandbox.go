@@ -22,6 +22,9 @@ type ExecResult struct {
 	DurationMs int64  `json:"durationMs"`
 	Truncated  bool   `json:"truncated,omitempty"`
 	TimedOut   bool   `json:"timedOut,omitempty"`
+	// OOMKilled: the command was killed because the sandbox reached its memory limit (the quota's
+	// max_memory_bytes); ExitCode is then 137.
+	OOMKilled bool `json:"oomKilled,omitempty"`
 }
 
 // Server-sent event names of a streamed exec (Accept: text/event-stream). stdout and stderr events carry

@@ -25,9 +25,12 @@ const initWait = 2 * time.Second
 // the sandbox running with no parent (seen about once in fifty immediate cancels).
 type boxCmd struct {
 	*exec.Cmd
-	init  *sandboxInit // nil in insecure mode
-	infoR *os.File
-	infoW *os.File
+	init   *sandboxInit // nil in insecure mode
+	infoR  *os.File
+	infoW  *os.File
+	fds    *fdSet   // what the child inherits (bubblewrap only)
+	gateW  *os.File // opens the gate (see Sandbox.command)
+	cgroup *Cgroup  // nil: none
 }
 
 // sandboxInit holds a pidfd of the sandbox's init once bwrap has reported it. The pidfd pins the process,
@@ -49,21 +52,47 @@ func checkPidfd() error {
 	return nil
 }
 
-// start starts the command and, under bubblewrap, begins reading bwrap's report.
+// start starts the command and, under bubblewrap, puts it into the sandbox's cgroup while it waits at the
+// gate, opens the gate, and begins reading bwrap's report.
 func (c *boxCmd) start() error {
 	err := c.Start()
-	if c.infoW != nil {
-		c.infoW.Close() // bwrap's copy is the one that matters; ours would hide bwrap's exit
+	if c.fds != nil {
+		c.fds.closePassed() // the child's copies matter; ours would hide bwrap's exit
 	}
 	if err != nil {
-		if c.infoR != nil {
+		if c.init != nil {
 			c.infoR.Close()
+			c.gateW.Close()
 			close(c.init.known)
 		}
 		return err
 	}
-	if c.init != nil {
-		go c.init.read(c.infoR, c.Process.Pid)
+	if c.init == nil {
+		return nil
+	}
+	if err := c.limit(); err != nil {
+		c.gateW.Close() // the gate fails: nothing runs
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		c.infoR.Close()
+		close(c.init.known)
+		return err
+	}
+	_, err = c.gateW.Write([]byte("\n"))
+	c.gateW.Close()
+	go c.init.read(c.infoR, c.Process.Pid)
+	if err != nil {
+		return nil // the process is gone already; wait reports how it ended
+	}
+	return nil
+}
+
+// limit puts the gated process into the sandbox's cgroup; what it starts inherits it.
+func (c *boxCmd) limit() error {
+	if c.cgroup != nil {
+		if err := c.cgroup.add(c.Process.Pid); err != nil {
+			return fmt.Errorf("sandbox cgroup: %w", err)
+		}
 	}
 	return nil
 }
@@ -115,9 +144,8 @@ func (c *boxCmd) kill() error {
 
 // abort releases what command prepared for a command that will not be started.
 func (c *boxCmd) abort() {
-	if c.infoR != nil {
-		c.infoR.Close()
-		c.infoW.Close()
+	if c.fds != nil {
+		c.fds.closeAll()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -18,21 +19,16 @@ const WorkspaceMount = "/workspace"
 const Hostname = "warren"
 
 // systemDirs are the host paths made visible, read-only, inside the sandbox. Anything else of the host
-// (data dirs, the runner's state dir, other users' workspaces, /home, /root, /var, /run, /srv, /mnt) is
-// absent.
-var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
-
-// maskedFiles are secrets of the host that live under /etc; they are covered with /dev/null (which the
-// nodev bind makes unreadable) because the sandbox shares the runner's uid and could otherwise read files
-// only the owner may read.
-var maskedFiles = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key"}
+// (data dirs, the runner's state dir, other users' workspaces, /home, /root, /var, /run, /srv, /mnt, /sys)
+// is absent, and /etc is a minimal one of the sandbox's own.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
 // systemMounts returns the bwrap arguments that reproduce the system directories found under hostRoot ("/"
 // outside tests). A directory is bind-mounted read-only; a symlink (usrmerge: /bin -> usr/bin) is recreated
-// as the same symlink, so it resolves inside the read-only /usr; a missing entry is skipped.
+// as the same symlink, so it resolves inside the read-only /usr; a missing entry is skipped. /etc is not
+// among them: the sandbox gets a minimal one (etcMounts, etcFiles).
 func systemMounts(hostRoot string) ([]string, error) {
 	var args []string
-	etcIsDir := false
 	for _, d := range systemDirs {
 		host := filepath.Join(hostRoot, d)
 		fi, err := os.Lstat(host)
@@ -49,64 +45,64 @@ func systemMounts(hostRoot string) ([]string, error) {
 			args = append(args, "--symlink", target, d)
 		case fi.IsDir():
 			args = append(args, "--ro-bind", host, d)
-			etcIsDir = etcIsDir || d == "/etc"
-		}
-	}
-	if !etcIsDir {
-		return args, nil
-	}
-	for _, pat := range maskedFiles {
-		matches, err := filepath.Glob(filepath.Join(hostRoot, pat))
-		if err != nil {
-			return nil, fmt.Errorf("glob %s: %w", pat, err)
-		}
-		for _, m := range matches {
-			fi, err := os.Lstat(m)
-			if err != nil || !fi.Mode().IsRegular() {
-				continue
-			}
-			rel, err := filepath.Rel(hostRoot, m)
-			if err != nil {
-				return nil, fmt.Errorf("mask %s: %w", m, err)
-			}
-			args = append(args, "--ro-bind", "/dev/null", "/"+filepath.ToSlash(rel))
 		}
 	}
 	return args, nil
 }
 
+// boxLayout is what a bubblewrap command line is made of besides the command: the host's system mounts
+// and /etc entries (systemMounts, etcMounts plus --ro-bind-data of the made files), bwrap's info pipe and
+// the seccomp filter (fds the command inherits), the workspace, the binds and the size of /tmp.
+type boxLayout struct {
+	mounts, etc   []string
+	info, seccomp int
+	workspace     string
+	binds         []Bind
+	tmpBytes      int64
+}
+
 // bwrapArgs is the bubblewrap command line (after the program name) running inner in dir (relative to the
 // workspace) with exactly env.
 //
-//   - new PID, IPC, UTS (and, where supported, cgroup) namespaces: the command sees only its own processes;
+//   - a user namespace whose only user is the sandbox's (SandboxUID), mapped to the unprivileged host uid
+//     bwrap runs as: nobody inside is host root, and --disable-userns stops the sandbox from making a
+//     namespace in which it would hold capabilities again;
+//   - new PID, IPC, UTS, cgroup and (unless hostNet) network namespaces; the network namespace is the
+//     sandbox's own (Network), which bwrap inherits from nsenter, so --unshare-net is not given;
 //   - --die-with-parent: if the runner or the outer bwrap dies, the sandbox's init dies and the kernel kills
 //     every process in the PID namespace, so a kill of the outer bwrap reaches the whole tree;
 //   - --new-session: no controlling terminal to inject input into (TIOCSTI);
-//   - --cap-drop ALL: no capabilities even when the runner runs as root;
-//   - system dirs read-only, fresh /proc and minimal /dev, a private /tmp per command, the workspace
-//     read-write at /workspace, nothing else; the sandbox's own root is remounted read-only so /tmp and
-//     /workspace are the only writable places;
-//   - --clearenv: only env is set;
-//   - the network namespace stays shared (the agent will reach the runner's loopback LLM proxy).
+//   - --cap-drop ALL and a seccomp filter (seccompFilter) refusing mount, bpf, keyctl, kexec, modules,
+//     perf, io_uring and the like;
+//   - system dirs read-only, a minimal /etc (etcFiles, etcAllowed), a fresh /proc with /proc/sys
+//     read-only, a minimal /dev, a private sized /tmp per command, the workspace read-write at
+//     /workspace, nothing else; the sandbox's own root is remounted read-only so /tmp and /workspace are
+//     the only writable places;
+//   - --clearenv: only env is set.
 //
 // binds (already validated) are mounted after the workspace, before the root is remounted read-only; a
 // bind keeps its own read-only or read-write flag.
-func bwrapArgs(mounts []string, workspace, dir string, binds []Bind, env, inner []string) []string {
+func bwrapArgs(l boxLayout, dir string, env, inner []string) []string {
 	a := []string{
-		"--info-fd", "3", // the sandbox's init pid, see boxCmd
+		"--info-fd", strconv.Itoa(l.info), // the sandbox's init pid, see boxCmd
+		"--unshare-user", "--uid", strconv.Itoa(SandboxUID), "--gid", strconv.Itoa(SandboxGID), "--disable-userns",
 		"--die-with-parent", "--new-session",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", Hostname,
 		"--cap-drop", "ALL",
+		"--seccomp", strconv.Itoa(l.seccomp),
 	}
-	a = append(a, mounts...)
-	a = append(a,
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--tmpfs", "/tmp",
-		"--bind", workspace, WorkspaceMount,
-	)
-	for _, b := range binds {
+	a = append(a, l.mounts...)
+	a = append(a, "--tmpfs", "/etc")
+	a = append(a, l.etc...)
+	a = append(a, "--remount-ro", "/etc")
+	a = append(a, "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev")
+	if l.tmpBytes > 0 {
+		a = append(a, "--size", strconv.FormatInt(l.tmpBytes, 10), "--tmpfs", "/dev/shm")
+		a = append(a, "--size", strconv.FormatInt(l.tmpBytes, 10))
+	}
+	a = append(a, "--tmpfs", "/tmp", "--bind", l.workspace, WorkspaceMount)
+	for _, b := range l.binds {
 		flag := "--ro-bind"
 		if b.Writable {
 			flag = "--bind"
@@ -151,7 +147,7 @@ type Bind struct {
 
 // validateBinds checks binds; failures wrap ErrInvalidSpec.
 func validateBinds(binds []Bind) error {
-	reserved := append([]string{"/proc", "/dev", WorkspaceMount}, systemDirs...)
+	reserved := append([]string{"/proc", "/dev", "/etc", WorkspaceMount}, systemDirs...)
 	for _, b := range binds {
 		if !filepath.IsAbs(b.Host) {
 			return fmt.Errorf("%w: bind source %q is not an absolute path", ErrInvalidSpec, b.Host)

@@ -11,4 +11,6 @@ var (
 	ErrNoBwrap = errors.New("bubblewrap (bwrap) not found")
 	// ErrConfig: the Config is unusable.
 	ErrConfig = errors.New("invalid isolate config")
+	// ErrNoNetwork: a command was started before the sandbox's network was attached (SetNetwork).
+	ErrNoNetwork = errors.New("the sandbox network is not ready")
 )

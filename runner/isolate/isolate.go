@@ -16,6 +16,10 @@ package isolate
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strconv"
+
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,14 +51,31 @@ type Config struct {
 	Bwrap string
 	// Insecure runs commands without bubblewrap.
 	Insecure bool
+	// HostUID and HostGID are the unprivileged host ids the sandbox runs as (see AllocateUID); the sandbox's
+	// user (SandboxUID inside its user namespace) maps to them. Required when the runner runs as root;
+	// otherwise they must be unset (the sandbox then maps to the runner's own unprivileged ids).
+	HostUID, HostGID uint32
+	// Network is the sandbox's own network (NewNetwork); it may also be attached later with SetNetwork
+	// (a runner makes it once its model proxy listens). Commands need it unless HostNetwork.
+	Network *Network
+	// HostNetwork shares the runner's network namespace with the sandbox: every host listener on loopback
+	// is reachable from it. Only for development machines without pasta, chosen explicitly.
+	HostNetwork bool
+	// Cgroup, when set, holds every command of the sandbox (NewCgroup), so its limits apply to them all.
+	Cgroup *Cgroup
+	// Limits are the initial per-command limits (TmpBytes, FileBytes); SetLimits changes them.
+	Limits Limits
 	// Now is the clock used to measure durations; nil means time.Now.
 	Now func() time.Time
 }
 
 // Sandbox runs commands for one workspace. It is safe for concurrent use.
 type Sandbox struct {
-	cfg    Config
-	mounts []string
+	cfg     Config
+	mounts  []string // system directories and /etc
+	seccomp []byte
+	limits  atomic.Pointer[Limits]
+	network atomic.Pointer[Network]
 }
 
 // New validates cfg and inspects the host's system directories once.
@@ -68,6 +90,10 @@ func New(cfg Config) (*Sandbox, error) {
 		cfg.Now = time.Now
 	}
 	s := &Sandbox{cfg: cfg}
+	s.limits.Store(&cfg.Limits)
+	if cfg.Network != nil {
+		s.network.Store(cfg.Network)
+	}
 	if cfg.Insecure {
 		return s, nil
 	}
@@ -78,13 +104,64 @@ func New(cfg Config) (*Sandbox, error) {
 	if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("%w: %s is not an executable file", ErrNoBwrap, cfg.Bwrap)
 	}
+	root := os.Geteuid() == 0
+	switch {
+	case root && (cfg.HostUID == 0 || cfg.HostGID == 0):
+		return nil, fmt.Errorf("%w: a runner running as root needs an unprivileged host uid and gid for the sandbox (AllocateUID)", ErrConfig)
+	case !root && (cfg.HostUID != 0 || cfg.HostGID != 0):
+		return nil, fmt.Errorf("%w: only a runner running as root can run the sandbox as another host uid", ErrConfig)
+	case cfg.Network != nil && cfg.HostNetwork:
+		return nil, fmt.Errorf("%w: Network and HostNetwork are exclusive", ErrConfig)
+	}
 	if err := checkPidfd(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.HostUID != 0 {
+		if err := MakeReachable(cfg.Workspace); err != nil {
+			return nil, err
+		}
 	}
 	if s.mounts, err = systemMounts("/"); err != nil {
 		return nil, fmt.Errorf("prepare sandbox mounts: %w", err)
 	}
+	if s.seccomp, err = seccompFilter(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	return s, nil
+}
+
+// Owner is the host uid and gid the sandbox runs as, when it runs as one of its own (a root runner).
+func (s *Sandbox) Owner() (uid, gid int, ok bool) {
+	return int(s.cfg.HostUID), int(s.cfg.HostGID), s.cfg.HostUID != 0
+}
+
+// SetNetwork attaches the sandbox's network; commands started from now on run in it. It fails when the
+// sandbox shares the host's network.
+func (s *Sandbox) SetNetwork(n *Network) error {
+	if s.cfg.HostNetwork || s.cfg.Insecure {
+		return fmt.Errorf("%w: this sandbox shares the host network", ErrConfig)
+	}
+	s.network.Store(n)
+	return nil
+}
+
+// SetLimits changes the sandbox's limits: the cgroup's at once (running commands included), the
+// per-command ones (/tmp size, file size) for commands started from now on.
+func (s *Sandbox) SetLimits(l Limits) error {
+	s.limits.Store(&l)
+	if s.cfg.Cgroup != nil {
+		return s.cfg.Cgroup.Update(l)
+	}
+	return nil
+}
+
+// OOMKills is the count of the sandbox's commands the kernel killed for memory so far; -1 without a
+// cgroup.
+func (s *Sandbox) OOMKills() int64 {
+	if s.cfg.Cgroup == nil {
+		return -1
+	}
+	return s.cfg.Cgroup.OOMKills()
 }
 
 // Insecure reports whether commands run without bubblewrap.
@@ -111,7 +188,9 @@ type Result struct {
 	// ExitCode is the command's exit status, 128+N when it died of signal N, or ExitTimedOut.
 	ExitCode int
 	TimedOut bool
-	Duration time.Duration
+	// OOMKilled: the command was killed while the sandbox's cgroup hit its memory limit (set by the runner).
+	OOMKilled bool
+	Duration  time.Duration
 }
 
 // Run runs spec to completion and returns its result. A nonzero exit or a timeout is a Result, not an
@@ -214,32 +293,159 @@ func cleanDir(dir string) string {
 // minimal environment plus env, and binds (bubblewrap only). Both Run and Start go through it, so a
 // long-running process gets exactly the boundary of a one-shot command.
 //
+// Under bubblewrap the process is a chain that keeps one pid: nsenter joins the sandbox's network
+// namespace as root and switches to the sandbox's host ids (without a Network, exec does the switch), then
+// a shell waits at a gate until boxCmd.start has put the pid into the sandbox's cgroup and set its rlimits,
+// then bubblewrap runs: nothing of the command can run before its limits hold.
+//
 // The process gets its own process group so a kill reaches every descendant that did not leave it; with
 // bwrap a kill also goes to the sandbox's init, whose death takes the PID namespace down (see boxCmd).
-// Pdeathsig covers a runner crash. ctx ending kills both.
+// Pdeathsig covers a runner crash (bubblewrap sets its own, --die-with-parent, after the id switch clears
+// it). ctx ending kills both.
 func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string, binds []Bind, inner []string) (*boxCmd, error) {
 	c := &boxCmd{}
+	lim := *s.limits.Load()
 	if s.cfg.Insecure {
 		c.Cmd = exec.CommandContext(ctx, inner[0], inner[1:]...)
 		c.Dir = filepath.Join(s.cfg.Workspace, filepath.FromSlash(dir))
 		c.Env = environ(s.cfg.Workspace, env)
-	} else {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("bwrap info pipe: %w", err)
-		}
-		e := environ(WorkspaceMount, env)
-		c.Cmd = exec.CommandContext(ctx, s.cfg.Bwrap, bwrapArgs(s.mounts, s.cfg.Workspace, dir, binds, e, inner)...)
-		c.Dir = "/"
-		c.Env = e                    // bwrap itself never sees the runner's environment either
-		c.ExtraFiles = []*os.File{w} // fd 3: --info-fd (bwrap closes it in the sandbox)
-		c.infoR, c.infoW = r, w
-		c.init = &sandboxInit{known: make(chan struct{}), pidfd: -1}
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		c.Cancel = c.kill
+		c.WaitDelay = waitDelay
+		return c, nil
 	}
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	fds := &fdSet{}
+	fail := func(err error) (*boxCmd, error) { fds.closeAll(); return nil, err }
+	infoR, infoW, err := fds.pipe()
+	if err != nil {
+		return fail(fmt.Errorf("bwrap info pipe: %w", err))
+	}
+	gateR, gateW, err := fds.pipe()
+	if err != nil {
+		return fail(fmt.Errorf("gate pipe: %w", err))
+	}
+	infoFd, gateFd := fds.pass(infoW), fds.pass(gateR)
+	seccompFd, err := fds.data(s.seccomp)
+	if err != nil {
+		return fail(fmt.Errorf("seccomp pipe: %w", err))
+	}
+	if s.cfg.HostUID != 0 {
+		for _, b := range binds {
+			if err := MakeReachable(b.Host); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	network := s.network.Load()
+	if network == nil && !s.cfg.HostNetwork {
+		return fail(ErrNoNetwork)
+	}
+	dns := ""
+	if network != nil {
+		dns = DNSForward
+	}
+	etc, err := etcMounts("/")
+	if err != nil {
+		return fail(err)
+	}
+	for _, dest := range slices.Sorted(maps.Keys(etcFiles(dns))) {
+		fd, err := fds.data([]byte(etcFiles(dns)[dest]))
+		if err != nil {
+			return fail(fmt.Errorf("etc pipe: %w", err))
+		}
+		etc = append(etc, "--ro-bind-data", strconv.Itoa(fd), dest)
+	}
+	e := environ(WorkspaceMount, env)
+	args := bwrapArgs(boxLayout{
+		mounts: s.mounts, etc: etc, info: infoFd, seccomp: seccompFd, workspace: s.cfg.Workspace, binds: binds,
+		tmpBytes: lim.TmpBytes,
+	}, dir, e, inner)
+	argv := append([]string{"/bin/sh", "-c", gateScript(gateFd, lim.FileBytes), s.cfg.Bwrap}, args...)
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if network != nil {
+		enter := network.enter()
+		if s.cfg.HostUID != 0 {
+			enter = append(enter, "--setuid", strconv.Itoa(int(s.cfg.HostUID)), "--setgid", strconv.Itoa(int(s.cfg.HostGID)))
+		}
+		argv = append(append(enter, "--"), argv...)
+	} else if s.cfg.HostUID != 0 {
+		attr.Credential = &syscall.Credential{Uid: s.cfg.HostUID, Gid: s.cfg.HostGID, Groups: []uint32{}}
+	}
+	c.Cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	c.Dir = "/"
+	c.Env = e // neither bwrap nor the programs before it see the runner's environment
+	c.ExtraFiles = fds.passed
+	c.SysProcAttr = attr
 	c.Cancel = c.kill
 	c.WaitDelay = waitDelay
+	c.fds = fds
+	c.infoR, c.infoW = infoR, infoW
+	c.gateW = gateW
+	c.cgroup = s.cfg.Cgroup
+	c.init = &sandboxInit{known: make(chan struct{}), pidfd: -1}
 	return c, nil
+}
+
+// gateScript blocks on fd until boxCmd.start writes a line, then closes it, lowers RLIMIT_FSIZE to
+// fileBytes (rounded down to the shell's 512-byte blocks; 0: unchanged) and executes "$0" "$@" (bwrap and
+// its arguments). A failed read (the runner gave up) exits without running anything. The limit is set by
+// the shell for itself because lowering another uid's limits (prlimit) needs CAP_SYS_RESOURCE, which a
+// runner's root may not have.
+func gateScript(fd int, fileBytes int64) string {
+	n := strconv.Itoa(fd)
+	s := "read -r _ <&" + n + " || exit 125; exec " + n + "<&-; "
+	if fileBytes > 0 {
+		s += "ulimit -f " + strconv.FormatInt(max(fileBytes/512, 1), 10) + " || exit 125; "
+	}
+	return s + "exec \"$0\" \"$@\""
+}
+
+// fdSet collects the files a bubblewrap command inherits (ExtraFiles: the first is fd 3) and the
+// runner's own ends to close after the start.
+type fdSet struct {
+	passed []*os.File // the child's, in fd order from 3
+	own    []*os.File // every file opened here
+}
+
+func (f *fdSet) pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err == nil {
+		f.own = append(f.own, r, w)
+	}
+	return r, w, err
+}
+
+// pass hands file to the child and returns its fd number there.
+func (f *fdSet) pass(file *os.File) int {
+	f.passed = append(f.passed, file)
+	return 2 + len(f.passed)
+}
+
+// data returns the child's fd of a pipe that holds b and then ends (b must fit the pipe's buffer, 64 KiB).
+func (f *fdSet) data(b []byte) (int, error) {
+	r, w, err := f.pipe()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := w.Write(b); err != nil {
+		return 0, err
+	}
+	w.Close()
+	return f.pass(r), nil
+}
+
+// closePassed closes the runner's copies of what the child inherited (after the start).
+func (f *fdSet) closePassed() {
+	for _, file := range f.passed {
+		file.Close()
+	}
+}
+
+// closeAll closes every file of the set (a command that will not start).
+func (f *fdSet) closeAll() {
+	for _, file := range f.own {
+		file.Close()
+	}
 }
 
 // Validate checks spec the way Run does, so a caller can refuse a request before committing to an answer.

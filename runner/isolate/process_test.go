@@ -160,6 +160,11 @@ func TestStartBinds(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(home, "old"), []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if s.cfg.HostUID != 0 { // the runner gives the agent's home to the sandbox the same way
+		if err := Chown(home, int(s.cfg.HostUID), int(s.cfg.HostGID)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := startProcess(t, s, context.Background(), ProcessSpec{
 		Command: "/opt/warren/tool", Args: []string{"a b"},
 		Env:   map[string]string{"HOME": "/home/sandbox"},
@@ -224,7 +229,8 @@ func TestValidateBinds(t *testing.T) {
 }
 
 func TestBwrapArgsBinds(t *testing.T) {
-	got := strings.Join(bwrapArgs(nil, "/ws", ".", []Bind{{Host: "/h/cli", Sandbox: "/opt/cli"}, {Host: "/h/home", Sandbox: "/home/sandbox", Writable: true}}, nil, []string{"x"}), " ")
+	l := boxLayout{workspace: "/ws", binds: []Bind{{Host: "/h/cli", Sandbox: "/opt/cli"}, {Host: "/h/home", Sandbox: "/home/sandbox", Writable: true}}}
+	got := strings.Join(bwrapArgs(l, ".", nil, []string{"x"}), " ")
 	want := "--bind /ws /workspace --ro-bind /h/cli /opt/cli --bind /h/home /home/sandbox --remount-ro /"
 	if !strings.Contains(got, want) {
 		t.Errorf("bwrap args %q\nlack %q", got, want)

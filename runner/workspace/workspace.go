@@ -301,3 +301,23 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
 	return hex.EncodeToString(b)
 }
+
+// Give hands p and each directory between the workspace root and p to uid:gid (lchown, so a symlink is
+// changed itself, never what it points to; every step resolves inside the root). The runner calls it after
+// writing a file for a sandbox that runs as another host uid, so the sandbox owns what the runner made.
+func (w *Root) Give(p string, uid, gid int) error {
+	c, err := Clean(p)
+	if err != nil {
+		return err
+	}
+	if c == "." {
+		return nil
+	}
+	parts := strings.Split(c, "/")
+	for i := range parts {
+		if err := w.root.Lchown(strings.Join(parts[:i+1], "/"), uid, gid); err != nil {
+			return classify(c, err)
+		}
+	}
+	return nil
+}

@@ -51,6 +51,9 @@ type Config struct {
 	Bwrap string
 	// Insecure runs the CLI without bubblewrap (host paths, same cleared environment).
 	Insecure bool
+	// Sandbox, when set, is the runner's sandbox (its host uid, network and cgroup), in which the CLI runs
+	// like every other command; Bwrap and Insecure are then ignored.
+	Sandbox *isolate.Sandbox
 	// Endpoint returns the model API the CLI of a session talks to (the runner's proxy) and the key it
 	// uses (a per-session token). It is called each time a process starts. Required.
 	Endpoint func(sessionID string) (baseURL, apiKey string, err error)
@@ -162,9 +165,20 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := isolate.New(isolate.Config{Workspace: cfg.Workspace, Bwrap: cfg.Bwrap, Insecure: cfg.Insecure})
-	if err != nil {
-		return nil, fmt.Errorf("claude agent sandbox: %w", err)
+	sb := cfg.Sandbox
+	if sb == nil {
+		var err error
+		if sb, err = isolate.New(isolate.Config{Workspace: cfg.Workspace, Bwrap: cfg.Bwrap, Insecure: cfg.Insecure, HostNetwork: !cfg.Insecure}); err != nil {
+			return nil, fmt.Errorf("claude agent sandbox: %w", err)
+		}
+	} else {
+		cfg.Insecure = sb.Insecure()
+	}
+	if uid, gid, ok := sb.Owner(); ok {
+		// The CLI runs as the sandbox's host uid and writes its transcripts here.
+		if err := isolate.Chown(cfg.Home, uid, gid); err != nil {
+			return nil, fmt.Errorf("%w: give the home to the sandbox: %w", ErrConfig, err)
+		}
 	}
 	life, cancel := context.WithCancel(context.Background())
 	return &Driver{

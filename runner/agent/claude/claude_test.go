@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warren-mesh/warren/runner/isolate/isolatetest"
 	"log/slog"
 	"net/http"
 	"os"
@@ -66,6 +67,7 @@ func (r *rig) driver(t *testing.T, scenario string, mut func(*Config)) *Driver {
 	t.Helper()
 	cfg := Config{
 		CLIPath: r.cli, Workspace: r.ws, Home: r.home, Bwrap: r.bwrap,
+		Sandbox:  isolatetest.New(t, r.ws, []string{r.url}, r.home),
 		Endpoint: func(id string) (string, string, error) { return r.url, token(id), nil },
 		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -634,7 +636,7 @@ func TestRelayFiltersOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := New(Config{
-		CLIPath: cli, Workspace: ws, Home: home, Bwrap: bwrap,
+		CLIPath: cli, Workspace: ws, Home: home, Bwrap: bwrap, Sandbox: isolatetest.New(t, ws, nil, home),
 		Endpoint: func(id string) (string, string, error) { return "http://127.0.0.1:1", token(id), nil },
 		Decorate: func(id string, ev []byte) []byte { return []byte(`{"decorated":true,` + string(ev[1:])) },
 	})
@@ -687,7 +689,7 @@ func TestReadLine(t *testing.T) {
 // TestInsecure: without bubblewrap the CLI runs with host paths and the same cleared environment.
 func TestInsecure(t *testing.T) {
 	r := newRig(t)
-	d := r.driver(t, "", func(c *Config) { c.Insecure, c.Bwrap = true, "" })
+	d := r.driver(t, "", func(c *Config) { c.Insecure, c.Bwrap, c.Sandbox = true, "", nil })
 	id := session.NewID()
 	mustSucceed(t, run(t, context.Background(), d, id, wire.SessionOptions{}, "run env > env.txt"))
 	env, _ := os.ReadFile(filepath.Join(r.ws, "env.txt"))

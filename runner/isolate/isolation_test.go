@@ -1,0 +1,428 @@
+package isolate
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The TestIsolation… tests attack the sandbox the way a tenant with an ordinary token would, from a
+// command of their own, and require the operating system's refusal (or a limit) each time. They run as
+// root in CI: the sandbox then runs as a host uid of its own, with a network and a cgroup of its own.
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if testing.Short() {
+			t.Skip("isolation tests need root (skipped under -short)")
+		}
+		t.Fatal("the isolation tests need root, as the runner has in CI and under Nomad: run them as root or with -short")
+	}
+}
+
+func sh(t *testing.T, s *Sandbox, script string) (Result, *output) {
+	t.Helper()
+	return run(t, s, Spec{Command: script, Timeout: 60 * time.Second})
+}
+
+func TestIsolationKernelKnobs(t *testing.T) {
+	requireRoot(t)
+	s, ws := newSandbox(t, false)
+	before, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
+	for _, f := range []string{"/proc/sys/kernel/core_pattern", "/proc/sys/vm/panic_on_oom", "/proc/sys/kernel/sysrq", "/proc/sysrq-trigger"} {
+		res, o := sh(t, s, "printf '|/workspace/pwn' > "+f)
+		if res.ExitCode == 0 {
+			t.Errorf("write to %s succeeded", f)
+		}
+		if e := o.stderr.String(); !strings.Contains(e, "Read-only file system") && !strings.Contains(e, "Permission denied") &&
+			!strings.Contains(e, "nonexistent") && !strings.Contains(e, "No such file") {
+			t.Errorf("write to %s: stderr %q, want the kernel's refusal", f, o.stderr.String())
+		}
+	}
+	if after, _ := os.ReadFile("/proc/sys/kernel/core_pattern"); string(after) != string(before) {
+		t.Fatalf("core_pattern changed: %q -> %q", before, after)
+	}
+	// Nobody inside is host root: the sandbox's files belong to its own unprivileged host uid.
+	res, o := sh(t, s, "id -u; touch mine")
+	if res.ExitCode != 0 || strings.TrimSpace(o.stdout.String()) != strconv.Itoa(SandboxUID) {
+		t.Fatalf("id -u = %q (exit %d, %q)", o.stdout.String(), res.ExitCode, o.stderr.String())
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(ws, "mine"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid == 0 || st.Uid != s.cfg.HostUID {
+		t.Fatalf("a file the sandbox made belongs to host uid %d, want its own %d", st.Uid, s.cfg.HostUID)
+	}
+	// No capability survives, no namespace can be made to get one back, and the denied syscalls fail.
+	res, o = sh(t, s, `grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; unshare -U true && echo USERNS; unshare -n true && echo NETNS; `+
+		`for n in 165 321 250 298 246 425; do perl -e '$r = syscall('$n', 0, 0, 0, 0, 0); print "'$n' $r ", 0+$!, "\n"'; done`)
+	out := o.stdout.String()
+	for _, l := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000"} {
+		if !strings.Contains(out, l) {
+			t.Errorf("capabilities: %q lacks %q", out, l)
+		}
+	}
+	if strings.Contains(out, "USERNS") || strings.Contains(out, "NETNS") {
+		t.Errorf("a namespace could be made inside the sandbox: %q", out)
+	}
+	// mount, bpf, keyctl, perf_event_open, kexec_load, io_uring_setup: -1 with EPERM (1).
+	for _, n := range []string{"165", "321", "250", "298", "246", "425"} {
+		if !strings.Contains(out, n+" -1 1\n") {
+			t.Errorf("syscall %s was not refused with EPERM: %q", n, out)
+		}
+	}
+}
+
+func TestIsolationRootOnlyFiles(t *testing.T) {
+	requireRoot(t)
+	s, ws := newSandbox(t, false)
+	// A root-only file inside the workspace itself (the runner's own, say) stays unreadable.
+	if err := os.WriteFile(filepath.Join(ws, "root-only"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(ws, "root-only"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, o := sh(t, s, "cat /workspace/root-only; cat /etc/shadow; ls /etc/ssl/private; cat /etc/machine-id; ls /root /home /var /run /sys 2>&1 | head -3; cat /etc/passwd")
+	if strings.Contains(o.stdout.String(), "s3cret") || strings.Contains(o.stdout.String(), "root:$") {
+		t.Fatalf("a root-only secret was read: %q", o.stdout.String())
+	}
+	if !strings.Contains(o.stderr.String(), "root-only: Permission denied") {
+		t.Errorf("reading a root-only file: %q, want Permission denied", o.stderr.String())
+	}
+	for _, f := range []string{"/etc/shadow", "/etc/ssl/private", "/etc/machine-id"} {
+		if !strings.Contains(o.stderr.String(), f+": No such file") && !strings.Contains(o.stderr.String(), "'"+f+"': No such file") {
+			t.Errorf("%s is there: %q", f, o.stderr.String())
+		}
+	}
+	// /etc is the sandbox's own: its users only.
+	if p := o.stdout.String(); !strings.Contains(p, "sandbox:x:1000:1000") || strings.Count(p, ":x:") != 3 {
+		t.Errorf("/etc/passwd in the sandbox: %q", p)
+	}
+}
+
+func TestIsolationOtherTenants(t *testing.T) {
+	requireRoot(t)
+	a, wsA := newSandbox(t, false)
+	b, _ := newSandbox(t, false)
+	if a.cfg.HostUID == b.cfg.HostUID {
+		t.Fatalf("two sandboxes share host uid %d", a.cfg.HostUID)
+	}
+	if res, o := sh(t, a, "echo tenant-a-secret > secret; chmod 600 secret"); res.ExitCode != 0 {
+		t.Fatal(o.stderr.String())
+	}
+	// B can name A's host path, but it is not in B's mount namespace; and even a bind of it (a bug) would
+	// meet a file another uid owns with mode 0600.
+	res, o := sh(t, b, "cat "+filepath.Join(wsA, "secret")+"; ls "+filepath.Dir(wsA))
+	if res.ExitCode == 0 || strings.Contains(o.stdout.String(), "tenant-a-secret") {
+		t.Fatalf("B read A's workspace: %q", o.stdout.String())
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(wsA, "secret"), &st); err != nil || st.Uid != a.cfg.HostUID || st.Mode&0o077 != 0 {
+		t.Fatalf("A's file: uid %d mode %o (%v)", st.Uid, st.Mode&0o777, err)
+	}
+	// B's processes cannot see or signal A's: separate PID namespaces.
+	pa, err := a.Start(context.Background(), ProcessSpec{Command: "sleep 30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	_, o = sh(t, b, "pgrep -xc sleep; kill -9 -1; true")
+	if n := strings.TrimSpace(o.stdout.String()); n != "0" {
+		t.Errorf("B sees %s processes matching A's command", n)
+	}
+	select {
+	case <-pa.Done():
+		t.Fatal("B killed A's process")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// listenIn listens on addr inside the network namespace at nsPath (or the test's own when "") and answers
+// every connection with banner.
+func listenIn(t *testing.T, nsPath, addr, banner string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if nsPath != "" {
+			runtime.LockOSThread() // the thread is left in the namespace and dies with the goroutine
+			fd, e := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if e != nil {
+				err = e
+				return
+			}
+			defer unix.Close(fd)
+			if e := unix.Setns(fd, unix.CLONE_NEWNET); e != nil {
+				err = e
+				return
+			}
+		}
+		ln, err = net.Listen("tcp", addr)
+	}()
+	<-done
+	if err != nil {
+		t.Fatalf("listen %s in %q: %v", addr, nsPath, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, banner)
+			c.Close()
+		}
+	}()
+	return ln
+}
+
+// testHost makes a network namespace reached from the test's own through a veth pair, the namespace's
+// end at addr/24 and ours at gw/24 (a host on a network the test creates), and listens on addr:port there.
+func testHost(t *testing.T, addr, gw string, port int, banner string) {
+	t.Helper()
+	name := "wt" + rand.Text()[:8]
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	ip("link", "add", name+"a", "type", "veth", "peer", "name", name+"b")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", name+"a").Run() })
+	ip("link", "set", name+"b", "netns", name)
+	ip("addr", "add", gw+"/24", "dev", name+"a")
+	ip("link", "set", name+"a", "up")
+	ip("-n", name, "addr", "add", addr+"/24", "dev", name+"b")
+	ip("-n", name, "link", "set", name+"b", "up")
+	ip("-n", name, "link", "set", "lo", "up")
+	listenIn(t, "/run/netns/"+name, net.JoinHostPort(addr, strconv.Itoa(port)), banner)
+}
+
+// reach tries a TCP connection from inside the sandbox and returns the first line read, or "" and the
+// shell's error.
+func reach(t *testing.T, s *Sandbox, host string, port int) (string, string) {
+	t.Helper()
+	_, o := sh(t, s, fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && head -1 <&3'`, host, port))
+	return strings.TrimSpace(o.stdout.String()), strings.TrimSpace(o.stderr.String())
+}
+
+// dialFromHost checks that the test itself reaches addr, so a refusal from the sandbox is the sandbox's.
+func dialFromHost(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the host itself cannot reach %s: %v", addr, err)
+	}
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if line == "" {
+		t.Fatalf("no banner from %s", addr)
+	}
+}
+
+func TestIsolationNetwork(t *testing.T) {
+	requireRoot(t)
+	toolPath(t, "ip", "iproute2")
+	// Host listeners: one the sandbox must not reach (another runner, the edge, Consul…), one forwarded
+	// to it (the runner's model proxy).
+	private := listenIn(t, "", "127.0.0.1:0", "host-private")
+	proxy := listenIn(t, "", "127.0.0.1:0", "model-proxy")
+	everywhere := listenIn(t, "", "0.0.0.0:0", "host-any")
+	proxyPort := proxy.Addr().(*net.TCPAddr).Port
+	// A cloud metadata service and a public host, each on a network this test makes (before the sandbox's
+	// network: the host's addresses are read when it starts).
+	testHost(t, "169.254.169.254", "169.254.169.1", 80, "metadata")
+	testHost(t, "198.51.100.10", "198.51.100.1", 8080, "public")
+	ws := t.TempDir()
+	s, err := New(secureConfig(t, ws, []uint16{uint16(proxyPort)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialFromHost(t, "169.254.169.254:80")
+	dialFromHost(t, "198.51.100.10:8080")
+
+	t.Run("forwarded model proxy", func(t *testing.T) {
+		if got, e := reach(t, s, "127.0.0.1", proxyPort); got != "model-proxy" {
+			t.Fatalf("model proxy port: %q (%s)", got, e)
+		}
+	})
+	t.Run("public internet", func(t *testing.T) {
+		if got, e := reach(t, s, "198.51.100.10", 8080); got != "public" {
+			t.Fatalf("public host: %q (%s)", got, e)
+		}
+	})
+	refused := map[string]int{
+		"host loopback":            private.Addr().(*net.TCPAddr).Port,
+		"host loopback, any addr":  everywhere.Addr().(*net.TCPAddr).Port,
+		"metadata 169.254.169.254": 80,
+	}
+	hosts := map[string]string{"host loopback": "127.0.0.1", "host loopback, any addr": "127.0.0.1", "metadata 169.254.169.254": "169.254.169.254"}
+	for name, port := range refused {
+		t.Run(name, func(t *testing.T) {
+			if got, e := reach(t, s, hosts[name], port); got != "" {
+				t.Fatalf("reached %s:%d: %q (%s)", hosts[name], port, got, e)
+			}
+		})
+	}
+	t.Run("host addresses", func(t *testing.T) {
+		addrs, err := hostAddrs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if a.Addr().IsLoopback() || a.Addr().Is6() {
+				continue
+			}
+			if got, _ := reach(t, s, a.Addr().String(), everywhere.Addr().(*net.TCPAddr).Port); got != "" {
+				t.Errorf("reached the host at %s: %q", a.Addr(), got)
+			}
+		}
+	})
+	t.Run("filter cannot be changed", func(t *testing.T) {
+		_, o := sh(t, s, "ip route del default 2>&1; ip link set tap0 down 2>&1; ip route 2>&1 | head -1")
+		if !strings.Contains(o.stdout.String(), "default") {
+			t.Fatalf("the sandbox changed its routes: %q", o.stdout.String())
+		}
+	})
+}
+
+func TestIsolationLimits(t *testing.T) {
+	requireRoot(t)
+	ws := t.TempDir()
+	cfg := secureConfig(t, ws, nil)
+	lim := Limits{Processes: 64, MemoryBytes: 96 << 20, CPUMillis: 200, TmpBytes: 4 << 20, FileBytes: 8 << 20}
+	cg, err := NewCgroup("/warren-test", "limits-"+rand.Text()[:8], lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Close() })
+	cfg.Cgroup, cfg.Limits = cg, lim
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := func(t *testing.T) {
+		t.Helper()
+		if res, o := sh(t, s, "echo alive"); strings.TrimSpace(o.stdout.String()) != "alive" {
+			t.Fatalf("the sandbox does not answer after the attack: %+v %q", res, o.stderr.String())
+		}
+	}
+	t.Run("fork bomb", func(t *testing.T) {
+		hits := pidsMaxHits(t, cg)
+		_, o := sh(t, s, `i=0; while [ $i -lt 300 ]; do sleep 10 & i=$((i+1)); done; echo tried`)
+		if after := pidsMaxHits(t, cg); after <= hits {
+			t.Fatalf("300 processes started under a limit of 64 (pids max events %d -> %d; %q)", hits, after, o.stderr.String())
+		}
+		if !strings.Contains(o.stderr.String(), "fork") && !strings.Contains(o.stderr.String(), "Resource temporarily unavailable") {
+			t.Errorf("no fork failure reported: %q", o.stderr.String())
+		}
+		alive(t)
+	})
+	t.Run("memory hog", func(t *testing.T) {
+		oom := s.OOMKills()
+		res, _ := sh(t, s, `head -c 400m /dev/zero | tail > /dev/null; echo survived`)
+		if res.ExitCode != 137 && s.OOMKills() <= oom {
+			t.Fatalf("a 400 MiB hog under a 96 MiB limit: exit %d, OOM kills %d -> %d", res.ExitCode, oom, s.OOMKills())
+		}
+		alive(t)
+	})
+	t.Run("disk fill", func(t *testing.T) {
+		_, o := sh(t, s, `dd if=/dev/zero of=big bs=1M count=64`)
+		if !strings.Contains(o.stderr.String(), "File size limit exceeded") && !strings.Contains(o.stderr.String(), "File too large") {
+			t.Fatalf("a 64 MiB file under an 8 MiB limit: %q", o.stderr.String())
+		}
+		fi, err := os.Stat(filepath.Join(ws, "big"))
+		if err != nil || fi.Size() > 8<<20 {
+			t.Fatalf("big: %v, %v", fi.Size(), err)
+		}
+		alive(t)
+	})
+	t.Run("tmp fill", func(t *testing.T) {
+		_, o := sh(t, s, `dd if=/dev/zero of=/tmp/big bs=1M count=3 2>/dev/null; dd if=/dev/zero of=/tmp/big2 bs=1M count=3 2>&1`)
+		if !strings.Contains(o.stdout.String(), "No space left on device") {
+			t.Fatalf("/tmp beyond 4 MiB: %q", o.stdout.String())
+		}
+	})
+	t.Run("cpu hog", func(t *testing.T) {
+		// Two busy loops for 2 s of wall time get at most 0.2 cores between them.
+		_, o := sh(t, s, `for i in 1 2; do timeout 2 sh -c 'while :; do :; done' & done; wait; `+
+			`awk '{print $14+$15+$16+$17}' /proc/self/stat; grep -E '^(usage_usec|user_usec)' /sys/fs/cgroup/cpu.stat 2>/dev/null; cat /proc/1/stat | cut -d' ' -f14-17`)
+		used := cgroupCPU(t, cg)
+		if used > 1.0 { // 0.4 s allowed by the quota; 4 s if it did not hold
+			t.Fatalf("the sandbox used %.2f CPU seconds in 2 s under a 0.2-core limit (%q)", used, o.stdout.String())
+		}
+	})
+	t.Run("limits change live", func(t *testing.T) {
+		if err := s.SetLimits(Limits{Processes: 16, MemoryBytes: 96 << 20, FileBytes: 1 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		res, _ := sh(t, s, `dd if=/dev/zero of=big2 bs=1M count=4 2>/dev/null`)
+		if res.ExitCode == 0 {
+			t.Fatal("the lowered file size limit did not apply")
+		}
+	})
+}
+
+// pidsMaxHits is how often the group refused a fork for its pids limit.
+func pidsMaxHits(t *testing.T, cg *Cgroup) int64 {
+	t.Helper()
+	file := filepath.Join(CgroupMount, "pids", cg.rel, "pids.events")
+	if cg.v2 != nil {
+		file = filepath.Join(CgroupMount, cg.rel, "pids.events")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := strings.CutPrefix(strings.TrimSpace(string(b)), "max ")
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// cgroupCPU reads the CPU seconds the group has used.
+func cgroupCPU(t *testing.T, cg *Cgroup) float64 {
+	t.Helper()
+	if cg.v2 != nil {
+		b, err := os.ReadFile(filepath.Join(CgroupMount, cg.rel, "cpu.stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return n / 1e6
+			}
+		}
+		t.Fatal("no usage_usec")
+	}
+	b, err := os.ReadFile(filepath.Join(CgroupMount, "cpuacct", cg.rel, "cpuacct.usage"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	return n / 1e9
+}
+
+var _ = io.Discard
+var _ = syscall.SIGKILL

@@ -1,0 +1,346 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// DNSForward is the address the sandbox's resolver uses; pasta answers it by forwarding the query to the
+// host's resolver. Only port 53 of it is open.
+const DNSForward = "169.254.53.53"
+
+// deniedPrefixes are the destinations a sandbox cannot reach unless the operator allows them: the host
+// itself (loopback), private and shared address space where the host's neighbours, the cluster's servers
+// and other sandboxes' hosts live, link-local (cloud metadata services at 169.254.169.254), multicast and
+// reserved space. The public internet stays open (git, pip, npm).
+var deniedPrefixes = []string{
+	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+	"192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+	"::/128", "::1/128", "::ffff:0:0/96", "64:ff9b:1::/48", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+}
+
+// NetworkConfig configures a sandbox's network.
+type NetworkConfig struct {
+	// Pasta is the pasta binary (Debian's passt package); Nsenter is nsenter (util-linux).
+	Pasta   string
+	Nsenter string
+	// ForwardTCP are ports of the host's loopback that the sandbox reaches at the same port on its own
+	// loopback (the runner's model proxy). Nothing else of the host's loopback is reachable.
+	ForwardTCP []uint16
+	// Allow opens destinations the default policy refuses (deniedPrefixes and the host's own addresses),
+	// e.g. a package mirror on a private address. Empty: none.
+	Allow []netip.Prefix
+	// UID and GID own the namespace and run pasta: the sandbox's unprivileged host ids (Config.HostUID).
+	// pasta is made for rootless use: as root it would switch to nobody before opening the namespace.
+	UID, GID uint32
+}
+
+// Network is one sandbox's network namespace, shared by all of its commands: a user-mode network stack
+// (pasta) gives it the public internet through the host's sockets, and an nftables filter inside the
+// namespace, which the sandbox cannot change (it has no capability over a namespace the host owns), refuses
+// the host, private, link-local and reserved destinations. Only a runner running as root can make one.
+type Network struct {
+	cfg    NetworkConfig
+	holder *exec.Cmd      // keeps the namespace alive: cat reading a pipe only we write
+	hold   io.WriteCloser // closing it ends the holder
+	pasta  *exec.Cmd
+	nsPath string
+	once   sync.Once
+	done   chan struct{}
+}
+
+// NewNetwork makes a network namespace, installs its filter and attaches pasta to it. Close releases it.
+func NewNetwork(cfg NetworkConfig) (*Network, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: a network of the sandbox's own needs the runner to run as root (or choose the host network explicitly)", ErrConfig)
+	}
+	for _, b := range []*string{&cfg.Pasta, &cfg.Nsenter} {
+		if *b == "" {
+			continue
+		}
+		if !strings.Contains(*b, "/") {
+			p, err := exec.LookPath(*b)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s not found: %w", ErrConfig, *b, err)
+			}
+			*b = p
+		}
+	}
+	if cfg.Pasta == "" || cfg.Nsenter == "" {
+		return nil, fmt.Errorf("%w: the sandbox network needs pasta (package passt) and nsenter (util-linux)", ErrConfig)
+	}
+	if cfg.UID == 0 || cfg.GID == 0 {
+		return nil, fmt.Errorf("%w: the sandbox network needs the sandbox's unprivileged host uid and gid", ErrConfig)
+	}
+	if fi, err := os.Stat("/dev/net/tun"); err != nil || fi.Mode().Perm()&0o006 != 0o006 {
+		return nil, fmt.Errorf("%w: pasta, running as the sandbox's unprivileged uid, needs /dev/net/tun readable and writable by all (the Linux default; chmod 0666 /dev/net/tun): %v", ErrConfig, err)
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return nil, fmt.Errorf("%w: unshare (util-linux) not found: %w", ErrConfig, err)
+	}
+	n := &Network{cfg: cfg, done: make(chan struct{})}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("network holder pipe: %w", err)
+	}
+	// The namespace belongs to a user namespace the sandbox's host uid owns (made by unshare running as that
+	// uid), which pasta, running as the same uid, may join. The sandbox itself lives in a sibling user
+	// namespace of bubblewrap's, so it holds no capability over its network; the runner (root) installs
+	// the filter.
+	n.holder = exec.Command(unshare, "--user", "--map-root-user", "--net", "--", "/bin/cat")
+	n.holder.Stdin = r
+	n.holder.Env = []string{"PATH=" + DefaultPATH}
+	cred := &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}}
+	n.holder.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := n.holder.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("%w: start the network namespace: %w", ErrConfig, err)
+	}
+	r.Close()
+	n.hold = w
+	n.nsPath = "/proc/" + strconv.Itoa(n.holder.Process.Pid) + "/ns/net"
+	// unshare makes the namespaces, then executes cat: wait until the holder is in a network namespace
+	// other than ours.
+	if err := waitNewNetns(n.holder.Process.Pid); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.setup(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Network) setup() error {
+	fd, err := unix.Open(n.nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open network namespace: %w", err)
+	}
+	defer unix.Close(fd)
+	deny, err := hostAddrs()
+	if err != nil {
+		return err
+	}
+	for _, s := range deniedPrefixes {
+		deny = append(deny, netip.MustParsePrefix(s))
+	}
+	if err := installFilter(fd, deny, n.cfg.Allow); err != nil {
+		return fmt.Errorf("%w: sandbox network filter: %w", ErrConfig, err)
+	}
+	tcpNS := "none"
+	if len(n.cfg.ForwardTCP) > 0 {
+		ports := make([]string, len(n.cfg.ForwardTCP))
+		for i, p := range n.cfg.ForwardTCP {
+			ports[i] = strconv.Itoa(int(p))
+		}
+		tcpNS = strings.Join(ports, ",")
+	}
+	// No inbound forwards (-t/-u none: nothing the sandbox listens on is published on the host), the
+	// host's loopback only at the forwarded ports (-T), no UDP to it (-U none), and the gateway address
+	// is not the host (--no-map-gw).
+	pid := strconv.Itoa(n.holder.Process.Pid)
+	n.pasta = exec.Command(n.cfg.Pasta, "--foreground", "--quiet", "--config-net", "--no-map-gw",
+		"-t", "none", "-u", "none", "-T", tcpNS, "-U", "none", "--dns-forward", DNSForward, pid)
+	n.pasta.Env = []string{"PATH=" + DefaultPATH}
+	cred := &syscall.Credential{Uid: n.cfg.UID, Gid: n.cfg.GID, Groups: []uint32{}}
+	n.pasta.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	n.pasta.Stderr = &limitedWriter{w: &stderr, n: 4 << 10}
+	if err := n.pasta.Start(); err != nil {
+		return fmt.Errorf("%w: start pasta: %w", ErrConfig, err)
+	}
+	go func() { _ = n.pasta.Wait(); close(n.done) }()
+	// pasta configures the namespace's interface and routes; commands start once the default route is
+	// there.
+	deadline := time.Now().Add(10 * time.Second)
+	for !hasDefaultRoute(n.holder.Process.Pid) {
+		select {
+		case <-n.done:
+			return fmt.Errorf("%w: pasta exited: %s", ErrConfig, strings.TrimSpace(stderr.String()))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: pasta did not configure the sandbox network within 10s", ErrConfig)
+		}
+	}
+	return nil
+}
+
+// waitNewNetns waits (up to 5 s) until pid is in another network namespace than this process.
+func waitNewNetns(pid int) error {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return fmt.Errorf("read own network namespace: %w", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		if err == nil && ns != self {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the sandbox network namespace did not appear (unshare: %v)", ErrConfig, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// hasDefaultRoute reports whether the network namespace of pid has an IPv4 default route.
+func hasDefaultRoute(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/route")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 2 && f[1] == "00000000" {
+			return true
+		}
+	}
+	return false
+}
+
+// hostAddrs are the addresses of the host's interfaces (the runner's network namespace): a sandbox may not
+// reach the host through them either.
+func hostAddrs() ([]netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("host addresses: %w", err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(ipn.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	return out, nil
+}
+
+// installFilter installs, in the network namespace fd, table inet warren with one output chain: traffic on
+// the namespace's own loopback passes, DNS to the forwarder passes, allow passes, deny is rejected
+// (administratively prohibited, so a connect fails at once), and everything else passes.
+func installFilter(fd int, deny, allow []netip.Prefix) error {
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "warren"})
+	policy := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{
+		Name: "egress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput,
+		Priority: nftables.ChainPriorityFilter, Policy: &policy,
+	})
+	accept := &expr.Verdict{Kind: expr.VerdictAccept}
+	reject := &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
+	lo := make([]byte, 16)
+	copy(lo, "lo")
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo},
+		accept,
+	}})
+	dns := netip.MustParseAddr(DNSForward)
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		ex := matchPrefix(netip.PrefixFrom(dns, 32))
+		ex = append(ex,
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, 53}},
+			accept)
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ex})
+	}
+	for _, p := range allow {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(matchPrefix(p), accept)})
+	}
+	for _, p := range deny {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(matchPrefix(p), reject)})
+	}
+	return c.Flush()
+}
+
+// matchPrefix matches packets whose destination lies in p (of p's family).
+func matchPrefix(p netip.Prefix) []expr.Any {
+	p = p.Masked()
+	addr := p.Addr().AsSlice()
+	proto, off := byte(unix.NFPROTO_IPV4), uint32(16)
+	if p.Addr().Is6() {
+		proto, off = unix.NFPROTO_IPV6, 24
+	}
+	ex := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(addr))},
+	}
+	if p.Bits() < len(addr)*8 {
+		mask := net.CIDRMask(p.Bits(), len(addr)*8)
+		ex = append(ex, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(addr)), Mask: mask, Xor: make([]byte, len(addr))})
+	}
+	return append(ex, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr})
+}
+
+// enter is the command prefix that runs a program inside the namespace (as root; the caller switches to
+// the sandbox's ids after it, see Sandbox.command).
+func (n *Network) enter() []string { return []string{n.cfg.Nsenter, "--net=" + n.nsPath} }
+
+// Close stops pasta and ends the namespace. It is idempotent.
+func (n *Network) Close() error {
+	n.once.Do(func() {
+		if n.pasta != nil && n.pasta.Process != nil {
+			_ = n.pasta.Process.Kill()
+			<-n.done
+		}
+		if n.hold != nil {
+			n.hold.Close()
+		}
+		if n.holder.Process != nil {
+			_ = n.holder.Process.Kill()
+			_ = n.holder.Wait()
+		}
+	})
+	return nil
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	n  int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+var _ = errors.New

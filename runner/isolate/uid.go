@@ -1,0 +1,119 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Host ids for sandboxes run by a root runner: each sandbox runs as its own unprivileged host uid (and gid
+// of the same number) taken from [FirstHostUID, FirstHostUID+HostUIDCount), far above the ids of people
+// and system services and below 2^31 so that tools reading ids as signed ints are not confused.
+const (
+	FirstHostUID = 2_000_000_000
+	HostUIDCount = 100_000_000
+)
+
+// DefaultUIDDir holds the lock files of the host uids in use. It is on /run (a tmpfs), so a reboot frees
+// them with the processes that held them.
+const DefaultUIDDir = "/run/warren/sandbox-uids"
+
+// UIDLease is one host uid held for one sandbox, by an exclusive lock on a file named after it; the lock
+// (and the uid) are released by Release or when the process holding it ends.
+type UIDLease struct {
+	UID  uint32
+	lock *os.File
+}
+
+// AllocateUID takes a host uid for the sandbox named key. It starts at a position derived from key, so a
+// sandbox usually gets the same uid again (its workspace files keep their owner across restarts), and
+// probes onwards past uids other live sandboxes of this host hold. dir is shared by every runner of the
+// host (DefaultUIDDir outside tests).
+func AllocateUID(dir, key string) (*UIDLease, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: uid lock dir: %w", ErrConfig, err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	start := h.Sum64() % HostUIDCount
+	for i := uint64(0); i < 4096; i++ {
+		uid := uint32(FirstHostUID + (start+i)%HostUIDCount)
+		f, err := os.OpenFile(filepath.Join(dir, strconv.FormatUint(uint64(uid), 10)), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("%w: uid lock: %w", ErrConfig, err)
+		}
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return &UIDLease{UID: uid, lock: f}, nil
+		}
+		f.Close()
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: lock uid %d: %w", ErrConfig, uid, err)
+		}
+	}
+	return nil, fmt.Errorf("%w: no free sandbox uid near the one of %q", ErrConfig, key)
+}
+
+// Release gives the uid back. It is idempotent.
+func (l *UIDLease) Release() {
+	if l != nil && l.lock != nil {
+		// The file stays: removing it would let a process that opened it before the removal lock a dead inode
+		// while another creates and locks a new file of the same name.
+		l.lock.Close()
+		l.lock = nil
+	}
+}
+
+// Chown gives every entry under dir (dir included) to uid:gid where it has another owner, without
+// following symlinks. The runner calls it on the workspace and the agent's home when it starts (after a
+// restore, or when the sandbox got another uid), so the sandbox owns its files.
+func Chown(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		if int(st.Uid) == uid && int(st.Gid) == gid {
+			return nil
+		}
+		if err := unix.Lchown(p, uid, gid); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("chown %s: %w", p, err)
+		}
+		return nil
+	})
+}
+
+// MakeReachable lets every user traverse (never list) the directories above p, adding o+x where it is
+// missing. bubblewrap runs as the sandbox's unprivileged host uid and resolves the paths it mounts (the
+// workspace, the agent's home and CLI) as that uid, so their ancestors must be traversable; the entries
+// themselves keep their modes (the workspace is the sandbox uid's, 0700).
+func MakeReachable(p string) error {
+	for dir := filepath.Dir(filepath.Clean(p)); ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
+				return fmt.Errorf("%w: make %s traversable for the sandbox: %w", ErrConfig, dir, err)
+			}
+		}
+		if dir == "/" || dir == "." {
+			return nil
+		}
+	}
+}
