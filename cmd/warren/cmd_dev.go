@@ -25,6 +25,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	listen := fs.String("listen", envOr("WARREN_LISTEN", "127.0.0.1:8080"), "edge listen address ($WARREN_LISTEN)")
 	region := fs.String("region", envOr("WARREN_REGION", "local"), "region name ($WARREN_REGION)")
 	insecure := fs.Bool("insecure-no-sandbox", false, "run user commands without bubblewrap isolation (only for machines without bwrap)")
+	hostNet := fs.Bool("sandbox-host-network", false, "sandboxes share this machine's network (every loopback listener is reachable from them); for machines where warren does not run as root")
 	startTimeout := fs.Duration("start-timeout", 30*time.Second, "how long a sandbox may take to start")
 	logLevel := fs.String("log-level", envOr("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
 	claudeCLI := fs.String("claude-cli", tools.FindClaudeCLI(), "Claude Code CLI the sandboxes run ($WARREN_CLAUDE_CLI; default: the `make tools` cache, then PATH)")
@@ -42,6 +43,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *insecure {
 		fmt.Fprintln(stderr, "WARNING: -insecure-no-sandbox: user commands run WITHOUT isolation, as this user, on this machine.")
 	}
+	if *hostNet {
+		fmt.Fprintln(stderr, "WARNING: -sandbox-host-network: sandboxes reach every listener of this machine, the edge and each other's runners included.")
+	}
+	if !*insecure && !*hostNet && os.Geteuid() != 0 {
+		return fmt.Errorf("sandboxes get a host uid and a network of their own only when warren runs as root: run it as root (e.g. sudo make dev), or pass -sandbox-host-network")
+	}
 	cli := *claudeCLI
 	if *noAgent {
 		cli = ""
@@ -50,7 +57,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	apiKey := os.Getenv("ANTHROPIC_API_KEY")
 	st, err := devstack.Start(ctx, devstack.Config{
-		DataDir: *dataDir, Listen: *listen, Region: *region, Insecure: *insecure,
+		DataDir: *dataDir, Listen: *listen, Region: *region, Insecure: *insecure, HostNetwork: *hostNet,
 		StartTimeout: startTimeout.Abs(), Logger: log,
 		ClaudeCLI: cli, ModelAPIKey: apiKey, ModelUpstream: *upstream, IdleTimeout: *idle, DefaultModel: *model,
 	})
@@ -107,5 +114,5 @@ func isolationLabel(insecure bool) string {
 	if insecure {
 		return "NONE (-insecure-no-sandbox)"
 	}
-	return "bubblewrap"
+	return "bubblewrap, a host uid, network and cgroup per sandbox (SECURITY.md)"
 }

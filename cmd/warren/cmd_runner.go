@@ -7,9 +7,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/warren-mesh/warren/runner/isolate"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +62,28 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "runner-private directory, never visible in the sandbox")
 	fs.BoolVar(&cfg.Insecure, "insecure-no-sandbox", false, "run commands WITHOUT bubblewrap (development only)")
 	fs.StringVar(&cfg.BwrapPath, "bwrap", "", "bubblewrap binary (default: bwrap in PATH)")
+	fs.Func("sandbox-network", "own (default: a network of the sandbox's own through pasta; needs root) or host (share the runner's: development only)", func(v string) error {
+		switch v {
+		case "own":
+			cfg.HostNetwork = false
+		case "host":
+			cfg.HostNetwork = true
+		default:
+			return fmt.Errorf("want own or host, not %q", v)
+		}
+		return nil
+	})
+	fs.Func("egress-allow", "a destination (CIDR) the sandbox may reach although the default policy refuses it (private, link-local, loopback, the host's addresses); repeatable", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return err
+		}
+		cfg.EgressAllow = append(cfg.EgressAllow, p)
+		return nil
+	})
+	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", "/warren", "control group under which each sandbox gets its own (\"-\": none; the task driver's limits alone hold)")
+	fs.StringVar(&cfg.UIDDir, "sandbox-uid-dir", isolate.DefaultUIDDir, "host-wide directory of the locks on the sandboxes' host uids")
+	fs.StringVar(&cfg.Pasta, "pasta", "pasta", "pasta binary (package passt), the sandbox's network")
 	fs.DurationVar(&cfg.DefaultExecTimeout, "exec-timeout", runner.DefaultExecTimeout, "timeout of a command that names none")
 	fs.DurationVar(&cfg.MaxExecTimeout, "max-exec-timeout", runner.DefaultMaxExecTimeout, "largest timeout a command may ask for")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")

@@ -49,6 +49,7 @@ type Config struct {
 	Region        string        // default "local"
 	Binary        string        // the warren binary runners are started from (default: this executable)
 	Insecure      bool          // run user commands without bubblewrap
+	HostNetwork   bool          // sandboxes share this machine's network (-sandbox-network=host)
 	RunnerArgs    []string      // extra flags for every runner
 	StartTimeout  time.Duration // per sandbox start (default 30s)
 	MeterInterval time.Duration // compute metering period (default 10s)
@@ -191,6 +192,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
+	if cfg.HostNetwork {
+		runnerArgs = append(runnerArgs, "-sandbox-network=host")
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	driver, err := local.New(local.Config{
