@@ -66,6 +66,11 @@ func TestHealthzAndAuth(t *testing.T) {
 	resp := h.do(t, http.MethodGet, "/healthz", nil, "Authorization", "")
 	var hz runner.Health
 	decode(t, resp, http.StatusOK, &hz)
+	if hz != (runner.Health{Status: "ok"}) {
+		t.Fatalf("healthz without the key = %+v, want only the status (no issuer, user, epoch or clients)", hz)
+	}
+	resp = h.do(t, http.MethodGet, "/healthz", nil)
+	decode(t, resp, http.StatusOK, &hz)
 	if hz.Status != "ok" || hz.Issuer != "acme" || hz.User != "alice" || hz.Epoch != 7 || hz.Clients != 0 || hz.RunningCommands != 0 || hz.Sandbox != "bwrap" {
 		t.Fatalf("healthz = %+v", hz)
 	}
