@@ -12,10 +12,14 @@ type Reserver interface {
 	// Reserve holds up to want microdollars of acct's AI budget under hold id and returns what it granted:
 	// min(want, limit - used - held) where held counts only unexpired holds. When nothing remains (the
 	// result would be <= 0) it returns an error wrapping ErrBudgetExceeded. limit < 0 means unlimited
-	// (want is granted). Reserving an id that exists returns its granted amount again (idempotent). The hold
-	// expires after ttl: an expired hold no longer counts and is released by the next Reserve of the account.
-	// ErrInvalid for an empty id, ttl <= 0, want <= 0, or an id already holding for another account. After
-	// a hold is settled, released or expired its id may be reserved again.
+	// (want is granted). A ledger that also stores quotas (Quotas) caps limit, in the same transaction, by
+	// the AI amount of the user's quota as it stands (the user's override, else the issuer's default; as
+	// EffectiveLimit, in acct's window): a quota cut stops spending at the next Reserve, even of callers
+	// admitted under the old quota. Reserving an id that exists returns its granted amount again
+	// (idempotent). The hold expires after ttl: an expired hold no longer counts and is released by the
+	// next Reserve of the account. ErrInvalid for an empty id, ttl <= 0, want <= 0, or an id already
+	// holding for another account. After a hold is settled, released or expired its id may be reserved
+	// again.
 	Reserve(ctx context.Context, id string, acct Account, limit, want int64, ttl time.Duration) (granted int64, err error)
 	// Settle records ev (idempotent by ev.Key) and deletes hold id in one transaction. Settling a hold that
 	// is gone (expired and swept, or settled before) still records ev once. An event for another account

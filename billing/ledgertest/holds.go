@@ -68,11 +68,58 @@ func RunReserver(t *testing.T, open func(t *testing.T, clock *Clock) ReserverLed
 	t.Run("Unlimited", func(t *testing.T) { l, _ := fresh(t); testUnlimited(t, l) })
 	t.Run("AccountsIndependent", func(t *testing.T) { l, _ := fresh(t); testHoldAccountsIndependent(t, l) })
 	t.Run("InvalidRejected", func(t *testing.T) { l, _ := fresh(t); testReserverInvalid(t, l) })
+	t.Run("QuotaCapsLimit", func(t *testing.T) {
+		l, _ := fresh(t)
+		q, ok := l.(quotaLedger)
+		if !ok {
+			t.Skip("the ledger stores no quotas")
+		}
+		testQuotaCapsLimit(t, q)
+	})
 	t.Run("ConcurrentReserveSettle", func(t *testing.T) {
 		for seed := range uint64(3) {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { l, _ := fresh(t); ReserveRace(t, seed, l) })
 		}
 	})
+}
+
+// quotaLedger is a ledger whose database also holds the admin store's issuers and quotas.
+type quotaLedger interface {
+	ReserverLedger
+	billing.Issuers
+	billing.Quotas
+}
+
+// A quota written after the caller was admitted caps the limit it reserves under, at the next Reserve:
+// the user's override when there is one, else the issuer's default; cuts take effect at once, raises
+// never lift the caller's own limit.
+func testQuotaCapsLimit(t *testing.T, l quotaLedger) {
+	ctx := context.Background()
+	if _, err := l.PutIssuer(ctx, Day.Issuer, "Issuer"); err != nil {
+		t.Fatal(err)
+	}
+	put := func(user string, ai, rev int64) {
+		t.Helper()
+		q := billing.Quota{AIMicros: ai, ComputeSeconds: -1, Window: billing.Day, MaxConcurrentSessions: -1}
+		if _, err := l.PutQuota(ctx, billing.QuotaKey{Issuer: Day.Issuer, User: user}, q, rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const limit = 5000 // what the caller was admitted with
+	MustRecord(t, l, AI("used", Day, 1000))
+	AssertGranted(t, l, "a", Day, limit, 500, 500)
+	put("", 1200, 0) // the issuer's default is cut below what is used and held
+	AssertExceeded(t, l, "b", Day, limit, 1)
+	other := Day
+	other.User = "other-user"
+	AssertGranted(t, l, "o", other, limit, 700, 700) // 1200 for another user too, who used nothing
+	put(Day.User, 3000, 0)                           // the user's override wins over the default
+	AssertGranted(t, l, "c", Day, limit, 5000, 1500)
+	put(Day.User, -1, 1) // unlimited quota: the caller's own limit stands
+	AssertGranted(t, l, "d", Day, limit, 5000, 2000)
+	AssertExceeded(t, l, "e", Day, limit, 1)
+	put(Day.User, 0, 2) // nothing at all: unlimited callers stop too
+	AssertExceeded(t, l, "f", Day, -1, 1)
 }
 
 func testGrantUpToRemaining(t *testing.T, l ReserverLedger) {

@@ -16,7 +16,8 @@ var _ billing.Reserver = (*Ledger)(nil)
 // immediate transaction, so Reserves, Settles and Records of every process on the file are serialized and
 // used + held never exceeds limit: it deletes the account's expired holds (and an expired hold named id),
 // returns the granted amount of a live hold named id, else grants min(want, limit - used - held) and
-// inserts the hold, expiring ttl from the ledger's clock.
+// inserts the hold, limit capped by the user's AI quota as stored now (the override, else the issuer's
+// default), expiring ttl from the ledger's clock.
 //
 // An empty id, an invalid account, want <= 0, ttl <= 0, and an id held for another account wrap
 // billing.ErrInvalid; a spent budget wraps billing.ErrBudgetExceeded; database failures wrap
@@ -61,6 +62,18 @@ func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct b
 		return grant, nil // a retried Reserve: the first one's grant stands
 	case !errors.Is(err, sql.ErrNoRows):
 		return 0, fmt.Errorf("read hold: %w", err)
+	}
+
+	// The user's quota as it stands now caps the limit the caller was admitted with (billing.Reserver).
+	var quota int64
+	switch err := tx.QueryRowContext(ctx, `SELECT ai_micros FROM quotas WHERE issuer = ? AND "user" IN (?, '')
+		ORDER BY "user" DESC LIMIT 1`, acct.Issuer, acct.User).Scan(&quota); {
+	case err == nil:
+		if quota >= 0 && (limit < 0 || quota < limit) {
+			limit = quota
+		}
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, fmt.Errorf("read quota: %w", err)
 	}
 
 	grant = want
