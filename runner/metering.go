@@ -23,6 +23,7 @@ type meteredAgent struct {
 	proxy     *modelproxy.Proxy
 	proxyURL  func() string
 	grant     func() wire.Grant
+	models    func(wire.Grant) []string // the models a grant allows (nil: any)
 	afterTurn func(ctx context.Context) // snapshot; nil when persistence is off
 	now       func() time.Time
 	log       *slog.Logger
@@ -49,16 +50,26 @@ func (m *meteredAgent) grantOf(sessionID string) wire.Grant {
 	return m.grant()
 }
 
-// open (re)opens the session with the proxy under its grant and returns its token.
-func (m *meteredAgent) open(sessionID string) string {
+// open (re)opens the session with the proxy under its grant: account, limit and allowed models.
+func (m *meteredAgent) open(sessionID string) {
 	g := m.grantOf(sessionID)
-	return m.proxy.OpenRollingSession(sessionID, accountOf(g), g.WindowAnchor.UTC(), g.AIMicros)
+	sg := modelproxy.SessionGrant{Account: accountOf(g), Anchor: g.WindowAnchor.UTC(), AILimit: g.AIMicros}
+	if m.models != nil {
+		sg.Models = m.models(g)
+	}
+	m.proxy.Open(sessionID, sg)
 }
 
-// Endpoint is the driver's view of the model: the runner's proxy and a per-session token.
+// Endpoint is the driver's view of the model: the runner's proxy and a fresh token for the session's new
+// agent process (any earlier token of the session is revoked; Release revokes this one when the process
+// exits).
 func (m *meteredAgent) Endpoint(sessionID string) (string, string, error) {
-	return m.proxyURL(), m.open(sessionID), nil
+	m.open(sessionID)
+	return m.proxyURL(), m.proxy.RotateToken(sessionID), nil
 }
+
+// Release revokes the token of an agent process that has exited.
+func (m *meteredAgent) Release(sessionID, token string) { m.proxy.RevokeToken(sessionID, token) }
 
 // Run implements session.Agent.
 func (m *meteredAgent) Run(ctx context.Context, turn session.Turn, emit func([]byte)) error {
@@ -68,11 +79,14 @@ func (m *meteredAgent) Run(ctx context.Context, turn session.Turn, emit func([]b
 		m.mu.Unlock()
 	}
 	m.open(turn.SessionID)
+	// The session's token works only while this turn runs (modelproxy.Config.RequireTurn): processes the
+	// agent leaves behind cannot spend between turns.
 	mark := turnMark{base: m.proxy.TurnStart(turn.SessionID), start: m.now()}
 	m.mu.Lock()
 	m.turns[turn.SessionID] = mark
 	m.mu.Unlock()
 	err := m.inner.Run(ctx, turn, emit)
+	m.proxy.TurnEnd(turn.SessionID)
 	if m.afterTurn != nil {
 		m.afterTurn(context.WithoutCancel(ctx))
 	}

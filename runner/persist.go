@@ -37,13 +37,14 @@ func (r *Runner) buildAgent() error {
 	proxy, err := modelproxy.New(modelproxy.Config{
 		Upstream: mc.Upstream, APIKey: mc.APIKey, Reserver: mc.Reserver, Prices: prices, Grace: mc.Grace,
 		Logger: r.log.With("component", "modelproxy"), Now: r.cfg.Now, Metrics: r.metrics.reg,
+		RequireTurn: true,
 	})
 	if err != nil {
 		return fmt.Errorf("model proxy: %w", err)
 	}
 	parts := &agentParts{proxy: proxy}
 	m := &meteredAgent{
-		proxy: proxy, proxyURL: func() string { return parts.proxyURL }, grant: r.Grant,
+		proxy: proxy, proxyURL: func() string { return parts.proxyURL }, grant: r.Grant, models: r.allowedModels,
 		now: r.cfg.Now, log: r.log, turns: map[string]turnMark{}, grants: map[string]wire.Grant{},
 	}
 	if r.snap != nil {
@@ -59,7 +60,7 @@ func (r *Runner) buildAgent() error {
 	}
 	driver, err := claude.New(claude.Config{
 		CLIPath: mc.CLIPath, Workspace: r.cfg.Workspace, Home: mc.Home, Bwrap: r.cfg.BwrapPath,
-		Insecure: r.cfg.Insecure, Sandbox: r.sandbox, Endpoint: m.Endpoint, Env: mc.Env, Decorate: m.Decorate,
+		Insecure: r.cfg.Insecure, Sandbox: r.sandbox, Endpoint: m.Endpoint, Release: m.Release, Env: mc.Env, Decorate: m.Decorate,
 		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"), Policy: func(sessionID string) (claude.Permissions, json.RawMessage) { return r.policy(m.grantOf(sessionID)) },
 	})
 	if err != nil {
@@ -250,6 +251,14 @@ func (r *Runner) afterShutdown(cause error) error {
 		r.snapshot(ctx, why)
 	}
 	return errors.Join(errs...)
+}
+
+// allowedModels are the models a grant's permissions allow the agent to call (nil: any): permissions.model.
+func (r *Runner) allowedModels(g wire.Grant) []string {
+	if p, _ := r.policy(g); p.Model != "" {
+		return []string{p.Model}
+	}
+	return nil
 }
 
 // policy is a grant's permissions and sdkConfig (PROTOCOL.md §1), which override the client's

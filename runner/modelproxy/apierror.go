@@ -32,6 +32,8 @@ var (
 	errNotFound        = apiError{http.StatusNotFound, "not_found_error", "Warren: the model proxy serves /v1/messages and /v1/messages/count_tokens only"}
 	errUpstream        = apiError{http.StatusBadGateway, "api_error", "Warren: the model API could not be reached"}
 	errShuttingDown    = apiError{http.StatusServiceUnavailable, "api_error", "Warren: the model proxy is shutting down"}
+	errNoTurn          = apiError{http.StatusForbidden, "permission_error", "Warren: no turn of this session is running; the model is called only during a turn"}
+	errCountTooLarge   = apiError{http.StatusRequestEntityTooLarge, "request_too_large", "Warren: a count_tokens body may not exceed 2 MiB"}
 )
 
 func badRequest(msg string) apiError {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/runner/modelproxy"
 )
 
 // runCLI runs `claude -p prompt` against the proxy with token as its API key and returns its result line.
@@ -104,4 +105,43 @@ func TestCLIDoesNotRetryBudgetRefusal(t *testing.T) {
 		t.Errorf("turn not marked exhausted")
 	}
 	t.Logf("CLI gave up after %v: %v", elapsed.Round(time.Millisecond), res["result"])
+}
+
+// The pinned CLI's ordinary calls pass the policy as the runner configures it (a running turn, one allowed
+// model, only CLIBetas, no server tools): nothing is refused, and every anthropic-beta it sends is in
+// CLIBetas (this keeps CLIBetas exact).
+func TestCLISendsOnlyAllowedBetas(t *testing.T) {
+	e := startEnv(t, modelserver.Options{}, func(c *modelproxy.Config) {
+		c.RequireTurn = true
+		c.MessagesPerMinute, c.CountTokensPerMinute = 0, 0 // the defaults
+	})
+	token := e.proxy.Open("s1", modelproxy.SessionGrant{Account: acct, AILimit: 10_000_000, Models: []string{"claude-sonnet-4-5"}})
+	e.proxy.TurnStart("s1")
+	for _, prompt := range []string{"hi", "run ls", "create f.txt containing hi"} {
+		if res := runCLI(t, e.url, token, "auto", prompt); res["is_error"] == true {
+			t.Fatalf("%q: result %v", prompt, res)
+		}
+	}
+	e.proxy.TurnEnd("s1")
+	for _, reason := range []string{"policy", "rate", "no_turn", "invalid", "auth"} {
+		if n := e.counter(t, "warren_modelproxy_rejected_total", "reason", reason); n != 0 {
+			t.Errorf("%v CLI requests refused (%s)", n, reason)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range e.ms.Requests() {
+		for _, v := range r.Header.Values("Anthropic-Beta") {
+			for b := range strings.SplitSeq(v, ",") {
+				seen[strings.TrimSpace(b)] = true
+			}
+		}
+	}
+	for _, b := range modelproxy.CLIBetas {
+		if !seen[b] {
+			t.Errorf("CLIBetas lists %q, which the CLI did not send", b)
+		}
+	}
+	if len(e.ms.Requests()) < 3 {
+		t.Errorf("%d upstream requests", len(e.ms.Requests()))
+	}
 }

@@ -22,18 +22,13 @@ import (
 // fits, so a model that honours max_tokens can never cost more than was held, and concurrent calls of
 // one account can never overspend its limit together.
 func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session) {
-	body, ok := p.readBody(w, r)
+	req, ok := p.readRequest(w, r, s, MaxBodyBytes, errTooLarge)
 	if !ok {
 		return
 	}
-	req, err := parseMessagesRequest(body)
-	if err != nil {
-		p.m.rejected.WithLabelValues(rejectInvalid).Inc()
-		writeAPIError(w, badRequest(err.Error()))
-		return
-	}
+	body := req.body
 	acct, limit := s.budget(p.now())
-	price := p.prices.Lookup(req.model)
+	price := p.priceOf(req.model)
 	pl := plan{acct: acct, limit: limit, worst: billing.Price{Input: price.MaxInput(), Output: price.Output},
 		inBytes: int64(len(body)) + bodySlack, maxTokens: req.maxTokens, thinkingBudget: req.thinkingBudget()}
 	if pl.maxTokens < 0 {

@@ -24,6 +24,9 @@ const (
 	rejectInvalid  = "invalid"
 	rejectNotFound = "not_found"
 	rejectUpstream = "upstream_unreachable"
+	rejectPolicy   = "policy"  // a model, beta, server tool or field the token or platform does not allow
+	rejectRate     = "rate"    // the session's request rate
+	rejectNoTurn   = "no_turn" // no turn of the session is running (Config.RequireTurn)
 )
 
 // metrics are registered on Config.Metrics when set; otherwise they count into nothing.

@@ -75,6 +75,22 @@ type Config struct {
 	Client *http.Client
 	// Metrics registers the proxy's metrics when set.
 	Metrics prometheus.Registerer
+
+	// AllowBetas are anthropic-beta values allowed besides CLIBetas; any other is refused (400). Enable
+	// only betas that neither reach out on the caller's behalf nor bill beyond tokens.
+	AllowBetas []string
+	// AllowServerTools are tool type prefixes (e.g. "tool_search_tool_") allowed in a request's tools; any
+	// other typed tool (web_search_*, code_execution_*, web_fetch_*, bash_*, ...) is refused (400). Warren
+	// prices tokens only: enable only tools billed wholly as tokens.
+	AllowServerTools []string
+	// MessagesPerMinute and CountTokensPerMinute bound each session's calls (token buckets holding a
+	// quarter of a minute's worth; 429 rate_limit_error with retry-after beyond): 0 means
+	// DefaultMessagesPerMinute and DefaultCountTokensPerMinute, negative unlimited.
+	MessagesPerMinute    int
+	CountTokensPerMinute int
+	// RequireTurn refuses (403 permission_error) the calls of a session with no turn running
+	// (TurnStart..TurnEnd), so processes the agent leaves behind cannot spend between turns.
+	RequireTurn bool
 }
 
 // Proxy is the model proxy. Its methods are safe for concurrent use.
@@ -93,6 +109,10 @@ type Proxy struct {
 	handler     http.Handler
 	sess        sessions
 	holds       holds
+	policy      policy
+	dearest     billing.Price
+	rates       struct{ messages, counts int }
+	requireTurn bool
 
 	mu        sync.Mutex
 	closed    bool
@@ -162,9 +182,21 @@ func New(cfg Config) (*Proxy, error) {
 		m:           m,
 		done:        make(chan struct{}),
 		sess:        sessions{byID: map[string]*session{}, byToken: map[[32]byte]*session{}},
+		policy:      newPolicy(cfg),
+		dearest:     dearest(cfg.Prices),
+		requireTurn: cfg.RequireTurn,
 	}
+	p.rates.messages = orDefault(cfg.MessagesPerMinute, DefaultMessagesPerMinute)
+	p.rates.counts = orDefault(cfg.CountTokensPerMinute, DefaultCountTokensPerMinute)
 	p.handler = http.HandlerFunc(p.serveHTTP)
 	return p, nil
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // Handler serves the proxy's API: POST /v1/messages (metered), POST /v1/messages/count_tokens
@@ -268,9 +300,13 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-		p.serveMessages(w, r, s)
+		if p.admitRequest(w, s, false) {
+			p.serveMessages(w, r, s)
+		}
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
-		p.serveForward(w, r)
+		if p.admitRequest(w, s, true) {
+			p.serveCount(w, r, s)
+		}
 	default:
 		// Batches, files and the rest are refused: they would use the key unmetered.
 		p.m.rejected.WithLabelValues(rejectNotFound).Inc()
@@ -289,14 +325,15 @@ func requestToken(r *http.Request) string {
 	return ""
 }
 
-// readBody reads a request body up to MaxBodyBytes; ok is false when an error answer was written.
-func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	var tooLarge *http.MaxBytesError
+// readBody reads a request body up to limit bytes (tooLarge is the answer beyond); ok is false when an
+// error answer was written.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit int64, tooLarge apiError) (body []byte, ok bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var maxErr *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooLarge):
+	case errors.As(err, &maxErr):
 		p.m.rejected.WithLabelValues(rejectTooLarge).Inc()
-		writeAPIError(w, errTooLarge)
+		writeAPIError(w, tooLarge)
 		return nil, false
 	case err != nil:
 		p.m.rejected.WithLabelValues(rejectInvalid).Inc()
@@ -306,12 +343,36 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, o
 	return body, true
 }
 
-// serveForward passes a free request (count_tokens) through with the real key.
-func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request) {
-	body, ok := p.readBody(w, r)
+// readRequest reads and parses a request body and applies the policy (policy.check); ok is false when an
+// error answer was written.
+func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request, s *session, limit int64, tooLarge apiError) (*messagesRequest, bool) {
+	body, ok := p.readBody(w, r, limit, tooLarge)
+	if !ok {
+		return nil, false
+	}
+	req, err := parseMessagesRequest(body)
+	if err != nil {
+		p.m.rejected.WithLabelValues(rejectInvalid).Inc()
+		writeAPIError(w, badRequest(err.Error()))
+		return nil, false
+	}
+	if e := p.policy.check(r, req, s.allowedModels()); e != nil {
+		p.m.rejected.WithLabelValues(rejectPolicy).Inc()
+		p.log.Info("refusing a call the policy does not allow", "session", s.id, "model", req.model, "why", e.message)
+		writeAPIError(w, *e)
+		return nil, false
+	}
+	return req, true
+}
+
+// serveCount passes a free count_tokens request through with the real key, once its body (at most
+// MaxCountTokensBytes) passed the same policy as a metered call.
+func (p *Proxy) serveCount(w http.ResponseWriter, r *http.Request, s *session) {
+	req, ok := p.readRequest(w, r, s, MaxCountTokensBytes, errCountTooLarge)
 	if !ok {
 		return
 	}
+	body := req.body
 	resp, err := p.client.Do(p.upstreamRequest(r.Context(), r, body))
 	if err != nil {
 		if r.Context().Err() == nil {

@@ -107,6 +107,9 @@ func startEnv(t testing.TB, opts modelserver.Options, mod ...func(*modelproxy.Co
 		Prices:   billing.DefaultPrices(),
 		Client:   &http.Client{Transport: rec},
 		Metrics:  reg,
+		// The tests below hammer one session; TestRateLimits sets rates.
+		MessagesPerMinute:    -1,
+		CountTokensPerMinute: -1,
 	}
 	for _, m := range mod {
 		m(&cfg)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -38,11 +39,22 @@ type messagesRequest struct {
 	// thinking is the raw "thinking" value and its span; nil when absent.
 	thinking     json.RawMessage
 	thinkingSpan span
+	// toolTypes are the "type"s of the tools offered, in order, "" for a tool without one (a plain client
+	// tool). Server tools (web_search_*, code_execution_*, ...) carry a type.
+	toolTypes []string
+	// gated are the top-level keys present that change what a call may do or cost beyond its tokens
+	// (gatedKeys), in body order.
+	gated []string
 }
 
+// gatedKeys are top-level request fields the proxy refuses (policy.go): each makes the API reach out on
+// the caller's behalf or bills beyond the tokens Warren prices.
+var gatedKeys = []string{"mcp_servers", "speed", "inference_geo", "container"}
+
 // parseMessagesRequest scans an untrusted request body. It fails when the body is not one JSON object,
-// when model, max_tokens or thinking appear more than once (the proxy and the API could otherwise read
-// different values), when model is not a string, or when max_tokens is not an integer in [0, 2^20].
+// when model, max_tokens, thinking, tools or a gated key appear more than once (the proxy and the API could
+// otherwise read different values), when model is not a string, when max_tokens is not an integer in
+// [0, 2^20], or when tools is not an array of objects each with at most one "type", a string.
 func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 	r := &messagesRequest{body: body, maxTokens: -1}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -71,9 +83,11 @@ func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 		end := int(dec.InputOffset())
 		sp := span{end - len(raw), end}
 		switch key {
-		case "model", "max_tokens", "thinking":
+		case "model", "max_tokens", "thinking", "tools":
 		default:
-			continue
+			if !slices.Contains(gatedKeys, key) {
+				continue
+			}
 		}
 		if seen[key] {
 			return nil, fmt.Errorf("%s appears more than once", key)
@@ -95,6 +109,12 @@ func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 			r.maxTokens, r.maxSpan = n, sp
 		case "thinking":
 			r.thinking, r.thinkingSpan = raw, sp
+		case "tools":
+			if r.toolTypes, err = toolTypes(raw); err != nil {
+				return nil, err
+			}
+		default:
+			r.gated = append(r.gated, key)
 		}
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
@@ -104,6 +124,50 @@ func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 		return nil, errors.New("data after the JSON object")
 	}
 	return r, nil
+}
+
+// toolTypes reads the "type" of every entry of a tools array ("" when absent). Keys are matched exactly
+// and a repeated "type" is refused, as above.
+func toolTypes(raw json.RawMessage) ([]string, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, errors.New("tools is not an array")
+	}
+	var types []string
+	for i := 0; dec.More(); i++ {
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return nil, fmt.Errorf("tools[%d] is not an object", i)
+		}
+		typ, seen := "", false
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return nil, fmt.Errorf("tools[%d]: %w", i, err)
+			}
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil, fmt.Errorf("tools[%d]: %w", i, err)
+			}
+			if key != "type" {
+				continue
+			}
+			if seen {
+				return nil, fmt.Errorf("tools[%d].type appears more than once", i)
+			}
+			seen = true
+			if err := json.Unmarshal(v, &typ); err != nil {
+				return nil, fmt.Errorf("tools[%d].type is not a string", i)
+			}
+		}
+		if _, err := dec.Token(); err != nil { // the object's '}'
+			return nil, fmt.Errorf("tools[%d]: %w", i, err)
+		}
+		types = append(types, typ)
+	}
+	return types, nil
 }
 
 // thinkingBudget is thinking.budget_tokens of an extended-thinking request ("type":"enabled"), else 0.

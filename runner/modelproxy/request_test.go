@@ -2,6 +2,8 @@ package modelproxy
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -94,6 +96,9 @@ func FuzzMessagesRequest(f *testing.F) {
 		`{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
 		`{"model":"m"}`, `{}`, ` {"max_tokens" : 5 } `, `{"thinking":{"type":"enabled","budget_tokens":2048},"max_tokens":4096}`,
 		`{"max\u005ftokens":3}`, `{"a":{"max_tokens":1},"b":"max_tokens"}`, `[1]`, `{"max_tokens":1,"max_tokens":2}`,
+		`{"tools":[{"name":"a"},{"type":"web_search_20250305","name":"w"}],"speed":"fast"}`,
+		`{"tools":[{"typ\u0065":"bash_20250124"}],"mcp_servers":[],"inference_geo":"us","container":null}`,
+		`{"tools":null}`, `{"tools":[{"type":"a","type":"b"}]}`, `{"tools":[{"Type":"x"}]}`,
 	} {
 		f.Add([]byte(s), int64(100))
 	}
@@ -105,6 +110,7 @@ func FuzzMessagesRequest(f *testing.F) {
 		if !json.Valid(body) {
 			t.Fatalf("accepted invalid JSON %q", body)
 		}
+		checkPolicyFields(t, body, r)
 		bound = max(0, bound%maxMaxTokens)
 		out, err := r.withLimits(bound, 0)
 		if err != nil {
@@ -142,4 +148,76 @@ func FuzzMessagesRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkPolicyFields: what the parser reports of the fields the policy judges (tool types, gated keys)
+// is what encoding/json (and so, for an accepted body without duplicates, the API) reads.
+func checkPolicyFields(t *testing.T, body []byte, r *messagesRequest) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
+	}
+	var gated []string
+	for _, k := range gatedKeys {
+		if _, ok := top[k]; ok {
+			gated = append(gated, k)
+		}
+	}
+	if len(gated) != len(r.gated) {
+		t.Fatalf("%q: gated keys %q, encoding/json sees %q", body, r.gated, gated)
+	}
+	for _, k := range r.gated {
+		if _, ok := top[k]; !ok {
+			t.Fatalf("%q: gated key %q not in the body", body, k)
+		}
+	}
+	var tools []map[string]json.RawMessage
+	if raw, ok := top["tools"]; ok {
+		if err := json.Unmarshal(raw, &tools); err != nil {
+			t.Fatalf("%q: tools accepted, encoding/json refuses: %v", body, err)
+		}
+	}
+	if len(tools) != len(r.toolTypes) {
+		t.Fatalf("%q: %d tool types, encoding/json sees %d tools", body, len(r.toolTypes), len(tools))
+	}
+	for i, tool := range tools {
+		var typ string
+		if raw, ok := tool["type"]; ok {
+			if err := json.Unmarshal(raw, &typ); err != nil {
+				t.Fatalf("%q: tools[%d].type accepted, not a string to encoding/json", body, i)
+			}
+		}
+		if typ != r.toolTypes[i] {
+			t.Fatalf("%q: tools[%d].type %q, encoding/json reads %q", body, i, r.toolTypes[i], typ)
+		}
+	}
+}
+
+// BenchmarkParseMessagesRequest parses a body shaped like the CLI's: 20 tools with JSON schemas, a
+// system prompt and a long conversation (about 400 KB).
+func BenchmarkParseMessagesRequest(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":32000,"stream":true,"system":[{"type":"text","text":"` + strings.Repeat("You are a coding agent. ", 400) + `"}],"tools":[`)
+	for i := range 20 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"name":"Tool%d","description":%q,"input_schema":{"type":"object","properties":{"command":{"type":"string","description":%q}},"required":["command"]}}`,
+			i, strings.Repeat("Runs a thing. ", 100), strings.Repeat("The command. ", 50))
+	}
+	sb.WriteString(`],"messages":[`)
+	for i := range 200 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"role":"user","content":[{"type":"text","text":%q}]}`, strings.Repeat("line of output\n", 120))
+	}
+	sb.WriteString(`],"thinking":{"type":"enabled","budget_tokens":10000},"metadata":{"user_id":"u"}}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := parseMessagesRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"maps"
+	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,7 +70,9 @@ func (u SessionUsage) Since(base SessionUsage) SessionUsage {
 
 // session is one agent's standing with the proxy.
 type session struct {
-	id        string
+	id string
+	// token is the live token ("" once revoked) and tokenHash its key in sessions.byToken; both guarded
+	// by sessions.mu.
 	token     string
 	tokenHash [32]byte
 
@@ -76,7 +80,11 @@ type session struct {
 	acct   billing.Account
 	anchor time.Time // non-zero: acct's window rolls over from it (billing.CurrentWindowStart)
 	limit  int64
-	usage  SessionUsage
+	models []string // non-empty: the only models the session's calls may name
+	turns  int      // turns running (TurnStart without TurnEnd)
+	// Rate limits (Config.MessagesPerMinute, CountTokensPerMinute).
+	messages, counts bucket
+	usage            SessionUsage
 	// The grace allowance (Config.Grace) for calls made while the ledger is unavailable: graceUsed is what
 	// such calls cost since the ledger last answered, graceHeld what those in flight may still cost.
 	// graceEpoch counts the answers that made the grace whole again, so a call begun before one is not
@@ -177,32 +185,78 @@ type sessions struct {
 	byToken map[[32]byte]*session
 }
 
-// OpenSession admits an agent: calls carrying the returned token (as x-api-key, or Authorization: Bearer)
-// are charged to acct under aiLimit microdollars (negative: unlimited). Opening an id that is already open
-// keeps its token and usage and updates its account and limit (a new budget window); open a fresh token
-// with CloseSession first. Safe for concurrent use.
-func (p *Proxy) OpenSession(sessionID string, acct billing.Account, aiLimit int64) (token string) {
-	return p.OpenRollingSession(sessionID, acct, time.Time{}, aiLimit)
+// SessionGrant is what a session's calls may spend and name.
+type SessionGrant struct {
+	// Account is charged; with a non-zero Anchor its bounded window rolls over from it (the token's
+	// windowStart): every call is charged to the window period that contains the proxy's clock at that call.
+	Account billing.Account
+	Anchor  time.Time
+	// AILimit is the account's limit in microdollars (negative: unlimited). The ledger may cap it further
+	// with the user's current quota (billing.Reserver).
+	AILimit int64
+	// Models, when non-empty, are the only models the session's calls may name (the token's
+	// permissions.model); any other is refused with 403 permission_error.
+	Models []string
 }
 
-// OpenRollingSession is OpenSession for an account whose bounded window rolls over from anchor (the token's
-// windowStart): every call is charged to the window period that contains the proxy's clock at that call.
-// A zero anchor keeps acct's window fixed.
+// OpenSession admits an agent: calls carrying the returned token (as x-api-key, or Authorization: Bearer)
+// are charged to acct under aiLimit microdollars (negative: unlimited). See Open.
+func (p *Proxy) OpenSession(sessionID string, acct billing.Account, aiLimit int64) (token string) {
+	return p.Open(sessionID, SessionGrant{Account: acct, AILimit: aiLimit})
+}
+
+// OpenRollingSession is OpenSession for an account whose bounded window rolls over from anchor. A zero
+// anchor keeps acct's window fixed.
 func (p *Proxy) OpenRollingSession(sessionID string, acct billing.Account, anchor time.Time, aiLimit int64) (token string) {
+	return p.Open(sessionID, SessionGrant{Account: acct, Anchor: anchor, AILimit: aiLimit})
+}
+
+// Open admits an agent under g and returns the session's live token, issuing one when the session has
+// none (new, or its token was revoked). Opening an id that is already open keeps its live token, usage,
+// rate buckets and running turns and replaces its grant (a new budget window, a new limit, other models);
+// RotateToken issues a fresh token. Safe for concurrent use.
+func (p *Proxy) Open(sessionID string, g SessionGrant) (token string) {
 	p.sess.mu.Lock()
 	defer p.sess.mu.Unlock()
-	if s, ok := p.sess.byID[sessionID]; ok {
-		s.mu.Lock()
-		s.acct, s.anchor, s.limit = acct, anchor, aiLimit
-		s.mu.Unlock()
-		return s.token
+	s, ok := p.sess.byID[sessionID]
+	if !ok {
+		s = &session{id: sessionID, messages: newBucket(p.rates.messages), counts: newBucket(p.rates.counts)}
+		s.usage.Models = map[string]ModelUsage{}
+		p.sess.byID[sessionID] = s
 	}
-	token = tokenPrefix + rand.Text()
-	s := &session{id: sessionID, token: token, tokenHash: sha256.Sum256([]byte(token)), acct: acct, anchor: anchor, limit: aiLimit}
-	s.usage.Models = map[string]ModelUsage{}
-	p.sess.byID[sessionID] = s
-	p.sess.byToken[s.tokenHash] = s
-	return token
+	s.mu.Lock()
+	s.acct, s.anchor, s.limit, s.models = g.Account, g.Anchor, g.AILimit, slices.Clone(g.Models)
+	s.mu.Unlock()
+	if s.token == "" {
+		p.sess.issueLocked(s)
+	}
+	return s.token
+}
+
+// RotateToken gives an open session a fresh token and revokes the one it had: calls carrying the old
+// token get 401 from now on. It returns "" for a session that is not open. The runner rotates at every
+// start of a session's agent process, so a token never outlives the process it was given to.
+func (p *Proxy) RotateToken(sessionID string) string {
+	p.sess.mu.Lock()
+	defer p.sess.mu.Unlock()
+	s, ok := p.sess.byID[sessionID]
+	if !ok {
+		return ""
+	}
+	p.sess.revokeLocked(s)
+	p.sess.issueLocked(s)
+	return s.token
+}
+
+// RevokeToken revokes token when it is still sessionID's live token: calls carrying it get 401 from now
+// on; calls in flight finish and are settled. The session keeps its usage; Open or RotateToken issue a new
+// token. A token that is not the session's (already rotated) is left alone.
+func (p *Proxy) RevokeToken(sessionID, token string) {
+	p.sess.mu.Lock()
+	defer p.sess.mu.Unlock()
+	if s, ok := p.sess.byID[sessionID]; ok && token != "" && s.token == token {
+		p.sess.revokeLocked(s)
+	}
 }
 
 // CloseSession forgets a session: its token stops working at once. Calls in flight finish and are
@@ -211,8 +265,21 @@ func (p *Proxy) CloseSession(sessionID string) {
 	p.sess.mu.Lock()
 	defer p.sess.mu.Unlock()
 	if s, ok := p.sess.byID[sessionID]; ok {
-		delete(p.sess.byToken, s.tokenHash)
+		p.sess.revokeLocked(s)
 		delete(p.sess.byID, sessionID)
+	}
+}
+
+func (ss *sessions) issueLocked(s *session) {
+	s.token = tokenPrefix + rand.Text()
+	s.tokenHash = sha256.Sum256([]byte(s.token))
+	ss.byToken[s.tokenHash] = s
+}
+
+func (ss *sessions) revokeLocked(s *session) {
+	if s.token != "" {
+		delete(ss.byToken, s.tokenHash)
+		s.token, s.tokenHash = "", [32]byte{}
 	}
 }
 
@@ -226,7 +293,8 @@ func (p *Proxy) Usage(sessionID string) SessionUsage {
 }
 
 // TurnStart begins a turn: it clears the turn flags (BudgetExhausted, MeteringUnavailable) and returns the
-// cumulative usage so far, the base for SessionUsage.Since at the end of the turn.
+// cumulative usage so far, the base for SessionUsage.Since at the end of the turn. With
+// Config.RequireTurn, the session's calls are accepted only between TurnStart and its TurnEnd.
 func (p *Proxy) TurnStart(sessionID string) SessionUsage {
 	s := p.sessionByID(sessionID)
 	if s == nil {
@@ -234,8 +302,59 @@ func (p *Proxy) TurnStart(sessionID string) SessionUsage {
 	}
 	s.mu.Lock()
 	s.usage.BudgetExhausted, s.usage.MeteringUnavailable = false, false
+	s.turns++
 	s.mu.Unlock()
 	return s.snapshot()
+}
+
+// TurnEnd ends the turn TurnStart began. With Config.RequireTurn, calls of the session are refused (403)
+// until its next TurnStart: processes the agent left behind cannot spend between turns. Calls in flight
+// finish and are settled.
+func (p *Proxy) TurnEnd(sessionID string) {
+	if s := p.sessionByID(sessionID); s != nil {
+		s.mu.Lock()
+		s.turns = max(0, s.turns-1)
+		s.mu.Unlock()
+	}
+}
+
+// admitRequest applies the session's standing to one request: a running turn (with Config.RequireTurn)
+// and its rate bucket for the route. ok is false when an answer was written.
+func (p *Proxy) admitRequest(w http.ResponseWriter, s *session, count bool) bool {
+	s.mu.Lock()
+	idle := p.requireTurn && s.turns == 0
+	var ok bool
+	var wait time.Duration
+	if !idle {
+		b := &s.messages
+		if count {
+			b = &s.counts
+		}
+		ok, wait = b.take(p.now())
+	}
+	s.mu.Unlock()
+	switch {
+	case idle:
+		p.m.rejected.WithLabelValues(rejectNoTurn).Inc()
+		writeAPIError(w, errNoTurn)
+		return false
+	case !ok:
+		p.m.rejected.WithLabelValues(rejectRate).Inc()
+		what := "model"
+		if count {
+			what = "count_tokens"
+		}
+		writeRateLimited(w, what, wait)
+		return false
+	}
+	return true
+}
+
+// allowedModels is the session's model allow list (nil: any).
+func (s *session) allowedModels() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.models
 }
 
 func (p *Proxy) sessionByID(id string) *session {

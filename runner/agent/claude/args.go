@@ -299,6 +299,11 @@ func checkClientEnv(env map[string]string) error {
 	return nil
 }
 
+// pinnedModelEnv are the CLI's variables naming the models of its background calls and subagents; when
+// the token allows one model only, they all name it.
+var pinnedModelEnv = []string{"ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+	"ANTHROPIC_DEFAULT_OPUS_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL"}
+
 // agentEnv is the CLI's environment: the client's variables, then Config.Env, then the driver's own, which
 // always win. home and configDir are paths as the CLI sees them.
 func agentEnv(client, extra map[string]string, home, baseURL, apiKey string) map[string]string {

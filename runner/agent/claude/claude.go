@@ -57,6 +57,9 @@ type Config struct {
 	// Endpoint returns the model API the CLI of a session talks to (the runner's proxy) and the key it
 	// uses (a per-session token). It is called each time a process starts. Required.
 	Endpoint func(sessionID string) (baseURL, apiKey string, err error)
+	// Release, when set, is called once the process an Endpoint key was given to has exited (or could not
+	// start), so the key can be revoked: a key never outlives its process.
+	Release func(sessionID, apiKey string)
 	// Env is added to the CLI's environment (e.g. ANTHROPIC_CUSTOM_HEADERS); it may not set the variables
 	// the driver sets itself (PATH, HOME, ANTHROPIC_BASE_URL, ...).
 	Env map[string]string
@@ -271,7 +274,7 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 		d.setProc(s, nil)
 	}
 	if s.proc == nil {
-		p, err := d.start(s, opts, log)
+		p, err := d.start(s, opts, perms.Model != "", log)
 		if err != nil {
 			return err
 		}
@@ -351,7 +354,10 @@ func (d *Driver) setProc(s *agentSession, p *cliProc) {
 // start launches the session's CLI: resuming its transcript when there is one, otherwise forking the
 // session named by the options (forkSession, or continue: the most recent transcript), otherwise a new
 // conversation under the session's id.
-func (d *Driver) start(s *agentSession, opts wire.SessionOptions, log *slog.Logger) (*cliProc, error) {
+//
+// pinned says the token allows only opts.Model: the CLI is told to use it for its background and subagent
+// calls too, which the model proxy would otherwise refuse.
+func (d *Driver) start(s *agentSession, opts wire.SessionOptions, pinned bool, log *slog.Logger) (*cliProc, error) {
 	l := launch{SessionID: s.cliID}
 	fork := opts.ForkSession && opts.SessionID != ""
 	switch {
@@ -388,9 +394,23 @@ func (d *Driver) start(s *agentSession, opts wire.SessionOptions, log *slog.Logg
 			{Host: d.cfg.Home, Sandbox: HomeMount, Writable: true},
 		}
 	}
+	if pinned && opts.Model != "" {
+		for _, k := range pinnedModelEnv {
+			spec.Env[k] = opts.Model
+		}
+	}
 	p, err := startCLI(d.life, d.sb, spec, log)
 	if err != nil {
+		if d.cfg.Release != nil {
+			d.cfg.Release(s.id, apiKey)
+		}
 		return nil, wire.Wrap(wire.Unavailable, err, "cannot start the agent")
+	}
+	if d.cfg.Release != nil {
+		go func() {
+			<-p.p.Done()
+			d.cfg.Release(s.id, apiKey)
+		}()
 	}
 	log.Debug("agent process started", "pid", p.p.Pid(), "resume", l.Resume, "fork_from", l.ForkFrom)
 	return p, nil
