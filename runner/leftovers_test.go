@@ -169,8 +169,14 @@ func TestAgentLeftoversCannotSpend(t *testing.T) {
 	c.Close(websocket.StatusNormalClosure, "")
 	grant.Permissions = json.RawMessage(`{"model":"claude-haiku-4-5"}`)
 	c2 := h.dialAs(t, grant)
-	if res := turn(t, c2, "s1", "hi"); res["is_error"] == true {
+	if res := turn(t, c2, "s1", "run env > env.txt"); res["is_error"] == true {
 		t.Fatalf("result %v", res)
+	}
+	// The CLI is told to use the one allowed model for its background calls and subagents too.
+	for _, v := range []string{"ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL"} {
+		if env := "\n" + readWorkspace(t, h, "env.txt") + "\n"; !strings.Contains(env, "\n"+v+"=claude-haiku-4-5\n") {
+			t.Errorf("the agent's environment lacks %s=claude-haiku-4-5", v)
+		}
 	}
 	if status, b := callProxy(t, url, token); status != http.StatusUnauthorized || !bytes.Contains([]byte(b), []byte("authentication_error")) {
 		t.Errorf("the exited process's token: %d %s, want 401", status, b)
