@@ -97,11 +97,19 @@ func (a *api) execSpec(er wire.ExecRequest) (isolate.Spec, error) {
 // unavailable.
 func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
 	release, err := a.r.takeExec()
+	if err == nil {
+		if err = a.r.disk.check(); err != nil {
+			release()
+		}
+	}
 	if err != nil {
 		a.r.metrics.execs.WithLabelValues(outcomeError).Inc()
 		return isolate.Result{ExitCode: -1}, err
 	}
 	defer release()
+	ctx, cancelFull := context.WithCancelCause(ctx)
+	defer cancelFull(nil)
+	go a.r.disk.watch(ctx, cancelFull)
 	a.r.running.Add(1)
 	defer a.r.running.Add(-1)
 	oom := a.r.sandbox.OOMKills()
@@ -111,6 +119,9 @@ func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result
 	}
 	outcome := outcomeOK
 	switch {
+	case err != nil && errors.Is(context.Cause(ctx), ErrWorkspaceFull):
+		outcome = outcomeError
+		err = wire.Wrap(wire.ResourceExhausted, err, "command killed: the workspace grew past its size limit (the quota's max_workspace_bytes)")
 	case err != nil && ctx.Err() != nil:
 		outcome = outcomeCanceled
 		msg := "command cancelled: the request ended"

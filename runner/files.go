@@ -52,6 +52,13 @@ func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
 		a.fileFail(w, req, "write", wire.Errorf(wire.PayloadTooLarge, "file exceeds the %d byte limit", limit))
 		return
 	}
+	if err := a.r.disk.check(); err != nil {
+		a.fileFail(w, req, "write", err)
+		return
+	}
+	if ws := a.r.workspaceLimit.Load(); ws > 0 && ws < limit {
+		limit = ws
+	}
 	res, err := a.root.Write(p, req.Body, workspace.WriteOptions{Parents: parents, MaxSize: limit})
 	if err == nil && a.r.parts.uid != nil {
 		err = a.root.Give(res.Path, int(a.r.parts.uid.UID), int(a.r.parts.uid.UID))

@@ -37,8 +37,10 @@ type Runner struct {
 	parts   *sandboxParts // host uid, cgroup, network; released when Run ends
 	metrics *metrics
 
-	execLimit    atomic.Int64 // concurrent execs allowed (the grant's limit)
-	execsRunning atomic.Int64
+	execLimit      atomic.Int64 // concurrent execs allowed (the grant's limit)
+	execsRunning   atomic.Int64
+	workspaceLimit atomic.Int64 // bytes; 0: none
+	disk           *diskGuard
 
 	ready   chan struct{}
 	addr    atomic.Pointer[string]

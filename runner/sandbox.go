@@ -76,6 +76,8 @@ func (r *Runner) buildSandbox() error {
 	lim, execs := effectiveLimits(nil)
 	cfg.Limits = lim
 	r.execLimit.Store(execs)
+	r.workspaceLimit.Store(lim.FileBytes)
+	r.disk = &diskGuard{dir: r.cfg.Workspace, limit: r.workspaceLimit.Load}
 	parts := &sandboxParts{}
 	if !r.cfg.Insecure {
 		if os.Geteuid() == 0 {
@@ -177,6 +179,7 @@ func (r *Runner) attachNetwork(proxyURL string) error {
 func (r *Runner) applyLimits(g *wire.SandboxLimits) {
 	lim, execs := effectiveLimits(g)
 	r.execLimit.Store(execs)
+	r.workspaceLimit.Store(lim.FileBytes)
 	if err := r.sandbox.SetLimits(lim); err != nil {
 		r.log.Warn("apply sandbox limits", "err", err)
 	}

@@ -1,0 +1,78 @@
+package runner_test
+
+import (
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// TestSandboxLimitsFromGrant: the limits of the quota, carried in the edge's grant, hold for the user's
+// commands, each refusal typed, and the runner survives them all.
+func TestSandboxLimitsFromGrant(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if testing.Short() {
+			t.Skip("needs root (skipped under -short)")
+		}
+		t.Fatal("needs root (as in CI): the sandbox's cgroup and uid")
+	}
+	h := startRunner(t)
+	g := wire.Grant{Issuer: "acme", User: "alice", Window: "lifetime", AIMicros: -1, ComputeSeconds: -1,
+		Limits: &wire.SandboxLimits{WorkspaceBytes: 8 << 20, ConcurrentExecs: 1, Processes: 64, MemoryBytes: 96 << 20, CPUMillis: 500}}
+	grant := []string{wire.HeaderGrant, g.Encode()}
+	exec := func(t *testing.T, cmd string, status int) (wire.ExecResult, wire.Error) {
+		t.Helper()
+		resp := h.doJSON(t, http.MethodPost, "/v1/sandbox/exec", wire.ExecRequest{Command: cmd}, grant...)
+		var res wire.ExecResult
+		var werr wire.Error
+		if status == http.StatusOK {
+			decode(t, resp, status, &res)
+		} else {
+			decode(t, resp, status, &werr)
+		}
+		return res, werr
+	}
+
+	t.Run("memory", func(t *testing.T) {
+		res, _ := exec(t, "head -c 400m /dev/zero | tail > /dev/null", http.StatusOK)
+		if !res.OOMKilled || res.ExitCode != 137 {
+			t.Fatalf("a 400 MiB hog under 96 MiB: %+v", res)
+		}
+	})
+	t.Run("concurrent execs", func(t *testing.T) {
+		var wg sync.WaitGroup
+		wg.Go(func() { exec(t, "sleep 2", http.StatusOK) })
+		time.Sleep(500 * time.Millisecond)
+		_, werr := exec(t, "true", http.StatusTooManyRequests)
+		if werr.Code != wire.ResourceExhausted {
+			t.Fatalf("second command at once: %+v", werr)
+		}
+		wg.Wait()
+	})
+	t.Run("workspace size", func(t *testing.T) {
+		// Each file is under the limit; together they are not.
+		// The guard kills the command within about a second of the workspace passing the limit.
+		resp := h.doJSON(t, http.MethodPost, "/v1/sandbox/exec", wire.ExecRequest{Command: "for i in 1 2 3 4; do head -c 3000000 /dev/zero > f$i; done; sleep 5; echo survived"}, grant...)
+		var killed wire.Error
+		decode(t, resp, http.StatusTooManyRequests, &killed)
+		if killed.Code != wire.ResourceExhausted {
+			t.Fatalf("a command filling the workspace: %+v", killed)
+		}
+		_, werr := exec(t, "true", http.StatusTooManyRequests)
+		if werr.Code != wire.ResourceExhausted || !strings.Contains(werr.Message, "max_workspace_bytes") {
+			t.Fatalf("a command in a full workspace: %+v", werr)
+		}
+		for _, f := range []string{"f1", "f2", "f3", "f4"} {
+			resp := h.do(t, http.MethodDelete, "/v1/sandbox/files?path="+f, nil, grant...)
+			resp.Body.Close()
+		}
+		time.Sleep(2500 * time.Millisecond) // the usage cache
+		if res, _ := exec(t, "echo ok", http.StatusOK); strings.TrimSpace(res.Stdout) != "ok" {
+			t.Fatalf("after deleting: %+v", res)
+		}
+	})
+}
