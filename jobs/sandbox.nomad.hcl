@@ -181,6 +181,11 @@ job "sandbox" {
 
     task "runner" {
       driver = var.driver
+      # The runner must be root inside its task: it gives each sandbox an unprivileged host uid, network
+      # namespace and cgroup of its own (SECURITY.md). exec runs tasks as nobody unless told otherwise, and
+      # its clients refuse root until the operator removes it from client { options { "user.denylist" } };
+      # raw_exec runs as the Nomad agent (root).
+      user = var.driver == "exec" ? "root" : ""
 
       config {
         command = var.warren_binary
