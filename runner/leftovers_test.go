@@ -137,7 +137,6 @@ func TestAgentLeftoversCannotSpend(t *testing.T) {
 	if res := turn(t, c, "s1", "run sh attack.sh"); res["is_error"] == true {
 		t.Fatalf("result %v", res)
 	}
-	upstreamAtEnd := len(ms.Requests())
 	if f := readWorkspace(t, h, "forbidden.txt"); !strings.Contains(f, `"permission_error"`) || !strings.Contains(f, "not allowed by this token") {
 		t.Errorf("a forbidden model called from the sandbox during a turn got %q, want permission_error", f)
 	}
@@ -147,22 +146,27 @@ func TestAgentLeftoversCannotSpend(t *testing.T) {
 		}
 	}
 
-	// Between turns the leftover loop's calls are refused.
-	var lines []string
-	waitFor(t, "the leftover loop to be refused between turns", func() bool {
-		lines = strings.Fields(readWorkspace(t, h, "leftover.txt"))
-		n := 0
-		for i := len(lines) - 1; i >= 0 && lines[i] == "403"; i-- {
-			n++
+	// Between turns the leftover loop's calls are refused (it may have had one through while the turn was
+	// winding down) and none reaches the upstream.
+	refusedInARow := func(n int) func() bool {
+		return func() bool {
+			lines := strings.Fields(readWorkspace(t, h, "leftover.txt"))
+			k := 0
+			for i := len(lines) - 1; i >= 0 && lines[i] == "403"; i-- {
+				k++
+			}
+			return k >= n
 		}
-		return n >= 3
-	})
+	}
+	waitFor(t, "the leftover loop to be refused between turns", refusedInARow(1))
+	upstreamAfterTurn := len(ms.Requests())
+	waitFor(t, "the leftover loop to be refused again", refusedInARow(4))
 	token, url := readWorkspace(t, h, "token.txt"), readWorkspace(t, h, "url.txt")
 	if status, b := callProxy(t, url, token); status != http.StatusForbidden || !strings.Contains(b, "no turn of this session is running") {
 		t.Errorf("a call with no running turn: %d %s", status, b)
 	}
-	if n := len(ms.Requests()); n != upstreamAtEnd {
-		t.Errorf("%d upstream requests after the turn ended", n-upstreamAtEnd)
+	if n := len(ms.Requests()); n != upstreamAfterTurn {
+		t.Errorf("%d upstream requests after the turn ended", n-upstreamAfterTurn)
 	}
 
 	// Another token's permissions restart the session's agent process: the old process's token is revoked.
