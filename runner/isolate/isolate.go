@@ -373,7 +373,10 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 	}
 	c.Cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	c.Dir = "/"
-	c.Env = e // neither bwrap nor the programs before it see the runner's environment
+	// The programs before the boundary (nsenter as root, the gate, bwrap) see neither the runner's
+	// environment nor the tenant's: a tenant's LD_PRELOAD or similar would run its code outside the sandbox.
+	// The command's environment travels as --setenv after --clearenv.
+	c.Env = []string{"PATH=" + DefaultPATH}
 	c.ExtraFiles = fds.passed
 	c.SysProcAttr = attr
 	c.Cancel = c.kill

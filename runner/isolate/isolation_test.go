@@ -426,3 +426,42 @@ func cgroupCPU(t *testing.T, cg *Cgroup) float64 {
 
 var _ = io.Discard
 var _ = syscall.SIGKILL
+
+// TestIsolationEnvironmentStaysInside: a tenant's environment reaches its command only, never the
+// programs that set the sandbox up (nsenter runs as root): an LD_PRELOAD naming a host library would
+// otherwise run the tenant's code outside the boundary.
+func TestIsolationEnvironmentStaysInside(t *testing.T) {
+	requireRoot(t)
+	cc := toolPath(t, "cc", "gcc")
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "loaded")
+	src := filepath.Join(dir, "evil.c")
+	lib := filepath.Join(dir, "evil.so")
+	code := `#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void pwn(void) {
+	FILE *f = fopen("` + marker + `", "a");
+	if (f) { fprintf(f, "uid %d\n", (int)getuid()); fclose(f); }
+}
+`
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v: %s", err, out)
+	}
+	if err := MakeReachable(lib); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil { // so any uid could write the marker
+		t.Fatal(err)
+	}
+	s, _ := newSandbox(t, false)
+	res, o := run(t, s, Spec{Command: "echo $LD_PRELOAD", Env: map[string]string{"LD_PRELOAD": lib, "ENV": lib, "BASH_ENV": lib}, Timeout: time.Minute})
+	if res.ExitCode != 0 || strings.TrimSpace(o.stdout.String()) != lib {
+		t.Fatalf("the command's environment: %q (exit %d, %q)", o.stdout.String(), res.ExitCode, o.stderr.String())
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("the tenant's LD_PRELOAD ran outside the sandbox: %s", b)
+	}
+}
