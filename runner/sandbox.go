@@ -25,6 +25,7 @@ const (
 // group and its network. Released when the runner ends.
 type sandboxParts struct {
 	uid     *isolate.UIDLease
+	netUID  *isolate.UIDLease // the network's own (pasta's), never the sandbox's
 	cgroup  *isolate.Cgroup
 	network *isolate.Network
 }
@@ -37,6 +38,7 @@ func (p *sandboxParts) release() {
 		_ = p.cgroup.Close()
 	}
 	p.uid.Release()
+	p.netUID.Release()
 }
 
 // effectiveLimits fills the limits a grant does not set with the runner's defaults; -1 (unlimited) becomes
@@ -163,9 +165,14 @@ func (r *Runner) attachNetwork(proxyURL string) error {
 		}
 		fwd = []uint16{uint16(p)}
 	}
+	netUID, err := isolate.AllocateUID(r.cfg.UIDDir, "network/"+r.cfg.Issuer+"/"+r.cfg.User)
+	if err != nil {
+		return err
+	}
+	r.parts.netUID = netUID
 	n, err := isolate.NewNetwork(isolate.NetworkConfig{
 		Pasta: r.cfg.Pasta, Nsenter: r.cfg.Nsenter, ForwardTCP: fwd, Allow: r.cfg.EgressAllow,
-		UID: r.parts.uid.UID, GID: r.parts.uid.UID,
+		UID: netUID.UID, GID: netUID.UID,
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)

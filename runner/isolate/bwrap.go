@@ -96,9 +96,13 @@ func bwrapArgs(l boxLayout, dir string, env, inner []string) []string {
 	a = append(a, "--tmpfs", "/etc")
 	a = append(a, l.etc...)
 	a = append(a, "--remount-ro", "/etc")
-	a = append(a, "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev")
+	a = append(a, "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind", "/dev/null", "/proc/cmdline", "--dev", "/dev")
 	if l.tmpBytes > 0 {
-		a = append(a, "--size", strconv.FormatInt(l.tmpBytes, 10), "--tmpfs", "/dev/shm")
+		a = append(a, "--size", strconv.FormatInt(l.tmpBytes, 10))
+	}
+	// /dev itself is a tmpfs: read-only once /dev/shm is mounted, so it is no unbounded scratch space.
+	a = append(a, "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
+	if l.tmpBytes > 0 {
 		a = append(a, "--size", strconv.FormatInt(l.tmpBytes, 10))
 	}
 	a = append(a, "--tmpfs", "/tmp", "--bind", l.workspace, WorkspaceMount)

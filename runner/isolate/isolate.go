@@ -32,6 +32,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -112,9 +114,16 @@ func New(cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("%w: only a runner running as root can run the sandbox as another host uid", ErrConfig)
 	case cfg.Network != nil && cfg.HostNetwork:
 		return nil, fmt.Errorf("%w: Network and HostNetwork are exclusive", ErrConfig)
+	case cfg.Network != nil && cfg.Network.cfg.UID == cfg.HostUID:
+		return nil, fmt.Errorf("%w: the network must run as a host uid other than the sandbox's", ErrConfig)
 	}
 	if err := checkPidfd(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	// Descriptors this process inherited without close-on-exec would reach every sandbox; mark them all
+	// (ExtraFiles are handed over explicitly and stay inherited).
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("%w: close_range: %w", ErrConfig, err)
 	}
 	if cfg.HostUID != 0 {
 		if err := MakeReachable(cfg.Workspace); err != nil {
@@ -136,10 +145,13 @@ func (s *Sandbox) Owner() (uid, gid int, ok bool) {
 }
 
 // SetNetwork attaches the sandbox's network; commands started from now on run in it. It fails when the
-// sandbox shares the host's network.
+// sandbox shares the host's network, or when the network runs as the sandbox's own host uid.
 func (s *Sandbox) SetNetwork(n *Network) error {
 	if s.cfg.HostNetwork || s.cfg.Insecure {
 		return fmt.Errorf("%w: this sandbox shares the host network", ErrConfig)
+	}
+	if n.cfg.UID == s.cfg.HostUID {
+		return fmt.Errorf("%w: the network must run as a host uid other than the sandbox's", ErrConfig)
 	}
 	s.network.Store(n)
 	return nil
@@ -324,7 +336,15 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 	if err != nil {
 		return fail(fmt.Errorf("gate pipe: %w", err))
 	}
-	infoFd, gateFd := fds.pass(infoW), fds.pass(gateR)
+	network := s.network.Load()
+	if network == nil && !s.cfg.HostNetwork {
+		return fail(ErrNoNetwork)
+	}
+	// The gate shell (dash) names descriptors by one digit: these three come first.
+	infoFd, gateFd, nsFd := fds.pass(infoW), fds.pass(gateR), 0
+	if network != nil {
+		nsFd = fds.lend(network.nsFile)
+	}
 	seccompFd, err := fds.data(s.seccomp)
 	if err != nil {
 		return fail(fmt.Errorf("seccomp pipe: %w", err))
@@ -335,10 +355,6 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 				return fail(err)
 			}
 		}
-	}
-	network := s.network.Load()
-	if network == nil && !s.cfg.HostNetwork {
-		return fail(ErrNoNetwork)
 	}
 	dns := ""
 	if network != nil {
@@ -360,10 +376,10 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 		mounts: s.mounts, etc: etc, info: infoFd, seccomp: seccompFd, workspace: s.cfg.Workspace, binds: binds,
 		tmpBytes: lim.TmpBytes,
 	}, dir, e, inner)
-	argv := append([]string{"/bin/sh", "-c", gateScript(gateFd, lim.FileBytes), s.cfg.Bwrap}, args...)
+	argv := append([]string{"/bin/sh", "-c", gateScript(gateFd, nsFd, lim.FileBytes), s.cfg.Bwrap}, args...)
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if network != nil {
-		enter := network.enter()
+		enter := network.enter(nsFd)
 		if s.cfg.HostUID != 0 {
 			enter = append(enter, "--setuid", strconv.Itoa(int(s.cfg.HostUID)), "--setgid", strconv.Itoa(int(s.cfg.HostGID)))
 		}
@@ -389,14 +405,18 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 	return c, nil
 }
 
-// gateScript blocks on fd until boxCmd.start writes a line, then closes it, lowers RLIMIT_FSIZE to
+// gateScript blocks on fd until boxCmd.start writes a line, then closes it and nsFd, lowers RLIMIT_FSIZE to
 // fileBytes (rounded down to the shell's 512-byte blocks; 0: unchanged) and executes "$0" "$@" (bwrap and
 // its arguments). A failed read (the runner gave up) exits without running anything. The limit is set by
 // the shell for itself because lowering another uid's limits (prlimit) needs CAP_SYS_RESOURCE, which a
 // runner's root may not have.
-func gateScript(fd int, fileBytes int64) string {
+func gateScript(fd, nsFd int, fileBytes int64) string {
 	n := strconv.Itoa(fd)
-	s := "read -r _ <&" + n + " || exit 125; exec " + n + "<&-; "
+	// No core dumps: on hosts whose core_pattern is a pipe, a crash would run a root helper.
+	s := "read -r _ <&" + n + " || exit 125; exec " + n + "<&-; ulimit -H -c 0 || exit 125; "
+	if nsFd > 0 { // nsenter's way into the network namespace; the sandbox has no use for it
+		s += "exec " + strconv.Itoa(nsFd) + "<&-; "
+	}
 	if fileBytes > 0 {
 		s += "ulimit -f " + strconv.FormatInt(max(fileBytes/512, 1), 10) + " || exit 125; "
 	}
@@ -408,6 +428,7 @@ func gateScript(fd int, fileBytes int64) string {
 type fdSet struct {
 	passed []*os.File // the child's, in fd order from 3
 	own    []*os.File // every file opened here
+	lent   []*os.File // passed but owned elsewhere (kept open)
 }
 
 func (f *fdSet) pipe() (r, w *os.File, err error) {
@@ -416,6 +437,13 @@ func (f *fdSet) pipe() (r, w *os.File, err error) {
 		f.own = append(f.own, r, w)
 	}
 	return r, w, err
+}
+
+// lend hands a file the set does not own to the child (it stays open after the start) and returns its fd
+// number there.
+func (f *fdSet) lend(file *os.File) int {
+	f.lent = append(f.lent, file)
+	return f.pass(file)
 }
 
 // pass hands file to the child and returns its fd number there.
@@ -440,7 +468,9 @@ func (f *fdSet) data(b []byte) (int, error) {
 // closePassed closes the runner's copies of what the child inherited (after the start).
 func (f *fdSet) closePassed() {
 	for _, file := range f.passed {
-		file.Close()
+		if !slices.Contains(f.lent, file) {
+			file.Close()
+		}
 	}
 }
 

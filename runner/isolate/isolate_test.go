@@ -59,10 +59,15 @@ func secureConfig(t testing.TB, ws string, fwd []uint16) Config {
 	}
 	t.Cleanup(lease.Release)
 	cfg.HostUID, cfg.HostGID = lease.UID, lease.UID
+	netLease, err := AllocateUID(DefaultUIDDir, "network/"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(netLease.Release)
 	if err := Chown(ws, int(lease.UID), int(lease.UID)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := NewNetwork(NetworkConfig{Pasta: toolPath(t, "pasta", "passt"), Nsenter: toolPath(t, "nsenter", "util-linux"), ForwardTCP: fwd, UID: lease.UID, GID: lease.UID})
+	n, err := NewNetwork(NetworkConfig{Pasta: toolPath(t, "pasta", "passt"), Nsenter: toolPath(t, "nsenter", "util-linux"), ForwardTCP: fwd, UID: netLease.UID, GID: netLease.UID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +207,8 @@ func TestBwrapArgs(t *testing.T) {
 		"--info-fd 3 --unshare-user --uid 1000 --gid 1000 --disable-userns",
 		"--die-with-parent --new-session --unshare-pid --unshare-ipc --unshare-uts",
 		"--cap-drop ALL --seccomp 5",
-		"--ro-bind /usr /usr --tmpfs /etc --ro-bind /etc/ssl/certs /etc/ssl/certs --remount-ro /etc --proc /proc --ro-bind /proc/sys /proc/sys --dev /dev",
+		"--ro-bind /usr /usr --tmpfs /etc --ro-bind /etc/ssl/certs /etc/ssl/certs --remount-ro /etc --proc /proc --ro-bind /proc/sys /proc/sys --ro-bind /dev/null /proc/cmdline --dev /dev",
+		"--size 1048576 --tmpfs /dev/shm --remount-ro /dev",
 		"--size 1048576 --tmpfs /tmp --bind /srv/ws/alice /workspace --remount-ro / --chdir /workspace/sub --clearenv",
 		"--setenv FOO a=b --setenv HOME /workspace --setenv LANG C.UTF-8",
 		`-- /bin/sh -c exec "$0" "$@" ls -l`,

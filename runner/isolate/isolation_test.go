@@ -163,7 +163,15 @@ func listenIn(t *testing.T, nsPath, addr, banner string) net.Listener {
 	go func() {
 		defer close(done)
 		if nsPath != "" {
-			runtime.LockOSThread() // the thread is left in the namespace and dies with the goroutine
+			// The thread goes into the namespace for the socket and comes back: a goroutine that ended
+			// locked on the main thread would leave the whole process's namespace (/proc/self) changed.
+			runtime.LockOSThread()
+			own, e := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if e != nil {
+				err = e
+				return // locked: the runtime ends this thread
+			}
+			defer unix.Close(own)
 			fd, e := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if e != nil {
 				err = e
@@ -174,6 +182,11 @@ func listenIn(t *testing.T, nsPath, addr, banner string) net.Listener {
 				err = e
 				return
 			}
+			ln, err = net.Listen("tcp", addr)
+			if unix.Setns(own, unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
+			return
 		}
 		ln, err = net.Listen("tcp", addr)
 	}()
@@ -196,8 +209,10 @@ func listenIn(t *testing.T, nsPath, addr, banner string) net.Listener {
 }
 
 // testHost makes a network namespace reached from the test's own through a veth pair, the namespace's
-// end at addr/24 and ours at gw/24 (a host on a network the test creates), and listens on addr:port there.
-func testHost(t *testing.T, addr, gw string, port int, banner string) {
+// end at addr/25 and ours at gw/25 (a host on a network the test creates), and listens on addr:port there.
+// With routed, addr is not on the link: the pair is 203.0.113.0/30 and addr lies beyond it (a host
+// somewhere on the internet, not a neighbour of this one).
+func testHost(t *testing.T, addr, gw string, port int, banner string, routed bool) {
 	t.Helper()
 	name := "wt" + rand.Text()[:8]
 	ip := func(args ...string) {
@@ -211,11 +226,22 @@ func testHost(t *testing.T, addr, gw string, port int, banner string) {
 	ip("link", "add", name+"a", "type", "veth", "peer", "name", name+"b")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", name+"a").Run() })
 	ip("link", "set", name+"b", "netns", name)
-	ip("addr", "add", gw+"/24", "dev", name+"a")
-	ip("link", "set", name+"a", "up")
-	ip("-n", name, "addr", "add", addr+"/24", "dev", name+"b")
-	ip("-n", name, "link", "set", name+"b", "up")
-	ip("-n", name, "link", "set", "lo", "up")
+	if routed {
+		ip("addr", "add", "203.0.113.1/30", "dev", name+"a")
+		ip("link", "set", name+"a", "up")
+		ip("-n", name, "addr", "add", "203.0.113.2/30", "dev", name+"b")
+		ip("-n", name, "addr", "add", addr+"/32", "dev", "lo")
+		ip("-n", name, "link", "set", name+"b", "up")
+		ip("-n", name, "link", "set", "lo", "up")
+		ip("route", "add", addr+"/32", "via", "203.0.113.2")
+		t.Cleanup(func() { _ = exec.Command("ip", "route", "del", addr+"/32").Run() })
+	} else {
+		ip("addr", "add", gw+"/25", "dev", name+"a")
+		ip("link", "set", name+"a", "up")
+		ip("-n", name, "addr", "add", addr+"/25", "dev", name+"b")
+		ip("-n", name, "link", "set", name+"b", "up")
+		ip("-n", name, "link", "set", "lo", "up")
+	}
 	listenIn(t, "/run/netns/"+name, net.JoinHostPort(addr, strconv.Itoa(port)), banner)
 }
 
@@ -230,9 +256,16 @@ func reach(t *testing.T, s *Sandbox, host string, port int) (string, string) {
 // dialFromHost checks that the test itself reaches addr, so a refusal from the sandbox is the sandbox's.
 func dialFromHost(t *testing.T, addr string) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	var c net.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if c, err = net.DialTimeout("tcp", addr, 5*time.Second); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
-		t.Fatalf("the host itself cannot reach %s: %v", addr, err)
+		out, _ := exec.Command("sh", "-c", "ip route; ip -br addr; ip netns list; for n in $(ip netns list | cut -d' ' -f1); do ip -n $n -br addr; done").CombinedOutput()
+		t.Fatalf("the host itself cannot reach %s: %v\n%s", addr, err, out)
 	}
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	c.Close()
@@ -252,8 +285,9 @@ func TestIsolationNetwork(t *testing.T) {
 	proxyPort := proxy.Addr().(*net.TCPAddr).Port
 	// A cloud metadata service and a public host, each on a network this test makes (before the sandbox's
 	// network: the host's addresses are read when it starts).
-	testHost(t, "169.254.169.254", "169.254.169.1", 80, "metadata")
-	testHost(t, "198.51.100.10", "198.51.100.1", 8080, "public")
+	testHost(t, "169.254.169.254", "169.254.169.253", 80, "metadata", false)
+	testHost(t, "198.51.100.10", "", 8080, "public", true)
+	testHost(t, "203.0.113.130", "203.0.113.129", 8081, "neighbour", false)
 	ws := t.TempDir()
 	s, err := New(secureConfig(t, ws, []uint16{uint16(proxyPort)}))
 	if err != nil {
@@ -261,6 +295,7 @@ func TestIsolationNetwork(t *testing.T) {
 	}
 	dialFromHost(t, "169.254.169.254:80")
 	dialFromHost(t, "198.51.100.10:8080")
+	dialFromHost(t, "203.0.113.130:8081")
 
 	t.Run("forwarded model proxy", func(t *testing.T) {
 		if got, e := reach(t, s, "127.0.0.1", proxyPort); got != "model-proxy" {
@@ -273,11 +308,13 @@ func TestIsolationNetwork(t *testing.T) {
 		}
 	})
 	refused := map[string]int{
-		"host loopback":            private.Addr().(*net.TCPAddr).Port,
-		"host loopback, any addr":  everywhere.Addr().(*net.TCPAddr).Port,
-		"metadata 169.254.169.254": 80,
+		"host loopback":                     private.Addr().(*net.TCPAddr).Port,
+		"host loopback, any addr":           everywhere.Addr().(*net.TCPAddr).Port,
+		"metadata 169.254.169.254":          80,
+		"a neighbour on the host's network": 8081,
 	}
-	hosts := map[string]string{"host loopback": "127.0.0.1", "host loopback, any addr": "127.0.0.1", "metadata 169.254.169.254": "169.254.169.254"}
+	hosts := map[string]string{"host loopback": "127.0.0.1", "host loopback, any addr": "127.0.0.1", "metadata 169.254.169.254": "169.254.169.254",
+		"a neighbour on the host's network": "203.0.113.130"}
 	for name, port := range refused {
 		t.Run(name, func(t *testing.T) {
 			if got, e := reach(t, s, hosts[name], port); got != "" {
@@ -366,9 +403,10 @@ func TestIsolationLimits(t *testing.T) {
 	})
 	t.Run("cpu hog", func(t *testing.T) {
 		// Two busy loops for 2 s of wall time get at most 0.2 cores between them.
+		before := cgroupCPU(t, cg)
 		_, o := sh(t, s, `for i in 1 2; do timeout 2 sh -c 'while :; do :; done' & done; wait; `+
 			`awk '{print $14+$15+$16+$17}' /proc/self/stat; grep -E '^(usage_usec|user_usec)' /sys/fs/cgroup/cpu.stat 2>/dev/null; cat /proc/1/stat | cut -d' ' -f14-17`)
-		used := cgroupCPU(t, cg)
+		used := cgroupCPU(t, cg) - before
 		if used > 1.0 { // 0.4 s allowed by the quota; 4 s if it did not hold
 			t.Fatalf("the sandbox used %.2f CPU seconds in 2 s under a 0.2-core limit (%q)", used, o.stdout.String())
 		}
@@ -463,5 +501,53 @@ __attribute__((constructor)) static void pwn(void) {
 	}
 	if b, err := os.ReadFile(marker); err == nil {
 		t.Fatalf("the tenant's LD_PRELOAD ran outside the sandbox: %s", b)
+	}
+}
+
+// TestIsolationHardening: the smaller doors a review found open.
+func TestIsolationHardening(t *testing.T) {
+	requireRoot(t)
+	// A descriptor the runner inherited without close-on-exec never reaches a sandbox.
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	s, _ := newSandbox(t, false)
+	_, o := sh(t, s, `ls /proc/self/fd | tr '\n' ' '; echo; `+
+		`perl -e 'use Socket; socket(my $s, 40, SOCK_STREAM, 0) or print 0+$!, "\n"'; `+ // AF_VSOCK
+		`touch /dev/x 2>&1; ulimit -H -c; wc -c < /proc/cmdline; ulimit -c unlimited 2>&1`)
+	lines := strings.Split(o.stdout.String(), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("output %q (stderr %q)", o.stdout.String(), o.stderr.String())
+	}
+	if fds := strings.Fields(lines[0]); len(fds) > 4 { // 0 1 2 and ls's own directory
+		t.Errorf("descriptors inside the sandbox: %v", fds)
+	}
+	if lines[1] != strconv.Itoa(int(unix.EAFNOSUPPORT)) {
+		t.Errorf("socket(AF_VSOCK): %q, want EAFNOSUPPORT", lines[1])
+	}
+	if !strings.Contains(lines[2], "Read-only file system") {
+		t.Errorf("writing to /dev: %q", lines[2])
+	}
+	if lines[3] != "0" {
+		t.Errorf("hard core size limit %q, want 0", lines[3])
+	}
+	if !strings.Contains(o.stderr.String(), "/proc/cmdline: Permission denied") {
+		t.Errorf("/proc/cmdline (the host's kernel command line) is readable: %q", o.stderr.String())
+	}
+	if !strings.Contains(o.stdout.String()+o.stderr.String(), "not permitted") {
+		t.Errorf("core dumps could be turned back on: %q %q", o.stdout.String(), o.stderr.String())
+	}
+	// The network runs as a uid of its own, never the sandbox's.
+	if n := s.network.Load(); n == nil || n.cfg.UID == s.cfg.HostUID {
+		t.Fatal("the network runs as the sandbox's uid")
+	}
+	n := s.network.Load()
+	cfg := s.cfg
+	cfg.HostUID, cfg.HostGID = n.cfg.UID, n.cfg.GID
+	if _, err := New(cfg); err == nil {
+		t.Fatal("New accepted a sandbox running as its network's uid")
 	}
 }

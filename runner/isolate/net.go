@@ -1,6 +1,7 @@
 package isolate
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +31,8 @@ const DNSForward = "169.254.53.53"
 var deniedPrefixes = []string{
 	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 	"192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-	"::/128", "::1/128", "::ffff:0:0/96", "64:ff9b:1::/48", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+	"::/128", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2001::/32", "2002::/16",
+	"fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 }
 
 // NetworkConfig configures a sandbox's network.
@@ -44,8 +46,10 @@ type NetworkConfig struct {
 	// Allow opens destinations the default policy refuses (deniedPrefixes and the host's own addresses),
 	// e.g. a package mirror on a private address. Empty: none.
 	Allow []netip.Prefix
-	// UID and GID own the namespace and run pasta: the sandbox's unprivileged host ids (Config.HostUID).
-	// pasta is made for rootless use: as root it would switch to nobody before opening the namespace.
+	// UID and GID own the namespace and run pasta: unprivileged host ids of the network's own (a second
+	// AllocateUID lease), never the sandbox's (Config.HostUID), so that nothing running as the sandbox's
+	// uid, inside bubblewrap or not, holds a capability over the namespace or can reach pasta. pasta is made
+	// for rootless use: as root it would switch to nobody before opening the namespace.
 	UID, GID uint32
 }
 
@@ -59,6 +63,7 @@ type Network struct {
 	hold   io.WriteCloser // closing it ends the holder
 	pasta  *exec.Cmd
 	nsPath string
+	nsFile *os.File // the namespace, held open: commands join it through this, never through a pid
 	once   sync.Once
 	done   chan struct{}
 }
@@ -102,8 +107,15 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 	// uid), which pasta, running as the same uid, may join. The sandbox itself lives in a sibling user
 	// namespace of bubblewrap's, so it holds no capability over its network; the runner (root) installs
 	// the filter.
-	n.holder = exec.Command(unshare, "--user", "--map-root-user", "--net", "--", "/bin/cat")
+	// It says "ready" once inside its namespaces, then holds them until its stdin ends.
+	n.holder = exec.Command(unshare, "--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", "echo ready; exec cat")
 	n.holder.Stdin = r
+	ready, err := n.holder.StdoutPipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("network holder pipe: %w", err)
+	}
 	n.holder.Env = []string{"PATH=" + DefaultPATH}
 	cred := &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}}
 	n.holder.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -115,11 +127,15 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 	r.Close()
 	n.hold = w
 	n.nsPath = "/proc/" + strconv.Itoa(n.holder.Process.Pid) + "/ns/net"
-	// unshare makes the namespaces, then executes cat: wait until the holder is in a network namespace
-	// other than ours.
-	if err := waitNewNetns(n.holder.Process.Pid); err != nil {
+	// unshare makes the namespaces, then runs the shell: only its word says they exist. (Comparing
+	// namespace ids with this process's is not enough: a thread of it may be elsewhere.)
+	if err := waitReady(ready); err != nil {
 		n.Close()
 		return nil, err
+	}
+	if n.nsFile, err = os.Open(n.nsPath); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%w: open the sandbox network namespace: %w", ErrConfig, err)
 	}
 	if err := n.setup(); err != nil {
 		n.Close()
@@ -129,11 +145,7 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 }
 
 func (n *Network) setup() error {
-	fd, err := unix.Open(n.nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open network namespace: %w", err)
-	}
-	defer unix.Close(fd)
+	fd := int(n.nsFile.Fd())
 	deny, err := hostAddrs()
 	if err != nil {
 		return err
@@ -183,22 +195,25 @@ func (n *Network) setup() error {
 	return nil
 }
 
-// waitNewNetns waits (up to 5 s) until pid is in another network namespace than this process.
-func waitNewNetns(pid int) error {
-	self, err := os.Readlink("/proc/self/ns/net")
-	if err != nil {
-		return fmt.Errorf("read own network namespace: %w", err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
-		if err == nil && ns != self {
-			return nil
+// waitReady waits (up to 10 s) for the holder's "ready" line.
+func waitReady(r io.ReadCloser) error {
+	got := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(io.LimitReader(r, 64)).ReadString('\n')
+		if err == nil && line != "ready\n" {
+			err = fmt.Errorf("unexpected %q", line)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: the sandbox network namespace did not appear (unshare: %v)", ErrConfig, err)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			return fmt.Errorf("%w: the sandbox network namespace did not appear: %w", ErrConfig, err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		return nil
+	case <-time.After(10 * time.Second):
+		r.Close()
+		return fmt.Errorf("%w: the sandbox network namespace did not appear within 10s", ErrConfig)
 	}
 }
 
@@ -216,8 +231,9 @@ func hasDefaultRoute(pid int) bool {
 	return false
 }
 
-// hostAddrs are the addresses of the host's interfaces (the runner's network namespace): a sandbox may not
-// reach the host through them either.
+// hostAddrs are the addresses of the host's interfaces (the runner's network namespace) and the networks
+// they are on: a sandbox may reach neither the host through them nor its neighbours (other nodes, the
+// gateway).
 func hostAddrs() ([]netip.Prefix, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -235,6 +251,9 @@ func hostAddrs() ([]netip.Prefix, error) {
 		}
 		ip = ip.Unmap()
 		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		if ones, _ := ipn.Mask.Size(); ones > 0 && !ip.IsLoopback() {
+			out = append(out, netip.PrefixFrom(ip, ones).Masked())
+		}
 	}
 	return out, nil
 }
@@ -243,6 +262,20 @@ func hostAddrs() ([]netip.Prefix, error) {
 // the namespace's own loopback passes, DNS to the forwarder passes, allow passes, deny is rejected
 // (administratively prohibited, so a connect fails at once), and everything else passes.
 func installFilter(fd int, deny, allow []netip.Prefix) error {
+	// Never the runner's own namespace (its process's or this thread's): the filter would cut the host off.
+	var ns unix.Stat_t
+	if err := unix.Fstat(fd, &ns); err != nil {
+		return fmt.Errorf("stat the namespace: %w", err)
+	}
+	for _, own := range []string{"/proc/self/ns/net", "/proc/thread-self/ns/net"} {
+		var st unix.Stat_t
+		if err := unix.Stat(own, &st); err != nil {
+			return fmt.Errorf("stat %s: %w", own, err)
+		}
+		if ns.Ino == st.Ino && ns.Dev == st.Dev {
+			return errors.New("refusing to filter the runner's own network namespace")
+		}
+	}
 	c, err := nftables.New(nftables.WithNetNSFd(fd))
 	if err != nil {
 		return err
@@ -304,8 +337,11 @@ func matchPrefix(p netip.Prefix) []expr.Any {
 }
 
 // enter is the command prefix that runs a program inside the namespace (as root; the caller switches to
-// the sandbox's ids after it, see Sandbox.command).
-func (n *Network) enter() []string { return []string{n.cfg.Nsenter, "--net=" + n.nsPath} }
+// the sandbox's ids after it, see Sandbox.command): nsenter joins the namespace through fd, the child's
+// copy of nsFile, so a holder that died and a pid used again can never put a command elsewhere.
+func (n *Network) enter(fd int) []string {
+	return []string{n.cfg.Nsenter, "--net=/proc/self/fd/" + strconv.Itoa(fd)}
+}
 
 // Close stops pasta and ends the namespace. It is idempotent.
 func (n *Network) Close() error {
@@ -320,6 +356,9 @@ func (n *Network) Close() error {
 		if n.holder.Process != nil {
 			_ = n.holder.Process.Kill()
 			_ = n.holder.Wait()
+		}
+		if n.nsFile != nil {
+			n.nsFile.Close()
 		}
 	})
 	return nil
@@ -342,5 +381,3 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
-var _ = errors.New

@@ -49,10 +49,21 @@ func seccompFilter() ([]byte, error) {
 		return nil, fmt.Errorf("seccomp arch: %w", err)
 	}
 	// The library lets a foreign architecture through to the default action (allow); refuse it first.
+	// Then socket() may only make Unix, IPv4, IPv6 and netlink sockets: the network filter sees nothing
+	// else, and families such as AF_VSOCK reach the hypervisor of a virtual machine directly.
 	head := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(native.ID), SkipTrue: 1},
 		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
+		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 7},
+		bpf.LoadAbsolute{Off: 16, Size: 4}, // args[0], the family (an int)
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_UNIX, SkipTrue: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET, SkipTrue: 3},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET6, SkipTrue: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_NETLINK, SkipTrue: 1},
+		bpf.RetConstant{Val: uint32(seccomp.ActionErrno) | uint32(unix.EAFNOSUPPORT)},
+		bpf.RetConstant{Val: uint32(seccomp.ActionAllow)},
 	}
 	raw, err := bpf.Assemble(append(head, prog...))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,30 +72,51 @@ func (l *UIDLease) Release() {
 
 // Chown gives every entry under dir (dir included) to uid:gid where it has another owner, without
 // following symlinks. The runner calls it on the workspace and the agent's home when it starts (after a
-// restore, or when the sandbox got another uid), so the sandbox owns its files.
+// restore, or when the sandbox got another uid), so the sandbox owns its files. The walk goes through
+// os.Root: a directory a running sandbox swaps for a symlink meanwhile cannot lead it outside dir.
 func Chown(dir string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return nil
-			}
-			return fmt.Errorf("stat %s: %w", p, err)
-		}
-		if int(st.Uid) == uid && int(st.Gid) == gid {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer root.Close()
+	return chownIn(root, ".", uid, gid)
+}
+
+func chownIn(root *os.Root, rel string, uid, gid int) error {
+	fi, err := root.Lstat(rel)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
-		if err := unix.Lchown(p, uid, gid); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("chown %s: %w", p, err)
+		return fmt.Errorf("stat %s: %w", rel, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid || int(st.Gid) != gid {
+		if err := root.Lchown(rel, uid, gid); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("chown %s: %w", rel, err)
 		}
+	}
+	if !fi.IsDir() {
 		return nil
-	})
+	}
+	d, err := root.Open(rel)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("open %s: %w", rel, err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("list %s: %w", rel, err)
+	}
+	for _, n := range names {
+		if err := chownIn(root, filepath.Join(rel, n), uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MakeReachable lets every user traverse (never list) the directories above p, adding o+x where it is

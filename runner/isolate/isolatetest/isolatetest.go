@@ -30,6 +30,11 @@ func Config(t testing.TB, ws string, forward []string, owned ...string) isolate.
 	}
 	t.Cleanup(lease.Release)
 	cfg.HostUID, cfg.HostGID = lease.UID, lease.UID
+	netLease, err := isolate.AllocateUID(isolate.DefaultUIDDir, "network/"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(netLease.Release)
 	for _, d := range append([]string{ws}, owned...) {
 		if err := isolate.Chown(d, int(lease.UID), int(lease.UID)); err != nil {
 			t.Fatal(err)
@@ -53,7 +58,7 @@ func Config(t testing.TB, ws string, forward []string, owned ...string) isolate.
 	}
 	n, err := isolate.NewNetwork(isolate.NetworkConfig{
 		Pasta: Tool(t, "pasta", "passt"), Nsenter: Tool(t, "nsenter", "util-linux"), ForwardTCP: ports,
-		UID: lease.UID, GID: lease.UID,
+		UID: netLease.UID, GID: netLease.UID,
 	})
 	if err != nil {
 		t.Fatal(err)
