@@ -59,6 +59,7 @@ type boxLayout struct {
 	workspace     string
 	binds         []Bind
 	tmpBytes      int64
+	envFd         int // > 0: the environment's --setenv options come from this fd (--args), not env
 }
 
 // bwrapArgs is the bubblewrap command line (after the program name) running inner in dir (relative to the
@@ -118,9 +119,13 @@ func bwrapArgs(l boxLayout, dir string, env, inner []string) []string {
 		"--chdir", path.Join(WorkspaceMount, dir),
 		"--clearenv",
 	)
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		a = append(a, "--setenv", k, v)
+	if l.envFd > 0 {
+		a = append(a, "--args", strconv.Itoa(l.envFd))
+	} else {
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			a = append(a, "--setenv", k, v)
+		}
 	}
 	a = append(a, "--")
 	return append(a, inner...)

@@ -372,9 +372,20 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 		etc = append(etc, "--ro-bind-data", strconv.Itoa(fd), dest)
 	}
 	e := environ(WorkspaceMount, env)
+	// The environment (the agent's session key among it) goes through a descriptor, not the command
+	// line, which every user of the host can read in /proc.
+	var envArgs []byte
+	for _, kv := range e {
+		k, v, _ := strings.Cut(kv, "=")
+		envArgs = append(append(append(envArgs, "--setenv\x00"...), k+"\x00"...), v+"\x00"...)
+	}
+	envFd, err := fds.data(envArgs)
+	if err != nil {
+		return fail(fmt.Errorf("environment: %w", err))
+	}
 	args := bwrapArgs(boxLayout{
 		mounts: s.mounts, etc: etc, info: infoFd, seccomp: seccompFd, workspace: s.cfg.Workspace, binds: binds,
-		tmpBytes: lim.TmpBytes,
+		tmpBytes: lim.TmpBytes, envFd: envFd,
 	}, dir, e, inner)
 	argv := append([]string{"/bin/sh", "-c", gateScript(gateFd, nsFd, lim.FileBytes), s.cfg.Bwrap}, args...)
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -452,17 +463,21 @@ func (f *fdSet) pass(file *os.File) int {
 	return 2 + len(f.passed)
 }
 
-// data returns the child's fd of a pipe that holds b and then ends (b must fit the pipe's buffer, 64 KiB).
+// data returns the child's fd of a memory file that holds b, read from its start.
 func (f *fdSet) data(b []byte) (int, error) {
-	r, w, err := f.pipe()
+	fd, err := unix.MemfdCreate("warren-sandbox", unix.MFD_CLOEXEC)
 	if err != nil {
+		return 0, fmt.Errorf("memfd: %w", err)
+	}
+	file := os.NewFile(uintptr(fd), "memfd")
+	f.own = append(f.own, file)
+	if _, err := file.Write(b); err != nil {
 		return 0, err
 	}
-	if _, err := w.Write(b); err != nil {
+	if _, err := file.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
-	w.Close()
-	return f.pass(r), nil
+	return f.pass(file), nil
 }
 
 // closePassed closes the runner's copies of what the child inherited (after the start).

@@ -551,3 +551,27 @@ func TestIsolationHardening(t *testing.T) {
 		t.Fatal("New accepted a sandbox running as its network's uid")
 	}
 }
+
+// TestIsolationSecretsOffTheCommandLine: a command's environment (the agent's session key) is not on any
+// host command line, which every host user can read.
+func TestIsolationSecretsOffTheCommandLine(t *testing.T) {
+	requireRoot(t)
+	s, _ := newSandbox(t, false)
+	secret := "sk-test-" + rand.Text()
+	p, err := s.Start(context.Background(), ProcessSpec{Command: "echo $KEY; sleep 30", Env: map[string]string{"KEY": secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	line, _ := bufio.NewReader(p.Stdout).ReadString('\n')
+	if strings.TrimSpace(line) != secret {
+		t.Fatalf("the command's environment: %q", line)
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), secret) {
+			t.Fatalf("process %s shows the secret on its command line: %q", e.Name(), b)
+		}
+	}
+}
