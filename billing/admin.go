@@ -338,6 +338,14 @@ func (q Quota) ValidateFor(k QuotaKey) error {
 	return nil
 }
 
+// String names the quota in errors: "issuer" for the issuer's default, "issuer/user" for an override.
+func (k QuotaKey) String() string {
+	if k.User == "" {
+		return k.Issuer
+	}
+	return k.Issuer + "/" + k.User
+}
+
 // Validate reports, wrapping ErrInvalid, a key with a bad issuer or user id.
 func (k QuotaKey) Validate() error {
 	if !ValidName(k.Issuer) || (k.User != "" && !ValidName(k.User)) {

@@ -14,7 +14,7 @@ import (
 func Admit(ctx context.Context, l Ledger, acct Account, b Budget) error {
 	u, err := l.Usage(ctx, acct)
 	if err != nil {
-		return fmt.Errorf("admit %s: %w", describe(acct), err)
+		return fmt.Errorf("admit %s: %w", acct, err)
 	}
 	var spent []string
 	if b.AIMicros >= 0 && u.AIMicros >= b.AIMicros {
@@ -24,14 +24,7 @@ func Admit(ctx context.Context, l Ledger, acct Account, b Budget) error {
 		spent = append(spent, fmt.Sprintf("compute %d of %d seconds", u.ComputeSeconds, b.ComputeSeconds))
 	}
 	if len(spent) > 0 {
-		return fmt.Errorf("admit %s: spent %s: %w", describe(acct), strings.Join(spent, " and "), ErrBudgetExceeded)
+		return fmt.Errorf("admit %s: spent %s: %w", acct, strings.Join(spent, " and "), ErrBudgetExceeded)
 	}
 	return nil
-}
-
-func describe(a Account) string {
-	if a.Window == Lifetime {
-		return fmt.Sprintf("%s/%s lifetime", a.Issuer, a.User)
-	}
-	return fmt.Sprintf("%s/%s %s from %s", a.Issuer, a.User, a.Window, a.WindowStart.UTC().Format("2006-01-02T15:04:05Z"))
 }

@@ -74,6 +74,16 @@ func addMonths(t time.Time, k int) time.Time {
 	return first.AddDate(0, 0, min(d, last)-1)
 }
 
+// String names the account in errors and logs, the same way in billing and in every adapter:
+// "issuer/user lifetime", else "issuer/user window from start" with the start in UTC to the second
+// (RFC 3339).
+func (a Account) String() string {
+	if a.Window == Lifetime {
+		return fmt.Sprintf("%s/%s lifetime", a.Issuer, a.User)
+	}
+	return fmt.Sprintf("%s/%s %s from %s", a.Issuer, a.User, a.Window, a.WindowStart.UTC().Format(time.RFC3339))
+}
+
 // Validate reports, wrapping ErrInvalid, an account without issuer or user, with an unknown window, without a
 // start for a bounded window, or with a start for Lifetime. Starts are not required to be aligned: a
 // customer may mint tokens whose day begins at the user's local midnight.

@@ -158,7 +158,7 @@ func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quot
 		return err
 	})
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("get quota %s: %w", quotaName(k), classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("get quota %s: %w", k, classifyAdmin(err))
 	}
 	return q, nil
 }
@@ -175,10 +175,10 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		return billing.Quota{}, fmt.Errorf("put quota: %w", err)
 	}
 	if err := q.ValidateFor(k); err != nil {
-		return billing.Quota{}, fmt.Errorf("put quota %s: %w", quotaName(k), err)
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, err)
 	}
 	if expected < 0 {
-		return billing.Quota{}, fmt.Errorf("put quota %s: negative revision %d: %w", quotaName(k), expected, billing.ErrInvalid)
+		return billing.Quota{}, fmt.Errorf("put quota %s: negative revision %d: %w", k, expected, billing.ErrInvalid)
 	}
 	q.Revision = expected + 1
 	err := l.tx(ctx, cockroachdb.TxOptions{}, func(tx pgx.Tx) error {
@@ -232,16 +232,9 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		return nil
 	})
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("put quota %s: %w", quotaName(k), classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, classifyAdmin(err))
 	}
 	return q, nil
-}
-
-func quotaName(k billing.QuotaKey) string {
-	if k.User == "" {
-		return k.Issuer
-	}
-	return k.Issuer + "/" + k.User
 }
 
 // GetPrice returns the override stored for exactly model (billing.PriceStore).

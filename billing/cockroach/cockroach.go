@@ -198,7 +198,7 @@ func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage
 		).Scan(&u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
 	})
 	if err != nil {
-		return billing.Usage{}, fmt.Errorf("usage of %s: %w: %w", describe(acct), billing.ErrUnavailable, err)
+		return billing.Usage{}, fmt.Errorf("usage of %s: %w: %w", acct, billing.ErrUnavailable, err)
 	}
 	return u, nil
 }
@@ -266,12 +266,4 @@ func windowStart(a billing.Account) time.Time {
 		return epoch
 	}
 	return time.Unix(a.WindowStart.Unix(), 0).UTC()
-}
-
-// describe names an account in errors, as billing's own messages do.
-func describe(a billing.Account) string {
-	if a.Window == billing.Lifetime {
-		return fmt.Sprintf("%s/%s lifetime", a.Issuer, a.User)
-	}
-	return fmt.Sprintf("%s/%s %s from %s", a.Issuer, a.User, a.Window, a.WindowStart.UTC().Format(time.RFC3339))
 }

@@ -35,7 +35,7 @@ func (l *Ledger) Reserve(ctx context.Context, id string, acct billing.Account, l
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("reserve hold %s for %s: %w", id, describe(acct), classify(err))
+		return 0, fmt.Errorf("reserve hold %s for %s: %w", id, acct, classify(err))
 	}
 	return granted, nil
 }
@@ -137,7 +137,7 @@ func (l *Ledger) Settle(ctx context.Context, id string, ev billing.UsageEvent) e
 		case held.Issuer != ev.Account.Issuer || held.User != ev.Account.User || held.Window != ev.Account.Window ||
 			!heldStart.Equal(windowStart(ev.Account)):
 			return fmt.Errorf("hold is of %s/%s %s, event of %s: %w",
-				held.Issuer, held.User, held.Window, describe(ev.Account), billing.ErrInvalid)
+				held.Issuer, held.User, held.Window, ev.Account, billing.ErrInvalid)
 		}
 		return l.recordTx(ctx, tx, ev)
 	})

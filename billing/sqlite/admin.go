@@ -124,7 +124,7 @@ func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quot
 	}
 	q, err := getQuota(ctx, l.db, k)
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("get quota %s: %w", quotaName(k), classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("get quota %s: %w", k, classifyAdmin(err))
 	}
 	return q, nil
 }
@@ -137,10 +137,10 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		return billing.Quota{}, fmt.Errorf("put quota: %w", err)
 	}
 	if err := q.ValidateFor(k); err != nil {
-		return billing.Quota{}, fmt.Errorf("put quota %s: %w", quotaName(k), err)
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, err)
 	}
 	if expected < 0 {
-		return billing.Quota{}, fmt.Errorf("put quota %s: negative revision %d: %w", quotaName(k), expected, billing.ErrInvalid)
+		return billing.Quota{}, fmt.Errorf("put quota %s: negative revision %d: %w", k, expected, billing.ErrInvalid)
 	}
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		var one int
@@ -185,7 +185,7 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		return nil
 	})
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("put quota %s: %w", quotaName(k), classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, classifyAdmin(err))
 	}
 	return q, nil
 }
@@ -204,13 +204,6 @@ func getQuota(ctx context.Context, db querier, k billing.QuotaKey) (billing.Quot
 		return billing.Quota{}, fmt.Errorf("no quota: %w", billing.ErrNotFound)
 	}
 	return q, err
-}
-
-func quotaName(k billing.QuotaKey) string {
-	if k.User == "" {
-		return k.Issuer
-	}
-	return k.Issuer + "/" + k.User
 }
 
 // GetPrice returns the override stored for exactly model (billing.PriceStore).

@@ -33,7 +33,7 @@ func (l *Ledger) Reserve(ctx context.Context, id string, acct billing.Account, l
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("reserve hold %s for %s: %w", id, describe(acct), classify(err))
+		return 0, fmt.Errorf("reserve hold %s for %s: %w", id, acct, classify(err))
 	}
 	return granted, nil
 }
@@ -129,7 +129,7 @@ func (l *Ledger) Settle(ctx context.Context, id string, ev billing.UsageEvent) e
 		case held.Issuer != ev.Account.Issuer || held.User != ev.Account.User || held.Window != ev.Account.Window ||
 			heldStart != windowStart(ev.Account):
 			return fmt.Errorf("hold is of %s/%s %s, event of %s: %w",
-				held.Issuer, held.User, held.Window, describe(ev.Account), billing.ErrInvalid)
+				held.Issuer, held.User, held.Window, ev.Account, billing.ErrInvalid)
 		}
 		return l.recordTx(ctx, tx, ev)
 	})
@@ -168,12 +168,4 @@ func classify(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", billing.ErrUnavailable, err)
-}
-
-// describe names an account in errors, as billing's own messages do.
-func describe(a billing.Account) string {
-	if a.Window == billing.Lifetime {
-		return fmt.Sprintf("%s/%s lifetime", a.Issuer, a.User)
-	}
-	return fmt.Sprintf("%s/%s %s from %s", a.Issuer, a.User, a.Window, a.WindowStart.UTC().Format(time.RFC3339))
 }
