@@ -21,10 +21,7 @@ func TestTakeRatesSharedThenFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	buckets, err := ledger.RateBuckets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	buckets := ledger.RateBuckets()
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg)
 	if err != nil {
@@ -86,10 +83,7 @@ func TestTakeRatesSlowStoreFallsBackQuickly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ledger.Close()
-	buckets, err := ledger.RateBuckets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	buckets := ledger.RateBuckets()
 	other, err := sqlitedb.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)

@@ -67,10 +67,7 @@ func BenchmarkRateBucketsTakeAll(b *testing.B) {
 	}{{"user+issuer", 1 << 30}, {"user", billing.Unlimited}} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
-			r, err := open(b, testenv.PostgreSQL(b)).RateBuckets(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
+			r := open(b, testenv.PostgreSQL(b)).RateBuckets()
 			var callers atomic.Int64
 			b.SetParallelism(4)
 			b.ResetTimer()

@@ -154,7 +154,8 @@ type Option func(*Ledger)
 func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
 
 // New returns a ledger on pool, creating or migrating its tables if needed (several processes may do so at
-// once). The caller keeps ownership of pool and closes it after the last call.
+// once): the ledger's, the session leases' and the rate buckets', so that Sessions and RateBuckets do no
+// I/O. The caller keeps ownership of pool and closes it after the last call.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, error) {
 	l := &Ledger{pool: pool, now: time.Now}
 	for _, o := range opts {
@@ -164,8 +165,20 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, erro
 	if l.srv, err = cockroachdb.Detect(ctx, pool); err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if err := cockroachdb.Migrate(ctx, pool, "ledger", migrations); err != nil {
-		return nil, fmt.Errorf("open ledger: %w", err)
+	// Each schema keeps its own name and history, so databases migrated before New ran them all (when
+	// Sessions and RateBuckets migrated their own) carry on where they were.
+	schemas := []struct {
+		name       string
+		migrations []string
+	}{
+		{"ledger", migrations},
+		{"sessions", sessionMigrations},
+		{"rates", rateMigrations},
+	}
+	for _, s := range schemas {
+		if err := cockroachdb.Migrate(ctx, pool, s.name, s.migrations); err != nil {
+			return nil, fmt.Errorf("open ledger: %w", err)
+		}
 	}
 	multi, err := cockroachdb.IsMultiRegion(ctx, pool)
 	if err != nil {
@@ -173,6 +186,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, erro
 	}
 	if multi {
 		if err := cockroachdb.Migrate(ctx, pool, "ledger-multiregion", multiRegionMigrations); err != nil {
+			return nil, fmt.Errorf("open ledger: %w", err)
+		}
+		if err := cockroachdb.Migrate(ctx, pool, "rates-multiregion", rateMultiRegionMigrations); err != nil {
 			return nil, fmt.Errorf("open ledger: %w", err)
 		}
 	}

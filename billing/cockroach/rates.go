@@ -16,10 +16,9 @@ import (
 	"github.com/warren-mesh/warren/internal/cockroachdb"
 )
 
-// rateMigrations are the schema "rates", append-only (see cockroachdb.Migrate), migrated by
-// Ledger.RateBuckets so that a ledger that never limits rates keeps its schema as it is. Keys are bytes
-// (the edge's keys join issuer and user with a NUL, which TEXT cannot hold); full_at is Unix nanoseconds
-// UTC (exact, where TIMESTAMPTZ keeps microseconds); its index serves the sweep.
+// rateMigrations are the schema "rates", append-only (see cockroachdb.Migrate), migrated by New. Keys are
+// bytes (the edge's keys join issuer and user with a NUL, which TEXT cannot hold); full_at is Unix
+// nanoseconds UTC (exact, where TIMESTAMPTZ keeps microseconds); its index serves the sweep.
 var rateMigrations = []string{
 	`CREATE TABLE rate_buckets (
 		key     BYTEA PRIMARY KEY,
@@ -41,23 +40,9 @@ type RateBuckets struct{ l *Ledger }
 
 var _ billing.RateBuckets = (*RateBuckets)(nil)
 
-// RateBuckets returns the ledger's shared rate buckets, creating or migrating their table if needed
-// (several processes may do so at once). They share the ledger's pool and clock.
-func (l *Ledger) RateBuckets(ctx context.Context) (*RateBuckets, error) {
-	if err := cockroachdb.Migrate(ctx, l.pool, "rates", rateMigrations); err != nil {
-		return nil, fmt.Errorf("open rate buckets: %w", err)
-	}
-	multi, err := cockroachdb.IsMultiRegion(ctx, l.pool)
-	if err != nil {
-		return nil, fmt.Errorf("open rate buckets: %w", err)
-	}
-	if multi {
-		if err := cockroachdb.Migrate(ctx, l.pool, "rates-multiregion", rateMultiRegionMigrations); err != nil {
-			return nil, fmt.Errorf("open rate buckets: %w", err)
-		}
-	}
-	return &RateBuckets{l: l}, nil
-}
+// RateBuckets returns the ledger's shared rate buckets (their table was migrated by New; no I/O). They
+// share the ledger's pool and clock.
+func (l *Ledger) RateBuckets() *RateBuckets { return &RateBuckets{l: l} }
 
 // sweepOneIn is how rarely (one take in this many) a take also deletes some buckets that are full again.
 const sweepOneIn = 64

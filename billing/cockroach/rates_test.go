@@ -13,11 +13,7 @@ import (
 
 func openRates(t *testing.T, dsn string, clock *ledgertest.Clock) *cockroach.RateBuckets {
 	t.Helper()
-	r, err := open(t, dsn, cockroach.WithClock(clock.Now)).RateBuckets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return open(t, dsn, cockroach.WithClock(clock.Now)).RateBuckets()
 }
 
 func TestRateBucketsContract(t *testing.T) {
@@ -44,10 +40,7 @@ func TestRateBucketsUnlimitedTouchNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := l.RateBuckets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := l.RateBuckets()
 	pool.Close()
 	unlimited := billing.RateTake{Key: "u", PerMinute: billing.Unlimited}
 	if ok, _, err := r.TakeAll(t.Context(), []billing.RateTake{unlimited}); err != nil || !ok {

@@ -12,10 +12,8 @@ import (
 	"github.com/warren-mesh/warren/internal/cockroachdb"
 )
 
-// sessionMigrations are the schema "sessions", append-only (see cockroachdb.Migrate). It is a schema of
-// its own, migrated by Ledger.Sessions, so that a ledger that never admits sessions (the LLM proxy, the
-// runner) keeps its schema as it is. The index serves the per-issuer count and sweep; its prefix, the
-// per-user count.
+// sessionMigrations are the schema "sessions", append-only (see cockroachdb.Migrate), migrated by New.
+// The index serves the per-issuer count and sweep; its prefix, the per-user count.
 var sessionMigrations = []string{
 	`CREATE TABLE session_leases (
 		id         TEXT        PRIMARY KEY,
@@ -32,14 +30,9 @@ type Sessions struct{ l *Ledger }
 
 var _ billing.Sessions = (*Sessions)(nil)
 
-// Sessions returns the ledger's session leases, creating or migrating their table if needed (several
-// processes may do so at once). They share the ledger's pool and clock.
-func (l *Ledger) Sessions(ctx context.Context) (*Sessions, error) {
-	if err := cockroachdb.Migrate(ctx, l.pool, "sessions", sessionMigrations); err != nil {
-		return nil, fmt.Errorf("open sessions: %w", err)
-	}
-	return &Sessions{l: l}, nil
-}
+// Sessions returns the ledger's session leases (their table was migrated by New; no I/O). They share the
+// ledger's pool and clock.
+func (l *Ledger) Sessions() *Sessions { return &Sessions{l: l} }
 
 // Acquire takes or renews lease (billing.Sessions). It is one serializable transaction, so the caps hold
 // however many edges acquire at once: it deletes the issuer's expired leases (and an expired lease named

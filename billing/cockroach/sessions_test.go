@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/cockroach"
 	"github.com/warren-mesh/warren/billing/ledgertest"
@@ -26,18 +28,18 @@ func TestSessionsRaceTwoProcesses(t *testing.T) {
 	sessiontest.Race(t, openSessions(t, dsn, clock), openSessions(t, dsn, clock))
 }
 
-// Two ledgers migrating the sessions schema at once both succeed.
+// Two ledgers migrating the sessions schema at once (New migrates it) both succeed.
 func TestSessionsConcurrentMigrate(t *testing.T) {
 	dsn := testenv.PostgreSQL(t)
-	a, b := open(t, dsn), open(t, dsn)
-	errs := make(chan error, 2)
-	for _, l := range []*cockroach.Ledger{a, b} {
+	pools := []*pgxpool.Pool{openPool(t, dsn), openPool(t, dsn)}
+	errs := make(chan error, len(pools))
+	for _, pool := range pools {
 		go func() {
-			_, err := l.Sessions(context.Background())
+			_, err := cockroach.New(context.Background(), pool)
 			errs <- err
 		}()
 	}
-	for range 2 {
+	for range pools {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
@@ -47,9 +49,5 @@ func TestSessionsConcurrentMigrate(t *testing.T) {
 // openSessions opens a ledger with a pool of its own on dsn and returns its sessions.
 func openSessions(t *testing.T, dsn string, clock *ledgertest.Clock) *cockroach.Sessions {
 	t.Helper()
-	s, err := open(t, dsn, cockroach.WithClock(clock.Now)).Sessions(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return open(t, dsn, cockroach.WithClock(clock.Now)).Sessions()
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
-	"github.com/warren-mesh/warren/internal/sqlitedb"
 )
 
 // RateBuckets is billing.RateBuckets on a Ledger's database and clock.
@@ -17,9 +16,8 @@ type RateBuckets struct{ l *Ledger }
 
 var _ billing.RateBuckets = (*RateBuckets)(nil)
 
-// rateMigrations are the schema "rates", append-only (see sqlitedb.Migrate), migrated by
-// Ledger.RateBuckets so that a ledger that never limits rates keeps its schema as it is. full_at is Unix
-// nanoseconds UTC; its index serves the sweep.
+// rateMigrations are the schema "rates", append-only (see sqlitedb.Migrate), migrated by New. full_at is
+// Unix nanoseconds UTC; its index serves the sweep.
 var rateMigrations = []string{
 	`CREATE TABLE rate_buckets (
 		key     TEXT    PRIMARY KEY,
@@ -28,14 +26,9 @@ var rateMigrations = []string{
 	CREATE INDEX rate_buckets_by_full_at ON rate_buckets (full_at)`,
 }
 
-// RateBuckets returns the ledger's shared rate buckets, creating their table if needed. They share its
-// database (closed by Ledger.Close) and clock.
-func (l *Ledger) RateBuckets(ctx context.Context) (*RateBuckets, error) {
-	if err := sqlitedb.Migrate(ctx, l.db, "rates", rateMigrations); err != nil {
-		return nil, fmt.Errorf("open rate buckets: %w", err)
-	}
-	return &RateBuckets{l: l}, nil
-}
+// RateBuckets returns the ledger's shared rate buckets (their table was migrated by New; no I/O). They
+// share its database (closed by Ledger.Close) and clock.
+func (l *Ledger) RateBuckets() *RateBuckets { return &RateBuckets{l: l} }
 
 // sweepOneIn is how rarely (one take in this many) a take also deletes the buckets that are full again.
 const sweepOneIn = 64

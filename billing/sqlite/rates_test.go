@@ -13,11 +13,7 @@ import (
 
 func openRates(t *testing.T, path string, clock *ledgertest.Clock) *sqlite.RateBuckets {
 	t.Helper()
-	r, err := open(t, path, sqlite.WithClock(clock.Now)).RateBuckets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return open(t, path, sqlite.WithClock(clock.Now)).RateBuckets()
 }
 
 func TestRateBucketsContract(t *testing.T) {
@@ -40,10 +36,7 @@ func TestRateBucketsUnlimitedTouchNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := l.RateBuckets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := l.RateBuckets()
 	l.Close()
 	unlimited := billing.RateTake{Key: "u", PerMinute: billing.Unlimited}
 	if ok, _, err := r.TakeAll(t.Context(), []billing.RateTake{unlimited}); err != nil || !ok {

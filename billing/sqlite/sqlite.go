@@ -122,7 +122,8 @@ type Option func(*Ledger)
 // looks at it.
 func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
 
-// New opens (creating and migrating if needed) the ledger database at path.
+// New opens (creating and migrating if needed) the ledger database at path: the ledger's tables, the
+// session leases' and the rate buckets', so that Sessions and RateBuckets do no I/O.
 func New(ctx context.Context, path string, opts ...Option) (*Ledger, error) {
 	l := &Ledger{now: time.Now}
 	for _, o := range opts {
@@ -132,9 +133,16 @@ func New(ctx context.Context, path string, opts ...Option) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if err := sqlitedb.Migrate(ctx, db, "ledger", migrations); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open ledger: %w", err)
+	// Each schema keeps its own name and history, so files migrated before New ran them all (when
+	// RateBuckets migrated its own) carry on where they were.
+	for _, s := range []struct {
+		name       string
+		migrations []string
+	}{{"ledger", migrations}, {"rates", rateMigrations}} {
+		if err := sqlitedb.Migrate(ctx, db, s.name, s.migrations); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open ledger: %w", err)
+		}
 	}
 	l.db = db
 	return l, nil

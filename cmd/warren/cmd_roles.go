@@ -147,14 +147,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	sessions, err := ledger.Sessions(ctx)
-	if err != nil {
-		return err
-	}
-	buckets, err := ledger.RateBuckets(ctx)
-	if err != nil {
-		return err
-	}
+	sessions, buckets := ledger.Sessions(), ledger.RateBuckets()
 	metrics := newRoleMetrics()
 	timer, err := billing.NewLedgerTimer(metrics)
 	if err != nil {

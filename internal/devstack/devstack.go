@@ -220,13 +220,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	verifier := token.NewVerifier(secrets.NewCache(s.secrets, secrets.CacheOptions{}), token.VerifierOptions{})
-	buckets, err := ledger.RateBuckets(ctx)
-	if err != nil {
-		return nil, err
-	}
 	ed, err := edge.New(edge.Config{
 		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger,
-		Sessions: ledger.Sessions(), RateBuckets: buckets, Rates: cfg.Rates,
+		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates,
 		Logger: s.log.With("component", "edge"), Metrics: reg,
 	})
 	if err != nil {
