@@ -45,3 +45,63 @@ func ValidateReserve(id string, acct Account, want int64, ttl time.Duration) err
 	}
 	return nil
 }
+
+// The rules of Reserve and Settle, the same for every adapter: the adapter reads the account's state in its
+// transaction and asks these, so that it does I/O only. They are separate steps because the adapter reads
+// only what the next step needs: a retried Reserve stops at its hold, and an unlimited one reads no usage.
+
+// Same reports whether a and b name one account as the ledgers store it: the same issuer, user and window,
+// and for a bounded window the same start to the second (starts are stored truncated to the second; the
+// lifetime window has none).
+func (a Account) Same(b Account) bool {
+	if a.Issuer != b.Issuer || a.User != b.User || a.Window != b.Window {
+		return false
+	}
+	return a.Window == Lifetime || a.WindowStart.Unix() == b.WindowStart.Unix()
+}
+
+// CheckReserveHold checks the live hold that Reserve found under the requested id, of account held as
+// stored: nil when it holds acct's budget (a retried Reserve, answered with that hold's grant), an error
+// wrapping ErrInvalid naming held otherwise.
+func CheckReserveHold(acct, held Account) error {
+	if !held.Same(acct) {
+		return fmt.Errorf("id already holds budget of %s/%s %s: %w", held.Issuer, held.User, held.Window, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckSettleHold checks the hold that Settle deleted, of account held as stored, against the event's
+// account: nil when they are the same, an error wrapping ErrInvalid otherwise (the caller's bug; nothing is
+// recorded).
+func CheckSettleHold(held, event Account) error {
+	if !held.Same(event) {
+		return fmt.Errorf("hold is of %s/%s %s, event of %s: %w", held.Issuer, held.User, held.Window, event, ErrInvalid)
+	}
+	return nil
+}
+
+// CapLimit is the limit a Reserve grants against: the caller's limit capped by the AI amount of the user's
+// quota as stored now (quota, when found is true; the override, else the issuer's default). A quota >= 0
+// below the limit, or with the limit unlimited (< 0), replaces it; an unlimited quota (< 0) or none leaves
+// it: a quota never lifts the caller's own limit.
+func CapLimit(limit, quota int64, found bool) int64 {
+	if found && quota >= 0 && (limit < 0 || quota < limit) {
+		return quota
+	}
+	return limit
+}
+
+// Grant is what a Reserve of want grants against limit (after CapLimit) when the account's window has used
+// microdollars spent and held reserved by its live holds: want when limit < 0 (unlimited; used and held are
+// not looked at, and the adapter need not read them), else min(want, limit - used - held), and an error
+// wrapping ErrBudgetExceeded when nothing remains, so that used + held never exceeds limit.
+func Grant(limit, want, used, held int64) (int64, error) {
+	if limit < 0 {
+		return want, nil
+	}
+	remaining := limit - used - held
+	if remaining <= 0 {
+		return 0, fmt.Errorf("0 of %d microdollars remain (used %d, held %d): %w", limit, used, held, ErrBudgetExceeded)
+	}
+	return min(want, remaining), nil
+}

@@ -61,9 +61,9 @@ func reserveTx(ctx context.Context, tx pgx.Tx, now time.Time, id string, acct bi
 		Scan(&held.Issuer, &held.User, &window, &heldStart, &grant)
 	switch {
 	case err == nil:
-		held.Window = billing.Window(window)
-		if held.Issuer != acct.Issuer || held.User != acct.User || held.Window != acct.Window || !heldStart.Equal(start) {
-			return 0, fmt.Errorf("id already holds budget of %s/%s %s: %w", held.Issuer, held.User, held.Window, billing.ErrInvalid)
+		held.Window, held.WindowStart = billing.Window(window), heldStart
+		if err := billing.CheckReserveHold(acct, held); err != nil {
+			return 0, err
 		}
 		return grant, nil // a retried Reserve: the first one's grant stands
 	case !errors.Is(err, pgx.ErrNoRows):
@@ -72,19 +72,15 @@ func reserveTx(ctx context.Context, tx pgx.Tx, now time.Time, id string, acct bi
 
 	// The user's quota as it stands now caps the limit the caller was admitted with (billing.Reserver).
 	var quota int64
-	switch err := tx.QueryRow(ctx, `SELECT ai_micros FROM quotas WHERE issuer = $1 AND "user" IN ($2, '')
-		ORDER BY "user" DESC LIMIT 1`, acct.Issuer, acct.User).Scan(&quota); {
-	case err == nil:
-		if quota >= 0 && (limit < 0 || quota < limit) {
-			limit = quota
-		}
-	case !errors.Is(err, pgx.ErrNoRows):
+	err = tx.QueryRow(ctx, `SELECT ai_micros FROM quotas WHERE issuer = $1 AND "user" IN ($2, '')
+		ORDER BY "user" DESC LIMIT 1`, acct.Issuer, acct.User).Scan(&quota)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("read quota: %w", err)
 	}
+	limit = billing.CapLimit(limit, quota, err == nil)
 
-	grant = want
-	if limit >= 0 {
-		var used, reserved int64
+	var used, reserved int64
+	if limit >= 0 { // an unlimited Reserve needs no usage (billing.Grant)
 		if err := tx.QueryRow(ctx, `SELECT
 			COALESCE((SELECT ai_micros FROM usage_totals
 				WHERE issuer = $1 AND "user" = $2 AND "window" = $3 AND window_start = $4), 0),
@@ -93,12 +89,9 @@ func reserveTx(ctx context.Context, tx pgx.Tx, now time.Time, id string, acct bi
 			acct.Issuer, acct.User, string(acct.Window), start, now).Scan(&used, &reserved); err != nil {
 			return 0, fmt.Errorf("read usage: %w", err)
 		}
-		remaining := limit - used - reserved
-		if remaining <= 0 {
-			return 0, fmt.Errorf("0 of %d microdollars remain (used %d, held %d): %w",
-				limit, used, reserved, billing.ErrBudgetExceeded)
-		}
-		grant = min(want, remaining)
+	}
+	if grant, err = billing.Grant(limit, want, used, reserved); err != nil {
+		return 0, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO holds
 		(id, issuer, "user", "window", window_start, granted, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
@@ -129,15 +122,15 @@ func (l *Ledger) Settle(ctx context.Context, id string, ev billing.UsageEvent) e
 		)
 		err := tx.QueryRow(ctx, `DELETE FROM holds WHERE id = $1 RETURNING issuer, "user", "window", window_start`, id).
 			Scan(&held.Issuer, &held.User, &window, &heldStart)
-		held.Window = billing.Window(window)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("delete hold: %w", err)
-		case held.Issuer != ev.Account.Issuer || held.User != ev.Account.User || held.Window != ev.Account.Window ||
-			!heldStart.Equal(windowStart(ev.Account)):
-			return fmt.Errorf("hold is of %s/%s %s, event of %s: %w",
-				held.Issuer, held.User, held.Window, ev.Account, billing.ErrInvalid)
+		default:
+			held.Window, held.WindowStart = billing.Window(window), heldStart
+			if err := billing.CheckSettleHold(held, ev.Account); err != nil {
+				return err
+			}
 		}
 		return l.recordTx(ctx, tx, ev)
 	})

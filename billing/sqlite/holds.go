@@ -56,8 +56,9 @@ func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct b
 		Scan(&held.Issuer, &held.User, &held.Window, &heldStart, &grant)
 	switch {
 	case err == nil:
-		if held.Issuer != acct.Issuer || held.User != acct.User || held.Window != acct.Window || heldStart != start {
-			return 0, fmt.Errorf("id already holds budget of %s/%s %s: %w", held.Issuer, held.User, held.Window, billing.ErrInvalid)
+		held.WindowStart = time.Unix(heldStart, 0)
+		if err := billing.CheckReserveHold(acct, held); err != nil {
+			return 0, err
 		}
 		return grant, nil // a retried Reserve: the first one's grant stands
 	case !errors.Is(err, sql.ErrNoRows):
@@ -66,19 +67,15 @@ func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct b
 
 	// The user's quota as it stands now caps the limit the caller was admitted with (billing.Reserver).
 	var quota int64
-	switch err := tx.QueryRowContext(ctx, `SELECT ai_micros FROM quotas WHERE issuer = ? AND "user" IN (?, '')
-		ORDER BY "user" DESC LIMIT 1`, acct.Issuer, acct.User).Scan(&quota); {
-	case err == nil:
-		if quota >= 0 && (limit < 0 || quota < limit) {
-			limit = quota
-		}
-	case !errors.Is(err, sql.ErrNoRows):
+	err = tx.QueryRowContext(ctx, `SELECT ai_micros FROM quotas WHERE issuer = ? AND "user" IN (?, '')
+		ORDER BY "user" DESC LIMIT 1`, acct.Issuer, acct.User).Scan(&quota)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("read quota: %w", err)
 	}
+	limit = billing.CapLimit(limit, quota, err == nil)
 
-	grant = want
-	if limit >= 0 {
-		var used, reserved int64
+	var used, reserved int64
+	if limit >= 0 { // an unlimited Reserve needs no usage (billing.Grant)
 		if err := tx.QueryRowContext(ctx, `SELECT
 			COALESCE((SELECT ai_micros FROM usage_totals
 				WHERE issuer = ?1 AND "user" = ?2 AND "window" = ?3 AND window_start = ?4), 0),
@@ -87,12 +84,9 @@ func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct b
 			acct.Issuer, acct.User, string(acct.Window), start, at).Scan(&used, &reserved); err != nil {
 			return 0, fmt.Errorf("read usage: %w", err)
 		}
-		remaining := limit - used - reserved
-		if remaining <= 0 {
-			return 0, fmt.Errorf("0 of %d microdollars remain (used %d, held %d): %w",
-				limit, used, reserved, billing.ErrBudgetExceeded)
-		}
-		grant = min(want, remaining)
+	}
+	if grant, err = billing.Grant(limit, want, used, reserved); err != nil {
+		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO holds
 		(id, issuer, "user", "window", window_start, granted, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
@@ -126,10 +120,11 @@ func (l *Ledger) Settle(ctx context.Context, id string, ev billing.UsageEvent) e
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("delete hold: %w", err)
-		case held.Issuer != ev.Account.Issuer || held.User != ev.Account.User || held.Window != ev.Account.Window ||
-			heldStart != windowStart(ev.Account):
-			return fmt.Errorf("hold is of %s/%s %s, event of %s: %w",
-				held.Issuer, held.User, held.Window, ev.Account, billing.ErrInvalid)
+		default:
+			held.WindowStart = time.Unix(heldStart, 0)
+			if err := billing.CheckSettleHold(held, ev.Account); err != nil {
+				return err
+			}
 		}
 		return l.recordTx(ctx, tx, ev)
 	})
