@@ -45,7 +45,7 @@ func (l *Ledger) PutIssuer(ctx context.Context, id, name string) (billing.Issuer
 		return err
 	})
 	if err != nil {
-		return billing.Issuer{}, fmt.Errorf("put issuer %s: %w", id, classifyAdmin(err))
+		return billing.Issuer{}, fmt.Errorf("put issuer %s: %w", id, billing.ClassifyStore(err, transient))
 	}
 	return iss, nil
 }
@@ -62,7 +62,7 @@ func (l *Ledger) GetIssuer(ctx context.Context, id string) (billing.Issuer, erro
 		return err
 	})
 	if err != nil {
-		return billing.Issuer{}, fmt.Errorf("get issuer %s: %w", id, classifyAdmin(err))
+		return billing.Issuer{}, fmt.Errorf("get issuer %s: %w", id, billing.ClassifyStore(err, transient))
 	}
 	return iss, nil
 }
@@ -88,7 +88,7 @@ func (l *Ledger) ListIssuers(ctx context.Context) ([]billing.Issuer, error) {
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list issuers: %w", classifyAdmin(err))
+		return nil, fmt.Errorf("list issuers: %w", billing.ClassifyStore(err, transient))
 	}
 	return out, nil
 }
@@ -158,7 +158,7 @@ func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quot
 		return err
 	})
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("get quota %s: %w", k, classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("get quota %s: %w", k, billing.ClassifyStore(err, transient))
 	}
 	return q, nil
 }
@@ -232,7 +232,7 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		return nil
 	})
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, billing.ClassifyStore(err, transient))
 	}
 	return q, nil
 }
@@ -252,7 +252,7 @@ func (l *Ledger) GetPrice(ctx context.Context, model string) (billing.Price, err
 		return err
 	})
 	if err != nil {
-		return billing.Price{}, fmt.Errorf("get price of %s: %w", model, classifyAdmin(err))
+		return billing.Price{}, fmt.Errorf("get price of %s: %w", model, billing.ClassifyStore(err, transient))
 	}
 	return p, nil
 }
@@ -273,7 +273,7 @@ func (l *Ledger) PutPrice(ctx context.Context, model string, p billing.Price) er
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("put price of %s: %w", model, classifyAdmin(err))
+		return fmt.Errorf("put price of %s: %w", model, billing.ClassifyStore(err, transient))
 	}
 	return nil
 }
@@ -301,7 +301,7 @@ func (l *Ledger) ListPrices(ctx context.Context) (map[string]billing.Price, erro
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list prices: %w", classifyAdmin(err))
+		return nil, fmt.Errorf("list prices: %w", billing.ClassifyStore(err, transient))
 	}
 	return out, nil
 }
@@ -414,7 +414,7 @@ func (l *Ledger) QueryUsage(ctx context.Context, f billing.UsageFilter) (billing
 		return nil
 	})
 	if err != nil {
-		return billing.UsagePage{}, fmt.Errorf("query usage: %w", classifyAdmin(err))
+		return billing.UsagePage{}, fmt.Errorf("query usage: %w", billing.ClassifyStore(err, transient))
 	}
 	if len(page.Rows) > f.Limit {
 		page.Rows = page.Rows[:f.Limit]
@@ -441,18 +441,13 @@ func (l *Ledger) bytewise(expr string) string {
 	return expr + ` COLLATE "C"`
 }
 
-// classifyAdmin passes through the errors that say what was wrong with the request; a database that
-// cannot be reached, a commit whose outcome is unknown and a transaction that kept failing to serialize
-// wrap billing.ErrUnavailable (trying again later may help); anything else stays as it is.
-func classifyAdmin(err error) error {
-	for _, known := range []error{billing.ErrInvalid, billing.ErrNotFound, billing.ErrConflict} {
-		if errors.Is(err, known) {
-			return err
-		}
-	}
+// transient reports the database failures that trying again later may mend, for billing.ClassifyStore: a
+// database that cannot be reached, a commit whose outcome is unknown, a transaction that kept failing to
+// serialize.
+func transient(err error) bool {
 	switch cockroachdb.Classify(err) {
 	case cockroachdb.Unavailable, cockroachdb.Ambiguous, cockroachdb.Retryable:
-		return fmt.Errorf("%w: %w", billing.ErrUnavailable, err)
+		return true
 	}
-	return err
+	return false
 }

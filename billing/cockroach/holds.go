@@ -35,7 +35,7 @@ func (l *Ledger) Reserve(ctx context.Context, id string, acct billing.Account, l
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("reserve hold %s for %s: %w", id, acct, classify(err))
+		return 0, fmt.Errorf("reserve hold %s for %s: %w", id, acct, billing.ClassifyStore(err, nil))
 	}
 	return granted, nil
 }
@@ -135,7 +135,7 @@ func (l *Ledger) Settle(ctx context.Context, id string, ev billing.UsageEvent) e
 		return l.recordTx(ctx, tx, ev)
 	})
 	if err != nil {
-		return fmt.Errorf("settle hold %s with usage event %s: %w", id, ev.Key, classify(err))
+		return fmt.Errorf("settle hold %s with usage event %s: %w", id, ev.Key, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }
@@ -153,13 +153,4 @@ func (l *Ledger) Release(ctx context.Context, id string) error {
 		return fmt.Errorf("release hold %s: %w: %w", id, billing.ErrUnavailable, err)
 	}
 	return nil
-}
-
-// classify passes through errors that already say what went wrong with the request (invalid input, a
-// spent budget); anything else is the database failing and wraps billing.ErrUnavailable.
-func classify(err error) error {
-	if errors.Is(err, billing.ErrInvalid) || errors.Is(err, billing.ErrBudgetExceeded) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", billing.ErrUnavailable, err)
 }

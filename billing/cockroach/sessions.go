@@ -80,7 +80,7 @@ func (s *Sessions) Acquire(ctx context.Context, lease billing.SessionLease, maxU
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("acquire session lease %s for %s/%s: %w", lease.ID, lease.Issuer, lease.User, classifyLease(err))
+		return fmt.Errorf("acquire session lease %s for %s/%s: %w", lease.ID, lease.Issuer, lease.User, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }
@@ -147,13 +147,4 @@ func countLeases(ctx context.Context, tx pgx.Tx, now time.Time, issuer, user str
 		return 0, 0, fmt.Errorf("count leases: %w", err)
 	}
 	return userLive, issuerLive, nil
-}
-
-// classifyLease passes through the errors that answer the request (invalid input, a cap reached); anything
-// else is the database failing and wraps billing.ErrUnavailable.
-func classifyLease(err error) error {
-	if errors.Is(err, billing.ErrInvalid) || errors.Is(err, billing.ErrConcurrencyLimit) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", billing.ErrUnavailable, err)
 }

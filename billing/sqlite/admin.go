@@ -31,7 +31,7 @@ func (l *Ledger) PutIssuer(ctx context.Context, id, name string) (billing.Issuer
 		return err
 	})
 	if err != nil {
-		return billing.Issuer{}, fmt.Errorf("put issuer %s: %w", id, classifyAdmin(err))
+		return billing.Issuer{}, fmt.Errorf("put issuer %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	return iss, nil
 }
@@ -43,7 +43,7 @@ func (l *Ledger) GetIssuer(ctx context.Context, id string) (billing.Issuer, erro
 	}
 	iss, err := getIssuer(ctx, l.db, id)
 	if err != nil {
-		return billing.Issuer{}, fmt.Errorf("get issuer %s: %w", id, classifyAdmin(err))
+		return billing.Issuer{}, fmt.Errorf("get issuer %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	return iss, nil
 }
@@ -124,7 +124,7 @@ func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quot
 	}
 	q, err := getQuota(ctx, l.db, k)
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("get quota %s: %w", k, classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("get quota %s: %w", k, billing.ClassifyStore(err, nil))
 	}
 	return q, nil
 }
@@ -185,7 +185,7 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		return nil
 	})
 	if err != nil {
-		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, classifyAdmin(err))
+		return billing.Quota{}, fmt.Errorf("put quota %s: %w", k, billing.ClassifyStore(err, nil))
 	}
 	return q, nil
 }
@@ -349,15 +349,4 @@ func unixNanoSat(t time.Time) int64 {
 		return math.MaxInt64
 	}
 	return t.UnixNano()
-}
-
-// classifyAdmin passes through the errors that say what was wrong with the request; anything else is the
-// database failing and wraps billing.ErrUnavailable.
-func classifyAdmin(err error) error {
-	for _, known := range []error{billing.ErrInvalid, billing.ErrNotFound, billing.ErrConflict} {
-		if errors.Is(err, known) {
-			return err
-		}
-	}
-	return fmt.Errorf("%w: %w", billing.ErrUnavailable, err)
 }
