@@ -153,11 +153,7 @@ const leaseTTL = time.Minute
 // one refuses costs the other nothing.
 func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 	iss, sub := a.claims.Issuer, a.claims.Subject
-	user, issuer := a.limit.Rates.ConnectsPerUser, a.limit.Rates.ConnectsPerIssuer
-	if ok, retry := e.takeRates(ctx,
-		Take{Key: "connect/user/" + iss + "\x00" + sub, RatePerMin: user, Burst: max(user, 1)},
-		Take{Key: "connect/issuer/" + iss, RatePerMin: issuer, Burst: max(issuer, 1)},
-	); !ok {
+	if ok, retry := e.takeRates(ctx, rateTakes("connect", a, a.limit.Rates.ConnectsPerUser, a.limit.Rates.ConnectsPerIssuer)...); !ok {
 		if ctx.Err() != nil {
 			return context.Cause(ctx) // the client went away while its connect was being counted
 		}
@@ -188,6 +184,27 @@ func (e *Edge) admitChannel(ctx context.Context, a *admitted) error {
 	a.lease = id
 	a.log = a.log.With("lease", id)
 	return nil
+}
+
+// admitPrompt applies the prompt rates (the quota's, else the edge's defaults) to a prompt on a's channel:
+// nil lets it through, a rate_limited error refuses it (the channel stays open; when ctx has ended too, the
+// channel is closing). The user's and the issuer's prompt buckets are taken from all or none, so a prompt
+// the issuer's bucket refuses costs the user's nothing, and the other way round.
+func (e *Edge) admitPrompt(ctx context.Context, a *admitted) *wire.Error {
+	if ok, retry := e.takeRates(ctx, rateTakes("prompt", a, a.limit.Rates.PromptsPerUser, a.limit.Rates.PromptsPerIssuer)...); !ok {
+		return rateLimited("too many prompts; slow down", retry)
+	}
+	return nil
+}
+
+// rateTakes are the buckets one request of kind ("connect", "prompt") takes from: the user's and its
+// issuer's, at perUser and perIssuer a minute, each holding a burst of its rate (at least 1).
+func rateTakes(kind string, a *admitted, perUser, perIssuer int64) []Take {
+	iss := a.claims.Issuer
+	return []Take{
+		{Key: kind + "/user/" + iss + "\x00" + a.claims.Subject, RatePerMin: perUser, Burst: max(perUser, 1)},
+		{Key: kind + "/issuer/" + iss, RatePerMin: perIssuer, Burst: max(perIssuer, 1)},
+	}
 }
 
 // newLeaseID is a session lease id made by the edge: 128 random bits, unguessable and never repeated.

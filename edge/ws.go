@@ -147,18 +147,12 @@ func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
 			break
 		}
 		if m.Type == wire.TypeUser {
-			// The user's and the issuer's buckets (the quota's rates, else the edge's defaults), all or
-			// none: a prompt the issuer's bucket refuses costs the user's nothing, and the other way round.
-			iss, user, issuer := a.claims.Issuer, a.limit.Rates.PromptsPerUser, a.limit.Rates.PromptsPerIssuer
-			if ok, retry := e.takeRates(ctx,
-				Take{Key: "prompt/user/" + iss + "\x00" + a.claims.Subject, RatePerMin: user, Burst: max(user, 1)},
-				Take{Key: "prompt/issuer/" + iss, RatePerMin: issuer, Burst: max(issuer, 1)},
-			); !ok {
+			if refused := e.admitPrompt(ctx, a); refused != nil {
 				if ctx.Err() != nil {
 					break // the channel is closing
 				}
 				// The prompt is refused, the channel stays open.
-				_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(rateLimited("too many prompts; slow down", retry)))
+				_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(refused))
 				continue
 			}
 		}
