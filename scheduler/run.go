@@ -60,6 +60,11 @@ type Scheduler struct {
 	closed   bool
 	wg       sync.WaitGroup
 	stop     chan struct{}
+	// base is the parent of the supervisors' own deadlines (ledger writes, driver stops, cleanup). It is
+	// cancelled only when a Close gives up waiting (its context ended), so that what is left unwinds
+	// at once rather than after its timeouts.
+	base  context.Context
+	abort context.CancelFunc
 }
 
 type live struct {
@@ -160,6 +165,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.Now = time.Now
 	}
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, live: map[string]*live{}, starting: map[string]int{}, stop: make(chan struct{})}
+	s.base, s.abort = context.WithCancel(context.Background())
 	s.metrics = metrics{
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_sandbox_starts_total", Help: "Sandbox starts by outcome.",
@@ -394,7 +400,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 	var spent atomic.Bool                   // a budget stop is under way
 	failing := false                        // the last write failed (log state changes only)
 	record := func(ev billing.UsageEvent) bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 		defer cancel()
 		err := s.cfg.Ledger.Record(ctx, ev)
 		switch {
@@ -429,7 +435,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 		if acct.Issuer != "" {
 			return acct, anchor, limit, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 		p, err := s.cfg.Placements.Get(ctx, l.entry.Issuer, l.entry.User)
 		cancel()
 		switch {
@@ -507,7 +513,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 		if !anchor.IsZero() && a.Window != billing.Lifetime {
 			a.WindowStart = billing.CurrentWindowStart(a.Window, anchor, now)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 		u, err := s.cfg.Ledger.Usage(ctx, a)
 		cancel()
 		if err == nil && u.ComputeSeconds >= limit {
@@ -517,7 +523,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ctx, cancel := context.WithTimeout(s.base, time.Minute)
 				defer cancel()
 				go func() { // a closing scheduler does not wait for it (a successor checks the budget again)
 					select {
@@ -554,7 +560,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 				log.Info("scheduler closing: the runner keeps serving", "alloc", l.sb.Alloc)
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(s.base, 10*time.Second)
 			if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
 				log.Warn("stop sandbox on shutdown", "err", err)
 			}
@@ -563,6 +569,8 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 			case <-l.sb.Exited:
 			case <-time.After(s.cfg.StartTimeout):
 				log.Warn("sandbox did not report its exit on shutdown", "alloc", l.sb.Alloc)
+			case <-s.base.Done():
+				log.Warn("scheduler close given up: the sandbox's exit is not awaited", "alloc", l.sb.Alloc)
 			}
 			done = true
 		}
@@ -584,7 +592,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 	// Nomad, the stopped job is purged). Each step has its own deadline, so a slow one cannot starve the
 	// placement update.
 	step := func(what string, f func(ctx context.Context) error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 		defer cancel()
 		if err := f(ctx); err != nil && !errors.Is(err, ErrStaleEpoch) {
 			log.Warn(what, "err", err)
@@ -597,7 +605,7 @@ func (s *Scheduler) supervise(id string, l *live, from time.Time, log *slog.Logg
 		// a bound, when the runner's own self-fencing has ended it).
 		deadline := time.Now().Add(2 * time.Minute)
 		for time.Now().Before(deadline) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 			e, err := s.cfg.Registry.Lookup(ctx, l.entry.Issuer, l.entry.User)
 			cancel()
 			if errors.Is(err, registry.ErrNotFound) || (err == nil && e.Epoch != l.entry.Epoch) {
@@ -800,14 +808,26 @@ func (s *Scheduler) Live() int {
 // Close stops supervising: without RunnerRegisters (warren dev) it stops every sandbox this scheduler
 // started and records their last compute seconds; with it (production) the runners keep serving, the
 // compute buckets that are over are recorded and a successor adopts them (Adopt). It waits for its
-// goroutines and is idempotent.
-func (s *Scheduler) Close() error {
+// goroutines until ctx ends; then it cancels what they still wait for (a driver stop, a ledger write,
+// a runner's exit), so they unwind without their own timeouts, and returns ctx's error without waiting
+// for them. It is idempotent: a later Close waits again.
+func (s *Scheduler) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
 		close(s.stop)
 	}
 	s.mu.Unlock()
-	s.wg.Wait()
-	return nil
+	defer s.abort() // nothing is left to cancel once the goroutines are done
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close scheduler: %d sandboxes still supervised: %w", s.Live(), ctx.Err())
+	}
 }

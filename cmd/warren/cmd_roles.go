@@ -274,7 +274,14 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer func() {
+		// The runners keep serving: closing records their compute buckets that are over, bounded.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), schedulerCloseTimeout)
+		defer cancel()
+		if err := s.Close(cctx); err != nil {
+			log.Warn("close the scheduler", "err", err)
+		}
+	}()
 	adoptCtx, stopAdopting := context.WithCancel(ctx)
 	var adopting sync.WaitGroup
 	adopting.Go(func() { adoptRunners(adoptCtx, s, log) })
@@ -282,6 +289,10 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer stopAdopting()
 	return serveRole(ctx, "scheduler", c.listen, remote.Handler(s, key, log), metrics, stdout, log)
 }
+
+// schedulerCloseTimeout bounds the scheduler role's Scheduler.Close: recording the supervised runners'
+// last compute buckets (each write bounded by 5 s) before the process exits.
+const schedulerCloseTimeout = time.Minute
 
 // adoptRunners takes over the region's runners that a previous scheduler process left serving (so their
 // compute is metered again and their placements sleep when they exit), retrying with backoff (5 s doubling

@@ -213,7 +213,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	// Registered after the stores so it runs first on close: runners stop and meter before the ledger goes.
-	s.closers = append(s.closers, s.Scheduler.Close)
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), schedulerCloseTimeout)
+		defer cancel()
+		return s.Scheduler.Close(ctx)
+	})
 
 	timer, err := billing.NewLedgerTimer(reg)
 	if err != nil {
@@ -256,7 +260,12 @@ func (s *Stack) URL() string { return "http://" + s.Addr() }
 // Config is the configuration the stack runs with (defaults filled in).
 func (s *Stack) Config() Config { return s.cfg }
 
-// Close stops accepting, drains connections (bounded), stops every runner and closes the stores.
+// schedulerCloseTimeout bounds how long Close waits for the scheduler to stop the runners and record
+// their last compute seconds (a runner's stop and exit take 10 s + StartTimeout at most).
+const schedulerCloseTimeout = time.Minute
+
+// Close stops accepting, drains connections (bounded), stops every runner (bounded by
+// schedulerCloseTimeout) and closes the stores.
 func (s *Stack) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

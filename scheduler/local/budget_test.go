@@ -44,7 +44,7 @@ func TestComputeBudgetStopsTheSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	acct := billing.Account{Issuer: "iss", User: "spender", Window: billing.Lifetime}
 	begin := time.Now()
 	if _, err := s.Ensure(ctx, scheduler.Request{Issuer: acct.Issuer, User: acct.User, Account: acct, ComputeLimit: 2}); err != nil {

@@ -71,7 +71,7 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 		u, err := ledger.Usage(ctx, keptAcct)
 		return err == nil && u.ComputeSeconds >= 6
 	})
-	first.Close()
+	first.Close(context.Background())
 	d1.Close()
 	if e, err := c.reg.Lookup(ctx, kept.Issuer, kept.User); err != nil || e.Epoch != keptEntry.Epoch {
 		t.Fatalf("after the scheduler closed, the runner's registration = %+v, %v: it should keep serving", e, err)
@@ -93,7 +93,7 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 	})
 
 	second := newScheduler(d2)
-	defer second.Close()
+	defer second.Close(context.Background())
 	n, err := second.Adopt(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("Adopt = %d, %v; want the one runner still serving", n, err)

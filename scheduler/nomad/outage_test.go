@@ -51,7 +51,7 @@ func TestNomadStoppedMidTest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	var we *wire.Error
 	if _, err := s.Ensure(callCtx, scheduler.Request{Issuer: "iss", User: "outage"}); !errors.As(err, &we) || we.Code != wire.Unavailable {
 		t.Errorf("Ensure with Nomad stopped = %v, want a wire unavailable error", err)
