@@ -214,7 +214,7 @@ func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage
 		).Scan(&u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
 	})
 	if err != nil {
-		return billing.Usage{}, fmt.Errorf("usage of %s: %w: %w", acct, billing.ErrUnavailable, err)
+		return billing.Usage{}, fmt.Errorf("usage of %s: %w", acct, billing.ClassifyStore(err, nil))
 	}
 	return u, nil
 }
@@ -229,7 +229,7 @@ func (l *Ledger) Record(ctx context.Context, ev billing.UsageEvent) error {
 	if err := l.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
 		return l.recordTx(ctx, tx, ev)
 	}); err != nil {
-		return fmt.Errorf("record usage event %s: %w: %w", ev.Key, billing.ErrUnavailable, err)
+		return fmt.Errorf("record usage event %s: %w", ev.Key, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }

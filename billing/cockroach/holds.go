@@ -150,7 +150,7 @@ func (l *Ledger) Release(ctx context.Context, id string) error {
 		_, err := tx.Exec(ctx, `DELETE FROM holds WHERE id = $1`, id)
 		return err
 	}); err != nil {
-		return fmt.Errorf("release hold %s: %w: %w", id, billing.ErrUnavailable, err)
+		return fmt.Errorf("release hold %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }

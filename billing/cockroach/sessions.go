@@ -100,7 +100,7 @@ func (s *Sessions) Renew(ctx context.Context, id string, ttl time.Duration) erro
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("renew session lease %s: %w: %w", id, billing.ErrUnavailable, err)
+		return fmt.Errorf("renew session lease %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	if n == 0 {
 		return fmt.Errorf("renew session lease %s: %w", id, billing.ErrLeaseGone)
@@ -118,7 +118,7 @@ func (s *Sessions) Release(ctx context.Context, id string) error {
 		_, err := tx.Exec(ctx, `DELETE FROM session_leases WHERE id = $1`, id)
 		return err
 	}); err != nil {
-		return fmt.Errorf("release session lease %s: %w: %w", id, billing.ErrUnavailable, err)
+		return fmt.Errorf("release session lease %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }
@@ -134,7 +134,7 @@ func (s *Sessions) Count(ctx context.Context, issuer, user string) (userLive, is
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("count sessions of %s/%s: %w: %w", issuer, user, billing.ErrUnavailable, err)
+		return 0, 0, fmt.Errorf("count sessions of %s/%s: %w", issuer, user, billing.ClassifyStore(err, nil))
 	}
 	return userLive, issuerLive, nil
 }

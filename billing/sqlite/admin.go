@@ -52,19 +52,19 @@ func (l *Ledger) GetIssuer(ctx context.Context, id string) (billing.Issuer, erro
 func (l *Ledger) ListIssuers(ctx context.Context) ([]billing.Issuer, error) {
 	rows, err := l.db.QueryContext(ctx, issuerSelect+` ORDER BY i.id`)
 	if err != nil {
-		return nil, fmt.Errorf("list issuers: %w: %w", billing.ErrUnavailable, err)
+		return nil, fmt.Errorf("list issuers: %w", billing.ClassifyStore(err, nil))
 	}
 	defer rows.Close()
 	var out []billing.Issuer
 	for rows.Next() {
 		iss, err := scanIssuer(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list issuers: %w: %w", billing.ErrUnavailable, err)
+			return nil, fmt.Errorf("list issuers: %w", billing.ClassifyStore(err, nil))
 		}
 		out = append(out, iss)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list issuers: %w: %w", billing.ErrUnavailable, err)
+		return nil, fmt.Errorf("list issuers: %w", billing.ClassifyStore(err, nil))
 	}
 	return out, nil
 }
@@ -218,7 +218,7 @@ func (l *Ledger) GetPrice(ctx context.Context, model string) (billing.Price, err
 		return billing.Price{}, fmt.Errorf("get price of %s: no override: %w", model, billing.ErrNotFound)
 	}
 	if err != nil {
-		return billing.Price{}, fmt.Errorf("get price of %s: %w: %w", model, billing.ErrUnavailable, err)
+		return billing.Price{}, fmt.Errorf("get price of %s: %w", model, billing.ClassifyStore(err, nil))
 	}
 	return p, nil
 }
@@ -235,7 +235,7 @@ func (l *Ledger) PutPrice(ctx context.Context, model string, p billing.Price) er
 		VALUES (?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET input = excluded.input, output = excluded.output,
 		cache_read = excluded.cache_read, cache_creation = excluded.cache_creation`,
 		model, p.Input, p.Output, p.CacheRead, p.CacheCreation); err != nil {
-		return fmt.Errorf("put price of %s: %w: %w", model, billing.ErrUnavailable, err)
+		return fmt.Errorf("put price of %s: %w", model, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }
@@ -244,7 +244,7 @@ func (l *Ledger) PutPrice(ctx context.Context, model string, p billing.Price) er
 func (l *Ledger) ListPrices(ctx context.Context) (map[string]billing.Price, error) {
 	rows, err := l.db.QueryContext(ctx, `SELECT model, input, output, cache_read, cache_creation FROM prices`)
 	if err != nil {
-		return nil, fmt.Errorf("list prices: %w: %w", billing.ErrUnavailable, err)
+		return nil, fmt.Errorf("list prices: %w", billing.ClassifyStore(err, nil))
 	}
 	defer rows.Close()
 	out := map[string]billing.Price{}
@@ -254,12 +254,12 @@ func (l *Ledger) ListPrices(ctx context.Context) (map[string]billing.Price, erro
 			p billing.Price
 		)
 		if err := rows.Scan(&m, &p.Input, &p.Output, &p.CacheRead, &p.CacheCreation); err != nil {
-			return nil, fmt.Errorf("list prices: %w: %w", billing.ErrUnavailable, err)
+			return nil, fmt.Errorf("list prices: %w", billing.ClassifyStore(err, nil))
 		}
 		out[m] = p
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list prices: %w: %w", billing.ErrUnavailable, err)
+		return nil, fmt.Errorf("list prices: %w", billing.ClassifyStore(err, nil))
 	}
 	return out, nil
 }
@@ -306,7 +306,7 @@ func (l *Ledger) QueryUsage(ctx context.Context, f billing.UsageFilter) (billing
 		SELECT issuer, k, ai, cs, n, tai, tcs, tn FROM t ` + after + ` ORDER BY issuer, k LIMIT ?`
 	rows, err := l.db.QueryContext(ctx, q, append(pageArgs, f.Limit+1)...)
 	if err != nil {
-		return billing.UsagePage{}, fmt.Errorf("query usage: %w: %w", billing.ErrUnavailable, err)
+		return billing.UsagePage{}, fmt.Errorf("query usage: %w", billing.ClassifyStore(err, nil))
 	}
 	defer rows.Close()
 	var page billing.UsagePage
@@ -314,12 +314,12 @@ func (l *Ledger) QueryUsage(ctx context.Context, f billing.UsageFilter) (billing
 		var r billing.UsageRow
 		if err := rows.Scan(&r.Issuer, &r.Key, &r.AIMicros, &r.ComputeSeconds, &r.Events,
 			&page.Totals.AIMicros, &page.Totals.ComputeSeconds, &page.Totals.Events); err != nil {
-			return billing.UsagePage{}, fmt.Errorf("query usage: %w: %w", billing.ErrUnavailable, err)
+			return billing.UsagePage{}, fmt.Errorf("query usage: %w", billing.ClassifyStore(err, nil))
 		}
 		page.Rows = append(page.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return billing.UsagePage{}, fmt.Errorf("query usage: %w: %w", billing.ErrUnavailable, err)
+		return billing.UsagePage{}, fmt.Errorf("query usage: %w", billing.ClassifyStore(err, nil))
 	}
 	if len(page.Rows) > f.Limit {
 		page.Rows = page.Rows[:f.Limit]
@@ -329,7 +329,7 @@ func (l *Ledger) QueryUsage(ctx context.Context, f billing.UsageFilter) (billing
 		err := l.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(ai_micros), 0), COALESCE(SUM(compute_seconds), 0), COUNT(*)
 			FROM usage_events WHERE `+cond, args...).Scan(&page.Totals.AIMicros, &page.Totals.ComputeSeconds, &page.Totals.Events)
 		if err != nil {
-			return billing.UsagePage{}, fmt.Errorf("query usage totals: %w: %w", billing.ErrUnavailable, err)
+			return billing.UsagePage{}, fmt.Errorf("query usage totals: %w", billing.ClassifyStore(err, nil))
 		}
 	}
 	return page, nil

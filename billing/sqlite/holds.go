@@ -141,7 +141,7 @@ func (l *Ledger) Release(ctx context.Context, id string) error {
 		return fmt.Errorf("release: hold without id: %w", billing.ErrInvalid)
 	}
 	if _, err := l.db.ExecContext(ctx, `DELETE FROM holds WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("release hold %s: %w: %w", id, billing.ErrUnavailable, err)
+		return fmt.Errorf("release hold %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }

@@ -89,7 +89,7 @@ func (r *RateBuckets) TakeAll(ctx context.Context, takes []billing.RateTake) (bo
 		return nil
 	})
 	if err != nil {
-		return false, 0, fmt.Errorf("take rate tokens: %w: %w", billing.ErrUnavailable, err)
+		return false, 0, fmt.Errorf("take rate tokens: %w", billing.ClassifyStore(err, nil))
 	}
 	return ok, retry, nil
 }

@@ -76,11 +76,11 @@ func (s *Sessions) Renew(ctx context.Context, id string, ttl time.Duration) erro
 	res, err := s.l.db.ExecContext(ctx, `UPDATE session_leases SET expires_at = ? WHERE id = ? AND expires_at > ?`,
 		expiry(now, ttl), id, now.UTC().UnixNano())
 	if err != nil {
-		return fmt.Errorf("renew session lease %s: %w: %w", id, billing.ErrUnavailable, err)
+		return fmt.Errorf("renew session lease %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("renew session lease %s: %w: %w", id, billing.ErrUnavailable, err)
+		return fmt.Errorf("renew session lease %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	if n == 0 {
 		return fmt.Errorf("renew session lease %s: %w", id, billing.ErrLeaseGone)
@@ -95,7 +95,7 @@ func (s *Sessions) Release(ctx context.Context, id string) error {
 		return fmt.Errorf("release: session lease without id: %w", billing.ErrInvalid)
 	}
 	if _, err := s.l.db.ExecContext(ctx, `DELETE FROM session_leases WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("release session lease %s: %w: %w", id, billing.ErrUnavailable, err)
+		return fmt.Errorf("release session lease %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }
@@ -107,7 +107,7 @@ func (s *Sessions) Count(ctx context.Context, issuer, user string) (userLive, is
 	}
 	userLive, issuerLive, err = countLeases(ctx, s.l.db, s.l.now().UTC().UnixNano(), issuer, user)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count sessions of %s/%s: %w: %w", issuer, user, billing.ErrUnavailable, err)
+		return 0, 0, fmt.Errorf("count sessions of %s/%s: %w", issuer, user, billing.ClassifyStore(err, nil))
 	}
 	return userLive, issuerLive, nil
 }

@@ -175,7 +175,7 @@ func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage
 		acct.Issuer, acct.User, string(acct.Window), start, l.now().UTC().UnixNano(),
 	).Scan(&u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
 	if err != nil {
-		return billing.Usage{}, fmt.Errorf("usage of %s/%s: %w: %w", acct.Issuer, acct.User, billing.ErrUnavailable, err)
+		return billing.Usage{}, fmt.Errorf("usage of %s/%s: %w", acct.Issuer, acct.User, billing.ClassifyStore(err, nil))
 	}
 	return u, nil
 }
@@ -188,7 +188,7 @@ func (l *Ledger) Record(ctx context.Context, ev billing.UsageEvent) error {
 		return fmt.Errorf("record: %w", err)
 	}
 	if err := l.record(ctx, ev); err != nil {
-		return fmt.Errorf("record usage event %s: %w: %w", ev.Key, billing.ErrUnavailable, err)
+		return fmt.Errorf("record usage event %s: %w", ev.Key, billing.ClassifyStore(err, nil))
 	}
 	return nil
 }
