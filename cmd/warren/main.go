@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"sync"
 	"syscall"
 )
 
@@ -50,7 +51,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := notifyShutdown(stderr, os.Exit)
 	defer stop()
 	err := cmd.run(ctx, args[1:], stdout, stderr)
 	var ee exitError
@@ -64,6 +65,43 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "warren %s: %v\n", args[0], err)
 		return 1
+	}
+}
+
+// notifyShutdown returns a context that the first SIGINT or SIGTERM cancels: the command shuts down
+// gracefully. A second signal before stop ends the process at once through exit, with 128 + the signal's
+// number (130 for SIGINT, 143 for SIGTERM) and one line on stderr, so a person can escape a shutdown that
+// takes too long. stop ends the handling (and cancels the context).
+func notifyShutdown(stderr io.Writer, exit func(code int)) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigs:
+			fmt.Fprintf(stderr, "warren: second %v signal: exiting without finishing the shutdown\n", sig)
+			code := 128 + 2 // SIGINT
+			if n, ok := sig.(syscall.Signal); ok {
+				code = 128 + int(n)
+			}
+			exit(code)
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			signal.Stop(sigs)
+			close(done)
+			cancel()
+		})
 	}
 }
 
