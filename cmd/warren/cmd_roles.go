@@ -141,7 +141,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	defer reg.Close()
+	defer reg.Close(context.WithoutCancel(ctx))
 	pool, ledger, err := p.openLedger(ctx)
 	if err != nil {
 		return err
@@ -215,7 +215,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	defer reg.Close()
+	defer reg.Close(context.WithoutCancel(ctx))
 	pool, ledger, err := p.openLedger(ctx)
 	if err != nil {
 		return err

@@ -54,7 +54,7 @@ func holdOwnerLock(ctx context.Context, prod *prodFlags, e registry.Entry, log *
 	defer cancel()
 	lease, err := reg.Hold(hctx, e)
 	if err != nil {
-		_ = reg.Close()
+		_ = reg.Close(context.WithoutCancel(ctx))
 		return nil, nil, fmt.Errorf("hold the owner lock (epoch %d): %w", e.Epoch, err)
 	}
 	log.Info("owner lock held", "alloc", e.Alloc, "addr", e.Addr, "lock_index", lease.LockIndex())
@@ -64,6 +64,6 @@ func holdOwnerLock(ctx context.Context, prod *prodFlags, e registry.Entry, log *
 		if err := lease.Release(rctx); err != nil {
 			log.Warn("release the owner lock", "err", err)
 		}
-		_ = reg.Close()
+		_ = reg.Close(context.Background())
 	}, nil
 }

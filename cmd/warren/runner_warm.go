@@ -65,7 +65,7 @@ func awaitAssignment(ctx context.Context, listen, key, alloc, region string, pro
 		ln.Close()
 		return assignment{}, "", err
 	}
-	defer reg.Close()
+	defer reg.Close(context.WithoutCancel(ctx))
 	return serveWarm(ctx, ln, key, alloc, region, reg, warmAssignGrace, log)
 }
 

@@ -98,7 +98,7 @@ func TestServeWarm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reg.Close()
+	defer reg.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)

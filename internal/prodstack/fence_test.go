@@ -80,7 +80,7 @@ func TestRunnerFencesItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reg.Close()
+	defer reg.Close(context.Background())
 
 	old := startRunner(t, bin, cs.Addr(), 1, "alloc-1")
 	if e, err := reg.Lookup(ctx, "acme", "fenced"); err != nil || e.Epoch != 1 {

@@ -233,7 +233,7 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 	if tp.reg, err = consul.New(consul.Config{Addr: tp.cs.Addr()}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = tp.reg.Close() })
+	t.Cleanup(func() { _ = tp.reg.Close(context.Background()) })
 	return tp
 }
 

@@ -52,7 +52,7 @@ func startCluster(t testing.TB) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { reg.Close() })
+	t.Cleanup(func() { reg.Close(context.Background()) })
 	return &cluster{nomad: ns, consul: cs, client: client, reg: reg, binary: binary}
 }
 

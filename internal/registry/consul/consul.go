@@ -167,9 +167,11 @@ func New(cfg Config) (*Registry, error) {
 }
 
 // Close stops the watch and releases every lease still held, Register's and Hold's (a Hold lease released
-// this way has its Lost closed: its holder did not release it). Idempotent; the Registry is unusable
-// afterwards (ErrClosed).
-func (r *Registry) Close() error {
+// this way has its Lost closed: its holder did not release it). The releases talk to Consul, each bounded
+// by ctx and by requestTimeout: once ctx ends, the leases not yet released are left for their sessions'
+// TTL to end, and the error says so (it wraps ctx's). Idempotent; the Registry is unusable afterwards
+// (ErrClosed).
+func (r *Registry) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -184,7 +186,7 @@ func (r *Registry) Close() error {
 
 	var errs []error
 	for _, l := range leases {
-		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		if err := l.release(ctx, true); err != nil {
 			errs = append(errs, err)
 		}

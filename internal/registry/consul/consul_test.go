@@ -41,7 +41,7 @@ func open(t testing.TB, srv *testenv.ConsulServer, prefix string, mod func(*cons
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := r.Close(); err != nil && srv.Running() {
+		if err := r.Close(context.Background()); err != nil && srv.Running() {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -345,7 +345,7 @@ func TestHold(t *testing.T) {
 		if err := r.Register(ctx, entry("v", 1, "b1")); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Close(); err != nil {
+		if err := r.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if !isClosed(l.Lost()) {
@@ -481,7 +481,7 @@ func TestUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := r.Lookup(ctx, "iss", "u"); !errors.Is(err, registry.ErrUnavailable) {
@@ -517,7 +517,7 @@ func TestServerErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer r.Close()
+			defer r.Close(context.Background())
 			_, err = r.Lookup(context.Background(), "iss", "u")
 			if err == nil || errors.Is(err, registry.ErrUnavailable) != tc.unavailable {
 				t.Fatalf("Lookup = %v, want unavailable=%v", err, tc.unavailable)
@@ -545,7 +545,7 @@ func TestServerErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer r.Close()
+		defer r.Close(context.Background())
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		if _, err := r.Lookup(ctx, "iss", "u"); !errors.Is(err, registry.ErrUnavailable) {
@@ -568,10 +568,10 @@ func TestConfig(t *testing.T) {
 	if err := r.Register(context.Background(), registry.Entry{Issuer: "iss", User: "u", Alloc: "a/../b", Addr: "h:1"}); !errors.Is(err, consul.ErrBadEntry) {
 		t.Fatalf("Register with a path in alloc = %v, want ErrBadEntry", err)
 	}
-	if err := r.Close(); err != nil {
+	if err := r.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Close(); err != nil {
+	if err := r.Close(context.Background()); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
 }
