@@ -30,24 +30,34 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 func systemMounts(hostRoot string) ([]string, error) {
 	var args []string
 	for _, d := range systemDirs {
-		host := filepath.Join(hostRoot, d)
-		fi, err := os.Lstat(host)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("inspect %s: %w", host, err)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(host)
-			if err != nil {
-				return nil, fmt.Errorf("read link %s: %w", host, err)
-			}
-			args = append(args, "--symlink", target, d)
-		case fi.IsDir():
-			args = append(args, "--ro-bind", host, d)
+		a, err := mirror(filepath.Join(hostRoot, d), d, true)
+		if err != nil {
+			return nil, err
 		}
+		args = append(args, a...)
 	}
 	return args, nil
+}
+
+// mirror returns the bwrap arguments that show host at dest read-only: the same symlink for a symlink,
+// a read-only bind otherwise (only of a directory when dirsOnly), nothing when host is missing.
+func mirror(host, dest string, dirsOnly bool) ([]string, error) {
+	fi, err := os.Lstat(host)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("inspect %s: %w", host, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(host)
+		if err != nil {
+			return nil, fmt.Errorf("read link %s: %w", host, err)
+		}
+		return []string{"--symlink", target, dest}, nil
+	case dirsOnly && !fi.IsDir():
+		return nil, nil
+	}
+	return []string{"--ro-bind", host, dest}, nil
 }
 
 // boxLayout is what a bubblewrap command line is made of besides the command: the host's system mounts

@@ -1,10 +1,7 @@
 package isolate
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 )
 
@@ -52,22 +49,11 @@ func etcFiles(dns string) map[string]string {
 func etcMounts(hostRoot string) ([]string, error) {
 	var args []string
 	for _, rel := range etcAllowed {
-		host := filepath.Join(hostRoot, "etc", rel)
-		fi, err := os.Lstat(host)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("inspect %s: %w", host, err)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(host)
-			if err != nil {
-				return nil, fmt.Errorf("read link %s: %w", host, err)
-			}
-			args = append(args, "--symlink", target, "/etc/"+rel)
-		default:
-			args = append(args, "--ro-bind", host, "/etc/"+rel)
+		a, err := mirror(filepath.Join(hostRoot, "etc", rel), "/etc/"+rel, false)
+		if err != nil {
+			return nil, err
 		}
+		args = append(args, a...)
 	}
 	return args, nil
 }
