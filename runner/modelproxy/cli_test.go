@@ -20,12 +20,21 @@ import (
 // runCLI runs `claude -p prompt` against the proxy with token as its API key and returns its result line.
 func runCLI(t *testing.T, proxyURL, token, scenario, prompt string) map[string]any {
 	t.Helper()
+	return runCLIModel(t, proxyURL, token, scenario, prompt, "claude-sonnet-4-5")
+}
+
+// runCLIModel runs the CLI with model, or with its own default model when "".
+func runCLIModel(t *testing.T, proxyURL, token, scenario, prompt, model string) map[string]any {
+	t.Helper()
 	cli := testenv.ClaudeCLI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	home := t.TempDir()
-	cmd := exec.CommandContext(ctx, cli, "-p", prompt, "--output-format", "stream-json", "--verbose",
-		"--model", "claude-sonnet-4-5", "--permission-mode", "bypassPermissions")
+	args := []string{"-p", prompt, "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions"}
+	if model != "" {
+		args = append(args, "--model", model)
+	}
+	cmd := exec.CommandContext(ctx, cli, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
@@ -123,6 +132,13 @@ func TestCLISendsOnlyAllowedBetas(t *testing.T) {
 		}
 	}
 	e.proxy.TurnEnd("s1")
+	// The CLI's default model (what `warren dev` users get) sends betas of its own.
+	token2 := e.proxy.Open("s2", modelproxy.SessionGrant{Account: acct, AILimit: 10_000_000})
+	e.proxy.TurnStart("s2")
+	if res := runCLIModel(t, e.url, token2, "auto", "create g.txt containing hi", ""); res["is_error"] == true {
+		t.Fatalf("default model: result %v", res)
+	}
+	e.proxy.TurnEnd("s2")
 	for _, reason := range []string{"policy", "rate", "no_turn", "invalid", "auth"} {
 		if n := e.counter(t, "warren_modelproxy_rejected_total", "reason", reason); n != 0 {
 			t.Errorf("%v CLI requests refused (%s)", n, reason)

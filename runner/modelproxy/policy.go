@@ -12,8 +12,8 @@ import (
 	"github.com/warren-mesh/warren/billing"
 )
 
-// CLIBetas are the anthropic-beta values the pinned Claude Code CLI (2.1.330) sends on its ordinary calls
-// (TestCLISendsOnlyAllowedBetas keeps this list true). They change neither what a call may reach nor how
+// CLIBetas are the anthropic-beta values the pinned Claude Code CLI (2.1.330) sends on its ordinary calls,
+// with a named model and with its default one (TestCLISendsOnlyAllowedBetas keeps this list true). They change neither what a call may reach nor how
 // it is billed, so they are always allowed; Config.AllowBetas adds others.
 var CLIBetas = []string{
 	"claude-code-20250219",
@@ -22,6 +22,10 @@ var CLIBetas = []string{
 	"thinking-token-count-2026-05-13",
 	"advanced-tool-use-2025-11-20",
 	"thinking-display-updates-2026-08-18",
+	// With its default model (an Opus) the CLI sends these three as well.
+	"per-turn-control-2026-07-01",
+	"mid-conversation-tool-changes-2026-07-01",
+	"effort-2025-11-24",
 }
 
 // Rate defaults: a session's calls per minute, each a token bucket holding a quarter of a minute's worth.
