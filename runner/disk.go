@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"path/filepath"
+	"math"
+	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,20 +18,25 @@ import (
 var ErrWorkspaceFull = errors.New("the workspace is over its size limit")
 
 // diskGuard bounds the bytes under the workspace (the quota's max_workspace_bytes). RLIMIT_FSIZE caps any
-// one file a command writes; the guard caps their sum: a command is refused while the workspace is over
-// the limit, and a running one is killed within diskPoll of taking it over. Usage is the allocated size
-// (blocks), measured by a walk that is cached for diskCache.
+// one file a command writes; the guard caps their sum: a command or upload is refused while the workspace
+// (plus the uploads in flight) is over the limit, and a running command is killed within diskPoll of
+// taking it over. Usage is the allocated size, each entry counted as at least entryBytes so that inodes
+// are bounded too, measured by a walk through os.Root (one level at a time: no path is too long to count
+// and no directory swapped for a symlink leads outside) that is cached for diskCache. A walk that fails
+// counts as over the limit.
 type diskGuard struct {
-	dir   string
-	limit func() int64 // 0: none
-	mu    sync.Mutex
-	at    time.Time
-	used  int64
+	dir      string
+	limit    func() int64 // 0: none
+	mu       sync.Mutex
+	at       time.Time
+	used     int64
+	inflight atomic.Int64 // bytes reserved by uploads in progress
 }
 
 const (
-	diskCache = 2 * time.Second
-	diskPoll  = time.Second
+	diskCache  = 2 * time.Second
+	diskPoll   = time.Second
+	entryBytes = 4096
 )
 
 // usage returns the workspace's allocated bytes, measured at most diskCache ago (fresh when force).
@@ -39,30 +46,55 @@ func (g *diskGuard) usage(force bool) int64 {
 	if !force && time.Since(g.at) < diskCache {
 		return g.used
 	}
-	var n int64
-	_ = filepath.WalkDir(g.dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // vanished or unreadable: skip
-		}
-		if info, err := d.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
-		}
-		return nil
-	})
+	n, err := walkUsage(g.dir)
+	if err != nil {
+		n = math.MaxInt64 // fail closed
+	}
 	g.used, g.at = n, time.Now()
 	return n
 }
 
-// check refuses with resource_exhausted when the workspace is over its limit.
-func (g *diskGuard) check() error {
+// walkUsage sums the allocated bytes (at least entryBytes an entry) under dir. Entries that vanish during
+// the walk are skipped; any other error ends it.
+func walkUsage(dir string) (int64, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	var n int64
+	err = fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		size := int64(entryBytes)
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				size = max(size, st.Blocks*512)
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		n += size
+		return nil
+	})
+	return n, err
+}
+
+// check refuses with resource_exhausted when the workspace (plus extra bytes about to be written) is over
+// its limit.
+func (g *diskGuard) check() error { return g.checkWith(0) }
+
+func (g *diskGuard) checkWith(extra int64) error {
 	limit := g.limit()
 	if limit <= 0 {
 		return nil
 	}
-	if used := g.usage(false); used > limit {
-		return wire.Errorf(wire.ResourceExhausted, "the workspace holds %d bytes, more than its limit of %d (the quota's max_workspace_bytes): delete files first", used, limit)
+	if used := g.usage(false); used == math.MaxInt64 || used+g.inflight.Load()+extra > limit {
+		return wire.Errorf(wire.ResourceExhausted, "the workspace would hold more than its limit of %d bytes (the quota's max_workspace_bytes): delete files first", limit)
 	}
 	return nil
 }

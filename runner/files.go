@@ -52,13 +52,21 @@ func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
 		a.fileFail(w, req, "write", wire.Errorf(wire.PayloadTooLarge, "file exceeds the %d byte limit", limit))
 		return
 	}
-	if err := a.r.disk.check(); err != nil {
-		a.fileFail(w, req, "write", err)
-		return
-	}
 	if ws := a.r.workspaceLimit.Load(); ws > 0 && ws < limit {
 		limit = ws
 	}
+	// The upload's bytes count against the workspace's limit while it runs, so parallel uploads cannot
+	// each pass the same check.
+	reserve := req.ContentLength
+	if reserve < 0 || reserve > limit {
+		reserve = limit
+	}
+	if err := a.r.disk.checkWith(reserve); err != nil {
+		a.fileFail(w, req, "write", err)
+		return
+	}
+	a.r.disk.inflight.Add(reserve)
+	defer a.r.disk.inflight.Add(-reserve)
 	res, err := a.root.Write(p, req.Body, workspace.WriteOptions{Parents: parents, MaxSize: limit})
 	if err == nil && a.r.parts.uid != nil {
 		err = a.root.Give(res.Path, int(a.r.parts.uid.UID), int(a.r.parts.uid.UID))

@@ -76,3 +76,46 @@ func TestSandboxLimitsFromGrant(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkspaceGuardEvasions: files the size guard must still count — under a path longer than PATH_MAX,
+// and many empty ones (inodes) — and parallel uploads that must not each pass the same check.
+func TestWorkspaceGuardEvasions(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if testing.Short() {
+			t.Skip("needs root (skipped under -short)")
+		}
+		t.Fatal("needs root (as in CI): the sandbox's cgroup and uid")
+	}
+	h := startRunner(t)
+	g := wire.Grant{Issuer: "acme", User: "alice", Window: "lifetime", AIMicros: -1, ComputeSeconds: -1,
+		Limits: &wire.SandboxLimits{WorkspaceBytes: 16 << 20}}
+	grant := []string{wire.HeaderGrant, g.Encode()}
+	exec := func(t *testing.T, cmd string) (int, wire.ExecResult) {
+		t.Helper()
+		resp := h.doJSON(t, http.MethodPost, "/v1/sandbox/exec", wire.ExecRequest{Command: cmd}, grant...)
+		var res wire.ExecResult
+		if resp.StatusCode == http.StatusOK {
+			decode(t, resp, http.StatusOK, &res)
+		}
+		return resp.StatusCode, res
+	}
+	t.Run("deep path", func(t *testing.T) {
+		// 30 levels of 200-character names: 6 KB of path, more than PATH_MAX.
+		code, res := exec(t, `python3 -c "
+import os
+n = 'd' * 200
+for _ in range(30):
+    os.mkdir(n)
+    os.chdir(n)
+open('big', 'wb').write(bytes(12000000))
+print('ok')"`)
+		if code != http.StatusOK || !strings.Contains(res.Stdout, "ok") {
+			t.Fatalf("setup: %d %+v", code, res)
+		}
+		exec(t, "head -c 12000000 /dev/zero > big2") // allowed, or killed by the guard
+		time.Sleep(2500 * time.Millisecond)          // the usage cache
+		if code, _ := exec(t, "true"); code != http.StatusTooManyRequests {
+			t.Fatalf("24 MB under a 16 MiB limit, half of it under a path longer than PATH_MAX: status %d", code)
+		}
+	})
+}
