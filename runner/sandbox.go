@@ -172,7 +172,7 @@ func (r *Runner) attachNetwork(proxyURL string) error {
 	r.parts.netUID = netUID
 	n, err := isolate.NewNetwork(isolate.NetworkConfig{
 		Pasta: r.cfg.Pasta, Nsenter: r.cfg.Nsenter, ForwardTCP: fwd, Allow: r.cfg.EgressAllow,
-		UID: netUID.UID, GID: netUID.UID,
+		UID: netUID.UID, GID: netUID.UID, Cgroup: r.parts.cgroup,
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)

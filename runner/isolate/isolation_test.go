@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -572,6 +573,41 @@ func TestIsolationSecretsOffTheCommandLine(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err == nil && strings.Contains(string(b), secret) {
 			t.Fatalf("process %s shows the secret on its command line: %q", e.Name(), b)
+		}
+	}
+}
+
+// TestIsolationNetworkInCgroup: pasta and the namespace's holder run in the sandbox's cgroup, so what they
+// spend on its traffic counts against its limits.
+func TestIsolationNetworkInCgroup(t *testing.T) {
+	requireRoot(t)
+	cg, err := NewCgroup("/warren-test", "net-"+rand.Text()[:8], Limits{Processes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Close() })
+	lease, err := AllocateUID(DefaultUIDDir, "network/"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lease.Release)
+	n, err := NewNetwork(NetworkConfig{Pasta: toolPath(t, "pasta", "passt"), Nsenter: toolPath(t, "nsenter", "util-linux"), UID: lease.UID, GID: lease.UID, Cgroup: cg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	file := filepath.Join(CgroupMount, "pids", cg.rel, "cgroup.procs")
+	if cg.v2 != nil {
+		file = filepath.Join(CgroupMount, cg.rel, "cgroup.procs")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := strings.Fields(string(b))
+	for _, pid := range []int{n.holder.Process.Pid, n.pasta.Process.Pid} {
+		if !slices.Contains(procs, strconv.Itoa(pid)) {
+			t.Errorf("pid %d is not in the sandbox's cgroup (%v)", pid, procs)
 		}
 	}
 }

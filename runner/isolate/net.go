@@ -51,6 +51,9 @@ type NetworkConfig struct {
 	// uid, inside bubblewrap or not, holds a capability over the namespace or can reach pasta. pasta is made
 	// for rootless use: as root it would switch to nobody before opening the namespace.
 	UID, GID uint32
+	// Cgroup, when set, also holds the namespace's holder and pasta, so the CPU and memory pasta spends on
+	// the sandbox's traffic count against the sandbox's limits.
+	Cgroup *Cgroup
 }
 
 // Network is one sandbox's network namespace, shared by all of its commands: a user-mode network stack
@@ -126,6 +129,12 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 	}
 	r.Close()
 	n.hold = w
+	if cfg.Cgroup != nil {
+		if err := cfg.Cgroup.add(n.holder.Process.Pid); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("%w: network holder cgroup: %w", ErrConfig, err)
+		}
+	}
 	n.nsPath = "/proc/" + strconv.Itoa(n.holder.Process.Pid) + "/ns/net"
 	// unshare makes the namespaces, then runs the shell: only its word says they exist. (Comparing
 	// namespace ids with this process's is not enough: a thread of it may be elsewhere.)
@@ -179,6 +188,11 @@ func (n *Network) setup() error {
 		return fmt.Errorf("%w: start pasta: %w", ErrConfig, err)
 	}
 	go func() { _ = n.pasta.Wait(); close(n.done) }()
+	if n.cfg.Cgroup != nil {
+		if err := n.cfg.Cgroup.add(n.pasta.Process.Pid); err != nil {
+			return fmt.Errorf("%w: pasta cgroup: %w", ErrConfig, err)
+		}
+	}
 	// pasta configures the namespace's interface and routes; commands start once the default route is
 	// there.
 	deadline := time.Now().Add(10 * time.Second)
