@@ -14,12 +14,7 @@ import (
 // TestSandboxLimitsFromGrant: the limits of the quota, carried in the edge's grant, hold for the user's
 // commands, each refusal typed, and the runner survives them all.
 func TestSandboxLimitsFromGrant(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if testing.Short() {
-			t.Skip("needs root (skipped under -short)")
-		}
-		t.Fatal("needs root (as in CI): the sandbox's cgroup and uid")
-	}
+	needRoot(t)
 	h := startRunner(t)
 	g := wire.Grant{Issuer: "acme", User: "alice", Window: "lifetime", AIMicros: -1, ComputeSeconds: -1,
 		Limits: &wire.SandboxLimits{WorkspaceBytes: 8 << 20, ConcurrentExecs: 1, Processes: 64, MemoryBytes: 96 << 20, CPUMillis: 500}}
@@ -80,12 +75,7 @@ func TestSandboxLimitsFromGrant(t *testing.T) {
 // TestWorkspaceGuardEvasions: files the size guard must still count — under a path longer than PATH_MAX,
 // and many empty ones (inodes) — and parallel uploads that must not each pass the same check.
 func TestWorkspaceGuardEvasions(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if testing.Short() {
-			t.Skip("needs root (skipped under -short)")
-		}
-		t.Fatal("needs root (as in CI): the sandbox's cgroup and uid")
-	}
+	needRoot(t)
 	h := startRunner(t)
 	g := wire.Grant{Issuer: "acme", User: "alice", Window: "lifetime", AIMicros: -1, ComputeSeconds: -1,
 		Limits: &wire.SandboxLimits{WorkspaceBytes: 16 << 20}}
@@ -118,4 +108,15 @@ print('ok')"`)
 			t.Fatalf("24 MB under a 16 MiB limit, half of it under a path longer than PATH_MAX: status %d", code)
 		}
 	})
+}
+
+// needRoot fails the test without root (as CI has): the sandbox's uid and cgroup need it; -short skips.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if testing.Short() {
+			t.Skip("needs root (skipped under -short)")
+		}
+		t.Fatal("needs root (as in CI): the sandbox's cgroup and uid")
+	}
 }
