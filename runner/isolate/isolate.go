@@ -1,17 +1,20 @@
-// Package isolate runs one user command inside the sandbox boundary: a bubblewrap (bwrap) sandbox with its
-// own PID, IPC and UTS namespaces, read-only system directories, a private /tmp and the user's workspace
-// at /workspace, a cleared environment, its own process group, a wall-clock timeout that kills the whole
-// tree, and nothing else of the host visible. Run runs a command to completion with captured output;
-// Start runs a long-lived program (the agent CLI) under the same boundary with pipes, extra bind mounts
-// and a kill of its whole tree on Close or when its context ends.
+// Package isolate runs one user command inside the sandbox boundary: a bubblewrap (bwrap) sandbox running
+// as an unprivileged host uid of the sandbox's own (AllocateUID) in a user namespace, with its own PID,
+// IPC, UTS, cgroup and network namespaces (NewNetwork: pasta and an egress filter), a seccomp filter,
+// read-only system directories, a minimal /etc, a private sized /tmp and the user's workspace at
+// /workspace, a cleared environment, a wall-clock timeout that kills the whole tree, and nothing else of
+// the host visible. Run runs a command to completion with captured output; Start runs a long-lived program
+// (the agent CLI) under the same boundary with pipes, extra bind mounts and a kill of its whole tree on
+// Close or when its context ends. SECURITY.md at the repository's root says what each layer guarantees.
 //
 // Insecure mode runs the same command line directly (no namespaces, no mount isolation) with the same
 // cleared environment and the working directory inside the host workspace; it exists for machines without
 // bubblewrap and must be chosen explicitly.
 //
-// Resource limits: only the wall-clock timeout is enforced here. No rlimits (RLIMIT_NPROC counts every
-// process of the uid host-wide, RLIMIT_AS breaks runtimes that reserve address space) and no cgroup limits;
-// CPU and memory caps come from the task driver's container in production (DESIGN.md §7).
+// Resource limits (Limits): processes, memory and CPU for all of a sandbox's commands together through its
+// Cgroup, which every command enters before bubblewrap runs; per command the size of /tmp and /dev/shm and
+// of any one file (RLIMIT_FSIZE); and the wall-clock timeout. No RLIMIT_NPROC (it counts every process of
+// the uid host-wide) and no RLIMIT_AS (it breaks runtimes that reserve address space).
 package isolate
 
 import (
