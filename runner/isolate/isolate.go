@@ -77,7 +77,8 @@ type Config struct {
 // Sandbox runs commands for one workspace. It is safe for concurrent use.
 type Sandbox struct {
 	cfg     Config
-	mounts  []string // system directories and /etc
+	mounts  []string // system directories
+	etc     []string // the host's allowed /etc entries
 	seccomp []byte
 	limits  atomic.Pointer[Limits]
 	network atomic.Pointer[Network]
@@ -135,6 +136,9 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	if s.mounts, err = systemMounts("/"); err != nil {
 		return nil, fmt.Errorf("prepare sandbox mounts: %w", err)
+	}
+	if s.etc, err = etcMounts("/"); err != nil {
+		return nil, fmt.Errorf("prepare sandbox /etc: %w", err)
 	}
 	if s.seccomp, err = seccompFilter(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -363,12 +367,10 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 	if network != nil {
 		dns = DNSForward
 	}
-	etc, err := etcMounts("/")
-	if err != nil {
-		return fail(err)
-	}
-	for _, dest := range slices.Sorted(maps.Keys(etcFiles(dns))) {
-		fd, err := fds.data([]byte(etcFiles(dns)[dest]))
+	etc := slices.Clone(s.etc)
+	files := etcFiles(dns)
+	for _, dest := range slices.Sorted(maps.Keys(files)) {
+		fd, err := fds.data([]byte(files[dest]))
 		if err != nil {
 			return fail(fmt.Errorf("etc pipe: %w", err))
 		}
