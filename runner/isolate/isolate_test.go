@@ -353,3 +353,15 @@ func findProcesses(marker string) []string {
 	}
 	return pids
 }
+
+func TestListeningPorts(t *testing.T) {
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:9F51 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 1 1 0 100 0 0 10 0
+   1: 0100007F:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 2 1 0 100 0 0 10 0
+   2: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 3 1 0 100 0 0 10 0
+`
+	got := listeningPorts(table)
+	if len(got) != 2 || got[0] != 0x9F51 || got[1] != 8080 {
+		t.Fatalf("listening ports: %v, want [40785 8080] (an established socket is not listening)", got)
+	}
+}

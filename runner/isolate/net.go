@@ -193,10 +193,11 @@ func (n *Network) setup() error {
 			return fmt.Errorf("%w: pasta cgroup: %w", ErrConfig, err)
 		}
 	}
-	// pasta configures the namespace's interface and routes; commands start once the default route is
-	// there.
+	// pasta configures the namespace's interface and routes and binds the forwarded ports inside it, in
+	// an order of its own; commands start once the default route is there and every forwarded port
+	// listens (before that, the sandbox's first connection to the model proxy may be refused).
 	deadline := time.Now().Add(10 * time.Second)
-	for !hasDefaultRoute(n.holder.Process.Pid) {
+	for !hasDefaultRoute(n.holder.Process.Pid) || !listening(n.holder.Process.Pid, n.cfg.ForwardTCP) {
 		select {
 		case <-n.done:
 			return fmt.Errorf("%w: pasta exited: %s", ErrConfig, strings.TrimSpace(stderr.String()))
@@ -243,6 +244,49 @@ func hasDefaultRoute(pid int) bool {
 		}
 	}
 	return false
+}
+
+// listening reports whether, in the network namespace of pid, a TCP socket listens on each of ports
+// (IPv4 or IPv6).
+func listening(pid int, ports []uint16) bool {
+	if len(ports) == 0 {
+		return true
+	}
+	open := map[uint16]bool{}
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/" + f)
+		if err != nil {
+			continue
+		}
+		for _, p := range listeningPorts(string(b)) {
+			open[p] = true
+		}
+	}
+	for _, p := range ports {
+		if !open[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// listeningPorts parses a /proc/net/tcp table and returns the local ports in state LISTEN (0A).
+func listeningPorts(table string) []uint16 {
+	var ports []uint16
+	for _, line := range strings.Split(table, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "0A" {
+			continue
+		}
+		i := strings.LastIndexByte(f[1], ':')
+		if i < 0 {
+			continue
+		}
+		if p, err := strconv.ParseUint(f[1][i+1:], 16, 16); err == nil {
+			ports = append(ports, uint16(p))
+		}
+	}
+	return ports
 }
 
 // hostAddrs are the addresses of the host's interfaces (the runner's network namespace) and the networks
