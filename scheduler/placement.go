@@ -9,7 +9,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 )
 
-// State of a placement (DESIGN.md §4).
+// State of a placement (docs/ARCHITECTURE.md#placements).
 type State string
 
 const (
@@ -63,6 +63,12 @@ type Meter struct {
 
 // Set reports whether m names an account (placements written before meters were stored have none).
 func (m Meter) Set() bool { return m.Window != "" }
+
+// Equal reports whether m and o charge the same (times compared as instants, as a store returns them).
+func (m Meter) Equal(o Meter) bool {
+	return m.Window == o.Window && m.WindowStart.Equal(o.WindowStart) && m.Anchor.Equal(o.Anchor) &&
+		m.Limit == o.Limit && m.Bucket == o.Bucket
+}
 
 // EncodeMeter is how adapters store m: JSON, or "" for an unset meter.
 func EncodeMeter(m Meter) (string, error) {
