@@ -6,11 +6,11 @@ import (
 	"strings"
 )
 
-// Admit decides whether acct may start more work under b (DESIGN.md §5): nil while usage is below the
-// budget in both dimensions, an error wrapping ErrBudgetExceeded naming the spent dimensions otherwise. A
-// zero budget allows nothing; a negative one is unlimited. The ledger is asked even when both dimensions are
-// unlimited, so an unreachable ledger refuses new sessions (DESIGN.md §10); its error, wrapping
-// ErrUnavailable, is passed through.
+// Admit decides whether acct may start more work under b (docs/ARCHITECTURE.md#admission): nil while usage is
+// below the budget in both dimensions, an error wrapping ErrBudgetExceeded naming the spent dimensions
+// otherwise. A zero budget allows nothing; a negative one is unlimited. The ledger is asked even when both
+// dimensions are unlimited, so an unreachable ledger refuses new sessions
+// (docs/ARCHITECTURE.md#failure-behaviour); its error, wrapping ErrUnavailable, is passed through.
 func Admit(ctx context.Context, l Ledger, acct Account, b Budget) error {
 	u, err := l.Usage(ctx, acct)
 	if err != nil {

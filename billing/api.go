@@ -22,8 +22,8 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// openAPI is GET /v1/openapi.json: the billing API (PROTOCOL.md §7) as OpenAPI 3.1. A test keeps its paths
-// and methods equal to the routes below.
+// openAPI is GET /v1/openapi.json: the billing API (docs/PROTOCOL.md#billing-api) as OpenAPI 3.1. A test
+// keeps its paths and methods equal to the routes below.
 //
 //go:embed openapi.json
 var openAPI []byte
@@ -53,7 +53,7 @@ type APIConfig struct {
 	MaxBodyBytes int64                 // default DefaultMaxBodyBytes
 }
 
-// API is the billing role's admin HTTP API (PROTOCOL.md §7). Safe for concurrent use.
+// API is the billing role's admin HTTP API (docs/PROTOCOL.md#billing-api). Safe for concurrent use.
 type API struct {
 	cfg     APIConfig
 	log     *slog.Logger
@@ -101,7 +101,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	}
 	a := &API{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), m: m}
 	// Patterns carry no method: the dispatcher answers a wrong method itself, so that error too has the
-	// PROTOCOL.md §6 shape.
+	// wire error shape (docs/PROTOCOL.md#errors).
 	byPattern := map[string]map[string]route{}
 	var order []string
 	for _, rt := range routes {
@@ -247,7 +247,8 @@ func (a *API) dispatch(byMethod map[string]route) http.Handler {
 	})
 }
 
-// fail writes err as the PROTOCOL.md §6 error body; causes of internal errors are logged, never sent.
+// fail writes err as the wire error body (docs/PROTOCOL.md#errors); causes of internal errors are logged,
+// never sent.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	wire.WriteHTTPError(w, a.logger(r), err)
 }

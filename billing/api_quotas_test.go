@@ -16,11 +16,11 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// FuzzPutQuota sends arbitrary bodies to PUT /v1/quotas/acme and /v1/quotas/acme/users/alice, in process
-// over a real SQLite ledger. Every answer is a quota or a PROTOCOL.md §6 error; an accepted quota is valid
-// for its key (ValidateFor: no limit below -1, no issuer-wide field on an override) and is what GET
-// answers afterwards. Revisions in the bodies are mostly stale, so many inputs end as conflicts: the
-// parser runs first either way.
+// FuzzPutQuota sends arbitrary bodies to PUT /v1/quotas/acme and /v1/quotas/acme/users/alice, in process over
+// a real SQLite ledger. Every answer is a quota or a wire error (docs/PROTOCOL.md#errors); an accepted quota
+// is valid for its key (ValidateFor: no limit below -1, no issuer-wide field on an override) and is what GET
+// answers afterwards. Revisions in the bodies are mostly stale, so many inputs end as conflicts: the parser
+// runs first either way.
 func FuzzPutQuota(f *testing.F) {
 	for _, seed := range []string{
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0}`,
@@ -82,7 +82,7 @@ func FuzzPutQuota(f *testing.F) {
 		if rec.Code != http.StatusOK {
 			var we wire.Error
 			if err := json.Unmarshal(rec.Body.Bytes(), &we); err != nil || !we.Code.Valid() || we.Code == wire.Internal {
-				t.Fatalf("status %d body %q: want a PROTOCOL.md §6 error other than internal", rec.Code, rec.Body)
+				t.Fatalf("status %d body %q: want a wire error other than internal", rec.Code, rec.Body)
 			}
 			return
 		}

@@ -106,7 +106,7 @@ func (r response) err(t testing.TB) *wire.Error {
 	t.Helper()
 	var we wire.Error
 	if err := json.Unmarshal(r.body, &we); err != nil || !we.Code.Valid() {
-		t.Fatalf("status %d body %q is not a PROTOCOL.md §6 error", r.status, r.body)
+		t.Fatalf("status %d body %q is not a wire error (docs/PROTOCOL.md#errors)", r.status, r.body)
 	}
 	return &we
 }

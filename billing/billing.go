@@ -1,5 +1,6 @@
 // Package billing holds Warren's money: the Ledger port (budgets, usage events), admission checks, and the
-// billing role's admin HTTP API. Adapters: sqlite (warren dev) and, later, cockroach.
+// billing role's admin HTTP API. Adapters: sqlite (warren dev) and cockroach (production); the ports and
+// their adapters are listed in docs/ARCHITECTURE.md#ports-and-adapters.
 package billing
 
 import (
@@ -7,7 +8,7 @@ import (
 	"time"
 )
 
-// Window is a budget window (PROTOCOL.md §1).
+// Window is a budget window (docs/ARCHITECTURE.md#budget-claims).
 type Window string
 
 const (

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Reserver holds budget before a model call and settles it after (DESIGN.md §5: reserve, then settle).
+// Reserver holds budget before a model call and settles it after (docs/ARCHITECTURE.md#reserve-settle).
 // Safe for concurrent use by many processes; every method is one serializable transaction.
 type Reserver interface {
 	// Reserve holds up to want microdollars of acct's AI budget under hold id and returns what it granted:

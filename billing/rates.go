@@ -16,9 +16,9 @@ type RateTake struct {
 }
 
 // RateBuckets are token buckets shared by every process using one store, so that a user's or an issuer's
-// connect and prompt rates hold across all the edges in front of them (DESIGN.md §5), as the session caps
-// do. Safe for concurrent use by any number of processes; TakeAll is one serializable transaction and
-// reads the adapter's clock.
+// connect and prompt rates hold across all the edges in front of them (docs/ARCHITECTURE.md#rate-buckets), as
+// the session caps do. Safe for concurrent use by any number of processes; TakeAll is one serializable
+// transaction and reads the adapter's clock.
 type RateBuckets interface {
 	// TakeAll takes one token from every bucket of takes if each has one, and none otherwise: a refusal
 	// by one bucket costs the others nothing. Refused, retryAfter is how long until all would have one

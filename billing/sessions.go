@@ -11,7 +11,7 @@ import (
 // they belong beside the others and may move there.
 var (
 	// ErrConcurrencyLimit: the user or the issuer already has the maximum number of live sessions
-	// (PROTOCOL.md §6 concurrency_limit).
+	// (the concurrency_limit error, docs/PROTOCOL.md#errors).
 	ErrConcurrencyLimit = errors.New("concurrency limit")
 	// ErrIssuerConcurrencyLimit: the cap hit was the issuer's (all its users together), not the user's own.
 	// It wraps ErrConcurrencyLimit.
@@ -29,9 +29,9 @@ type SessionLease struct {
 }
 
 // Sessions counts concurrent sessions with leases that expire unless renewed, so a session whose edge died
-// stops counting after its ttl (DESIGN.md §5: admission refuses a user already at the maximum number of
-// concurrent sessions). Safe for concurrent use by any number of processes sharing one store; every method
-// is one serializable transaction, and leases expire by the adapter's clock.
+// stops counting after its ttl (docs/ARCHITECTURE.md#session-caps: admission refuses a user already at the
+// maximum number of concurrent sessions). Safe for concurrent use by any number of processes sharing one
+// store; every method is one serializable transaction, and leases expire by the adapter's clock.
 //
 // Invalid arguments (an empty ID, issuer or user, ttl <= 0) wrap ErrInvalid; a store that cannot be reached
 // wraps ErrUnavailable.

@@ -121,7 +121,7 @@ func (a *admitted) grant(b billing.Budget) wire.Grant {
 // accountOf maps the token's budget claims to a ledger account and limit at time now. A token without a
 // budget claim is not limited by the token (quotas, when configured, still apply). A bounded window is
 // anchored at the token's windowStart and rolls over: the account is the window period that contains now,
-// so a long-lived token's budget renews every hour, day, week or month (DESIGN.md §5).
+// so a long-lived token's budget renews every hour, day, week or month (docs/ARCHITECTURE.md#budget-claims).
 func accountOf(c *token.Claims, now time.Time) (billing.Account, billing.Budget) {
 	acct := billing.Account{Issuer: c.Issuer, User: c.Subject, Window: billing.Lifetime}
 	if !c.HasBudget {

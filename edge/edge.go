@@ -1,6 +1,6 @@
-// Package edge is the front door of a region (DESIGN.md §1): it authenticates end users' tokens, admits them
-// against their budget, finds or starts their one sandbox, and relays the agent channel (WebSocket) and the
-// sandbox REST API to the user's runner over real connections.
+// Package edge is the front door of a region (docs/ARCHITECTURE.md#edge): it authenticates end users' tokens,
+// admits them against their budget, finds or starts their one sandbox, and relays the agent channel
+// (WebSocket) and the sandbox REST API to the user's runner over real connections.
 package edge
 
 import (

@@ -16,7 +16,8 @@ const DefaultLimiterKeys = 100_000
 const sweepEvery = time.Minute
 
 // Limiter is a set of token buckets, one per key (an issuer and user, say), that admission asks before
-// letting a request in (DESIGN.md §5; PROTOCOL.md §6 rate_limited). Safe for concurrent use.
+// letting a request in (docs/ARCHITECTURE.md#rate-buckets; refusals are rate_limited,
+// docs/PROTOCOL.md#errors). Safe for concurrent use.
 //
 // Each bucket is kept as the time at which it will be full again (the generic cell rate algorithm, an exact
 // token bucket in one value): a request is let in if the bucket would be full again within burst refill

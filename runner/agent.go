@@ -14,8 +14,8 @@ import (
 	"github.com/warren-mesh/warren/runner/session"
 )
 
-// agent serves GET /v1/agent: the agent channel (PROTOCOL.md §3) over WebSocket, one JSON message per text
-// frame, frames above wire.MaxFrame closed with 1009. The edge relays clients here.
+// agent serves GET /v1/agent: the agent channel (docs/PROTOCOL.md#agent-channel) over WebSocket, one JSON
+// message per text frame, frames above wire.MaxFrame closed with 1009. The edge relays clients here.
 func (a *api) agent(w http.ResponseWriter, req *http.Request) {
 	// Counted before the upgrade, so Run's shutdown (which waits for non-hijacked requests first) cannot
 	// miss a connection.
@@ -101,7 +101,7 @@ func (w *wsConn) Close(reason error) error {
 	return err
 }
 
-// closeStatus maps why a connection ends to a WebSocket close code and reason (PROTOCOL.md §6).
+// closeStatus maps why a connection ends to a WebSocket close code and reason (docs/PROTOCOL.md#errors).
 func closeStatus(reason error) (websocket.StatusCode, string) {
 	if reason == nil || websocket.CloseStatus(reason) != -1 {
 		return websocket.StatusNormalClosure, ""

@@ -17,12 +17,12 @@ import (
 // maxExecBody bounds the JSON body of POST /v1/sandbox/exec (stdin travels inside it).
 const maxExecBody = 8 << 20
 
-// exec serves POST /v1/sandbox/exec (PROTOCOL.md §5). The body is a wire.ExecRequest (unknown fields are
-// ignored). Without args the command is a /bin/sh -c script; with args it is executed directly. The
-// answer is a wire.ExecResult, or with "Accept: text/event-stream" a stream of stdout/stderr events
-// (data: wire.ExecChunk) ending in one exit event (data: wire.ExecResult with empty output) or, if
-// something fails after the stream started, one error event (data: wire.Error). A nonzero exit is a
-// result, not an HTTP error. A timed-out command reports timedOut and exitCode -1.
+// exec serves POST /v1/sandbox/exec (docs/PROTOCOL.md#sandbox-api). The body is a wire.ExecRequest (unknown
+// fields are ignored). Without args the command is a /bin/sh -c script; with args it is executed directly.
+// The answer is a wire.ExecResult, or with "Accept: text/event-stream" a stream of stdout/stderr events
+// (data: wire.ExecChunk) ending in one exit event (data: wire.ExecResult with empty output) or, if something
+// fails after the stream started, one error event (data: wire.Error). A nonzero exit is a result, not an HTTP
+// error. A timed-out command reports timedOut and exitCode -1.
 func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 	var er wire.ExecRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxExecBody)).Decode(&er); err != nil {

@@ -9,9 +9,9 @@ import (
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
-// The file routes of PROTOCOL.md §5. Paths (?path=) are relative to the workspace root and confined to it
-// by runner/workspace: malformed paths (NUL, invalid UTF-8) are invalid_argument, absolute paths and paths
-// or symlinks leading outside are permission_denied.
+// The file routes of docs/PROTOCOL.md#sandbox-api. Paths (?path=) are relative to the workspace root and
+// confined to it by runner/workspace: malformed paths (NUL, invalid UTF-8) are invalid_argument, absolute
+// paths and paths or symlinks leading outside are permission_denied.
 
 // readFile serves GET /v1/sandbox/files?path=P: the raw bytes of a regular file.
 func (a *api) readFile(w http.ResponseWriter, req *http.Request) {

@@ -14,10 +14,10 @@ import (
 	"github.com/warren-mesh/warren/runner/session"
 )
 
-// meteredAgent wraps the agent driver with what the runner owns around a turn: the session is opened with
-// the model proxy under the grant of the newest admitted caller, every `result` gets Warren's cost extension
-// (PROTOCOL.md §3) computed from what the proxy settled in that turn, a turn that hit the budget ends with
-// subtype error_max_budget_usd, and a snapshot is taken after every completed turn.
+// meteredAgent wraps the agent driver with what the runner owns around a turn: the session is opened with the
+// model proxy under the grant of the newest admitted caller, every `result` gets Warren's cost extension
+// (docs/PROTOCOL.md#cost) computed from what the proxy settled in that turn, a turn that hit the budget ends
+// with subtype error_max_budget_usd, and a snapshot is taken after every completed turn.
 type meteredAgent struct {
 	inner     session.Agent
 	proxy     *modelproxy.Proxy

@@ -261,7 +261,7 @@ func (r *Runner) allowedModels(g wire.Grant) []string {
 	return nil
 }
 
-// policy is a grant's permissions and sdkConfig (PROTOCOL.md §1), which override the client's
+// policy is a grant's permissions and sdkConfig (docs/PROTOCOL.md#tokens), which override the client's
 // session options.
 func (r *Runner) policy(g wire.Grant) (claude.Permissions, json.RawMessage) {
 	var p struct {

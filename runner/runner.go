@@ -1,8 +1,8 @@
 // Package runner is the per-user sandbox role: one process per (issuer, user), started by the scheduler's
 // driver as `warren runner`. It owns the user's workspace directory and serves an internal HTTP API on
-// loopback that only the edge calls, with the public paths of PROTOCOL.md §5: command execution inside a
-// bubblewrap sandbox (runner/isolate), file access confined to the workspace (runner/workspace), and the
-// agent channel over WebSocket (runner/session), plus /healthz and /metrics.
+// loopback that only the edge calls, with the public paths of the sandbox API (docs/PROTOCOL.md#runner-api):
+// command execution inside a bubblewrap sandbox (runner/isolate), file access confined to the workspace
+// (runner/workspace), and the agent channel over WebSocket (runner/session), plus /healthz and /metrics.
 //
 // Lifecycle: New validates the Config and prepares directories; Run listens, closes Ready once the address
 // is known (see Addr), serves until its context ends, then shuts down gracefully within ShutdownTimeout,

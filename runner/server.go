@@ -46,8 +46,8 @@ func (a *api) routes() http.Handler {
 	return a.withRequest(mux)
 }
 
-// methods dispatches on the HTTP method; others are answered with a wire error (PROTOCOL.md has no 405
-// code, so it is invalid_argument) and an Allow header.
+// methods dispatches on the HTTP method; others are answered with a wire error (docs/PROTOCOL.md#errors has
+// no 405 code, so it is invalid_argument) and an Allow header.
 type methods map[string]http.HandlerFunc
 
 func (m methods) ServeHTTP(w http.ResponseWriter, req *http.Request) {

@@ -9,7 +9,7 @@ import (
 )
 
 // Types of Event. The agent's events (system, assistant, user, stream_event, result) are Claude Code's
-// stream-json messages; the others are Warren's own (PROTOCOL.md §3).
+// stream-json messages; the others are Warren's own (docs/PROTOCOL.md#server-messages).
 const (
 	EventSystem    = "system"
 	EventAssistant = "assistant"
@@ -332,7 +332,7 @@ type PermissionDenial struct {
 	ToolInput json.RawMessage `json:"tool_input"`
 }
 
-// Cost is Warren's charge for a turn, the `cost` extension of every result (PROTOCOL.md §3): the model
+// Cost is Warren's charge for a turn, the `cost` extension of every result (docs/PROTOCOL.md#cost): the model
 // cost in microdollars (1 USD = 1,000,000), the sandbox's compute time, and the breakdown by model.
 type Cost struct {
 	AIMicrodollars int64                `json:"ai_microdollars"`

@@ -1,5 +1,5 @@
-// Package warren is the Go client of Warren: it opens agent sessions in an end user's sandbox and drives
-// the sandbox's REST API (commands, files), speaking the protocol of PROTOCOL.md.
+// Package warren is the Go client of Warren: it opens agent sessions in an end user's sandbox and drives the
+// sandbox's REST API (commands, files), speaking the protocol of docs/PROTOCOL.md in the Warren repository.
 //
 // A Client is bound to one edge and one end user's token (a JWT minted by your backend):
 //

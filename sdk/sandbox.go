@@ -17,8 +17,8 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// Sandbox is the REST API of the user's sandbox (PROTOCOL.md §5): commands and files. The sandbox is the
-// one named by the token and is started on demand. Paths are relative to the workspace root.
+// Sandbox is the REST API of the user's sandbox (docs/PROTOCOL.md#sandbox-api): commands and files. The
+// sandbox is the one named by the token and is started on demand. Paths are relative to the workspace root.
 type Sandbox struct {
 	c *Client
 }

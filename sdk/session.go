@@ -341,7 +341,8 @@ func (s *Session) Events() iter.Seq2[Event, error] {
 	}
 }
 
-// userMessage is a prompt in the shape of PROTOCOL.md §3 (parent_tool_use_id is an explicit null).
+// userMessage is a prompt in the shape of docs/PROTOCOL.md#client-messages (parent_tool_use_id is an explicit
+// null).
 type userMessage struct {
 	Type            string          `json:"type"`
 	SessionID       string          `json:"session_id"`

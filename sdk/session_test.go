@@ -16,8 +16,9 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// fakeEdge is an httptest server speaking the agent channel of PROTOCOL.md §3 on /ws: script plays the
-// server's side of one connection. Failures in the script are reported with t.Errorf; cleanup waits for it.
+// fakeEdge is an httptest server speaking the agent channel (docs/PROTOCOL.md#agent-channel) on /ws: script
+// plays the server's side of one connection. Failures in the script are reported with t.Errorf; cleanup waits
+// for it.
 func fakeEdge(t *testing.T, script func(ctx context.Context, c *websocket.Conn, r *http.Request)) *httptest.Server {
 	t.Helper()
 	var wg sync.WaitGroup

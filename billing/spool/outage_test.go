@@ -19,11 +19,11 @@ import (
 	"github.com/warren-mesh/warren/internal/testenv"
 )
 
-// DESIGN.md §10, "ledger unreachable": the ledger's database (PostgreSQL, standing in for CockroachDB) is
-// stopped while runners keep recording compute time and settling model calls through their spool, then
-// started again. Once the replay has drained, every account's totals are exactly the sum of its events —
-// nothing lost, nothing counted twice, although some events were redelivered and some writes were cut
-// mid-commit by the shutdown — and no hold is left behind.
+// docs/ARCHITECTURE.md#failure-behaviour, "database unreachable": the ledger's database (PostgreSQL, standing
+// in for CockroachDB) is stopped while runners keep recording compute time and settling model calls through
+// their spool, then started again. Once the replay has drained, every account's totals are exactly the sum of
+// its events — nothing lost, nothing counted twice, although some events were redelivered and some writes
+// were cut mid-commit by the shutdown — and no hold is left behind.
 func TestLedgerOutageUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartPostgreSQL(t)

@@ -1,5 +1,5 @@
-// Package spool keeps the usage events the ledger cannot take on local disk and replays them when it is
-// back (DESIGN.md §5 and §10): nothing is lost, and since every event carries its idempotency key, nothing
+// Package spool keeps the usage events the ledger cannot take on local disk and replays them when it is back
+// (docs/ARCHITECTURE.md#spool): nothing is lost, and since every event carries its idempotency key, nothing
 // is counted twice.
 //
 // A Spool wraps a billing.Ledger and is one itself (and a billing.Reserver when the ledger is one), so it

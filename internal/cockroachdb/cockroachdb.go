@@ -1,8 +1,8 @@
 // Package cockroachdb connects Warren's production adapters (billing/cockroach, scheduler/cockroach) to
 // CockroachDB through pgx, and runs them on PostgreSQL too, which tests use as a wire-compatible stand-in
-// (DESIGN.md §3): one pool configuration (Open), server detection (Detect, IsCockroach, IsMultiRegion),
-// versioned schemas safe under concurrent starts (Migrate), serializable transactions with retries
-// (ExecuteTx) and the one place SQLSTATEs are classified (Classify).
+// (docs/ARCHITECTURE.md#ports-and-adapters): one pool configuration (Open), server detection (Detect,
+// IsCockroach, IsMultiRegion), versioned schemas safe under concurrent starts (Migrate), serializable
+// transactions with retries (ExecuteTx) and the one place SQLSTATEs are classified (Classify).
 package cockroachdb
 
 import (

@@ -419,7 +419,7 @@ func TestTokenPermissionsBindTheAgent(t *testing.T) {
 	}
 }
 
-// At most two sessions of one user are live at once (PROTOCOL.md §6 concurrency_limit).
+// At most two sessions of one user are live at once (concurrency_limit, docs/PROTOCOL.md#errors).
 func TestLiveSessionCap(t *testing.T) {
 	st := agentStack(t, agentOpts{})
 	ctx := agentCtx(t)

@@ -70,7 +70,8 @@ func startRunner(t *testing.T, bin, consulAddr string, epoch int64, alloc string
 }
 
 // TestRunnerFencesItself: a runner whose owner lock is lost — here because a runner of the next epoch took
-// its user over — stops and exits with an error on its own (DESIGN.md §4 self-fencing); the new owner stays.
+// its user over — stops and exits with an error on its own (docs/ARCHITECTURE.md#self-fencing); the new owner
+// stays.
 func TestRunnerFencesItself(t *testing.T) {
 	cs := testenv.StartConsul(t)
 	bin := testenv.WarrenBinary(t)

@@ -1,6 +1,7 @@
-// Package registry is the Registry port (DESIGN.md §3–4): where a user's runner listens and which epoch owns
-// it. The edge resolves users through it, the scheduler (or the runner itself in production) registers them.
-// Adapters: mem (in-process, warren dev) and consul (production: runners hold their owner key, DESIGN.md §4).
+// Package registry is the Registry port (docs/ARCHITECTURE.md#owner-lock): where a user's runner listens and
+// which epoch owns it. The edge resolves users through it, the scheduler (or the runner itself in production)
+// registers them. Adapters: mem (in-process, warren dev) and consul (production: runners hold their owner
+// key).
 package registry
 
 import (

@@ -1,6 +1,6 @@
-// Package secrets is the Secrets port (DESIGN.md §3): issuer HMAC keys with key ids (the adapters also keep
-// the admin keys and the model API key). Adapters live in subpackages (file for warren dev, vault for
-// production); Cache wraps any of them.
+// Package secrets is the Secrets port (docs/ARCHITECTURE.md#ports-and-adapters): issuer HMAC keys with key
+// ids (the adapters also keep the admin keys and the model API key). Adapters live in subpackages (file for
+// warren dev, vault for production); Cache wraps any of them.
 package secrets
 
 import (

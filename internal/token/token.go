@@ -1,6 +1,6 @@
-// Package token is Warren's end-user JWT (PROTOCOL.md §1): the typed claims, the Verifier the edge runs on
-// every connection and request, and Mint for `warren token` and tests. Tokens are HS256 only, signed with an
-// issuer's secret from the Secrets port; the header's kid picks a key version so issuers can rotate.
+// Package token is Warren's end-user JWT (docs/PROTOCOL.md#tokens): the typed claims, the Verifier the edge
+// runs on every connection and request, and Mint for `warren token` and tests. Tokens are HS256 only, signed
+// with an issuer's secret from the Secrets port; the header's kid picks a key version so issuers can rotate.
 package token
 
 import (
@@ -27,8 +27,8 @@ type Claims struct {
 	Permissions Permissions
 
 	// SDKConfig is the sdkConfig claim, compact JSON of an object, nil when absent: session options
-	// (PROTOCOL.md §3) that override the client's. This package checks only that it is an object; the
-	// session layer decodes it.
+	// (docs/PROTOCOL.md#session-options) that override the client's. This package checks only that it is an
+	// object; the session layer decodes it.
 	SDKConfig json.RawMessage
 }
 
@@ -57,7 +57,7 @@ func (p Permissions) IsZero() bool {
 // Window is the period a budget applies to.
 type Window string
 
-// The budget windows of PROTOCOL.md §1.
+// The budget windows (docs/PROTOCOL.md#tokens).
 const (
 	WindowHour     Window = "hour"
 	WindowDay      Window = "day"

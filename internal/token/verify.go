@@ -12,7 +12,7 @@ import (
 	"github.com/warren-mesh/warren/internal/secrets"
 )
 
-// Verifier defaults (PROTOCOL.md §1).
+// Verifier defaults (docs/PROTOCOL.md#tokens).
 const (
 	DefaultLeeway  = 60 * time.Second
 	DefaultMaxSize = 8 << 10

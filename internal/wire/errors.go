@@ -1,6 +1,6 @@
-// Package wire holds Warren's wire protocol (PROTOCOL.md): the error shape and its codes, the agent channel
-// envelopes, and the mapping from error codes to HTTP statuses and WebSocket close codes. Every role and the
-// SDK speak through these types so a code means the same thing everywhere.
+// Package wire holds Warren's wire protocol (docs/PROTOCOL.md): the error shape and its codes, the agent
+// channel envelopes, and the mapping from error codes to HTTP statuses and WebSocket close codes. Every role
+// and the SDK speak through these types so a code means the same thing everywhere.
 package wire
 
 import (
@@ -10,10 +10,10 @@ import (
 	"net/http"
 )
 
-// Code is one of the error codes of PROTOCOL.md §6.
+// Code is one of the error codes of docs/PROTOCOL.md#errors.
 type Code string
 
-// The error codes of PROTOCOL.md §6.
+// The error codes of docs/PROTOCOL.md#errors.
 const (
 	InvalidArgument  Code = "invalid_argument"
 	Unauthenticated  Code = "unauthenticated"
@@ -48,7 +48,7 @@ var codeTable = map[Code]struct{ http, close int }{
 	Internal:          {http.StatusInternalServerError, 1011},
 }
 
-// Valid reports whether c is a code of PROTOCOL.md §6.
+// Valid reports whether c is one of the codes above.
 func (c Code) Valid() bool { _, ok := codeTable[c]; return ok }
 
 // HTTPStatus is the HTTP status for c; unknown codes map to 500.
@@ -90,7 +90,8 @@ func CodeForCloseCode(close int) Code {
 	return ""
 }
 
-// Error is the one error shape of PROTOCOL.md §6. It is both a Go error and the JSON body on the wire.
+// Error is the one error shape of docs/PROTOCOL.md#errors. It is both a Go error and the JSON body on the
+// wire.
 type Error struct {
 	Code    Code           `json:"code"`
 	Message string         `json:"message"`

@@ -11,7 +11,7 @@ import (
 const HeaderGrant = "X-Warren-Grant"
 
 // Grant is what the edge admitted: whose sandbox, which budget window is charged, the limits of that window
-// and the token's permissions and sdkConfig (PROTOCOL.md §1), which override client session options.
+// and the token's permissions and sdkConfig (docs/PROTOCOL.md#tokens), which override client session options.
 type Grant struct {
 	Issuer      string    `json:"iss"`
 	User        string    `json:"sub"`

@@ -7,8 +7,8 @@ import (
 	"strconv"
 )
 
-// WriteHTTPError writes err as the PROTOCOL.md §6 JSON body with the matching status. Causes of internal
-// errors go to log with the request id, never to the client.
+// WriteHTTPError writes err as the JSON error body (docs/PROTOCOL.md#errors) with the matching status. Causes
+// of internal errors go to log with the request id, never to the client.
 func WriteHTTPError(w http.ResponseWriter, log *slog.Logger, err error) {
 	pub, logIt := Public(err)
 	if logIt && log != nil {

@@ -6,10 +6,10 @@ import (
 	"strconv"
 )
 
-// MaxFrame is the largest message either side accepts (PROTOCOL.md §2).
+// MaxFrame is the largest message either side accepts (docs/PROTOCOL.md#transports).
 const MaxFrame = 4 << 20
 
-// Client → server message types (PROTOCOL.md §3).
+// Client → server message types (docs/PROTOCOL.md#client-messages).
 const (
 	TypeInit       = "init"
 	TypeUser       = "user"
@@ -34,7 +34,7 @@ const (
 	ActionSessionInfo = "session_info"
 )
 
-// Session states (DESIGN.md §6).
+// Session states (docs/PROTOCOL.md#session-states; the runner sends initializing, ready and processing).
 const (
 	StateIdle         = "idle"
 	StateInitializing = "initializing"
@@ -85,7 +85,7 @@ func (s SystemPrompt) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(s))
 }
 
-// MCPTool is a tool executed by the client (PROTOCOL.md §3).
+// MCPTool is a tool executed by the client (docs/PROTOCOL.md#host-tools: not wired to the agent yet).
 type MCPTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
@@ -105,7 +105,7 @@ type MCPServer struct {
 	Args    []string          `json:"args,omitempty"`
 }
 
-// SessionOptions is the init payload (PROTOCOL.md §3); every field is optional.
+// SessionOptions is the init payload (docs/PROTOCOL.md#session-options); every field is optional.
 type SessionOptions struct {
 	Model                  string            `json:"model,omitempty"`
 	FallbackModel          string            `json:"fallbackModel,omitempty"`
@@ -126,7 +126,7 @@ type SessionOptions struct {
 	MCPServers             []MCPServer       `json:"mcpServers,omitempty"`
 	// Warren extensions.
 	LastSeq *int64 `json:"lastSeq,omitempty"`
-	Role    string `json:"role,omitempty"` // "host" for possession mode (PROTOCOL.md §4)
+	Role    string `json:"role,omitempty"` // "host" for possession mode (docs/PROTOCOL.md#host-tools)
 	Root    string `json:"root,omitempty"`
 }
 

@@ -1,7 +1,7 @@
 package wire
 
-// Sandbox REST shapes (PROTOCOL.md §5), shared by the runner that serves them, the edge that relays them and
-// the SDK that calls them.
+// Sandbox REST shapes (docs/PROTOCOL.md#sandbox-api), shared by the runner that serves them, the edge that
+// relays them and the SDK that calls them.
 
 // ExecRequest is the body of POST /v1/sandbox/exec. With Args empty, Command is run by /bin/sh -c; with Args,
 // Command is executed directly with those arguments.

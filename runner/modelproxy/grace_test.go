@@ -136,9 +136,10 @@ func TestGraceWhileLedgerDown(t *testing.T) {
 	}
 }
 
-// DESIGN.md §10 with a ledger that comes back (PostgreSQL stopped and started): calls go ahead on the
-// grace while it is down and are refused once the grace is spent; when it is back the spool replays their
-// usage into the ledger, and the next answered Reserve makes the grace whole again for the next outage.
+// The grace allowance (docs/ARCHITECTURE.md#grace) with a ledger that comes back (PostgreSQL stopped and
+// started): calls go ahead on the grace while it is down and are refused once the grace is spent; when it is
+// back the spool replays their usage into the ledger, and the next answered Reserve makes the grace whole
+// again for the next outage.
 func TestGraceUntilLedgerBack(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartPostgreSQL(t)

@@ -248,9 +248,9 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *session, log *s
 }
 
 // admitGrace lets a call through on its session's grace allowance when the ledger cannot be reached
-// (DESIGN.md §10), bounded exactly like a reservation of what is left of the grace. Its usage is settled
-// through the Reserver under a hold id that was never reserved (settling a hold that is gone records the
-// event once), which a spool keeps on disk until the ledger is back. When the grace cannot take even a
+// (docs/ARCHITECTURE.md#grace), bounded exactly like a reservation of what is left of the grace. Its usage is
+// settled through the Reserver under a hold id that was never reserved (settling a hold that is gone records
+// the event once), which a spool keeps on disk until the ledger is back. When the grace cannot take even a
 // minimal answer the call is refused as before: 402, MeteringUnavailable. ok is false when an answer was
 // written.
 func (p *Proxy) admitGrace(w http.ResponseWriter, s *session, log *slog.Logger, pl plan, key string, cause error) (admission, bool) {

@@ -1,7 +1,7 @@
 // Package modelproxy is the agent's only way to the model: a loopback HTTP proxy for the Anthropic
-// Messages API that keeps the real API key out of the sandbox (DESIGN.md §7) and meters every call against
-// the user's budget by reserving its worst case before forwarding it and settling its reported usage after
-// (DESIGN.md §5).
+// Messages API that keeps the real API key out of the sandbox (docs/ARCHITECTURE.md#security-boundary) and
+// meters every call against the user's budget by reserving its worst case before forwarding it and settling
+// its reported usage after (docs/ARCHITECTURE.md#reserve-settle).
 //
 // The agent (the Claude Code CLI) is pointed at the proxy with ANTHROPIC_BASE_URL and authenticates with a
 // per-session token from OpenSession as its API key. The proxy answers refusals itself in the API's error
@@ -55,11 +55,11 @@ type Config struct {
 	// of settles the ledger cannot take on local disk until it is back; any other Reserver only retries
 	// them from memory while the proxy runs.
 	Reserver billing.Reserver
-	// Grace is what each session may spend, in microdollars, while the ledger cannot be reached (DESIGN.md
-	// §10): a call whose Reserve fails with billing.ErrUnavailable goes ahead bounded by what is left of its
-	// session's grace, as if that much had been granted, and its usage is settled through Reserver (so it
-	// should be a spool.Spool). A session whose grace is spent is refused as before. The grace is whole
-	// again once the ledger answers a Reserve. 0 disables it; DefaultGrace is the suggested value.
+	// Grace is what each session may spend, in microdollars, while the ledger cannot be reached
+	// (docs/ARCHITECTURE.md#grace): a call whose Reserve fails with billing.ErrUnavailable goes ahead bounded by
+	// what is left of its session's grace, as if that much had been granted, and its usage is settled through
+	// Reserver (so it should be a spool.Spool). A session whose grace is spent is refused as before. The grace
+	// is whole again once the ledger answers a Reserve. 0 disables it; DefaultGrace is the suggested value.
 	Grace int64
 	// Prices prices calls by model; the zero value means billing.DefaultPrices().
 	Prices billing.Prices

@@ -16,7 +16,7 @@ import (
 const tokenPrefix = "warren-session-"
 
 // ModelUsage is one model's share of a session's usage; its JSON is an entry of the result's
-// cost.models (PROTOCOL.md §3).
+// cost.models (docs/PROTOCOL.md#cost).
 type ModelUsage struct {
 	billing.TokenUsage
 	Microdollars int64 `json:"microdollars"`

@@ -1,8 +1,9 @@
-// Package session serves the agent channel (PROTOCOL.md §3) of one user's sandbox: the init handshake,
-// per-session sequence numbers on every server message, a bounded in-memory history replayed to clients
-// that reconnect with lastSeq, ping/pong, and turns run by a pluggable Agent.
+// Package session serves the agent channel (docs/PROTOCOL.md#agent-channel) of one user's sandbox: the init
+// handshake, per-session sequence numbers on every server message, a bounded in-memory history replayed to
+// clients that reconnect with lastSeq, ping/pong, and turns run by a pluggable Agent.
 //
-// The package is transport-neutral: a WebSocket (or, later, a WebTransport stream) is adapted to Conn.
+// The package is transport-neutral: a transport that carries whole messages (the runner's WebSocket) is
+// adapted to Conn.
 package session
 
 import (

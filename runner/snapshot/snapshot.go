@@ -1,7 +1,7 @@
-// Package snapshot persists a sandbox's directories (the workspace, the agent's home with its
-// transcripts) to a blob.Store and restores them, as DESIGN.md §6 describes: a snapshot is a manifest
-// plus content-addressed blobs, written after every completed turn and before sleep, and restored when a
-// runner starts, in any region.
+// Package snapshot persists a sandbox's directories (the workspace, the agent's home with its transcripts) to
+// a blob.Store and restores them, as docs/ARCHITECTURE.md#snapshots describes: a snapshot is a manifest plus
+// content-addressed blobs, written after every completed turn and before sleep, and restored when a runner
+// starts, in any region.
 //
 // Layout under Config.Prefix:
 //
@@ -9,9 +9,9 @@
 //	manifests/<epoch>-<seq>.json   one Manifest per snapshot, created once (create-only PutIf)
 //	latest                         {epoch, seq, manifest, time}: the committed snapshot
 //
-// Fencing (DESIGN.md §4): a snapshot becomes latest only through a compare-and-set of latest (Read, then
-// PutIf with the ETag read) that refuses when latest already holds a newer epoch, so a stale runner's
-// snapshot never becomes latest; it gets ErrFenced and should stop.
+// Fencing (docs/ARCHITECTURE.md#fencing): a snapshot becomes latest only through a compare-and-set of latest
+// (Read, then PutIf with the ETag read) that refuses when latest already holds a newer epoch, so a stale
+// runner's snapshot never becomes latest; it gets ErrFenced and should stop.
 //
 // Only what changed is uploaded: a blob already referenced by the previous snapshot (or already in the
 // store) is not sent again, and a file whose size, mtime, ctime, inode and device are unchanged since

@@ -9,7 +9,7 @@
 //
 // An edge first asks its registry (Consul, watched): a live runner is dialled without a scheduler hop;
 // only a miss asks the scheduler to start one. So compute time is charged to the account named when the
-// sandbox started or last missed; DESIGN.md §5 accepts that granularity.
+// sandbox started or last missed (docs/ARCHITECTURE.md#compute-metering).
 package remote
 
 import (

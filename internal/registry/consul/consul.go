@@ -1,5 +1,5 @@
-// Package consul is the Registry port on Consul (DESIGN.md §4): each user's owner is a KV key locked by a
-// Consul session, so at most one runner holds it and a runner that stops renewing loses it.
+// Package consul is the Registry port on Consul (docs/ARCHITECTURE.md#owner-lock): each user's owner is a KV
+// key locked by a Consul session, so at most one runner holds it and a runner that stops renewing loses it.
 //
 // Layout, under a configurable prefix (default "warren/"):
 //

@@ -44,12 +44,12 @@ type Lease struct {
 	releaseErr  error
 }
 
-// Hold makes the calling runner the owner of e's user (DESIGN.md §4): it registers the service instance
-// "<Service>-<alloc>" at e.Addr with a TTL check, creates a session bound to the node's serfHealth and that
-// check, and acquires the owner key with it. The Lease renews session and check until Release; the runner
-// must stop when Lost is closed. A holder of a lower epoch is fenced (its session destroyed) and the key
-// taken once the lock delay has passed, retrying until ctx ends. registry.ErrStale when a higher epoch, or
-// the same epoch with another alloc, holds the key; nothing is left behind then.
+// Hold makes the calling runner the owner of e's user (docs/ARCHITECTURE.md#owner-lock): it registers the
+// service instance "<Service>-<alloc>" at e.Addr with a TTL check, creates a session bound to the node's
+// serfHealth and that check, and acquires the owner key with it. The Lease renews session and check until
+// Release; the runner must stop when Lost is closed. A holder of a lower epoch is fenced (its session
+// destroyed) and the key taken once the lock delay has passed, retrying until ctx ends. registry.ErrStale
+// when a higher epoch, or the same epoch with another alloc, holds the key; nothing is left behind then.
 func (r *Registry) Hold(ctx context.Context, e registry.Entry) (*Lease, error) {
 	return r.hold(ctx, e, true)
 }

@@ -1,7 +1,7 @@
-// Package vault is the production Secrets store (DESIGN.md §3): issuer HMAC keys, the billing API's admin
-// keys and the model API key in Vault's KV v2 engine, where each version of a secret is one version of the
-// key, so a rotation is a write and the key id "<issuer>-v<version>" is the KV version (the file store uses
-// the same ids, so tokens minted in dev and production look alike).
+// Package vault is the production Secrets store (docs/ARCHITECTURE.md#ports-and-adapters): issuer HMAC keys,
+// the billing API's admin keys and the model API key in Vault's KV v2 engine, where each version of a secret
+// is one version of the key, so a rotation is a write and the key id "<issuer>-v<version>" is the KV version
+// (the file store uses the same ids, so tokens minted in dev and production look alike).
 //
 // IssuerKeys answers the current version and, for PreviousGrace after a rotation, the previous one. The Store
 // logs in with a static token, AppRole, or a JWT (Nomad workload identity), keeps its token renewed in the

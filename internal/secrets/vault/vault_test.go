@@ -594,8 +594,8 @@ func TestModelAPIKey(t *testing.T) {
 	}
 }
 
-// DESIGN.md §10: with Vault down, the cache keeps verifying tokens of issuers it holds until its TTL, and
-// refuses tokens of issuers it never saw as unavailable (not as unknown).
+// docs/ARCHITECTURE.md#failure-behaviour: with Vault down, the cache keeps verifying tokens of issuers it
+// holds until its TTL, and refuses tokens of issuers it never saw as unavailable (not as unknown).
 func TestCacheThroughOutage(t *testing.T) {
 	e := newEnv(t)
 	s := e.open(t, vault.Config{Timeout: 2 * time.Second})

@@ -26,7 +26,7 @@ import (
 	"github.com/warren-mesh/warren/runner/session"
 )
 
-// Permissions are the token's permissions claim (PROTOCOL.md §1).
+// Permissions are the token's permissions claim (docs/PROTOCOL.md#tokens).
 type Permissions struct {
 	// Tools, when non-nil, are the only built-in tools the agent may use (an empty list: none).
 	Tools []string
