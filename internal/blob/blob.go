@@ -1,8 +1,8 @@
-// Package blob is the BlobStore port (DESIGN.md §3): snapshots, task results and git bundles in object
-// storage. Adapters: fs (a directory, warren dev) and s3 (S3 and S3-compatible servers). Keys are
-// slash-separated paths of [A-Za-z0-9._/-], at most 1024 bytes, without "." or ".." segments, empty
-// segments or a leading slash; any other key is ErrInvalidKey from every method (CheckKey). "a" and "a/b"
-// are two independent keys, as in S3.
+// Package blob is the BlobStore port (docs/ARCHITECTURE.md#ports-and-adapters): object storage, which
+// holds the runner's snapshots (runner/snapshot). Adapters: fs (a directory, warren dev) and s3 (S3 and
+// S3-compatible servers). Keys are slash-separated paths of [A-Za-z0-9._/-], at most 1024 bytes, without "."
+// or ".." segments, empty segments or a leading slash; any other key is ErrInvalidKey from every method
+// (CheckKey). "a" and "a/b" are two independent keys, as in S3.
 //
 // The contract every adapter must pass is the suite in package blobtest.
 package blob

@@ -37,9 +37,9 @@ type Conn interface {
 // Config configures a Hub. Zero values take the documented defaults.
 type Config struct {
 	// Region is reported in the ready message.
+	Region string
 	// ReadyExtra is merged into every ready message's data (e.g. a notice that a demo model answers).
 	ReadyExtra map[string]any
-	Region     string
 	// Agent runs turns; nil means NoAgent.
 	Agent Agent
 	// Logger; nil discards.

@@ -22,11 +22,13 @@ type subscriber struct {
 	ch     chan []byte
 	gone   chan struct{}
 	onDrop func()
-	meta   any // the connection's Meta (who is asking), handed to the turns it starts
+	meta   any // the connection's Meta (who is asking), for the turns it starts; under the session's mu
 }
 
 // conversation is one session's state: its sequence counter, its recent history for replay, its attached
-// connections and its running turn. All fields are guarded by mu.
+// connections and its running turn. id, opts, maxHist and maxBytes are set before the conversation is
+// shared and never change; used is guarded by the hub's mu; mu guards every other field, and the meta of
+// the subscribers in subs.
 type conversation struct {
 	id   string
 	opts wire.SessionOptions
