@@ -36,7 +36,7 @@ const hangCatch = 30 * time.Second
 // once, so a later Close finds it done.
 func TestCloseBoundedByContext(t *testing.T) {
 	ctx := context.Background()
-	placements, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "placements.db"))
+	placements, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

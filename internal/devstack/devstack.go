@@ -136,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.AdminKey, _, err = s.secrets.EnsureAdminKey(); err != nil {
 		return nil, fmt.Errorf("devstack: admin key: %w", err)
 	}
-	placements, err := schedsqlite.New(ctx, filepath.Join(cfg.DataDir, "placements.db"))
+	placements, err := schedsqlite.New(ctx, schedsqlite.Config{Path: filepath.Join(cfg.DataDir, "placements.db")})
 	if err != nil {
 		return nil, fmt.Errorf("devstack: placements: %w", err)
 	}

@@ -27,7 +27,7 @@ func TestComputeBudgetStopsTheSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placements, err := placementsqlite.New(ctx, filepath.Join(dir, "placements.db"))
+	placements, err := placementsqlite.New(ctx, placementsqlite.Config{Path: filepath.Join(dir, "placements.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	placements, err := placementsqlite.New(ctx, filepath.Join(dir, "placements.db"))
+	placements, err := placementsqlite.New(ctx, placementsqlite.Config{Path: filepath.Join(dir, "placements.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestNomadStoppedMidTest(t *testing.T) {
 	if _, err := d.Adopt(callCtx, spec, sb.Alloc); !errors.Is(err, nomad.ErrUnavailable) || errors.Is(err, scheduler.ErrNotFound) {
 		t.Errorf("Adopt with Nomad stopped = %v, want ErrUnavailable", err)
 	}
-	placements, err := placementsqlite.New(ctx, filepath.Join(t.TempDir(), "placements.db"))
+	placements, err := placementsqlite.New(ctx, placementsqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,19 +37,25 @@ type Placements struct {
 
 var _ scheduler.Placements = (*Placements)(nil)
 
-// Option configures New.
-type Option func(*Placements)
+// Config configures New.
+type Config struct {
+	// Path is the placements' SQLite file (required), created if missing. Several processes may share it.
+	Path string
+	// Now is the clock that stamps Placement.Updated (default time.Now).
+	Now func() time.Time
+}
 
-// WithClock sets the clock that stamps Placement.Updated (default time.Now).
-func WithClock(now func() time.Time) Option { return func(p *Placements) { p.now = now } }
-
-// New opens (creating and migrating if needed) the placements database at path.
-func New(ctx context.Context, path string, opts ...Option) (*Placements, error) {
-	p := &Placements{now: time.Now}
-	for _, o := range opts {
-		o(p)
+// New opens (creating and migrating if needed) the placements database at cfg.Path. A Config without Path
+// is an error.
+func New(ctx context.Context, cfg Config) (*Placements, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("open placements: Config.Path is required")
 	}
-	db, err := sqlitedb.Open(ctx, path)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Placements{now: cfg.Now}
+	db, err := sqlitedb.Open(ctx, cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("open placements: %w", err)
 	}

@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,9 +12,9 @@ import (
 	"github.com/warren-mesh/warren/scheduler/sqlite"
 )
 
-func open(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Placements {
+func open(t testing.TB, cfg sqlite.Config) *sqlite.Placements {
 	t.Helper()
-	p, err := sqlite.New(context.Background(), path, opts...)
+	p, err := sqlite.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func open(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Placements {
 
 func TestContract(t *testing.T) {
 	placementstest.Run(t, func(t *testing.T) scheduler.Placements {
-		return open(t, filepath.Join(t.TempDir(), "placements.db"))
+		return open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
 	})
 }
 
@@ -35,7 +36,7 @@ func TestContract(t *testing.T) {
 // through one compare-and-set.
 func TestTwoProcessesRace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "placements.db")
-	placementstest.ClaimRace(t, open(t, path), open(t, path))
+	placementstest.ClaimRace(t, open(t, sqlite.Config{Path: path}), open(t, sqlite.Config{Path: path}))
 }
 
 // fakeClock is advanced only by the test.
@@ -46,7 +47,7 @@ func (c *fakeClock) Now() time.Time { return c.t }
 func TestUpdatedUsesClock(t *testing.T) {
 	ctx := context.Background()
 	clock := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)}
-	p := open(t, filepath.Join(t.TempDir(), "placements.db"), sqlite.WithClock(clock.Now))
+	p := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db"), Now: clock.Now})
 
 	assertUpdated := func(want time.Time) {
 		t.Helper()
@@ -86,7 +87,7 @@ func TestUpdatedUsesClock(t *testing.T) {
 func TestReopenKeepsPlacements(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "placements.db")
-	p, err := sqlite.New(ctx, path)
+	p, err := sqlite.New(ctx, sqlite.Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,13 +98,13 @@ func TestReopenKeepsPlacements(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	placementstest.AssertStored(t, open(t, path),
+	placementstest.AssertStored(t, open(t, sqlite.Config{Path: path}),
 		scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: scheduler.StateAsleep, Alloc: "gone"})
 }
 
 func TestInvalidInput(t *testing.T) {
 	ctx := context.Background()
-	p := open(t, filepath.Join(t.TempDir(), "placements.db"))
+	p := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
 	placementstest.MustClaim(t, p, "iss", "u", "eu", 0)
 	for _, tc := range []struct {
 		name string
@@ -121,4 +122,12 @@ func TestInvalidInput(t *testing.T) {
 		})
 	}
 	placementstest.AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: scheduler.StateStarting})
+}
+
+// TestNewRejectsInvalidConfig: New without Path fails at once, naming the missing field.
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	_, err := sqlite.New(context.Background(), sqlite.Config{Now: time.Now})
+	if err == nil || !strings.Contains(err.Error(), "open placements: Config.Path is required") {
+		t.Fatalf("New without Path: %v, want an error saying Config.Path is required", err)
+	}
 }
