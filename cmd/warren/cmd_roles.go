@@ -221,7 +221,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer pool.Close()
-	placements, err := schedcockroach.New(ctx, pool)
+	placements, err := schedcockroach.New(ctx, schedcockroach.Config{Pool: pool})
 	if err != nil {
 		return err
 	}

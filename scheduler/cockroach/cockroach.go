@@ -52,19 +52,26 @@ type Placements struct {
 
 var _ scheduler.Placements = (*Placements)(nil)
 
-// Option configures New.
-type Option func(*Placements)
+// Config configures New.
+type Config struct {
+	// Pool is the database the placements are stored in (required). The caller keeps ownership of it and
+	// closes it after the last call.
+	Pool *pgxpool.Pool
+	// Now is the clock that stamps Placement.Updated (default time.Now).
+	Now func() time.Time
+}
 
-// WithClock sets the clock that stamps Placement.Updated (default time.Now).
-func WithClock(now func() time.Time) Option { return func(p *Placements) { p.now = now } }
-
-// New returns the placements stored through pool, creating or migrating the table if needed (several
-// processes may do so at once). The caller keeps ownership of pool and closes it after the last call.
-func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Placements, error) {
-	p := &Placements{pool: pool, now: time.Now}
-	for _, o := range opts {
-		o(p)
+// New returns the placements stored through cfg.Pool, creating or migrating the table if needed (several
+// processes may do so at once). A Config without Pool is an error.
+func New(ctx context.Context, cfg Config) (*Placements, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("open placements: Config.Pool is required")
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	pool := cfg.Pool
+	p := &Placements{pool: pool, now: cfg.Now}
 	var err error
 	if p.srv, err = cockroachdb.Detect(ctx, pool); err != nil {
 		return nil, fmt.Errorf("open placements: %w", err)

@@ -3,6 +3,7 @@ package cockroach_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,9 +28,11 @@ func openPool(t testing.TB, dsn string) *pgxpool.Pool {
 	return pool
 }
 
-func open(t testing.TB, dsn string, opts ...cockroach.Option) *cockroach.Placements {
+// open opens placements on a new pool to dsn, configured by cfg's other fields.
+func open(t testing.TB, dsn string, cfg cockroach.Config) *cockroach.Placements {
 	t.Helper()
-	p, err := cockroach.New(context.Background(), openPool(t, dsn), opts...)
+	cfg.Pool = openPool(t, dsn)
+	p, err := cockroach.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,14 +43,14 @@ func TestContract(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
 	}
-	placementstest.Run(t, func(t *testing.T) scheduler.Placements { return open(t, testenv.PostgreSQL(t)) })
+	placementstest.Run(t, func(t *testing.T) scheduler.Placements { return open(t, testenv.PostgreSQL(t), cockroach.Config{}) })
 }
 
 // Two stores, each with a pool of its own, on one database stand for two processes (an edge in each of
 // two regions): their claims still race through one compare-and-set.
 func TestTwoProcessesRace(t *testing.T) {
 	dsn := testenv.PostgreSQL(t)
-	placementstest.ClaimRace(t, open(t, dsn), open(t, dsn))
+	placementstest.ClaimRace(t, open(t, dsn, cockroach.Config{}), open(t, dsn, cockroach.Config{}))
 }
 
 // fakeClock is advanced only by the test.
@@ -58,7 +61,7 @@ func (c *fakeClock) Now() time.Time { return c.t }
 func TestUpdatedUsesClock(t *testing.T) {
 	ctx := context.Background()
 	clock := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)}
-	p := open(t, testenv.PostgreSQL(t), cockroach.WithClock(clock.Now))
+	p := open(t, testenv.PostgreSQL(t), cockroach.Config{Now: clock.Now})
 
 	assertUpdated := func(want time.Time) {
 		t.Helper()
@@ -98,18 +101,18 @@ func TestUpdatedUsesClock(t *testing.T) {
 func TestReopenKeepsPlacements(t *testing.T) {
 	ctx := context.Background()
 	dsn := testenv.PostgreSQL(t)
-	p := open(t, dsn)
+	p := open(t, dsn, cockroach.Config{})
 	placementstest.MustClaim(t, p, "iss", "u", "eu", 0)
 	if err := p.Update(ctx, "iss", "u", 1, scheduler.StateAsleep, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	placementstest.AssertStored(t, open(t, dsn),
+	placementstest.AssertStored(t, open(t, dsn, cockroach.Config{}),
 		scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: scheduler.StateAsleep, Alloc: "gone"})
 }
 
 func TestInvalidInput(t *testing.T) {
 	ctx := context.Background()
-	p := open(t, testenv.PostgreSQL(t))
+	p := open(t, testenv.PostgreSQL(t), cockroach.Config{})
 	placementstest.MustClaim(t, p, "iss", "u", "eu", 0)
 	for _, tc := range []struct {
 		name string
@@ -136,7 +139,7 @@ func TestClosedPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := cockroach.New(ctx, pool)
+	p, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +169,7 @@ func TestServerStoppedThenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	p, err := cockroach.New(ctx, pool)
+	p, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,5 +199,13 @@ func TestServerStoppedThenBack(t *testing.T) {
 	got, err := p.Claim(ctx, "iss", "u", "eu", 1)
 	if err != nil || got.Epoch != 2 {
 		t.Fatalf("claim after recovery = %+v, %v; want epoch 2", got, err)
+	}
+}
+
+// TestNewRejectsInvalidConfig: New without Pool fails at once, naming the missing field.
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	_, err := cockroach.New(context.Background(), cockroach.Config{Now: time.Now})
+	if err == nil || !strings.Contains(err.Error(), "open placements: Config.Pool is required") {
+		t.Fatalf("New without Pool: %v, want an error saying Config.Pool is required", err)
 	}
 }
