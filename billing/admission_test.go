@@ -15,7 +15,7 @@ import (
 
 func openLedger(t testing.TB) *sqlite.Ledger {
 	t.Helper()
-	l, err := sqlite.New(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

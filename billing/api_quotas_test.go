@@ -46,7 +46,7 @@ func FuzzPutQuota(f *testing.F) {
 		f.Add(seed, true)
 	}
 	dir := f.TempDir()
-	ledger, err := sqlite.New(context.Background(), filepath.Join(dir, "ledger.db"))
+	ledger, err := sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(dir, "ledger.db")})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 	dir := t.TempDir()
 	e := &apiEnv{dbPath: filepath.Join(dir, "ledger.db"), logs: &syncBuffer{}, metrics: prometheus.NewRegistry()}
 	var err error
-	if e.ledger, err = sqlite.New(context.Background(), e.dbPath); err != nil {
+	if e.ledger, err = sqlite.New(context.Background(), sqlite.Config{Path: e.dbPath}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.ledger.Close() })

@@ -15,7 +15,7 @@ import (
 // TestLedgerTimer: calls through the wrappers reach the ledger unchanged and are counted by op and outcome.
 func TestLedgerTimer(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlite.New(ctx, t.TempDir()+"/ledger.db")
+	l, err := sqlite.New(ctx, sqlite.Config{Path: t.TempDir() + "/ledger.db"})
 	if err != nil {
 		t.Fatal(err)
 	}

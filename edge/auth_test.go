@@ -39,7 +39,7 @@ func (grantRunner) Forget(context.Context, registry.Entry) {}
 // keeps its defaults. A quota change applies from the next request.
 func TestGrantCarriesSandboxLimits(t *testing.T) {
 	ctx := context.Background()
-	ledger, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

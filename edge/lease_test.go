@@ -43,7 +43,7 @@ func (r *oneRunner) Forget(context.Context, registry.Entry) {}
 func leaseEdge(t *testing.T, q billing.Quota, k billing.QuotaKey) (string, *oneRunner) {
 	t.Helper()
 	ctx := context.Background()
-	ledger, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

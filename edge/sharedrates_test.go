@@ -17,7 +17,7 @@ import (
 // own buckets decide and the fallback is counted.
 func TestTakeRatesSharedThenFallback(t *testing.T) {
 	ctx := context.Background()
-	ledger, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func fallbacks(t *testing.T, reg *prometheus.Registry) float64 {
 func TestTakeRatesSlowStoreFallsBackQuickly(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	ledger, err := sqlite.New(ctx, path)
+	ledger, err := sqlite.New(ctx, sqlite.Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}

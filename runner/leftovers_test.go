@@ -118,7 +118,7 @@ func TestAgentLeftoversCannotSpend(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ms.Close() })
-	ledger, err := sqlite.New(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	ledger, err := sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -310,7 +310,7 @@ func assertAdminUnavailable(t *testing.T, l *cockroach.Ledger) {
 func TestAdminMatchesSQLite(t *testing.T) {
 	ctx := context.Background()
 	pg := open(t, localeDatabase(t, testenv.PostgreSQL(t)))
-	lite, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	lite, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

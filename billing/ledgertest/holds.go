@@ -21,7 +21,7 @@ type ReserverLedger interface {
 }
 
 // Clock is a fake clock that moves only when told to, so hold expiry is tested without sleeping. Adapters
-// read it through Now (sqlite.WithClock(c.Now)). Safe for concurrent use.
+// read it through Now (sqlite.Config{Now: c.Now}). Safe for concurrent use.
 type Clock struct {
 	mu  sync.Mutex
 	now time.Time

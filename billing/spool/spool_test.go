@@ -23,10 +23,10 @@ import (
 // fast replays at once and retries often, so tests wait milliseconds for a ledger that is back.
 var fast = spool.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Timeout: 5 * time.Second}
 
-// openLedger opens the SQLite ledger at path for the test's duration.
-func openLedger(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Ledger {
+// openLedger opens the SQLite ledger cfg describes for the test's duration.
+func openLedger(t testing.TB, cfg sqlite.Config) *sqlite.Ledger {
 	t.Helper()
-	l, err := sqlite.New(context.Background(), path, opts...)
+	l, err := sqlite.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func openLedger(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Ledger
 // downLedger is a real ledger whose database has gone away: every call fails with ErrUnavailable.
 func downLedger(t testing.TB, path string) *sqlite.Ledger {
 	t.Helper()
-	l := openLedger(t, path)
+	l := openLedger(t, sqlite.Config{Path: path})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -87,14 +87,14 @@ func fileSize(t testing.TB, path string) int64 {
 func TestContract(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) billing.Ledger {
 		dir := t.TempDir()
-		return openSpool(t, filepath.Join(dir, "spool"), openLedger(t, filepath.Join(dir, "ledger.db")), fast)
+		return openSpool(t, filepath.Join(dir, "spool"), openLedger(t, sqlite.Config{Path: filepath.Join(dir, "ledger.db")}), fast)
 	})
 }
 
 func TestReserverContract(t *testing.T) {
 	ledgertest.RunReserver(t, func(t *testing.T, clock *ledgertest.Clock) ledgertest.ReserverLedger {
 		dir := t.TempDir()
-		l := openLedger(t, filepath.Join(dir, "ledger.db"), sqlite.WithClock(clock.Now))
+		l := openLedger(t, sqlite.Config{Path: filepath.Join(dir, "ledger.db"), Now: clock.Now})
 		return openSpool(t, filepath.Join(dir, "spool"), l, fast)
 	})
 }
@@ -151,7 +151,7 @@ func TestSpoolThenReplayAfterRestart(t *testing.T) {
 		t.Errorf("Record after Close: %v, want ErrClosed", err)
 	}
 
-	l := openLedger(t, ledgerPath)
+	l := openLedger(t, sqlite.Config{Path: ledgerPath})
 	s = openSpool(t, spoolPath, l, fast)
 	flush(t, s)
 	want := billing.Usage{AIMicros: workers * ((each + 1) / 2) * 10, ComputeSeconds: workers * (each / 2) * 3}
@@ -184,7 +184,7 @@ func TestReplayInOrder(t *testing.T) {
 	}
 	mustClose(t, s)
 
-	flush(t, openSpool(t, spoolPath, openLedger(t, ledgerPath), opts))
+	flush(t, openSpool(t, spoolPath, openLedger(t, sqlite.Config{Path: ledgerPath}), opts))
 	db, err := sqlitedb.Open(ctx, ledgerPath)
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +255,7 @@ func TestTornLastLineIgnored(t *testing.T) {
 			}
 			mustClose(t, s)
 
-			l := openLedger(t, ledgerPath)
+			l := openLedger(t, sqlite.Config{Path: ledgerPath})
 			s = openSpool(t, spoolPath, l, fast)
 			flush(t, s)
 			ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{AIMicros: 501})
@@ -318,7 +318,7 @@ func TestCrashBeforeCompactCountsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := openLedger(t, ledgerPath)
+	l := openLedger(t, sqlite.Config{Path: ledgerPath})
 	want := billing.Usage{AIMicros: 70, ComputeSeconds: 120}
 	for run := range 2 {
 		s := openSpool(t, spoolPath, l, fast)
@@ -342,7 +342,7 @@ func TestSpooledSettleFreesItsHold(t *testing.T) {
 	dir := t.TempDir()
 	ledgerPath, spoolPath := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "spool")
 	clock := ledgertest.NewClock(ledgertest.Start.Add(time.Hour))
-	up := openLedger(t, ledgerPath, sqlite.WithClock(clock.Now))
+	up := openLedger(t, sqlite.Config{Path: ledgerPath, Now: clock.Now})
 	s := openSpool(t, spoolPath, up, fast)
 	ledgertest.AssertGranted(t, s, "h", ledgertest.Day, 1000, 500, 500)
 	if err := up.Close(); err != nil { // the ledger goes away with the hold in it
@@ -356,7 +356,7 @@ func TestSpooledSettleFreesItsHold(t *testing.T) {
 	}
 	mustClose(t, s)
 
-	l := openLedger(t, ledgerPath, sqlite.WithClock(clock.Now))
+	l := openLedger(t, sqlite.Config{Path: ledgerPath, Now: clock.Now})
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{HeldAIMicros: 500})
 	flush(t, openSpool(t, spoolPath, l, fast))
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{AIMicros: 120})
@@ -365,7 +365,7 @@ func TestSpooledSettleFreesItsHold(t *testing.T) {
 // One spool per file: a second Open, here or in another process, is refused until the first is closed.
 func TestOneSpoolPerFile(t *testing.T) {
 	dir := t.TempDir()
-	l := openLedger(t, filepath.Join(dir, "ledger.db"))
+	l := openLedger(t, sqlite.Config{Path: filepath.Join(dir, "ledger.db")})
 	path := filepath.Join(dir, "spool")
 	s := openSpool(t, path, l, fast)
 	if s2, err := spool.Open(path, l, fast); !errors.Is(err, spool.ErrLocked) {
@@ -400,7 +400,7 @@ func TestFlushWaitsForTheLedger(t *testing.T) {
 		t.Fatalf("Flush with the ledger down: %v, want the deadline", err)
 	}
 	mustClose(t, s)
-	l := openLedger(t, ledgerPath)
+	l := openLedger(t, sqlite.Config{Path: ledgerPath})
 	flush(t, openSpool(t, spoolPath, l, fast))
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{AIMicros: 3})
 }

@@ -15,7 +15,7 @@ import (
 
 func TestAdminContract(t *testing.T) {
 	admintest.Run(t, func(t *testing.T) admintest.Store {
-		return open(t, filepath.Join(t.TempDir(), "ledger.db"))
+		return open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	})
 }
 
@@ -37,7 +37,7 @@ func TestAdminMigratesOldLedger(t *testing.T) {
 	}
 	db.Close()
 
-	l := open(t, path)
+	l := open(t, sqlite.Config{Path: path})
 	page := admintest.MustQuery(t, l, admintest.Range(billing.GroupByModel))
 	if len(page.Rows) != 1 || page.Rows[0] != (billing.UsageRow{Issuer: "acme", Key: "opus", AIMicros: 42, Events: 1}) {
 		t.Fatalf("usage recorded before the migration: %+v", page.Rows)
@@ -65,7 +65,7 @@ func TestAdminMigratesQuotasToAdmissionFields(t *testing.T) {
 	}
 	db.Close()
 
-	l := open(t, path)
+	l := open(t, sqlite.Config{Path: path})
 	issuer, user := billing.QuotaKey{Issuer: "acme"}, billing.QuotaKey{Issuer: "acme", User: "alice"}
 	wantIssuer := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2}
 	if got := admintest.MustGetQuota(t, l, issuer); got != wantIssuer {
@@ -103,7 +103,7 @@ func TestAdminMigratesQuotasToIssuerPrompts(t *testing.T) {
 	}
 	db.Close()
 
-	l := open(t, path)
+	l := open(t, sqlite.Config{Path: path})
 	k := billing.QuotaKey{Issuer: "acme"}
 	want := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2,
 		MaxIssuerSessions: 10, ConnectsPerMinute: 30, IssuerConnectsPerMinute: 600, PromptsPerMinute: 7}
@@ -138,14 +138,14 @@ func TestAdminMigratesQuotasToSandboxLimits(t *testing.T) {
 	}
 	db.Close()
 
-	l := open(t, path)
+	l := open(t, sqlite.Config{Path: path})
 	admintest.SandboxLimitsMigrated(t, l)
 }
 
 // Issuers are stamped by the ledger's clock, to the second.
 func TestIssuerCreatedByClock(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 600, time.UTC)
-	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), sqlite.WithClock(func() time.Time { return now }))
+	l := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: func() time.Time { return now }})
 	if iss := admintest.MustPutIssuer(t, l, "acme", ""); !iss.Created.Equal(now.Truncate(time.Second)) {
 		t.Fatalf("created %v, want %v", iss.Created, now.Truncate(time.Second))
 	}
@@ -153,7 +153,7 @@ func TestIssuerCreatedByClock(t *testing.T) {
 
 func TestAdminClosedIsUnavailable(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestNewMigratesHandles(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	l := open(t, path)
+	l := open(t, sqlite.Config{Path: path})
 	db, err := sqlitedb.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)

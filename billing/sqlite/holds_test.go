@@ -19,7 +19,7 @@ import (
 
 func TestReserverContract(t *testing.T) {
 	ledgertest.RunReserver(t, func(t *testing.T, clock *ledgertest.Clock) ledgertest.ReserverLedger {
-		return open(t, filepath.Join(t.TempDir(), "ledger.db"), sqlite.WithClock(clock.Now))
+		return open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: clock.Now})
 	})
 }
 
@@ -29,7 +29,7 @@ func TestReserveRaceTwoProcesses(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.db")
 			clock := ledgertest.NewClock(ledgertest.Start.Add(time.Hour))
-			ledgertest.ReserveRace(t, seed, open(t, path, sqlite.WithClock(clock.Now)), open(t, path, sqlite.WithClock(clock.Now)))
+			ledgertest.ReserveRace(t, seed, open(t, sqlite.Config{Path: path, Now: clock.Now}), open(t, sqlite.Config{Path: path, Now: clock.Now}))
 		})
 	}
 }
@@ -39,7 +39,7 @@ func TestReserveRaceTwoProcesses(t *testing.T) {
 func TestExpiredHoldsSwept(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	clock := ledgertest.NewClock(ledgertest.Start.Add(time.Hour))
-	l := open(t, path, sqlite.WithClock(clock.Now))
+	l := open(t, sqlite.Config{Path: path, Now: clock.Now})
 	other := billing.Account{Issuer: "iss", User: "v", Window: billing.Day, WindowStart: ledgertest.Start}
 	ledgertest.AssertGranted(t, l, "a", ledgertest.Day, 100, 10, 10)
 	ledgertest.AssertGranted(t, l, "b", ledgertest.Day, 100, 10, 10)
@@ -74,7 +74,7 @@ func TestExpiredHoldsSwept(t *testing.T) {
 }
 
 func TestReserveExceededSaysWhatRemains(t *testing.T) {
-	l := open(t, filepath.Join(t.TempDir(), "ledger.db"))
+	l := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	ledgertest.MustRecord(t, l, ledgertest.AI("used", ledgertest.Day, 400))
 	ledgertest.AssertGranted(t, l, "a", ledgertest.Day, 1000, 600, 600)
 	_, err := l.Reserve(context.Background(), "b", ledgertest.Day, 1000, 1, time.Minute)
@@ -102,7 +102,7 @@ func TestMigrateAddsHolds(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l := open(t, path)
+	l := open(t, sqlite.Config{Path: path})
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{AIMicros: 70, ComputeSeconds: 3})
 	ledgertest.AssertGranted(t, l, "h", ledgertest.Day, 100, 50, 30)
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{AIMicros: 70, ComputeSeconds: 3, HeldAIMicros: 30})
@@ -110,7 +110,7 @@ func TestMigrateAddsHolds(t *testing.T) {
 
 func TestReserverClosedIsUnavailable(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestReserverClosedIsUnavailable(t *testing.T) {
 // callers on one account (the worst case: every transaction contends for the same rows).
 func BenchmarkReserveSettle(b *testing.B) {
 	ctx := context.Background()
-	l := open(b, filepath.Join(b.TempDir(), "ledger.db"))
+	l := open(b, sqlite.Config{Path: filepath.Join(b.TempDir(), "ledger.db")})
 	var seq atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -13,7 +13,7 @@ import (
 
 func openRates(t *testing.T, path string, clock *ledgertest.Clock) *sqlite.RateBuckets {
 	t.Helper()
-	return open(t, path, sqlite.WithClock(clock.Now)).RateBuckets()
+	return open(t, sqlite.Config{Path: path, Now: clock.Now}).RateBuckets()
 }
 
 func TestRateBucketsContract(t *testing.T) {
@@ -32,7 +32,7 @@ func TestRateBucketsRaceTwoProcesses(t *testing.T) {
 // Unlimited buckets are neither read nor written: a take of only those succeeds without the database,
 // and one with a limited bucket needs it (ErrUnavailable when it is closed).
 func TestRateBucketsUnlimitedTouchNothing(t *testing.T) {
-	l, err := sqlite.New(t.Context(), filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := sqlite.New(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 func TestSessionsContract(t *testing.T) {
 	sessiontest.Run(t, func(t *testing.T, clock *ledgertest.Clock) billing.Sessions {
-		return open(t, filepath.Join(t.TempDir(), "ledger.db"), sqlite.WithClock(clock.Now)).Sessions()
+		return open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: clock.Now}).Sessions()
 	})
 }
 
@@ -20,5 +20,5 @@ func TestSessionsContract(t *testing.T) {
 func TestSessionsRaceTwoProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	clock := ledgertest.NewClock(sessiontest.Start)
-	sessiontest.Race(t, open(t, path, sqlite.WithClock(clock.Now)).Sessions(), open(t, path, sqlite.WithClock(clock.Now)).Sessions())
+	sessiontest.Race(t, open(t, sqlite.Config{Path: path, Now: clock.Now}).Sessions(), open(t, sqlite.Config{Path: path, Now: clock.Now}).Sessions())
 }

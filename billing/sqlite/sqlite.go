@@ -8,6 +8,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -114,22 +115,28 @@ type Ledger struct {
 
 var _ billing.Ledger = (*Ledger)(nil)
 
-// Option configures New.
-type Option func(*Ledger)
+// Config configures New.
+type Config struct {
+	// Path is the ledger's SQLite file (required), created if missing. Several processes may share it.
+	Path string
+	// Now is the clock that stamps events recorded without At and decides when holds expire (default
+	// time.Now). Processes sharing one file should agree on the time: a hold expires by the clock of whoever
+	// looks at it.
+	Now func() time.Time
+}
 
-// WithClock sets the clock that stamps events recorded without At and decides when holds expire (default
-// time.Now). Processes sharing one file should agree on the time: a hold expires by the clock of whoever
-// looks at it.
-func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
-
-// New opens (creating and migrating if needed) the ledger database at path: the ledger's tables, the
-// session leases' and the rate buckets', so that Sessions and RateBuckets do no I/O.
-func New(ctx context.Context, path string, opts ...Option) (*Ledger, error) {
-	l := &Ledger{now: time.Now}
-	for _, o := range opts {
-		o(l)
+// New opens (creating and migrating if needed) the ledger database at cfg.Path: the ledger's tables, the
+// session leases' and the rate buckets', so that Sessions and RateBuckets do no I/O. A Config without Path
+// is an error.
+func New(ctx context.Context, cfg Config) (*Ledger, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("open ledger: Config.Path is required")
 	}
-	db, err := sqlitedb.Open(ctx, path)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	l := &Ledger{now: cfg.Now}
+	db, err := sqlitedb.Open(ctx, cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,9 +15,9 @@ import (
 	"github.com/warren-mesh/warren/internal/sqlitedb"
 )
 
-func open(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Ledger {
+func open(t testing.TB, cfg sqlite.Config) *sqlite.Ledger {
 	t.Helper()
-	l, err := sqlite.New(context.Background(), path, opts...)
+	l, err := sqlite.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,14 +31,14 @@ func open(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Ledger {
 
 func TestContract(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) billing.Ledger {
-		return open(t, filepath.Join(t.TempDir(), "ledger.db"))
+		return open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	})
 }
 
 // Two ledgers on one file stand for a runner and its replay of spooled events in another process.
 func TestTwoProcessesCountOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	a, b := open(t, path), open(t, path)
+	a, b := open(t, sqlite.Config{Path: path}), open(t, sqlite.Config{Path: path})
 	ev := ledgertest.AI("k", ledgertest.Day, 42)
 	ledgertest.MustRecord(t, a, ev)
 	ledgertest.MustRecord(t, b, ev)
@@ -48,7 +49,7 @@ func TestTwoProcessesCountOnce(t *testing.T) {
 func TestReopenKeepsUsage(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	l, err := sqlite.New(ctx, path)
+	l, err := sqlite.New(ctx, sqlite.Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestReopenKeepsUsage(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l = open(t, path)
+	l = open(t, sqlite.Config{Path: path})
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{ComputeSeconds: 7})
 	ledgertest.MustRecord(t, l, ledgertest.Compute("c", ledgertest.Day, 7))
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{ComputeSeconds: 7})
@@ -64,7 +65,7 @@ func TestReopenKeepsUsage(t *testing.T) {
 
 func TestClosedIsUnavailable(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlite.New(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestStoredForm(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	now := time.Date(2031, 5, 6, 7, 8, 9, 10, time.UTC)
-	l := open(t, path, sqlite.WithClock(func() time.Time { return now }))
+	l := open(t, sqlite.Config{Path: path, Now: func() time.Time { return now }})
 	life := billing.Account{Issuer: "iss", User: "u", Window: billing.Lifetime}
 	ledgertest.MustRecord(t, l, billing.UsageEvent{Key: "no-time", Account: ledgertest.Day, Kind: billing.KindAI, AIMicros: 1})
 	ledgertest.MustRecord(t, l, ledgertest.AI("life", life, 2))
@@ -121,5 +122,13 @@ func TestStoredForm(t *testing.T) {
 				t.Fatalf("window_start, at = %d, %d; want %d, %d", start, at, tc.windowStart, tc.at)
 			}
 		})
+	}
+}
+
+// TestNewRejectsInvalidConfig: New without Path fails at once, naming the missing field.
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	_, err := sqlite.New(context.Background(), sqlite.Config{Now: time.Now})
+	if err == nil || !strings.Contains(err.Error(), "open ledger: Config.Path is required") {
+		t.Fatalf("New without Path: %v, want an error saying Config.Path is required", err)
 	}
 }

@@ -34,7 +34,7 @@ func newAdminEnv(t *testing.T) *adminEnv {
 	}
 	e := &adminEnv{dataDir: t.TempDir()}
 	var err error
-	if e.ledger, err = sqlite.New(context.Background(), filepath.Join(e.dataDir, "ledger.db")); err != nil {
+	if e.ledger, err = sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(e.dataDir, "ledger.db")}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.ledger.Close() })

@@ -61,7 +61,7 @@ func runBenchLedger(ctx context.Context, args []string, stdout, stderr io.Writer
 			return err
 		}
 		defer os.RemoveAll(dir)
-		sl, err := billingsqlite.New(ctx, filepath.Join(dir, "ledger.db"))
+		sl, err := billingsqlite.New(ctx, billingsqlite.Config{Path: filepath.Join(dir, "ledger.db")})
 		if err != nil {
 			return err
 		}

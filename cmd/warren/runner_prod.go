@@ -28,7 +28,7 @@ func openRunnerLedger(ctx context.Context, sqlitePath string, prod *prodFlags) (
 	case sqlitePath != "" && prod.db != "":
 		return nil, nil, errors.New("-ledger-sqlite and -db exclude each other")
 	case sqlitePath != "":
-		l, err := billingsqlite.New(ctx, sqlitePath)
+		l, err := billingsqlite.New(ctx, billingsqlite.Config{Path: sqlitePath})
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger: %w", err)
 		}

@@ -141,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("devstack: placements: %w", err)
 	}
 	s.closers = append(s.closers, placements.Close)
-	ledger, err := billingsqlite.New(ctx, filepath.Join(cfg.DataDir, "ledger.db"))
+	ledger, err := billingsqlite.New(ctx, billingsqlite.Config{Path: filepath.Join(cfg.DataDir, "ledger.db")})
 	if err != nil {
 		return nil, fmt.Errorf("devstack: ledger: %w", err)
 	}

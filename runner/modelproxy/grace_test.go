@@ -125,7 +125,7 @@ func TestGraceWhileLedgerDown(t *testing.T) {
 	if err := sp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err := sqlite.New(context.Background(), e.lpath)
+	l, err := sqlite.New(context.Background(), sqlite.Config{Path: e.lpath})
 	if err != nil {
 		t.Fatal(err)
 	}

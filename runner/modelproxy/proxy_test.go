@@ -93,7 +93,7 @@ func startEnv(t testing.TB, opts modelserver.Options, mod ...func(*modelproxy.Co
 	}
 	t.Cleanup(func() { _ = ms.Close() })
 	lpath := filepath.Join(t.TempDir(), "ledger.db")
-	ledger, err := sqlite.New(context.Background(), lpath)
+	ledger, err := sqlite.New(context.Background(), sqlite.Config{Path: lpath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -827,7 +827,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestStartOnLoopbackOnly(t *testing.T) {
-	l, err := sqlite.New(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}

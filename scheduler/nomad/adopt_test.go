@@ -29,7 +29,7 @@ func TestSchedulerRestartAdoptsRunners(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { placements.Close() })
-	ledger, err := billingsqlite.New(ctx, filepath.Join(dir, "ledger.db"))
+	ledger, err := billingsqlite.New(ctx, billingsqlite.Config{Path: filepath.Join(dir, "ledger.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
