@@ -169,6 +169,10 @@ job "sandbox" {
     # makes the partitioned client stop the runner itself, and delays the servers' replacement until then.
     # (The runner also fences itself when it loses its Consul lock, and the driver deregisters a job whose
     # allocation it saw go terminal, so a replacement under the same epoch does not start.)
+    # Nomad 1.8 moved the setting to disconnect { stop_on_client_after } and 1.10 ignores this one, silently;
+    # the file must still parse on 1.6, which has no disconnect block, so the Nomad driver copies the value
+    # into the parsed job's disconnect block (scheduler/nomad setDisconnect). A copy of this template run
+    # by hand on Nomad 1.8 or later needs that block written out.
     stop_after_client_disconnect = var.stop_after_client_disconnect
 
     ephemeral_disk {
@@ -214,7 +218,7 @@ job "sandbox" {
       # model proxy, DESIGN.md §7). With Nomad's Vault integration configured:
       #
       #   vault {
-      #     policies    = ["warren-runner"]
+      #     role        = "warren-runner"   # Nomad 1.7+: workload identity; on 1.6: policies = ["warren-runner"]
       #     change_mode = "noop"   # a new key reaches the next epoch; never kill a live sandbox for it
       #   }
       #   template {

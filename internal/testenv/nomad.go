@@ -27,14 +27,13 @@ import (
 //   - client.max_kill_timeout is 2m: Nomad caps a task's kill_timeout at this client setting (default 30s),
 //     and sandboxes ask for more (the runner's graceful stop plus its final snapshot). Production clients need
 //     the same.
-//   - raw_exec no_cgroups. Cgroups do work on this machine (a container, root, cgroups v1 with a nested
-//     memory cgroup, no systemd): Nomad 1.6 sets up its cpuset manager under /sys/fs/cgroup/cpuset/nomad,
-//     the exec driver is healthy (but builds a chroot of several GB per task, 13 s here), and raw_exec puts
-//     each task in a freezer cgroup /sys/fs/cgroup/freezer/nomad/<random uuid>. Those freezer cgroups are
-//     not always removed (one leaked per test run, e.g. for tasks destroyed by the agent's shutdown), and
-//     their names cannot be told apart from another agent's, so raw_exec runs without them: Nomad then
-//     stops a task by signalling its process group, which is all a runner needs (bubblewrap dies with it).
-//     client.cgroup_parent stays at its default; nothing else needed changing.
+//   - raw_exec: enabled, nothing else. Its no_cgroups option is gone (no effect from Nomad 1.7, an error
+//     from 1.8, hashicorp/nomad#19598 and #19599), so raw_exec tasks get cgroups: on Nomad 1.6 with
+//     cgroups v1 (this machine: a container, root, a nested memory cgroup, no systemd) a freezer cgroup
+//     /sys/fs/cgroup/freezer/nomad/<uuid> per task, which Nomad removes when the task ends, and through which
+//     it stops the whole process tree. Nomad 1.6 also sets up its cpuset manager under
+//     /sys/fs/cgroup/cpuset/nomad; the exec driver is healthy too (but builds a chroot of several GB per
+//     task, 13 s here). client.cgroup_parent stays at its default.
 //   - consul: pointed at NomadOptions.ConsulAddr when given (the node's Consul fingerprint, service
 //     registration). Nomad 1.6 has no switch that turns its Consul client off; without ConsulAddr it is
 //     pointed at a closed loopback port with every automatic use (auto-advertise, auto-join) off.
@@ -193,8 +192,7 @@ client {
 
 plugin "raw_exec" {
   config {
-    enabled    = true
-    no_cgroups = true
+    enabled = true
   }
 }
 

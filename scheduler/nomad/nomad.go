@@ -272,13 +272,17 @@ func (d *Driver) Adopt(ctx context.Context, spec scheduler.Spec, alloc string) (
 	return scheduler.Sandbox{Alloc: alloc, Exited: w.done}, nil
 }
 
-// Stop deregisters and purges the job of allocation alloc, then waits until the allocation is terminal (the
-// runner got SIGTERM and its kill_timeout) or ctx ends. A gone allocation is nil.
+// Stop ends the sandbox of allocation alloc: it deregisters the job (Nomad stops the allocation with the
+// task's kill_signal and kill_timeout: the runner's graceful stop), waits until the allocation is terminal
+// or gone, closes the sandbox's Exited and only then purges the job. Nomad 1.6.6/1.7.3 and later delete a
+// purged job's allocations from their state at once, so purging first would not wait for the runner (see
+// end). When ctx ends first, the job is purged anyway (for up to 10 s more) and Stop returns ctx's error.
+// A gone allocation is nil.
 func (d *Driver) Stop(ctx context.Context, alloc string) error {
 	if alloc == "" {
 		return nil
 	}
-	a, meta, err := d.client.Allocations().Info(alloc, query(ctx, 0, 0))
+	a, _, err := d.client.Allocations().Info(alloc, query(ctx, 0, 0))
 	if isNotFound(err) {
 		return nil
 	}
@@ -289,33 +293,86 @@ func (d *Driver) Stop(ctx context.Context, alloc string) error {
 		return fmt.Errorf("stop sandbox %s: allocation of job %q, not a sandbox", alloc, a.JobID)
 	}
 	d.mu.Lock()
-	if w := d.watches[alloc]; w != nil {
+	w := d.watches[alloc]
+	if w != nil {
 		w.stopping.Store(true)
 	}
 	d.mu.Unlock()
-	if err := d.purge(ctx, a.JobID); err != nil {
+	if err := d.end(ctx, a.JobID, w); err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", alloc, err)
 	}
-	index := meta.LastIndex
+	return nil
+}
+
+// stopWait bounds the blocking queries of a stop: Nomad 1.6.6/1.7.3 and later delete the allocations of a
+// purged job without waking the blocking queries that watch them (they return only when their wait time
+// is up), so a stop never waits on one longer than this.
+const stopWait = 5 * time.Second
+
+// end deregisters jobID without purging it, waits until every allocation of the job is terminal (an
+// allocation Nomad no longer knows counts as terminal), finishes w (when not nil) and then purges the job.
+// When ctx ends before that, the job is purged anyway, with up to 10 s of its own, and ctx's error is
+// returned. Only sandbox jobs are touched.
+func (d *Driver) end(ctx context.Context, jobID string, w *allocWatch) error {
+	if !strings.HasPrefix(jobID, jobPrefix) {
+		return fmt.Errorf("deregister job %q: not a sandbox job", jobID)
+	}
+	_, _, err := d.client.Jobs().Deregister(jobID, false, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("deregister job %s: %w", jobID, classify(err))
+	}
+	waitErr := d.awaitTerminal(ctx, jobID)
+	if waitErr == nil && w != nil {
+		w.finish()
+	}
+	pctx := ctx
+	if waitErr != nil {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	if err := d.purge(pctx, jobID); err != nil {
+		return errors.Join(waitErr, err)
+	}
+	return waitErr
+}
+
+// awaitTerminal waits until no allocation of jobID may still run: each is terminal or Nomad no longer
+// knows it (the job's allocation list is empty, or the job is gone).
+func (d *Driver) awaitTerminal(ctx context.Context, jobID string) error {
+	var index uint64
 	backoff := newBackoff()
-	for !terminal(a) {
-		next, meta, err := d.client.Allocations().Info(alloc, query(ctx, index, time.Minute))
+	var last string
+	for {
+		stubs, meta, err := d.client.Jobs().Allocations(jobID, true, query(ctx, index, stopWait))
 		switch {
 		case isNotFound(err):
 			return nil
 		case ctx.Err() != nil:
-			return fmt.Errorf("stop sandbox %s: allocation still %s: %w", alloc, a.ClientStatus, ctx.Err())
+			return fmt.Errorf("allocations of job %s still running (%s): %w", jobID, last, ctx.Err())
 		case err != nil:
-			d.log.Debug("watch stopping allocation", "alloc", alloc, "err", err)
+			d.log.Debug("watch stopping job", "job", jobID, "err", err)
 			if !backoff.wait(ctx) {
-				return fmt.Errorf("stop sandbox %s: %w", alloc, ctx.Err())
+				return fmt.Errorf("allocations of job %s: %w", jobID, ctx.Err())
 			}
 			continue
 		}
 		backoff.reset()
-		a, index = next, nextIndex(index, meta)
+		running := slices.DeleteFunc(stubs, stubTerminal)
+		if len(running) == 0 {
+			return nil
+		}
+		last = fmt.Sprintf("allocation %s is %s/%s", running[0].ID, running[0].DesiredStatus, running[0].ClientStatus)
+		index = nextIndex(index, meta)
 	}
-	return nil
+}
+
+// stubTerminal reports whether the listed allocation s will not run (again), like terminal.
+func stubTerminal(s *api.AllocationListStub) bool {
+	if slices.Contains(terminalClientStatuses, s.ClientStatus) {
+		return true
+	}
+	return tasksDead(s.TaskStates)
 }
 
 // Job renders spec's sandbox job: the template parsed by Nomad with spec and the driver's configuration as
@@ -342,7 +399,46 @@ func (d *Driver) job(ctx context.Context, spec scheduler.Spec, warm bool) (*api.
 	if job.ID == nil || *job.ID != JobID(spec) {
 		return nil, fmt.Errorf("sandbox job template names the job %q, want %q", deref(job.ID), JobID(spec))
 	}
+	setDisconnect(job)
 	return job, nil
+}
+
+// setDisconnect gives every group of job that has a stop_after_client_disconnect the same policy as
+// disconnect { stop_on_client_after }. The template must parse on Nomad 1.6, which has no disconnect block;
+// Nomad 1.8 deprecated stop_after_client_disconnect for that block and 1.10 ignores it, silently. Nomad 1.6
+// and 1.7 ignore the Disconnect field (it is not in their API), 1.8 and later read it: with both, every line
+// honours the policy.
+func setDisconnect(job *api.Job) {
+	for _, tg := range job.TaskGroups {
+		if tg.StopAfterClientDisconnect == nil || (tg.Disconnect != nil && tg.Disconnect.StopOnClientAfter != nil) {
+			continue
+		}
+		after := *tg.StopAfterClientDisconnect
+		if tg.Disconnect == nil {
+			tg.Disconnect = &api.DisconnectStrategy{}
+		}
+		tg.Disconnect.StopOnClientAfter = &after
+		tg.Disconnect.Canonicalize()
+	}
+}
+
+// dropDeprecatedDisconnect removes stop_after_client_disconnect from the groups of job that have the same
+// policy in their disconnect block when err, a refused registration, names it: setDisconnect sets both
+// (see there), and a server that validates them as exclusive says so by name. It reports whether it
+// removed any.
+func dropDeprecatedDisconnect(job *api.Job, err error) bool {
+	var ue api.UnexpectedResponseError
+	if !errors.As(err, &ue) || ue.StatusCode() == 404 || ue.StatusCode() == 429 || !strings.Contains(err.Error(), "stop_after_client_disconnect") {
+		return false
+	}
+	dropped := false
+	for _, tg := range job.TaskGroups {
+		if tg.StopAfterClientDisconnect != nil && tg.Disconnect != nil && tg.Disconnect.StopOnClientAfter != nil {
+			tg.StopAfterClientDisconnect = nil
+			dropped = true
+		}
+	}
+	return dropped
 }
 
 // variables is the template's variables file for spec: JSON, whose strings Nomad's HCL parser takes
@@ -414,6 +510,10 @@ func CheckSpec(spec scheduler.Spec) error {
 // version (Nomad compares the spec), so a retried start is idempotent.
 func (d *Driver) register(ctx context.Context, job *api.Job) (evalID string, err error) {
 	resp, _, err := d.client.Jobs().Register(job, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil && ctx.Err() == nil && dropDeprecatedDisconnect(job, err) {
+		// A server that refuses the deprecated field beside the disconnect block gets the block alone.
+		resp, _, err = d.client.Jobs().Register(job, (&api.WriteOptions{}).WithContext(ctx))
+	}
 	if err != nil {
 		return "", fmt.Errorf("register job %s: %w", *job.ID, classify(err))
 	}
@@ -504,17 +604,19 @@ func (d *Driver) awaitReady(ctx context.Context, spec scheduler.Spec, w *allocWa
 	}
 }
 
-// abandon deregisters and purges jobID after a failed start, even when ctx has ended (for up to 10 s).
+// abandon ends jobID after a failed start, even when ctx has ended: deregistered, given up to 10 s to stop,
+// then purged (see end).
 func (d *Driver) abandon(ctx context.Context, jobID string, log *slog.Logger) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := d.purge(cctx, jobID); err != nil {
-		log.Warn("deregister abandoned sandbox job", "err", err)
+	if err := d.end(cctx, jobID, nil); err != nil {
+		log.Warn("end abandoned sandbox job", "err", err)
 	}
 }
 
-// purge deregisters jobID and removes it from Nomad's state; its allocation is stopped with the task's
-// kill_signal and kill_timeout. A job that is gone is nil. Only sandbox jobs ("sandbox-…") are touched: job
+// purge deregisters jobID and removes it from Nomad's state. Nomad 1.6.6/1.7.3 and later delete the job's
+// allocations with it at once (hashicorp/nomad#19609), so a job whose allocation may still run is ended
+// with end, which purges once the allocation is terminal. A job that is gone is nil. Only sandbox jobs ("sandbox-…") are touched: job
 // ids may come from announcements and allocations other processes wrote.
 func (d *Driver) purge(ctx context.Context, jobID string) error {
 	if !strings.HasPrefix(jobID, jobPrefix) {
@@ -534,10 +636,15 @@ func terminal(a *api.Allocation) bool {
 	if a.ClientTerminalStatus() {
 		return true
 	}
-	if len(a.TaskStates) == 0 {
+	return tasksDead(a.TaskStates)
+}
+
+// tasksDead reports whether there are task states and every task is dead.
+func tasksDead(states map[string]*api.TaskState) bool {
+	if len(states) == 0 {
 		return false
 	}
-	for _, ts := range a.TaskStates {
+	for _, ts := range states {
 		if ts.State != "dead" {
 			return false
 		}
@@ -549,6 +656,7 @@ func terminal(a *api.Allocation) bool {
 type allocWatch struct {
 	id, jobID string
 	done      chan struct{}
+	closeOnce sync.Once
 	stopping  atomic.Bool // the driver is ending the job itself: no deregistration on termination
 
 	mu   sync.Mutex
@@ -580,11 +688,17 @@ func (d *Driver) watch(id, jobID string) (*allocWatch, error) {
 	return w, nil
 }
 
+// watchWait is the wait time of the allocation watch's blocking queries. Nomad answers one at once when the
+// allocation changes, but not when it is deleted (a purge on Nomad 1.6.6/1.7.3 and later): then the query
+// returns when its wait is up, and the next one gets the 404. Stop does not depend on it (end finishes the
+// watch itself); an allocation purged by someone else is seen gone within this long.
+const watchWait = 30 * time.Second
+
 func (d *Driver) follow(w *allocWatch) {
 	var index uint64
 	backoff := newBackoff()
 	for {
-		a, meta, err := d.client.Allocations().Info(w.id, query(d.bg, index, time.Minute))
+		a, meta, err := d.client.Allocations().Info(w.id, query(d.bg, index, watchWait))
 		if d.bg.Err() != nil {
 			return
 		}
@@ -592,7 +706,7 @@ func (d *Driver) follow(w *allocWatch) {
 			w.mu.Lock()
 			w.gone = true
 			w.mu.Unlock()
-			close(w.done)
+			w.finish()
 			return
 		}
 		if err != nil {
@@ -607,7 +721,7 @@ func (d *Driver) follow(w *allocWatch) {
 		w.last = a
 		w.mu.Unlock()
 		if terminal(a) {
-			close(w.done)
+			w.finish()
 			if !w.stopping.Load() {
 				// Ended without Stop (slept, failed, lost): no replacement under this epoch.
 				d.log.Info("sandbox allocation ended", "alloc", w.id, "job", w.jobID, "status", a.ClientStatus, "events", describeTaskStates(a.TaskStates))
@@ -622,6 +736,9 @@ func (d *Driver) follow(w *allocWatch) {
 		index = nextIndex(index, meta)
 	}
 }
+
+// finish closes the sandbox's Exited (once): the watch saw the allocation end or vanish, or Stop saw it.
+func (w *allocWatch) finish() { w.closeOnce.Do(func() { close(w.done) }) }
 
 // describe is what is known of the allocation's state, for error messages.
 func (w *allocWatch) describe() string {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,6 +107,11 @@ func TestNomad(t *testing.T) {
 		if *tg.RestartPolicy.Attempts != 0 || *tg.RestartPolicy.Mode != "fail" || *tg.ReschedulePolicy.Attempts != 0 || *tg.ReschedulePolicy.Unlimited {
 			t.Fatalf("restart %+v reschedule %+v: Nomad must neither restart nor reschedule a sandbox", *tg.RestartPolicy, *tg.ReschedulePolicy)
 		}
+		// The disconnect policy in the fields of both Nomad lines (see checkStoredDisconnect).
+		if tg.StopAfterClientDisconnect == nil || *tg.StopAfterClientDisconnect != time.Minute ||
+			tg.Disconnect == nil || tg.Disconnect.StopOnClientAfter == nil || *tg.Disconnect.StopOnClientAfter != time.Minute {
+			t.Fatalf("stop_after_client_disconnect %s, disconnect %+v: want 1m in both", fmtDuration(tg.StopAfterClientDisconnect), tg.Disconnect)
+		}
 		if *task.KillTimeout != 40*time.Second || task.KillSignal != "SIGTERM" {
 			t.Fatalf("kill %s after %v", task.KillSignal, *task.KillTimeout)
 		}
@@ -173,6 +179,7 @@ func TestNomad(t *testing.T) {
 		if *job.Version != 0 {
 			t.Fatalf("job version %d after registering the same spec twice, want 0", *job.Version)
 		}
+		checkStoredDisconnect(t, c.client, job)
 	})
 
 	// The Nomad client reads the runner's arguments as an HCL template with the node's attributes as
@@ -211,19 +218,28 @@ func TestNomad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		lastStatus := watchStatus(t, c.client, sb.Alloc)
 		if err := d.Stop(ctx, sb.Alloc); err != nil {
 			t.Fatal(err)
 		}
-		a, _, err := c.client.Allocations().Info(sb.Alloc, nil)
-		if err != nil {
+		select {
+		case <-sb.Exited:
+		case <-time.After(time.Second):
+			t.Fatal("Exited not closed within 1s of Stop")
+		}
+		// Nomad 1.6.6/1.7.3 and later delete a purged job's allocations: then the status is the last one seen.
+		status := lastStatus()
+		if a, _, err := c.client.Allocations().Info(sb.Alloc, nil); err == nil {
+			status = a.ClientStatus
+			if !a.ClientTerminalStatus() {
+				t.Fatalf("Stop returned with the allocation %s", a.ClientStatus)
+			}
+		} else if !strings.Contains(err.Error(), "404") {
 			t.Fatal(err)
 		}
-		if !a.ClientTerminalStatus() {
-			t.Fatalf("Stop returned with the allocation %s", a.ClientStatus)
-		}
 		// A runner that stopped gracefully exits 0 on SIGTERM: its allocation completes, it was not killed.
-		if a.ClientStatus != api.AllocClientStatusComplete {
-			t.Fatalf("allocation %s after Stop, want complete (graceful exit)", a.ClientStatus)
+		if status != api.AllocClientStatusComplete {
+			t.Fatalf("allocation %s after Stop, want complete (graceful exit)", status)
 		}
 		if conn, err := net.DialTimeout("tcp", sb.Addr, time.Second); err == nil {
 			conn.Close()
@@ -396,4 +412,71 @@ func BenchmarkColdStart(b *testing.B) {
 	pct := func(p float64) time.Duration { return took[min(len(took)-1, int(p*float64(len(took))))] }
 	b.ReportMetric(pct(0.50).Seconds(), "p50-s")
 	b.ReportMetric(pct(0.95).Seconds(), "p95-s")
+}
+
+// watchStatus follows allocation id's client status until the test ends; the returned function is the last
+// status seen before Nomad forgot the allocation (or the current one).
+func watchStatus(t *testing.T, client *api.Client, id string) func() string {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var last string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var index uint64
+		for ctx.Err() == nil {
+			a, meta, err := client.Allocations().Info(id, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Second}).WithContext(ctx))
+			if err != nil {
+				if strings.Contains(err.Error(), "404") {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			mu.Lock()
+			last = a.ClientStatus
+			mu.Unlock()
+			index = meta.LastIndex
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}
+
+// checkStoredDisconnect checks the disconnect policy of job as the server stored it: Nomad before 1.8 keeps
+// stop_after_client_disconnect (and drops the disconnect block it does not know), 1.8 and later keep
+// disconnect.stop_on_client_after (1.10 ignores the old field). Only the first branch runs here (Nomad 1.6).
+func checkStoredDisconnect(t *testing.T, client *api.Client, job *api.Job) {
+	t.Helper()
+	self, err := client.Agent().Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := self.Member.Tags["build"]
+	var major, minor int
+	if _, err := fmt.Sscanf(build, "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("Nomad build %q: %v", build, err)
+	}
+	tg := job.TaskGroups[0]
+	want := time.Minute // jobs/sandbox.nomad.hcl's default
+	if major == 1 && minor < 8 {
+		if tg.StopAfterClientDisconnect == nil || *tg.StopAfterClientDisconnect != want {
+			t.Fatalf("Nomad %s stored stop_after_client_disconnect %v, want %v", build, fmtDuration(tg.StopAfterClientDisconnect), want)
+		}
+		return
+	}
+	if tg.Disconnect == nil || tg.Disconnect.StopOnClientAfter == nil || *tg.Disconnect.StopOnClientAfter != want {
+		t.Fatalf("Nomad %s stored no disconnect.stop_on_client_after of %v: %+v", build, want, tg.Disconnect)
+	}
+}
+
+func fmtDuration(d *time.Duration) string {
+	if d == nil {
+		return "none"
+	}
+	return d.String()
 }

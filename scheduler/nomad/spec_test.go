@@ -148,18 +148,10 @@ func TestNomadErrorsClassified(t *testing.T) {
 		{"4xx", rejecting.URL, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client, err := api.NewClient(&api.Config{Address: tc.url})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := New(Config{Client: client, Registry: mem.New()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
+			d := fakeDriver(t, tc.url)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err = d.Start(ctx, spec("iss", "alice"))
+			_, err := d.Start(ctx, spec("iss", "alice"))
 			if err == nil {
 				t.Fatal("Start succeeded")
 			}
