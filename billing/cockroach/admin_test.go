@@ -25,14 +25,14 @@ var _ billing.AdminStore = (*cockroach.Ledger)(nil)
 
 func TestAdminContract(t *testing.T) {
 	skipShort(t)
-	admintest.Run(t, func(t *testing.T) admintest.Store { return open(t, testenv.PostgreSQL(t)) })
+	admintest.Run(t, func(t *testing.T) admintest.Store { return open(t, testenv.PostgreSQL(t), cockroach.Config{}) })
 }
 
 // Two ledgers, each with a pool of its own, on one database stand for two billing API replicas: of the
 // platform team's writes naming one revision, exactly one wins, in every round.
 func TestAdminQuotaRaceTwoProcesses(t *testing.T) {
 	dsn := testenv.PostgreSQL(t)
-	admintest.QuotaRace(t, open(t, dsn), open(t, dsn))
+	admintest.QuotaRace(t, open(t, dsn, cockroach.Config{}), open(t, dsn, cockroach.Config{}))
 }
 
 // Issuers are stamped by the ledger's clock, to the second (as billing/sqlite stamps them), in UTC; event
@@ -41,7 +41,7 @@ func TestAdminStoredForm(t *testing.T) {
 	ctx := context.Background()
 	dsn := testenv.PostgreSQL(t)
 	now := time.Date(2031, 1, 2, 3, 4, 5, 600, time.FixedZone("UTC+5", 5*3600))
-	l := open(t, dsn, cockroach.WithClock(func() time.Time { return now }))
+	l := open(t, dsn, cockroach.Config{Now: func() time.Time { return now }})
 	iss := admintest.MustPutIssuer(t, l, "acme", "")
 	if want := now.Truncate(time.Second); !iss.Created.Equal(want) || iss.Created.Location() != time.UTC {
 		t.Fatalf("created %v, want %v in UTC", iss.Created, want)
@@ -96,7 +96,7 @@ func TestAdminMigratesOldLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := open(t, dsn)
+	l := open(t, dsn, cockroach.Config{})
 	if v, err := cockroachdb.Version(ctx, pool, "ledger"); err != nil || v != int64(len(cockroach.Migrations)) {
 		t.Fatalf("ledger schema version %d, %v; want %d", v, err, len(cockroach.Migrations))
 	}
@@ -130,7 +130,7 @@ func TestAdminMigratesQuotasToAdmissionFields(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := open(t, dsn)
+	l := open(t, dsn, cockroach.Config{})
 	if v, err := cockroachdb.Version(ctx, pool, "ledger"); err != nil || v != int64(len(cockroach.Migrations)) {
 		t.Fatalf("ledger schema version %d, %v; want %d", v, err, len(cockroach.Migrations))
 	}
@@ -169,7 +169,7 @@ func TestAdminMigratesQuotasToIssuerPrompts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := open(t, dsn)
+	l := open(t, dsn, cockroach.Config{})
 	k := billing.QuotaKey{Issuer: "acme"}
 	want := billing.Quota{AIMicros: 5, ComputeSeconds: 60, Window: billing.Day, MaxConcurrentSessions: 3, Revision: 2,
 		MaxIssuerSessions: 10, ConnectsPerMinute: 30, IssuerConnectsPerMinute: 600, PromptsPerMinute: 7}
@@ -202,7 +202,7 @@ func TestAdminMigratesQuotasToSandboxLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := open(t, dsn)
+	l := open(t, dsn, cockroach.Config{})
 	if v, err := cockroachdb.Version(ctx, pool, "ledger"); err != nil || v != int64(len(cockroach.Migrations)) {
 		t.Fatalf("ledger schema version %d, %v; want %d", v, err, len(cockroach.Migrations))
 	}
@@ -214,7 +214,7 @@ func TestAdminMigratesQuotasToSandboxLimits(t *testing.T) {
 func TestAdminServerDownThenBack(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartPostgreSQL(t)
-	l := open(t, srv.CreateDatabase(t))
+	l := open(t, srv.CreateDatabase(t), cockroach.Config{})
 	admintest.MustPutIssuer(t, l, "acme", "Acme")
 	k := billing.QuotaKey{Issuer: "acme"}
 	q1 := admintest.MustPutQuota(t, l, k, admintest.Quota(10), 0)
@@ -272,7 +272,7 @@ func TestAdminClosedPoolIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := cockroach.New(ctx, pool)
+	l, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func assertAdminUnavailable(t *testing.T, l *cockroach.Ledger) {
 // the reports must order names byte by byte, as SQLite does, regardless of the database's collation.
 func TestAdminMatchesSQLite(t *testing.T) {
 	ctx := context.Background()
-	pg := open(t, localeDatabase(t, testenv.PostgreSQL(t)))
+	pg := open(t, localeDatabase(t, testenv.PostgreSQL(t)), cockroach.Config{})
 	lite, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/cockroach"
 	"github.com/warren-mesh/warren/billing/ledgertest"
 	"github.com/warren-mesh/warren/internal/testenv"
 )
@@ -23,7 +24,7 @@ func BenchmarkReserveSettle(b *testing.B) {
 	}{{"one-account", false}, {"many-accounts", true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
-			l := open(b, testenv.PostgreSQL(b))
+			l := open(b, testenv.PostgreSQL(b), cockroach.Config{})
 			var seq, callers atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(4)
@@ -67,7 +68,7 @@ func BenchmarkRateBucketsTakeAll(b *testing.B) {
 	}{{"user+issuer", 1 << 30}, {"user", billing.Unlimited}} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
-			r := open(b, testenv.PostgreSQL(b)).RateBuckets()
+			r := open(b, testenv.PostgreSQL(b), cockroach.Config{}).RateBuckets()
 			var callers atomic.Int64
 			b.SetParallelism(4)
 			b.ResetTimer()

@@ -11,13 +11,14 @@
 // commit whose outcome is unknown (the connection failed during COMMIT) is resolved by running the
 // operation again: the idempotency key finds what the first run did.
 //
-// Times (event times, hold expiries) are values of the Go clock (WithClock), never now() in SQL, so
+// Times (event times, hold expiries) are values of the Go clock (Config.Now), never now() in SQL, so
 // processes and tests agree on what has expired. They are stored in UTC; event times to the nanosecond
 // (at and at_nanos), so that usage reports match billing/sqlite's exactly.
 package cockroach
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -145,22 +146,29 @@ type Ledger struct {
 
 var _ billing.Ledger = (*Ledger)(nil)
 
-// Option configures New.
-type Option func(*Ledger)
+// Config configures New.
+type Config struct {
+	// Pool is the database the ledger is stored in (required). The caller keeps ownership of it and closes
+	// it after the last call.
+	Pool *pgxpool.Pool
+	// Now is the clock that stamps events recorded without At and decides when holds expire (default
+	// time.Now). Processes sharing one database should agree on the time: a hold expires by the clock of
+	// whoever looks at it.
+	Now func() time.Time
+}
 
-// WithClock sets the clock that stamps events recorded without At and decides when holds expire (default
-// time.Now). Processes sharing one database should agree on the time: a hold expires by the clock of
-// whoever looks at it.
-func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
-
-// New returns a ledger on pool, creating or migrating its tables if needed (several processes may do so at
-// once): the ledger's, the session leases' and the rate buckets', so that Sessions and RateBuckets do no
-// I/O. The caller keeps ownership of pool and closes it after the last call.
-func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, error) {
-	l := &Ledger{pool: pool, now: time.Now}
-	for _, o := range opts {
-		o(l)
+// New returns a ledger on cfg.Pool, creating or migrating its tables if needed (several processes may do
+// so at once): the ledger's, the session leases' and the rate buckets', so that Sessions and RateBuckets do
+// no I/O. A Config without Pool is an error.
+func New(ctx context.Context, cfg Config) (*Ledger, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("open ledger: Config.Pool is required")
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	pool := cfg.Pool
+	l := &Ledger{pool: pool, now: cfg.Now}
 	var err error
 	if l.srv, err = cockroachdb.Detect(ctx, pool); err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,9 +34,11 @@ func openPoolErr(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	return cockroachdb.Open(ctx, dsn)
 }
 
-func open(t testing.TB, dsn string, opts ...cockroach.Option) *cockroach.Ledger {
+// open opens a ledger on a new pool to dsn, configured by cfg's other fields.
+func open(t testing.TB, dsn string, cfg cockroach.Config) *cockroach.Ledger {
 	t.Helper()
-	l, err := cockroach.New(context.Background(), openPool(t, dsn), opts...)
+	cfg.Pool = openPool(t, dsn)
+	l, err := cockroach.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +54,13 @@ func skipShort(t *testing.T) {
 
 func TestContract(t *testing.T) {
 	skipShort(t)
-	ledgertest.Run(t, func(t *testing.T) billing.Ledger { return open(t, testenv.PostgreSQL(t)) })
+	ledgertest.Run(t, func(t *testing.T) billing.Ledger { return open(t, testenv.PostgreSQL(t), cockroach.Config{}) })
 }
 
 func TestReserverContract(t *testing.T) {
 	skipShort(t)
 	ledgertest.RunReserver(t, func(t *testing.T, clock *ledgertest.Clock) ledgertest.ReserverLedger {
-		return open(t, testenv.PostgreSQL(t), cockroach.WithClock(clock.Now))
+		return open(t, testenv.PostgreSQL(t), cockroach.Config{Now: clock.Now})
 	})
 }
 
@@ -68,7 +71,7 @@ func TestReserveRaceTwoProcesses(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			dsn := testenv.PostgreSQL(t)
 			clock := ledgertest.NewClock(ledgertest.Start.Add(time.Hour))
-			ledgertest.ReserveRace(t, seed, open(t, dsn, cockroach.WithClock(clock.Now)), open(t, dsn, cockroach.WithClock(clock.Now)))
+			ledgertest.ReserveRace(t, seed, open(t, dsn, cockroach.Config{Now: clock.Now}), open(t, dsn, cockroach.Config{Now: clock.Now}))
 		})
 	}
 }
@@ -76,7 +79,7 @@ func TestReserveRaceTwoProcesses(t *testing.T) {
 // Two ledgers on one database stand for a runner and its replay of spooled events in another process.
 func TestTwoProcessesCountOnce(t *testing.T) {
 	dsn := testenv.PostgreSQL(t)
-	a, b := open(t, dsn), open(t, dsn)
+	a, b := open(t, dsn, cockroach.Config{}), open(t, dsn, cockroach.Config{})
 	ev := ledgertest.AI("k", ledgertest.Day, 42)
 	ledgertest.MustRecord(t, a, ev)
 	ledgertest.MustRecord(t, b, ev)
@@ -98,7 +101,7 @@ func TestConcurrentStartAndReopen(t *testing.T) {
 				return
 			}
 			defer pool.Close()
-			_, err = cockroach.New(ctx, pool)
+			_, err = cockroach.New(ctx, cockroach.Config{Pool: pool})
 			errs <- err
 		}()
 	}
@@ -107,9 +110,9 @@ func TestConcurrentStartAndReopen(t *testing.T) {
 			t.Fatalf("concurrent New: %v", err)
 		}
 	}
-	l := open(t, dsn)
+	l := open(t, dsn, cockroach.Config{})
 	ledgertest.MustRecord(t, l, ledgertest.Compute("c", ledgertest.Day, 7))
-	l = open(t, dsn)
+	l = open(t, dsn, cockroach.Config{})
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{ComputeSeconds: 7})
 	ledgertest.MustRecord(t, l, ledgertest.Compute("c", ledgertest.Day, 7))
 	ledgertest.AssertUsage(t, l, ledgertest.Day, billing.Usage{ComputeSeconds: 7})
@@ -124,7 +127,7 @@ func TestStoredForm(t *testing.T) {
 	ctx := context.Background()
 	dsn := testenv.PostgreSQL(t)
 	now := time.Date(2031, 5, 6, 7, 8, 9, 10_000, time.UTC)
-	l := open(t, dsn, cockroach.WithClock(func() time.Time { return now }))
+	l := open(t, dsn, cockroach.Config{Now: func() time.Time { return now }})
 	life := billing.Account{Issuer: "iss", User: "u", Window: billing.Lifetime}
 	ledgertest.MustRecord(t, l, billing.UsageEvent{Key: "no-time", Account: ledgertest.Day, Kind: billing.KindAI, AIMicros: 1})
 	ledgertest.MustRecord(t, l, ledgertest.AI("life", life, 2))
@@ -159,7 +162,7 @@ func TestStoredForm(t *testing.T) {
 func TestExpiredHoldsSwept(t *testing.T) {
 	dsn := testenv.PostgreSQL(t)
 	clock := ledgertest.NewClock(ledgertest.Start.Add(time.Hour))
-	l := open(t, dsn, cockroach.WithClock(clock.Now))
+	l := open(t, dsn, cockroach.Config{Now: clock.Now})
 	other := billing.Account{Issuer: "iss", User: "v", Window: billing.Day, WindowStart: ledgertest.Start}
 	ledgertest.AssertGranted(t, l, "a", ledgertest.Day, 100, 10, 10)
 	ledgertest.AssertGranted(t, l, "b", ledgertest.Day, 100, 10, 10)
@@ -177,7 +180,7 @@ func TestExpiredHoldsSwept(t *testing.T) {
 }
 
 func TestReserveExceededSaysWhatRemains(t *testing.T) {
-	l := open(t, testenv.PostgreSQL(t))
+	l := open(t, testenv.PostgreSQL(t), cockroach.Config{})
 	ledgertest.MustRecord(t, l, ledgertest.AI("used", ledgertest.Day, 400))
 	ledgertest.AssertGranted(t, l, "a", ledgertest.Day, 1000, 600, 600)
 	_, err := l.Reserve(context.Background(), "b", ledgertest.Day, 1000, 1, time.Minute)
@@ -194,7 +197,7 @@ func TestClosedPoolIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := cockroach.New(ctx, pool)
+	l, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,4 +230,12 @@ func assertUnavailable(t *testing.T, l *cockroach.Ledger) {
 	check("Settle", l.Settle(ctx, "down", ledgertest.AI("down", ledgertest.Day, 1)))
 	check("Release", l.Release(ctx, "down"))
 	check("Admit", billing.Admit(ctx, l, ledgertest.Day, billing.Budget{AIMicros: -1, ComputeSeconds: -1}))
+}
+
+// TestNewRejectsInvalidConfig: New without Pool fails at once, naming the missing field.
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	_, err := cockroach.New(context.Background(), cockroach.Config{Now: time.Now})
+	if err == nil || !strings.Contains(err.Error(), "open ledger: Config.Pool is required") {
+		t.Fatalf("New without Pool: %v, want an error saying Config.Pool is required", err)
+	}
 }

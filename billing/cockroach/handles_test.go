@@ -17,7 +17,7 @@ func TestNewMigratesHandles(t *testing.T) {
 	ctx := context.Background()
 	dsn := testenv.PostgreSQL(t)
 	pool := openPool(t, dsn)
-	l, err := cockroach.New(ctx, pool)
+	l, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

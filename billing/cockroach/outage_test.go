@@ -25,7 +25,7 @@ func TestServerDownThenBack(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartPostgreSQL(t)
 	clock := ledgertest.NewClock(ledgertest.Start.Add(time.Hour))
-	l := open(t, srv.CreateDatabase(t), cockroach.WithClock(clock.Now))
+	l := open(t, srv.CreateDatabase(t), cockroach.Config{Now: clock.Now})
 	ledgertest.MustRecord(t, l, ledgertest.AI("before", ledgertest.Day, 10))
 	ledgertest.AssertGranted(t, l, "h", ledgertest.Day, 100, 20, 20)
 
@@ -72,7 +72,7 @@ func TestAmbiguousCommitResolvedByKey(t *testing.T) {
 	ctx := context.Background()
 	dsn := testenv.PostgreSQL(t)
 	cutter := newCommitCutter(t, dsn)
-	l := open(t, cutter.dsn)
+	l := open(t, cutter.dsn, cockroach.Config{})
 
 	cut := func(t *testing.T, op string, f func() error) {
 		t.Helper()

@@ -13,7 +13,7 @@ import (
 
 func openRates(t *testing.T, dsn string, clock *ledgertest.Clock) *cockroach.RateBuckets {
 	t.Helper()
-	return open(t, dsn, cockroach.WithClock(clock.Now)).RateBuckets()
+	return open(t, dsn, cockroach.Config{Now: clock.Now}).RateBuckets()
 }
 
 func TestRateBucketsContract(t *testing.T) {
@@ -36,7 +36,7 @@ func TestRateBucketsRaceTwoProcesses(t *testing.T) {
 func TestRateBucketsUnlimitedTouchNothing(t *testing.T) {
 	dsn := testenv.PostgreSQL(t)
 	pool := openPool(t, dsn)
-	l, err := cockroach.New(t.Context(), pool)
+	l, err := cockroach.New(t.Context(), cockroach.Config{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestSessionsConcurrentMigrate(t *testing.T) {
 	errs := make(chan error, len(pools))
 	for _, pool := range pools {
 		go func() {
-			_, err := cockroach.New(context.Background(), pool)
+			_, err := cockroach.New(context.Background(), cockroach.Config{Pool: pool})
 			errs <- err
 		}()
 	}
@@ -49,5 +49,5 @@ func TestSessionsConcurrentMigrate(t *testing.T) {
 // openSessions opens a ledger with a pool of its own on dsn and returns its sessions.
 func openSessions(t *testing.T, dsn string, clock *ledgertest.Clock) *cockroach.Sessions {
 	t.Helper()
-	return open(t, dsn, cockroach.WithClock(clock.Now)).Sessions()
+	return open(t, dsn, cockroach.Config{Now: clock.Now}).Sessions()
 }

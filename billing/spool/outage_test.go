@@ -32,7 +32,7 @@ func TestLedgerOutageUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	ledger, err := cockroach.New(ctx, pool)
+	ledger, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func runBenchLedger(ctx context.Context, args []string, stdout, stderr io.Writer
 			return err
 		}
 		defer pool.Close()
-		cl, err := cockroach.New(ctx, pool)
+		cl, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
 		if err != nil {
 			return err
 		}

@@ -120,7 +120,7 @@ func (p *prodFlags) openLedger(ctx context.Context) (*pgxpool.Pool, *billingcock
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := billingcockroach.New(ctx, pool)
+	l, err := billingcockroach.New(ctx, billingcockroach.Config{Pool: pool})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
