@@ -29,15 +29,23 @@ type Placement struct {
 	Alloc   string
 	Updated time.Time
 	Meter   Meter // as last set by SetMeter; zero after a claim
+	// Lease is when the owner's hold on a starting or running placement lapses unless renewed (zero:
+	// never held). Until then no other region may claim it (docs/ARCHITECTURE.md#leases).
+	Lease time.Time
 }
 
 // Placements stores placements. Implementations are safe for concurrent use by many processes.
 type Placements interface {
 	// Get returns the placement of (issuer, user) or ErrNotFound.
 	Get(ctx context.Context, issuer, user string) (Placement, error)
-	// Claim atomically moves the placement to {region, epoch: expect+1, state: starting, alloc: ""} if its
-	// stored epoch is expect (0 meaning no row yet), and returns it. ErrConflict when another claim won.
-	Claim(ctx context.Context, issuer, user, region string, expect int64) (Placement, error)
+	// Claim atomically moves the placement to {region, epoch: expect+1, state: starting, alloc: "", lease}
+	// if its stored epoch is expect (0 meaning no row yet), and returns it. ErrConflict when another claim
+	// won. A placement that another region holds (starting or running, its lease not lapsed by the
+	// claimant's clock) is not claimed: *OwnedError (errors.Is ErrOwned) names the region.
+	Claim(ctx context.Context, issuer, user, region string, expect int64, lease time.Time) (Placement, error)
+	// Renew sets the lease of the placement if its stored epoch is epoch; ErrStaleEpoch otherwise,
+	// ErrNotFound without a placement.
+	Renew(ctx context.Context, issuer, user string, epoch int64, lease time.Time) error
 	// Update sets state and alloc if the stored epoch equals epoch; ErrStaleEpoch otherwise.
 	Update(ctx context.Context, issuer, user string, epoch int64, state State, alloc string) error
 	// SetMeter stores m with the placement if its stored epoch is epoch; ErrStaleEpoch otherwise,

@@ -29,6 +29,10 @@ type Config struct {
 	Ledger          billing.Ledger // compute seconds are recorded here, best through a *spool.Spool (docs/ARCHITECTURE.md#spool); nil disables metering
 	StartTimeout    time.Duration  // how long one sandbox may take to become ready (default 30s)
 	MeterInterval   time.Duration  // how often live sandboxes' compute seconds are recorded (default 10s)
+	// LeaseTTL is how long a placement stays held by this region without a renewal (default 30s): the
+	// supervisor renews it every LeaseTTL/3, and a claim holds it for StartTimeout + LeaseTTL. No other
+	// region may claim a user before the lease lapses (docs/ARCHITECTURE.md#leases).
+	LeaseTTL time.Duration
 	Logger          *slog.Logger
 	Metrics         prometheus.Registerer // nil: metrics are not registered
 }
@@ -86,6 +90,12 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.MeterInterval <= 0 {
 		cfg.MeterInterval = 10 * time.Second
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 30 * time.Second
+	}
+	if cfg.LeaseTTL < 3*time.Millisecond {
+		return nil, errors.New("scheduler: lease TTL must be at least 3ms")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -216,7 +226,12 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		s.metrics.starts.WithLabelValues("error").Inc()
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "placement store unavailable")
 	}
-	claimed, err := s.cfg.Placements.Claim(ctx, req.Issuer, req.User, s.cfg.Region, expect)
+	claimed, err := s.cfg.Placements.Claim(ctx, req.Issuer, req.User, s.cfg.Region, expect, time.Now().Add(s.cfg.StartTimeout+s.cfg.LeaseTTL))
+	if owned, ok := errors.AsType[*OwnedError](err); ok {
+		// Another region serves this user and its lease holds: never a second runner.
+		s.metrics.starts.WithLabelValues("owned").Inc()
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, fmt.Sprintf("this user's sandbox is served in region %s", owned.Region))
+	}
 	if errors.Is(err, ErrConflict) {
 		// Another scheduler claimed it: wait for its runner to register (Adopt may take it over).
 		unmark()

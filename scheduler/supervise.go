@@ -42,10 +42,15 @@ func (s *Scheduler) drop(l *live) {
 func (s *Scheduler) watch(l *live, m *metering, log *slog.Logger) bool {
 	tick := time.NewTicker(s.cfg.MeterInterval)
 	defer tick.Stop()
+	renew := time.NewTicker(s.cfg.LeaseTTL / 3)
+	defer renew.Stop()
+	leaseFailing := false
 	for {
 		select {
 		case <-tick.C:
 			m.due(time.Now(), false)
+		case <-renew.C:
+			leaseFailing = s.renew(l, leaseFailing, log)
 		case <-l.sb.Exited:
 			return true
 		case <-s.stop:
@@ -132,3 +137,30 @@ func (s *Scheduler) awaitUnlock(l *live) bool {
 
 // unlockWait bounds how long a supervisor waits for an exited runner's registration to go.
 const unlockWait = 2 * time.Minute
+
+// renew extends the lease of l's placement by LeaseTTL. A placement that moved on (another epoch, or
+// gone) means this runner was fenced off: it is stopped. Other failures are logged when they begin
+// (failing: the last renewal failed); it reports whether this one failed.
+func (s *Scheduler) renew(l *live, failing bool, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	err := s.cfg.Placements.Renew(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch, time.Now().Add(s.cfg.LeaseTTL))
+	switch {
+	case err == nil:
+		if failing {
+			log.Info("placement lease renewed again")
+		}
+		return false
+	case errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrNotFound):
+		log.Warn("placement moved on: stopping the fenced runner", "err", err)
+		if err := s.cfg.Driver.Stop(ctx, l.sb.Alloc); err != nil {
+			log.Warn("stop the fenced runner", "err", err)
+		}
+		return true
+	default:
+		if !failing {
+			log.Warn("renew the placement lease; retrying", "err", err)
+		}
+		return true
+	}
+}

@@ -1,7 +1,7 @@
 // Package cockroach is the production scheduler.Placements: one row per (issuer, user) in CockroachDB (and
 // in PostgreSQL, its stand-in in tests), through pgx. A claim is one compare-and-set on the epoch in a
 // SERIALIZABLE transaction, so of any number of concurrent claims with the same expected epoch, in any
-// number of processes and regions, exactly one wins; updates are fenced by the epoch (DESIGN.md §4).
+// number of processes and regions, exactly one wins; updates are fenced by the epoch (docs/ARCHITECTURE.md#placements).
 package cockroach
 
 import (
@@ -31,6 +31,7 @@ var migrations = []string{
 	)`,
 	`ALTER TABLE placements ADD COLUMN meter TEXT NOT NULL DEFAULT ''`, // scheduler.EncodeMeter
 	`CREATE INDEX placements_region_state ON placements (region, state)`,
+	`ALTER TABLE placements ADD COLUMN lease TIMESTAMPTZ`, // NULL: none
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as
@@ -95,9 +96,10 @@ func New(ctx context.Context, cfg Config) (*Placements, error) {
 func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Placement, error) {
 	pl := scheduler.Placement{Issuer: issuer, User: user}
 	var state, meter string
+	var lease *time.Time
 	err := p.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT region, epoch, state, alloc, updated, meter FROM placements
-			WHERE issuer = $1 AND "user" = $2`, issuer, user).Scan(&pl.Region, &pl.Epoch, &state, &pl.Alloc, &pl.Updated, &meter)
+		return tx.QueryRow(ctx, `SELECT region, epoch, state, alloc, updated, meter, lease FROM placements
+			WHERE issuer = $1 AND "user" = $2`, issuer, user).Scan(&pl.Region, &pl.Epoch, &state, &pl.Alloc, &pl.Updated, &meter, &lease)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, scheduler.ErrNotFound)
@@ -108,8 +110,25 @@ func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Pl
 	if err != nil {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, err)
 	}
-	pl.State, pl.Updated = scheduler.State(state), pl.Updated.UTC()
+	pl.State, pl.Updated, pl.Lease = scheduler.State(state), pl.Updated.UTC(), storedLease(lease)
 	return pl, nil
+}
+
+// storedLease reads a stored lease (NULL: none).
+func storedLease(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// leaseArg is how a lease is stored.
+func leaseArg(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }
 
 // Claim is one compare-and-set statement in a serializable transaction: an INSERT that does nothing on an
@@ -120,7 +139,7 @@ func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Pl
 // Claim is not idempotent — run twice, the second run finds the epoch moved and reports ErrConflict — so
 // an ambiguous commit (the connection failed during COMMIT) is returned as an error, classified
 // cockroachdb.Ambiguous: Get tells whether this claim won.
-func (p *Placements) Claim(ctx context.Context, issuer, user, region string, expect int64) (scheduler.Placement, error) {
+func (p *Placements) Claim(ctx context.Context, issuer, user, region string, expect int64, lease time.Time) (scheduler.Placement, error) {
 	if issuer == "" || user == "" || region == "" {
 		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s in %q: empty issuer, user or region", issuer, user, region)
 	}
@@ -129,32 +148,57 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 	}
 	now := p.now().UTC()
 	var n int64
+	var held *scheduler.OwnedError
 	err := p.tx(ctx, cockroachdb.TxOptions{}, func(tx pgx.Tx) error {
 		var sql string
-		args := []any{issuer, user, region, now}
+		args := []any{issuer, user, region, now, leaseArg(lease)}
 		if expect == 0 {
-			sql = `INSERT INTO placements (issuer, "user", region, epoch, state, alloc, updated)
-				VALUES ($1, $2, $3, 1, 'starting', '', $4)
+			sql = `INSERT INTO placements (issuer, "user", region, epoch, state, alloc, updated, lease)
+				VALUES ($1, $2, $3, 1, 'starting', '', $4, $5)
 				ON CONFLICT (issuer, "user") DO NOTHING`
 		} else {
-			sql = `UPDATE placements SET region = $3, epoch = epoch + 1, state = 'starting', alloc = '', meter = '', updated = $4
-				WHERE issuer = $1 AND "user" = $2 AND epoch = $5`
+			sql = `UPDATE placements SET region = $3, epoch = epoch + 1, state = 'starting', alloc = '', meter = '', updated = $4, lease = $5
+				WHERE issuer = $1 AND "user" = $2 AND epoch = $6
+				AND (region = $3 OR state = 'asleep' OR lease IS NULL OR lease <= $4)`
 			args = append(args, expect)
 		}
 		tag, err := tx.Exec(ctx, sql, args...)
-		n = tag.RowsAffected()
+		if n, held = tag.RowsAffected(), nil; err != nil || n == 1 || expect == 0 {
+			return err
+		}
+		// Refused: held by another region, or another claim won (read in the same transaction).
+		var stored scheduler.Placement
+		var state string
+		var storedLeaseAt *time.Time
+		err = tx.QueryRow(ctx, `SELECT region, epoch, state, lease FROM placements WHERE issuer = $1 AND "user" = $2`,
+			issuer, user).Scan(&stored.Region, &stored.Epoch, &state, &storedLeaseAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		stored.State, stored.Lease = scheduler.State(state), storedLease(storedLeaseAt)
+		if err == nil && stored.Epoch == expect && scheduler.Holds(stored, region, now) {
+			held = &scheduler.OwnedError{Region: stored.Region, Epoch: stored.Epoch, Lease: stored.Lease}
+		}
 		return err
 	})
 	if err != nil {
 		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, err)
+	}
+	if held != nil {
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, held)
 	}
 	if n != 1 {
 		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, scheduler.ErrConflict)
 	}
 	return scheduler.Placement{
 		Issuer: issuer, User: user, Region: region,
-		Epoch: expect + 1, State: scheduler.StateStarting, Updated: now,
+		Epoch: expect + 1, State: scheduler.StateStarting, Updated: now, Lease: storedLease(leaseArg(lease)),
 	}, nil
+}
+
+// Renew sets the lease under the stored epoch (see fenced).
+func (p *Placements) Renew(ctx context.Context, issuer, user string, epoch int64, lease time.Time) error {
+	return p.fenced(ctx, "renew lease of placement", issuer, user, epoch, `lease = $4`, leaseArg(lease))
 }
 
 // Update changes state and alloc only under the stored epoch (see fenced).
@@ -215,7 +259,7 @@ func (p *Placements) Active(ctx context.Context, region string) ([]scheduler.Pla
 	var out []scheduler.Placement
 	err := p.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
 		out = out[:0]
-		rows, err := tx.Query(ctx, `SELECT issuer, "user", epoch, state, alloc, updated, meter FROM placements
+		rows, err := tx.Query(ctx, `SELECT issuer, "user", epoch, state, alloc, updated, meter, lease FROM placements
 			WHERE region = $1 AND state IN ('starting', 'running') ORDER BY issuer, "user"`, region)
 		if err != nil {
 			return err
@@ -224,12 +268,13 @@ func (p *Placements) Active(ctx context.Context, region string) ([]scheduler.Pla
 		for rows.Next() {
 			pl := scheduler.Placement{Region: region}
 			var state, meter string
-			if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &state, &pl.Alloc, &pl.Updated, &meter); err != nil {
+			var lease *time.Time
+			if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &state, &pl.Alloc, &pl.Updated, &meter, &lease); err != nil {
 				return err
 			}
 			pl.State = scheduler.State(state)
 			pl.Meter, _ = scheduler.DecodeMeter(meter) // unreadable: unset (Placements.Active)
-			pl.Updated = pl.Updated.UTC()
+			pl.Updated, pl.Lease = pl.Updated.UTC(), storedLease(lease)
 			out = append(out, pl)
 		}
 		return rows.Err()

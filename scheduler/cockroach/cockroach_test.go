@@ -118,9 +118,9 @@ func TestInvalidInput(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"claim empty issuer", func() error { _, err := p.Claim(ctx, "", "u", "eu", 0); return err }},
-		{"claim empty user", func() error { _, err := p.Claim(ctx, "iss", "", "eu", 0); return err }},
-		{"claim empty region", func() error { _, err := p.Claim(ctx, "iss", "v", "", 0); return err }},
+		{"claim empty issuer", func() error { _, err := p.Claim(ctx, "", "u", "eu", 0, time.Time{}); return err }},
+		{"claim empty user", func() error { _, err := p.Claim(ctx, "iss", "", "eu", 0, time.Time{}); return err }},
+		{"claim empty region", func() error { _, err := p.Claim(ctx, "iss", "v", "", 0, time.Time{}); return err }},
 		{"update unknown state", func() error { return p.Update(ctx, "iss", "u", 1, "flying", "") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,7 +146,7 @@ func TestClosedPool(t *testing.T) {
 	pool.Close()
 	_, err = p.Get(ctx, "iss", "u")
 	assertUnavailable(t, "Get", err)
-	_, err = p.Claim(ctx, "iss", "u", "eu", 0)
+	_, err = p.Claim(ctx, "iss", "u", "eu", 0, time.Time{})
 	assertUnavailable(t, "Claim", err)
 	assertUnavailable(t, "Update", p.Update(ctx, "iss", "u", 1, scheduler.StateRunning, ""))
 }
@@ -173,7 +173,7 @@ func TestServerStoppedThenBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Claim(ctx, "iss", "u", "eu", 0); err != nil {
+	if _, err := p.Claim(ctx, "iss", "u", "eu", 0, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Stop(t)
@@ -181,7 +181,7 @@ func TestServerStoppedThenBack(t *testing.T) {
 	defer cancel()
 	_, err = p.Get(sctx, "iss", "u")
 	assertUnavailable(t, "Get", err)
-	_, err = p.Claim(sctx, "iss", "u", "eu", 1)
+	_, err = p.Claim(sctx, "iss", "u", "eu", 1, time.Time{})
 	assertUnavailable(t, "Claim", err)
 	assertUnavailable(t, "Update", p.Update(sctx, "iss", "u", 1, scheduler.StateRunning, "a1"))
 	srv.Start(t)
@@ -196,7 +196,7 @@ func TestServerStoppedThenBack(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	got, err := p.Claim(ctx, "iss", "u", "eu", 1)
+	got, err := p.Claim(ctx, "iss", "u", "eu", 1, time.Time{})
 	if err != nil || got.Epoch != 2 {
 		t.Fatalf("claim after recovery = %+v, %v; want epoch 2", got, err)
 	}

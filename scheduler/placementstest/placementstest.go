@@ -37,6 +37,68 @@ func Run(t *testing.T, open func(t *testing.T) scheduler.Placements) {
 	t.Run("UsersIndependent", func(t *testing.T) { testUsersIndependent(t, open(t)) })
 	t.Run("Meter", func(t *testing.T) { testMeter(t, open(t)) })
 	t.Run("Active", func(t *testing.T) { testActive(t, open(t)) })
+	t.Run("Lease", func(t *testing.T) { testLease(t, open(t)) })
+}
+
+// testLease: a placement another region holds under a lease that has not lapsed is not claimed (the
+// refusal names the holder); the holder's own region, a lapsed lease, an asleep placement or no lease at
+// all let the claim through; renewals are fenced by the epoch.
+func testLease(t *testing.T, p scheduler.Placements) {
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	claim := func(region string, expect int64, lease time.Time) (scheduler.Placement, error) {
+		return p.Claim(ctx, "iss", "u", region, expect, lease)
+	}
+	if _, err := claim("eu", 0, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Update(ctx, "iss", "u", 1, scheduler.StateRunning, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := claim("us", 1, later)
+	owned, ok := errors.AsType[*scheduler.OwnedError](err)
+	if !ok || !errors.Is(err, scheduler.ErrOwned) {
+		t.Fatalf("claim from another region while held: %v, want an OwnedError", err)
+	}
+	if owned.Region != "eu" || owned.Epoch != 1 || !owned.Lease.Equal(later) {
+		t.Fatalf("refusal names %+v, want region eu, epoch 1, lease %v", owned, later)
+	}
+	AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 1, State: scheduler.StateRunning, Alloc: "a1", Lease: later})
+	if _, err := claim("us", 0, later); !errors.Is(err, scheduler.ErrConflict) || errors.Is(err, scheduler.ErrOwned) {
+		t.Fatalf("claim with a wrong expect on a held placement: %v, want ErrConflict", err)
+	}
+	// The holder's region claims again (its runner is gone, its registry says so).
+	if pl, err := claim("eu", 1, later); err != nil || pl.Epoch != 2 || !pl.Lease.Equal(later) {
+		t.Fatalf("claim by the holder's region: %+v, %v", pl, err)
+	}
+	// Renewals: fenced by the epoch.
+	lapsed := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	if err := p.Renew(ctx, "iss", "u", 1, later); !errors.Is(err, scheduler.ErrStaleEpoch) {
+		t.Fatalf("renew at an old epoch: %v, want ErrStaleEpoch", err)
+	}
+	if err := p.Renew(ctx, "iss", "nobody", 1, later); !errors.Is(err, scheduler.ErrNotFound) {
+		t.Fatalf("renew of a missing placement: %v, want ErrNotFound", err)
+	}
+	if err := p.Renew(ctx, "iss", "u", 2, lapsed); err != nil {
+		t.Fatal(err)
+	}
+	AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 2, State: scheduler.StateStarting, Lease: lapsed})
+	// A lapsed lease lets another region claim.
+	if pl, err := claim("us", 2, later); err != nil || pl.Region != "us" || pl.Epoch != 3 {
+		t.Fatalf("claim after the lease lapsed: %+v, %v", pl, err)
+	}
+	// Asleep: held no more, whatever the lease says.
+	if err := p.Update(ctx, "iss", "u", 3, scheduler.StateAsleep, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim("eu", 3, time.Time{}); err != nil {
+		t.Fatalf("claim of an asleep placement: %v", err)
+	}
+	// No lease: never held.
+	AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 4, State: scheduler.StateStarting})
+	if _, err := claim("us", 4, later); err != nil {
+		t.Fatalf("claim of a placement held without a lease: %v", err)
+	}
 }
 
 func testMeter(t *testing.T, p scheduler.Placements) {
@@ -142,7 +204,7 @@ func testClaimWrongExpect(t *testing.T, p scheduler.Placements) {
 	ctx := context.Background()
 	// No row yet: only expect 0 may claim.
 	for _, expect := range []int64{1, 2, -1} {
-		if _, err := p.Claim(ctx, "iss", "u", "eu", expect); !errors.Is(err, scheduler.ErrConflict) {
+		if _, err := p.Claim(ctx, "iss", "u", "eu", expect, time.Time{}); !errors.Is(err, scheduler.ErrConflict) {
 			t.Errorf("Claim(expect %d) on missing row: %v, want ErrConflict", expect, err)
 		}
 	}
@@ -151,7 +213,7 @@ func testClaimWrongExpect(t *testing.T, p scheduler.Placements) {
 	}
 	MustClaim(t, p, "iss", "u", "eu", 0)
 	for _, expect := range []int64{0, 2, 7} {
-		if _, err := p.Claim(ctx, "iss", "u", "us", expect); !errors.Is(err, scheduler.ErrConflict) {
+		if _, err := p.Claim(ctx, "iss", "u", "us", expect, time.Time{}); !errors.Is(err, scheduler.ErrConflict) {
 			t.Errorf("Claim(expect %d) at epoch 1: %v, want ErrConflict", expect, err)
 		}
 	}
@@ -254,7 +316,7 @@ func ClaimRace(t *testing.T, stores ...scheduler.Placements) {
 			p := stores[i%len(stores)]
 			region := fmt.Sprintf("r%d", i)
 			wg.Go(func() {
-				pl, err := p.Claim(ctx, "iss", "contended", region, expect)
+				pl, err := p.Claim(ctx, "iss", "contended", region, expect, time.Time{})
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -285,7 +347,7 @@ func ClaimRace(t *testing.T, stores ...scheduler.Placements) {
 // MustClaim claims or fails the test.
 func MustClaim(t testing.TB, p scheduler.Placements, issuer, user, region string, expect int64) scheduler.Placement {
 	t.Helper()
-	pl, err := p.Claim(context.Background(), issuer, user, region, expect)
+	pl, err := p.Claim(context.Background(), issuer, user, region, expect, time.Time{})
 	if err != nil {
 		t.Fatalf("Claim(%s/%s, %s, %d): %v", issuer, user, region, expect, err)
 	}
@@ -303,13 +365,16 @@ func AssertStored(t testing.TB, p scheduler.Placements, want scheduler.Placement
 }
 
 // AssertPlacement compares every field but Updated, whose precision depends on the store; the meter's
-// times are compared as instants.
+// times and the lease are compared as instants.
 func AssertPlacement(t testing.TB, got, want scheduler.Placement) {
 	t.Helper()
 	got.Updated = want.Updated
 	gm, wm := got.Meter, want.Meter
 	if gm.WindowStart.Equal(wm.WindowStart) && gm.Anchor.Equal(wm.Anchor) {
 		got.Meter.WindowStart, got.Meter.Anchor = wm.WindowStart, wm.Anchor
+	}
+	if got.Lease.Equal(want.Lease) {
+		got.Lease = want.Lease
 	}
 	if got != want {
 		t.Fatalf("placement = %+v, want %+v", got, want)

@@ -27,6 +27,7 @@ var migrations = []string{
 	)`,
 	`ALTER TABLE placements ADD COLUMN meter TEXT NOT NULL DEFAULT ''`, // scheduler.EncodeMeter
 	`CREATE INDEX placements_region_state ON placements (region, state)`,
+	`ALTER TABLE placements ADD COLUMN lease INTEGER NOT NULL DEFAULT 0`, // Unix nanoseconds UTC; 0: none
 }
 
 // Placements is a scheduler.Placements over a SQLite file.
@@ -77,10 +78,10 @@ func (p *Placements) Close() error {
 
 func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Placement, error) {
 	pl := scheduler.Placement{Issuer: issuer, User: user}
-	var updated int64
+	var updated, lease int64
 	var meter string
-	err := p.db.QueryRowContext(ctx, `SELECT region, epoch, state, alloc, updated, meter FROM placements
-		WHERE issuer = ? AND "user" = ?`, issuer, user).Scan(&pl.Region, &pl.Epoch, &pl.State, &pl.Alloc, &updated, &meter)
+	err := p.db.QueryRowContext(ctx, `SELECT region, epoch, state, alloc, updated, meter, lease FROM placements
+		WHERE issuer = ? AND "user" = ?`, issuer, user).Scan(&pl.Region, &pl.Epoch, &pl.State, &pl.Alloc, &updated, &meter, &lease)
 	if errors.Is(err, sql.ErrNoRows) {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, scheduler.ErrNotFound)
 	}
@@ -90,13 +91,29 @@ func (p *Placements) Get(ctx context.Context, issuer, user string) (scheduler.Pl
 	if err != nil {
 		return scheduler.Placement{}, fmt.Errorf("get placement %s/%s: %w", issuer, user, err)
 	}
-	pl.Updated = time.Unix(0, updated).UTC()
+	pl.Updated, pl.Lease = time.Unix(0, updated).UTC(), unixLease(lease)
 	return pl, nil
+}
+
+// unixLease reads a stored lease (0: none).
+func unixLease(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// leaseNanos is how a lease is stored.
+func leaseNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // Active lists region's starting and running placements.
 func (p *Placements) Active(ctx context.Context, region string) ([]scheduler.Placement, error) {
-	rows, err := p.db.QueryContext(ctx, `SELECT issuer, "user", epoch, state, alloc, updated, meter FROM placements
+	rows, err := p.db.QueryContext(ctx, `SELECT issuer, "user", epoch, state, alloc, updated, meter, lease FROM placements
 		WHERE region = ? AND state IN ('starting', 'running') ORDER BY issuer, "user"`, region)
 	if err != nil {
 		return nil, fmt.Errorf("list active placements in %s: %w", region, err)
@@ -105,13 +122,13 @@ func (p *Placements) Active(ctx context.Context, region string) ([]scheduler.Pla
 	var out []scheduler.Placement
 	for rows.Next() {
 		pl := scheduler.Placement{Region: region}
-		var updated int64
+		var updated, lease int64
 		var meter string
-		if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &pl.State, &pl.Alloc, &updated, &meter); err != nil {
+		if err := rows.Scan(&pl.Issuer, &pl.User, &pl.Epoch, &pl.State, &pl.Alloc, &updated, &meter, &lease); err != nil {
 			return nil, fmt.Errorf("list active placements in %s: %w", region, err)
 		}
 		pl.Meter, _ = scheduler.DecodeMeter(meter) // unreadable: unset (Placements.Active)
-		pl.Updated = time.Unix(0, updated).UTC()
+		pl.Updated, pl.Lease = time.Unix(0, updated).UTC(), unixLease(lease)
 		out = append(out, pl)
 	}
 	if err := rows.Err(); err != nil {
@@ -121,16 +138,17 @@ func (p *Placements) Active(ctx context.Context, region string) ([]scheduler.Pla
 }
 
 // Claim is one statement: an INSERT that does nothing on an existing row when expect is 0, otherwise an
-// UPDATE guarded by the expected epoch. SQLite runs it under the database write lock, so of any number of
-// concurrent claims with the same expect exactly one changes a row.
-func (p *Placements) Claim(ctx context.Context, issuer, user, region string, expect int64) (scheduler.Placement, error) {
+// UPDATE guarded by the expected epoch and by the lease (scheduler.Holds). SQLite runs it under the
+// database write lock, so of any number of concurrent claims with the same expect exactly one changes a
+// row. A refused claim reads the row to tell a held placement (*scheduler.OwnedError) from a lost race.
+func (p *Placements) Claim(ctx context.Context, issuer, user, region string, expect int64, lease time.Time) (scheduler.Placement, error) {
 	if issuer == "" || user == "" || region == "" {
 		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s in %q: empty issuer, user or region", issuer, user, region)
 	}
 	now := p.now().UTC()
 	pl := scheduler.Placement{
 		Issuer: issuer, User: user, Region: region,
-		Epoch: expect + 1, State: scheduler.StateStarting, Updated: now,
+		Epoch: expect + 1, State: scheduler.StateStarting, Updated: now, Lease: unixLease(leaseNanos(lease)),
 	}
 	var (
 		res sql.Result
@@ -140,13 +158,14 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 	case expect < 0:
 		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, scheduler.ErrConflict)
 	case expect == 0:
-		res, err = p.db.ExecContext(ctx, `INSERT INTO placements (issuer, "user", region, epoch, state, alloc, updated)
-			VALUES (?, ?, ?, 1, 'starting', '', ?)
-			ON CONFLICT (issuer, "user") DO NOTHING`, issuer, user, region, now.UnixNano())
+		res, err = p.db.ExecContext(ctx, `INSERT INTO placements (issuer, "user", region, epoch, state, alloc, updated, lease)
+			VALUES (?, ?, ?, 1, 'starting', '', ?, ?)
+			ON CONFLICT (issuer, "user") DO NOTHING`, issuer, user, region, now.UnixNano(), leaseNanos(lease))
 	default:
 		res, err = p.db.ExecContext(ctx, `UPDATE placements
-			SET region = ?, epoch = epoch + 1, state = 'starting', alloc = '', meter = '', updated = ?
-			WHERE issuer = ? AND "user" = ? AND epoch = ?`, region, now.UnixNano(), issuer, user, expect)
+			SET region = ?, epoch = epoch + 1, state = 'starting', alloc = '', meter = '', updated = ?, lease = ?
+			WHERE issuer = ? AND "user" = ? AND epoch = ? AND (region = ? OR state = 'asleep' OR lease <= ?)`,
+			region, now.UnixNano(), leaseNanos(lease), issuer, user, expect, region, now.UnixNano())
 	}
 	if err != nil {
 		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, err)
@@ -156,9 +175,23 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, err)
 	}
 	if n != 1 {
-		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, scheduler.ErrConflict)
+		return scheduler.Placement{}, fmt.Errorf("claim placement %s/%s at epoch %d: %w", issuer, user, expect, p.refusal(ctx, issuer, user, region, expect, now))
 	}
 	return pl, nil
+}
+
+// refusal tells why a claim changed no row: the placement is held by another region (*OwnedError), or
+// another claim won (ErrConflict).
+func (p *Placements) refusal(ctx context.Context, issuer, user, region string, expect int64, now time.Time) error {
+	if stored, err := p.Get(ctx, issuer, user); err == nil && stored.Epoch == expect && scheduler.Holds(stored, region, now) {
+		return &scheduler.OwnedError{Region: stored.Region, Epoch: stored.Epoch, Lease: stored.Lease}
+	}
+	return scheduler.ErrConflict
+}
+
+// Renew sets the lease under the stored epoch (see fenced).
+func (p *Placements) Renew(ctx context.Context, issuer, user string, epoch int64, lease time.Time) error {
+	return p.fenced(ctx, "renew lease of placement", issuer, user, epoch, `lease = ?`, leaseNanos(lease))
 }
 
 // Update changes state and alloc only under the stored epoch (see fenced).

@@ -110,9 +110,9 @@ func TestInvalidInput(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"claim empty issuer", func() error { _, err := p.Claim(ctx, "", "u", "eu", 0); return err }},
-		{"claim empty user", func() error { _, err := p.Claim(ctx, "iss", "", "eu", 0); return err }},
-		{"claim empty region", func() error { _, err := p.Claim(ctx, "iss", "v", "", 0); return err }},
+		{"claim empty issuer", func() error { _, err := p.Claim(ctx, "", "u", "eu", 0, time.Time{}); return err }},
+		{"claim empty user", func() error { _, err := p.Claim(ctx, "iss", "", "eu", 0, time.Time{}); return err }},
+		{"claim empty region", func() error { _, err := p.Claim(ctx, "iss", "v", "", 0, time.Time{}); return err }},
 		{"update unknown state", func() error { return p.Update(ctx, "iss", "u", 1, "flying", "") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
