@@ -33,8 +33,8 @@ type Config struct {
 	// supervisor renews it every LeaseTTL/3, and a claim holds it for StartTimeout + LeaseTTL. No other
 	// region may claim a user before the lease lapses (docs/ARCHITECTURE.md#leases).
 	LeaseTTL time.Duration
-	Logger          *slog.Logger
-	Metrics         prometheus.Registerer // nil: metrics are not registered
+	Logger   *slog.Logger
+	Metrics  prometheus.Registerer // nil: metrics are not registered
 }
 
 // Request asks for the sandbox of (Issuer, User); Account is charged for its compute time, up to
