@@ -3,6 +3,9 @@
 #
 #   nomad job run -var region=eu-west -var 'datacenters=["eu-west-1a","eu-west-1b"]' jobs/edge.nomad.hcl
 #
+# On Nomad 1.6 add -var vault_legacy_token=true (Vault tokens from the servers instead of workload identity;
+# see the README, "Nomad, Consul and Vault versions").
+#
 # Secrets (database URL, the key shared with the scheduler) come from Vault through a template into the
 # task's secrets directory; VAULT_TOKEN (the edge reads signing keys from Vault) comes from Nomad's Vault
 # integration. None of them is in this file or on a command line.
@@ -44,9 +47,22 @@ variable "vault_addr" {
   default = "https://vault.service.consul:8200"
 }
 
+variable "vault_role" {
+  type        = string
+  default     = "warren-edge"
+  description = "Nomad 1.7 and later: the role of Vault's JWT auth method for Nomad workload identities this task logs in with"
+}
+
+variable "vault_legacy_token" {
+  type        = bool
+  default     = false
+  description = "Nomad 1.6 (whose servers derive task tokens from their own Vault token): the legacy token flow with vault_policies instead of vault_role"
+}
+
 variable "vault_policies" {
-  type    = list(string)
-  default = ["warren-edge"]
+  type        = list(string)
+  default     = ["warren-edge"]
+  description = "with vault_legacy_token: the Vault policies of the task's token"
 }
 
 variable "secrets_path" {
@@ -113,9 +129,34 @@ job "warren-edge" {
         ]
       }
 
-      vault {
-        policies    = var.vault_policies
-        change_mode = "restart"
+      # VAULT_TOKEN and the templates' Vault access. Nomad 1.7 and later: the task's workload identity for
+      # Vault (vault_default, audience vault.io) is exchanged for a token of vault_role at Vault's JWT auth
+      # method; Nomad 1.10 has no other way. Nomad 1.6 has no workload identity for Vault: with
+      # vault_legacy_token its servers derive a token with vault_policies from their own Vault token. The
+      # blocks are dynamic so that the form not chosen is never decoded (Nomad 1.6 knows no vault.role).
+      dynamic "vault" {
+        for_each = var.vault_legacy_token ? [] : [1]
+        content {
+          role        = var.vault_role
+          change_mode = "restart"
+        }
+      }
+
+      dynamic "identity" {
+        for_each = var.vault_legacy_token ? [] : [1]
+        content {
+          name = "vault_default"
+          aud  = ["vault.io"]
+          ttl  = "1h"
+        }
+      }
+
+      dynamic "vault" {
+        for_each = var.vault_legacy_token ? [1] : []
+        content {
+          policies    = var.vault_policies
+          change_mode = "restart"
+        }
       }
 
       # WARREN_DB and WARREN_SCHEDULER_KEY from Vault.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ func TestSpecs(t *testing.T) {
 	cs := testenv.StartConsul(t)
 	ns := testenv.StartNomad(t, testenv.NomadOptions{ConsulAddr: cs.Addr(), VaultAddr: vs.Addr(), VaultToken: vs.RootToken()})
 	t.Run("ValidateAndPlan", func(t *testing.T) { validateAndPlan(t, ns) })
+	t.Run("ServiceJobsUseWorkloadIdentityForVault", func(t *testing.T) { serviceJobsUseWorkloadIdentity(t, ns) })
 	t.Run("DriverJobIsTheCLIJob", func(t *testing.T) { driverJobIsTheCLIJob(t, ns) })
 	t.Run("SandboxTemplateRequiresIdentity", func(t *testing.T) { sandboxTemplateRequiresIdentity(t, ns) })
 }
@@ -43,6 +45,9 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 	}
 	warren := testenv.WarrenBinary(t)
 	dir := t.TempDir()
+	// Nomad 1.6 has no workload identity for Vault: the service jobs take the legacy token flow there
+	// (README, "Nomad, Consul and Vault versions"); 1.7 and later run their default, vault.role.
+	legacy := nomadBefore(t, client, 1, 7)
 	// The roles run with driver=raw_exec here: the dev agent in this container has no usable exec driver
 	// (it needs cgroups Nomad can manage); production keeps the default, exec. One instance each: the dev
 	// agent is one node and the edge asks for distinct hosts.
@@ -62,6 +67,9 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if legacy && tc.name != "sandbox" {
+				tc.vars["vault_legacy_token"] = true
+			}
 			file := filepath.Join(dir, tc.name+".nomad.hcl")
 			if err := os.WriteFile(file, tc.spec, 0o644); err != nil {
 				t.Fatal(err)
@@ -110,6 +118,66 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 			}
 		})
 	}
+}
+
+// By default each service job's task logs in to Vault with its workload identity: vault.role and a
+// vault_default identity for Vault's audience, and no policies; vault_legacy_token switches to policies
+// alone (Nomad 1.6). Both forms go through the agent's parse endpoint. (The agent built here is Nomad 1.6.1
+// with the nomad/api of early 2024, whose job structs already have vault.role and named identities, so it
+// parses the default form; Nomad 1.6.1 itself would not, and its servers drop the role: there the jobs
+// run with vault_legacy_token, as validateAndPlan does.)
+func serviceJobsUseWorkloadIdentity(t *testing.T, ns *testenv.NomadServer) {
+	client, err := api.NewClient(&api.Config{Address: ns.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		spec []byte
+	}{{"edge", jobs.Edge}, {"scheduler", jobs.Scheduler}, {"billing", jobs.Billing}} {
+		t.Run(tc.name, func(t *testing.T) {
+			job, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(tc.spec), Variables: `{"region":"r1"}`})
+			if err != nil {
+				t.Fatal(err)
+			}
+			task := job.TaskGroups[0].Tasks[0]
+			if task.Vault == nil || task.Vault.Role != "warren-"+tc.name || len(task.Vault.Policies) != 0 {
+				t.Fatalf("vault %+v, want role warren-%s and no policies", task.Vault, tc.name)
+			}
+			var vaultID *api.WorkloadIdentity
+			for _, id := range task.Identities {
+				if id.Name == "vault_default" {
+					vaultID = id
+				}
+			}
+			if vaultID == nil || !slices.Equal(vaultID.Audience, []string{"vault.io"}) || vaultID.TTL <= 0 {
+				t.Fatalf("identities %+v, want vault_default for audience vault.io with a TTL", task.Identities)
+			}
+
+			job, err = client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(tc.spec), Variables: `{"region":"r1","vault_legacy_token":true}`})
+			if err != nil {
+				t.Fatal(err)
+			}
+			task = job.TaskGroups[0].Tasks[0]
+			if task.Vault == nil || task.Vault.Role != "" || !slices.Equal(task.Vault.Policies, []string{"warren-" + tc.name}) || len(task.Identities) != 0 {
+				t.Fatalf("legacy token flow: vault %+v, identities %+v, want policies [warren-%s] alone", task.Vault, task.Identities, tc.name)
+			}
+		})
+	}
+}
+
+// nomadBefore reports whether the agent behind client is a Nomad older than major.minor.
+func nomadBefore(t *testing.T, client *api.Client, major, minor int) bool {
+	t.Helper()
+	self, err := client.Agent().Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maj, min int
+	if _, err := fmt.Sscanf(self.Member.Tags["build"], "%d.%d", &maj, &min); err != nil {
+		t.Fatalf("Nomad build %q: %v", self.Member.Tags["build"], err)
+	}
+	return maj < major || (maj == major && min < minor)
 }
 
 // The sandbox job the driver produces (template + JSON variables through /v1/jobs/parse) is the job the
@@ -179,6 +247,8 @@ func driverJobIsTheCLIJob(t *testing.T, ns *testenv.NomadServer) {
 		{"Restart", *got.TaskGroups[0].RestartPolicy, *want.TaskGroups[0].RestartPolicy},
 		{"Reschedule", *got.TaskGroups[0].ReschedulePolicy, *want.TaskGroups[0].ReschedulePolicy},
 		{"StopAfterClientDisconnect", *got.TaskGroups[0].StopAfterClientDisconnect, *want.TaskGroups[0].StopAfterClientDisconnect},
+		// The driver adds the disconnect block Nomad 1.8 and later read (the template cannot have it).
+		{"Disconnect.StopOnClientAfter", fmt.Sprint(got.TaskGroups[0].Disconnect.StopOnClientAfter != nil && *got.TaskGroups[0].Disconnect.StopOnClientAfter == *want.TaskGroups[0].StopAfterClientDisconnect), "true"},
 		{"Networks", fmt.Sprint(got.TaskGroups[0].Networks[0].DynamicPorts), fmt.Sprint(want.TaskGroups[0].Networks[0].DynamicPorts)},
 		{"Driver", got.TaskGroups[0].Tasks[0].Driver, want.TaskGroups[0].Tasks[0].Driver},
 		{"Config", got.TaskGroups[0].Tasks[0].Config, want.TaskGroups[0].Tasks[0].Config},

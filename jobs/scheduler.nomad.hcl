@@ -4,6 +4,9 @@
 #
 #   nomad job run -var region=eu-west jobs/scheduler.nomad.hcl
 #
+# On Nomad 1.6 add -var vault_legacy_token=true (Vault tokens from the servers instead of workload identity;
+# see the README, "Nomad, Consul and Vault versions").
+#
 # Secrets (database URL, the key shared with the edges, a Nomad token allowed to submit sandbox jobs) come
 # from Vault through templates into the task's secrets directory, never from this file or a command line.
 
@@ -55,9 +58,22 @@ variable "runner_args" {
   description = "extra flags for every runner, each passed as -runner-arg (e.g. -s3-bucket=snapshots)"
 }
 
+variable "vault_role" {
+  type        = string
+  default     = "warren-scheduler"
+  description = "Nomad 1.7 and later: the role of Vault's JWT auth method for Nomad workload identities this task logs in with"
+}
+
+variable "vault_legacy_token" {
+  type        = bool
+  default     = false
+  description = "Nomad 1.6 (whose servers derive task tokens from their own Vault token): the legacy token flow with vault_policies instead of vault_role"
+}
+
 variable "vault_policies" {
-  type    = list(string)
-  default = ["warren-scheduler"]
+  type        = list(string)
+  default     = ["warren-scheduler"]
+  description = "with vault_legacy_token: the Vault policies of the task's token"
 }
 
 variable "secrets_path" {
@@ -137,9 +153,34 @@ job "warren-scheduler" {
         ], flatten([for a in var.runner_args : ["-runner-arg", a]]))
       }
 
-      vault {
-        policies    = var.vault_policies
-        change_mode = "restart"
+      # VAULT_TOKEN and the templates' Vault access. Nomad 1.7 and later: the task's workload identity for
+      # Vault (vault_default, audience vault.io) is exchanged for a token of vault_role at Vault's JWT auth
+      # method; Nomad 1.10 has no other way. Nomad 1.6 has no workload identity for Vault: with
+      # vault_legacy_token its servers derive a token with vault_policies from their own Vault token. The
+      # blocks are dynamic so that the form not chosen is never decoded (Nomad 1.6 knows no vault.role).
+      dynamic "vault" {
+        for_each = var.vault_legacy_token ? [] : [1]
+        content {
+          role        = var.vault_role
+          change_mode = "restart"
+        }
+      }
+
+      dynamic "identity" {
+        for_each = var.vault_legacy_token ? [] : [1]
+        content {
+          name = "vault_default"
+          aud  = ["vault.io"]
+          ttl  = "1h"
+        }
+      }
+
+      dynamic "vault" {
+        for_each = var.vault_legacy_token ? [1] : []
+        content {
+          policies    = var.vault_policies
+          change_mode = "restart"
+        }
       }
 
       # WARREN_DB, WARREN_SCHEDULER_KEY and NOMAD_TOKEN from Vault.
