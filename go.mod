@@ -10,6 +10,7 @@ require (
 	github.com/google/nftables v0.3.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/quic-go/quic-go v0.65.0
 	golang.org/x/sync v0.24.0
 	modernc.org/sqlite v1.61.1
 )
