@@ -113,11 +113,8 @@ job "warren-billing" {
         ]
       }
 
-      # VAULT_TOKEN and the templates' Vault access. Nomad 1.7 and later: the task's workload identity for
-      # Vault (vault_default, audience vault.io) is exchanged for a token of vault_role at Vault's JWT auth
-      # method; Nomad 1.10 has no other way. Nomad 1.6 has no workload identity for Vault: with
-      # vault_legacy_token its servers derive a token with vault_policies from their own Vault token. The
-      # blocks are dynamic so that the form not chosen is never decoded (Nomad 1.6 knows no vault.role).
+      # VAULT_TOKEN and the templates' Vault access: workload identity, or with vault_legacy_token Nomad 1.6's
+      # token flow (see jobs/edge.nomad.hcl).
       dynamic "vault" {
         for_each = var.vault_legacy_token ? [] : [1]
         content {
