@@ -153,6 +153,21 @@ func serviceJobsUseWorkloadIdentity(t *testing.T, ns *testenv.NomadServer) {
 			if vaultID == nil || !slices.Equal(vaultID.Audience, []string{"vault.io"}) || vaultID.TTL <= 0 {
 				t.Fatalf("identities %+v, want vault_default for audience vault.io with a TTL", task.Identities)
 			}
+			// Nomad 1.6's servers refuse that form (they drop the role, and a vault block needs policies):
+			// loudly, not a task without a token.
+			if nomadBefore(t, client, 1, 7) {
+				resp, _, err := client.Jobs().Validate(job, nil)
+				msg := fmt.Sprint(err)
+				if err == nil {
+					msg = resp.Error
+				}
+				if msg == "" {
+					t.Fatal("Nomad 1.6 accepted the workload-identity form")
+				}
+				if !strings.Contains(msg, "Policy list cannot be empty") {
+					t.Fatalf("Nomad 1.6 refused the workload-identity form for another reason: %s", msg)
+				}
+			}
 
 			job, err = client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(tc.spec), Variables: `{"region":"r1","vault_legacy_token":true}`})
 			if err != nil {
