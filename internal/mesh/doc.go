@@ -1,12 +1,13 @@
 // Package mesh is the edge-to-edge transport of the multi-region mesh (issue #10): a Node per edge process
-// opens streams to the edges of other regions and accepts theirs, over QUIC (quic-go).
+// opens streams to the edges of other regions and accepts theirs, over QUIC (quic-go). README.md beside
+// this file says what it guarantees, its limits and what it costs, measured.
 //
 //   - Mutual TLS 1.3. Each edge's certificate names its region in a URI SAN urn:warren:region:<name>
 //     (ValidRegion). Both sides verify the peer's chain against Config.Roots; the listener also requires the
 //     region to be one of Config.KnownRegions, and the dialer that it is the region it dialed. Refusals are
 //     typed (ErrUntrusted, ErrUnknownRegion, ErrRegionMismatch; the refused side sees ErrHandshakeRefused) and
 //     counted in warren_mesh_failures_total. Certificates come from a function, so rotation needs no restart:
-//     DevCA for development.
+//     DevCA for development, VaultSource (Vault's PKI engine) in production.
 //   - One QUIC connection per peer (region and address), shared by all Opens, redialed transparently when it
 //     died. One QUIC stream per forwarded client connection or request; each starts with a small versioned
 //     Header (kind, request id, issuer, user, epoch) that the accepting node parses, bounded, and

@@ -37,20 +37,21 @@ type testNode struct {
 	addr string // where it listens, if it does
 }
 
-// newNode makes a node of region with a certificate of ca (the roots are ca's too unless edit changes them),
-// closed when t ends.
+// newNode makes a node of region with a certificate of ca and ca as its roots (unless ca is nil or edit changes
+// them), closed when t ends.
 func newNode(t testing.TB, ca *CA, region string, handler func(context.Context, string, *Stream), edit ...func(*Config)) *testNode {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := Config{
 		Region:       region,
-		Certificate:  ca.Source(region),
-		Roots:        ca.Roots(),
 		KnownRegions: known,
 		Handler:      handler,
 		Logger:       testLogger(t),
 		Metrics:      reg,
 		DialAddr:     "127.0.0.1:0",
+	}
+	if ca != nil {
+		cfg.Certificate, cfg.Roots = ca.Source(region), ca.Roots()
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -140,5 +141,30 @@ func testCtx(t testing.TB) context.Context {
 
 // testLogger logs to t's output, shown when the test fails or runs with -v.
 func testLogger(t testing.TB) *slog.Logger {
+	if _, ok := t.(*testing.B); ok {
+		return slog.New(slog.DiscardHandler) // benchmarks print their figures only
+	}
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// pair is an eu node serving handler on loopback and a us node to open streams to it, with certificates of
+// one CA; edit applies to both.
+func pair(t testing.TB, handler func(context.Context, string, *Stream), edit ...func(*Config)) (ca *CA, eu, us *testNode) {
+	t.Helper()
+	ca = testCA(t)
+	eu = newNode(t, ca, regionEU, handler, edit...)
+	eu.listen(t, "")
+	us = newNode(t, ca, regionUS, nil, edit...)
+	return ca, eu, us
+}
+
+// open opens a stream of kind from n to eu, closed when t ends.
+func (n *testNode) open(t testing.TB, eu *testNode, kind Kind) *Stream {
+	t.Helper()
+	s, err := n.Open(testCtx(t), regionEU, eu.addr, Header{Kind: kind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

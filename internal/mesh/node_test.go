@@ -44,14 +44,13 @@ func roundTrip(t testing.TB, s *Stream, msg []byte) []byte {
 // Two nodes exchange data both ways on one stream, the header arrives as sent, each side knows the other's
 // region, and the metrics count the stream and its bytes on both sides.
 func TestExchange(t *testing.T) {
-	ca := testCA(t)
 	type seen struct {
 		from string
 		h    Header
 		req  string
 	}
 	got := make(chan seen, 1)
-	eu := newNode(t, ca, regionEU, func(ctx context.Context, from string, s *Stream) {
+	_, eu, us := pair(t, func(ctx context.Context, from string, s *Stream) {
 		req, err := io.ReadAll(s)
 		if err != nil {
 			t.Errorf("handler read: %v", err)
@@ -60,8 +59,6 @@ func TestExchange(t *testing.T) {
 		got <- seen{from, s.Header(), string(req)}
 		fmt.Fprintf(s, "hello %s, this is %s", s.Peer(), regionEU)
 	})
-	us := newNode(t, ca, regionUS, nil)
-	eu.listen(t, "")
 
 	h := Header{Kind: KindHTTP, RequestID: "req-1", Issuer: "acme", User: "user-7", Epoch: 3}
 	s, err := us.Open(testCtx(t), regionEU, eu.addr, h)
@@ -109,10 +106,7 @@ func TestExchange(t *testing.T) {
 
 // 100 streams at once over one connection, each echoing its own 64 KiB intact.
 func TestConcurrentStreams(t *testing.T) {
-	ca := testCA(t)
-	eu := newNode(t, ca, regionEU, echo)
-	us := newNode(t, ca, regionUS, nil)
-	eu.listen(t, "")
+	_, eu, us := pair(t, echo)
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
 	for i := range 100 {
@@ -207,10 +201,7 @@ func TestRefusesUnknownRegion(t *testing.T) {
 
 // A dialer that reaches a node whose certificate names another region than the one it dialed refuses it.
 func TestRefusesRegionMismatch(t *testing.T) {
-	ca := testCA(t)
-	eu := newNode(t, ca, regionEU, echo)
-	eu.listen(t, "")
-	us := newNode(t, ca, regionUS, nil)
+	_, eu, us := pair(t, echo)
 
 	_, err := us.Open(testCtx(t), regionAP, eu.addr, Header{Kind: KindHTTP})
 	if !errors.Is(err, ErrRegionMismatch) {
@@ -219,27 +210,15 @@ func TestRefusesRegionMismatch(t *testing.T) {
 	if v := us.metric(t, "warren_mesh_failures_total", "peer", regionAP, "reason", ReasonRegionMismatch); v != 1 {
 		t.Errorf("us counted %v mismatches", v)
 	}
-	// The right region at the same address still works.
-	s, err := us.Open(testCtx(t), regionEU, eu.addr, Header{Kind: KindHTTP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	us.open(t, eu, KindHTTP) // the right region at the same address still works
 }
 
 // A stream whose header is malformed, of another version or of an unknown kind is refused by the acceptor
 // with its reason, and counted; the connection stays up for good streams.
 func TestRefusesBadHeader(t *testing.T) {
-	ca := testCA(t)
-	eu := newNode(t, ca, regionEU, echo)
-	eu.listen(t, "")
-	us := newNode(t, ca, regionUS, nil)
+	_, eu, us := pair(t, echo)
 	ctx := testCtx(t)
-	s, err := us.Open(ctx, regionEU, eu.addr, Header{Kind: KindHTTP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	s := us.open(t, eu, KindHTTP)
 	good, _ := AppendHeader(nil, Header{Kind: KindHTTP})
 	for _, c := range []struct {
 		b    []byte
@@ -260,11 +239,7 @@ func TestRefusesBadHeader(t *testing.T) {
 	if v := us.metric(t, "warren_mesh_failures_total", "peer", regionEU, "reason", ReasonStreamRefused); v != 3 {
 		t.Errorf("us counted %v refused streams", v)
 	}
-	if s, err := us.Open(ctx, regionEU, eu.addr, Header{Kind: KindHTTP}); err != nil {
-		t.Fatalf("after refusals: %v", err)
-	} else {
-		s.Close()
-	}
+	us.open(t, eu, KindHTTP) // after the refusals
 	if v := us.metric(t, "warren_mesh_connections", "peer", regionEU); v != 1 {
 		t.Errorf("%v connections, want the one", v)
 	}
@@ -275,23 +250,16 @@ func TestRefusesBadHeader(t *testing.T) {
 // again, everything arrives.
 func TestBackpressure(t *testing.T) {
 	const window = 64 << 10
-	ca := testCA(t)
 	resume := make(chan struct{})
 	received := make(chan int64, 1)
-	eu := newNode(t, ca, regionEU, func(ctx context.Context, _ string, s *Stream) {
+	_, eu, us := pair(t, func(ctx context.Context, _ string, s *Stream) {
 		var first [1024]byte
 		io.ReadFull(s, first[:])
 		<-resume // stop reading
 		n, _ := io.Copy(io.Discard, s)
 		received <- n + int64(len(first))
 	}, func(c *Config) { c.StreamWindow = window })
-	eu.listen(t, "")
-	us := newNode(t, ca, regionUS, nil)
-	s, err := us.Open(testCtx(t), regionEU, eu.addr, Header{Kind: KindWebSocket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := us.open(t, eu, KindWebSocket)
 
 	// One Write of 32 windows: it cannot complete while the reader is stopped. The deadline only turns a
 	// blocked Write into a result; the assertion is on bytes, whatever the machine's speed.
@@ -415,17 +383,9 @@ func TestKeepAlive(t *testing.T) {
 		survives  bool
 	}{{"on", 100 * time.Millisecond, true}, {"off", -1, false}} {
 		t.Run(c.name, func(t *testing.T) {
-			ca := testCA(t)
-			timing := func(cfg *Config) { cfg.IdleTimeout, cfg.KeepAlive = idle, c.keepAlive }
-			eu := newNode(t, ca, regionEU, echo, timing)
-			eu.listen(t, "")
-			us := newNode(t, ca, regionUS, nil, timing)
+			_, eu, us := pair(t, echo, func(cfg *Config) { cfg.IdleTimeout, cfg.KeepAlive = idle, c.keepAlive })
 			ctx := testCtx(t)
-			s, err := us.Open(ctx, regionEU, eu.addr, Header{Kind: KindWebSocket})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := us.open(t, eu, KindWebSocket)
 			conn := s.conn
 			if !c.survives {
 				select { // the test's deadline turns a connection that never times out into a failure
@@ -498,20 +458,13 @@ func TestOpenHonoursContext(t *testing.T) {
 
 // A closed node refuses Opens, and Close waits for handlers.
 func TestClose(t *testing.T) {
-	ca := testCA(t)
 	var running atomic.Int32
-	eu := newNode(t, ca, regionEU, func(ctx context.Context, _ string, s *Stream) {
+	_, eu, us := pair(t, func(ctx context.Context, _ string, s *Stream) {
 		running.Add(1)
 		defer running.Add(-1)
 		<-ctx.Done()
 	})
-	eu.listen(t, "")
-	us := newNode(t, ca, regionUS, nil)
-	s, err := us.Open(testCtx(t), regionEU, eu.addr, Header{Kind: KindHTTP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	us.open(t, eu, KindHTTP)
 	if err := eu.Close(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
