@@ -210,8 +210,8 @@ func (n *Node) serverTLS() *tls.Config {
 			return n.cfg.Certificate()
 		},
 		// The chain and the region are checked by VerifyConnection against Roots, so that each refusal is
-		// counted with its reason; a client without a certificate is refused there too.
-		ClientAuth:       tls.RequireAnyClientCert,
+		// counted with its reason; a client without a certificate is refused there too (untrusted).
+		ClientAuth:       tls.RequestClientCert,
 		VerifyConnection: n.verifier(x509.ExtKeyUsageClientAuth, "", nil),
 	}
 }

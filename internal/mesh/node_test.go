@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -153,6 +154,16 @@ func TestRefusesOtherCA(t *testing.T) {
 	}
 	if v := intruder.metric(t, "warren_mesh_failures_total", "peer", regionEU, "reason", ReasonHandshakeRefused); v != 1 {
 		t.Errorf("the intruder counted %v refused handshakes", v)
+	}
+	// A dialer without a certificate is refused the same way.
+	anonymous := newNode(t, ca, regionUS, nil, func(c *Config) {
+		c.Certificate = func() (*tls.Certificate, error) { return &tls.Certificate{}, nil }
+	})
+	if _, err := anonymous.Open(testCtx(t), regionEU, eu.addr, Header{Kind: KindHTTP}); !errors.Is(err, ErrHandshakeRefused) {
+		t.Fatalf("Open without a certificate: %v, want ErrHandshakeRefused", err)
+	}
+	if v := eu.metric(t, "warren_mesh_failures_total", "peer", "unknown", "reason", ReasonUntrusted); v != 2 {
+		t.Errorf("eu counted %v untrusted peers, want 2", v)
 	}
 	if v := eu.metric(t, "warren_mesh_connections"); v != 0 {
 		t.Errorf("eu holds %v connections", v)
