@@ -178,6 +178,9 @@ func (n *Node) quicConfig(incomingStreams int64) *quic.Config {
 		MaxConnectionReceiveWindow:     n.cfg.ConnectionWindow,
 		MaxIncomingStreams:             incomingStreams,
 		MaxIncomingUniStreams:          -1,
+		// A Handler that aborts its stream at once still has the header's acknowledgement delivered
+		// (RESET_STREAM_AT up to the reliable boundary set after it), so the opener sees a reset, not a refusal.
+		EnableStreamResetPartialDelivery: true,
 	}
 }
 
@@ -404,6 +407,7 @@ func (n *Node) serveStream(conn *quic.Conn, region string, qs *quic.Stream) {
 		n.m.accepted.WithLabelValues(region, ReasonOther).Inc()
 		return
 	}
+	qs.SetReliableBoundary()
 	qs.SetWriteDeadline(time.Time{})
 	n.m.accepted.WithLabelValues(region, reasonOK).Inc()
 	s := newStream(qs, conn, region, dirIn, h, &n.m)

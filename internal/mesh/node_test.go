@@ -486,3 +486,32 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Open on a closed node: %v", err)
 	}
 }
+
+// A stream the peer aborts fails with ErrStreamReset on this side and is counted; a peer that never answers
+// the handshake is ErrDial once HandshakeTimeout has passed, counted as dial_failed.
+func TestResetAndDialFailure(t *testing.T) {
+	_, eu, us := pair(t, func(ctx context.Context, _ string, s *Stream) { s.Abort() },
+		func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
+	s := us.open(t, eu, KindWebSocket)
+	if _, err := io.ReadAll(s); !errors.Is(err, ErrStreamReset) {
+		t.Fatalf("read of an aborted stream: %v, want ErrStreamReset", err)
+	}
+	if v := us.metric(t, "warren_mesh_failures_total", "peer", regionEU, "reason", ReasonStreamReset); v != 1 {
+		t.Errorf("%v resets counted", v)
+	}
+
+	silent, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if _, err := us.Open(testCtx(t), regionAP, silent.LocalAddr().String(), Header{Kind: KindHTTP}); !errors.Is(err, ErrDial) {
+		t.Fatalf("Open to a silent peer: %v, want ErrDial", err)
+	}
+	if v := us.metric(t, "warren_mesh_failures_total", "peer", regionAP, "reason", ReasonDialFailed); v != 1 {
+		t.Errorf("%v dial failures counted", v)
+	}
+	if v := us.metric(t, "warren_mesh_streams_opened_total", "peer", regionAP, "outcome", ReasonDialFailed); v != 1 {
+		t.Errorf("%v failed opens counted", v)
+	}
+}
