@@ -1,4 +1,4 @@
-# The billing role (DESIGN.md §5): the admin API (issuers, quotas, prices, usage) over CockroachDB, with
+# The billing role (docs/ARCHITECTURE.md#billing): the admin API (issuers, quotas, prices, usage) over CockroachDB, with
 # issuer signing keys kept in Vault. Stateless; two instances for availability.
 #
 #   nomad job run -var region=eu-west jobs/billing.nomad.hcl

@@ -1,4 +1,4 @@
-# The edge role (DESIGN.md §2): the public WebSocket/HTTP front door. Stateless; runs on every edge node
+# The edge role (docs/ARCHITECTURE.md#edge): the public WebSocket/HTTP front door. Stateless; runs on every edge node
 # behind the load balancer, which finds the instances through the Consul service "warren-edge".
 #
 #   nomad job run -var region=eu-west -var 'datacenters=["eu-west-1a","eu-west-1b"]' jobs/edge.nomad.hcl

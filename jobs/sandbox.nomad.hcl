@@ -1,4 +1,4 @@
-# The per-user sandbox job (DESIGN.md §4, §7): one `warren runner` for one (issuer, user) at one placement
+# The per-user sandbox job (docs/ARCHITECTURE.md#single-ownership, #security-boundary): one `warren runner` for one (issuer, user) at one placement
 # epoch.
 #
 # This file is a TEMPLATE the scheduler fills at run time: its Nomad driver (scheduler/nomad) sends this very
@@ -12,7 +12,7 @@
 # go to meta and to the runner's flags only). The epoch, not Nomad, is the sandbox's identity: a failed or
 # lost allocation is never restarted or rescheduled by Nomad; the next connection claims a new epoch, which
 # is a new job. Two runners of one user never serve at once because each holds its user's Consul lock
-# (DESIGN.md §4) and stops when it loses it.
+# (docs/ARCHITECTURE.md#owner-lock) and stops when it loses it.
 #
 # Readiness. The runner generates its own bearer key, listens on the "api" port, then registers itself
 # (address, key, epoch, allocation id) under its user's lock in Consul; the driver waits for that entry.
@@ -215,7 +215,7 @@ job "sandbox" {
 
       # Production: the model API key comes from Vault into the task's secrets directory and environment,
       # never into this file or the scheduler's flags (the runner unsets it at once and keeps it in its
-      # model proxy, DESIGN.md §7). With Nomad's Vault integration configured:
+      # model proxy, docs/ARCHITECTURE.md#security-boundary). With Nomad's Vault integration configured:
       #
       #   vault {
       #     role        = "warren-runner"   # Nomad 1.7+: workload identity; on 1.6: policies = ["warren-runner"]

@@ -1,4 +1,4 @@
-# The scheduler role (DESIGN.md §2, §4): claims placements in CockroachDB and starts each user's sandbox as a
+# The scheduler role (docs/ARCHITECTURE.md#scheduler, #placements): claims placements in CockroachDB and starts each user's sandbox as a
 # Nomad job from jobs/sandbox.nomad.hcl (embedded in the binary). One instance per region: placements are
 # claimed with compare-and-set, so a second instance during a deployment is safe, but one is enough.
 #

@@ -58,6 +58,7 @@ type Runner struct {
 	lastActive atomic.Int64      // unix nanos of the last authenticated request
 	stop       func(cause error) // ends Run (idle sleep, fencing); set by Run
 	hub        *session.Hub
+	lease      leaseWatch
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -116,7 +117,8 @@ func (r *Runner) RunningCommands() int { return int(r.running.Load()) }
 
 // Run listens on cfg.Listen and serves until ctx ends, then shuts down: it stops accepting, kills running
 // commands, closes agent connections (1001), waits for handlers and turns, all bounded by
-// ShutdownTimeout. It returns nil after a clean shutdown. Run may be called once.
+// ShutdownTimeout. It returns nil after a clean shutdown, and an error wrapping ErrFencedOff when it stopped
+// because it was fenced (a newer epoch's snapshot, a lost owner lock, a lapsed lease). Run may be called once.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -131,6 +133,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	r.stop = stop
+	defer r.stopLeaseWatch()
 	if err := r.restore(ctx); err != nil {
 		return err
 	}
@@ -213,7 +216,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		err := r.shutdown(srv, hub, stopWork, &a.conns)
 		return errors.Join(err, r.afterShutdown(context.Cause(ctx)))
 	})
-	return g.Wait()
+	err = g.Wait()
+	if cause := context.Cause(ctx); errors.Is(cause, ErrFencedOff) {
+		// Fenced (a newer epoch, a lost lock or a lapsed lease): the caller exits with a failure.
+		err = errors.Join(err, cause)
+	}
+	return err
 }
 
 func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.CancelCauseFunc, conns *sync.WaitGroup) error {

@@ -40,6 +40,7 @@ func (a *api) routes() http.Handler {
 	}))
 	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
 	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))
+	mux.Handle("/v1/lease", a.auth(methods{http.MethodPut: a.putLease}))
 	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
 	})))

@@ -130,6 +130,7 @@ func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, e
 			from = e.Since
 		}
 	}
+	s.renew(l, false, log) // the runner learns its lease from its new scheduler at once
 	go s.supervise(l, from, log)
 	s.metrics.adopted.Inc()
 	log.Info("runner adopted", "addr", e.Addr, "metered", p.Meter.Set())

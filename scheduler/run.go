@@ -33,8 +33,17 @@ type Config struct {
 	// supervisor renews it every LeaseTTL/3, and a claim holds it for StartTimeout + LeaseTTL. No other
 	// region may claim a user before the lease lapses (docs/ARCHITECTURE.md#leases).
 	LeaseTTL time.Duration
-	Logger   *slog.Logger
-	Metrics  prometheus.Registerer // nil: metrics are not registered
+	// Leases, when set, tells each runner its lease after every renewal (scheduler/runnerlease), so a
+	// runner whose scheduler is gone stops itself before its lease ends and another region may claim its
+	// user. Nil: runners are not told (they run until stopped or fenced otherwise).
+	Leases  LeaseNotifier
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer // nil: metrics are not registered
+}
+
+// LeaseNotifier tells a runner until when its placement is held (runner.Lease).
+type LeaseNotifier interface {
+	NotifyLease(ctx context.Context, e registry.Entry, until time.Time) error
 }
 
 // Request asks for the sandbox of (Issuer, User); Account is charged for its compute time, up to
@@ -290,6 +299,7 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 			return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "register sandbox")
 		}
 	}
+	s.renew(l, false, log) // the runner learns its lease (Config.Leases) from the start
 	s.metrics.starts.WithLabelValues("ok").Inc()
 	s.metrics.startLatency.Observe(time.Since(begin).Seconds())
 	log.Info("sandbox started", "alloc", sb.Alloc, "addr", sb.Addr, "ms", time.Since(begin).Milliseconds())

@@ -44,7 +44,7 @@ func (s *Scheduler) watch(l *live, m *metering, log *slog.Logger) bool {
 	defer tick.Stop()
 	renew := time.NewTicker(s.cfg.LeaseTTL / 3)
 	defer renew.Stop()
-	leaseFailing := false
+	leaseFailing := false // start and adopt renewed it once already
 	for {
 		select {
 		case <-tick.C:
@@ -138,17 +138,24 @@ func (s *Scheduler) awaitUnlock(l *live) bool {
 // unlockWait bounds how long a supervisor waits for an exited runner's registration to go.
 const unlockWait = 2 * time.Minute
 
-// renew extends the lease of l's placement by LeaseTTL. A placement that moved on (another epoch, or
+// renew extends the lease of l's placement by LeaseTTL and tells the runner (Config.Leases). A placement that moved on (another epoch, or
 // gone) means this runner was fenced off: it is stopped. Other failures are logged when they begin
 // (failing: the last renewal failed); it reports whether this one failed.
 func (s *Scheduler) renew(l *live, failing bool, log *slog.Logger) bool {
 	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 	defer cancel()
-	err := s.cfg.Placements.Renew(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch, time.Now().Add(s.cfg.LeaseTTL))
+	until := time.Now().Add(s.cfg.LeaseTTL)
+	err := s.cfg.Placements.Renew(ctx, l.entry.Issuer, l.entry.User, l.entry.Epoch, until)
 	switch {
 	case err == nil:
 		if failing {
 			log.Info("placement lease renewed again")
+		}
+		if s.cfg.Leases != nil {
+			if err := s.cfg.Leases.NotifyLease(ctx, l.entry, until); err != nil {
+				// The runner keeps its previous lease; a later renewal tells it again.
+				log.Warn("tell the runner its lease", "err", err)
+			}
 		}
 		return false
 	case errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrNotFound):

@@ -471,3 +471,50 @@ func TestFencedRunnerIsStopped(t *testing.T) {
 		}
 	})
 }
+
+// leaseLog is a LeaseNotifier that records what runners were told.
+type leaseLog struct {
+	mu     sync.Mutex
+	leases []time.Time
+}
+
+func (l *leaseLog) NotifyLease(_ context.Context, e registry.Entry, until time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leases = append(l.leases, until)
+	return nil
+}
+
+func (l *leaseLog) told() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.leases...)
+}
+
+// The runner is told its lease when supervision starts and after every renewal (every LeaseTTL/3), each
+// time the lease just stored.
+func TestRunnersAreToldTheirLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCore(t, false)
+		leases := &leaseLog{}
+		s := c.start(scheduler.Config{LeaseTTL: 30 * time.Second, Leases: leases})
+		start := time.Now()
+		if _, err := s.Ensure(t.Context(), scheduler.Request{Issuer: "iss", User: "u"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(25 * time.Second)
+		synctest.Wait()
+		got := leases.told()
+		if len(got) != 3 {
+			t.Fatalf("told %d leases in 25 s (%v), want 3: at the start, 10 s and 20 s", len(got), got)
+		}
+		for i, until := range got {
+			if want := start.Add(time.Duration(i)*10*time.Second + 30*time.Second); !until.Equal(want) {
+				t.Errorf("lease %d until %v, want %v", i, until, want)
+			}
+		}
+		if p := c.placement("u"); !p.Lease.Equal(got[2]) {
+			t.Errorf("stored lease %v, told %v", p.Lease, got[2])
+		}
+	})
+}

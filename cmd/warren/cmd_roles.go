@@ -28,9 +28,10 @@ import (
 	schedcockroach "github.com/warren-mesh/warren/scheduler/cockroach"
 	"github.com/warren-mesh/warren/scheduler/nomad"
 	"github.com/warren-mesh/warren/scheduler/remote"
+	"github.com/warren-mesh/warren/scheduler/runnerlease"
 )
 
-// The production roles (DESIGN.md §2): each runs as its own process over the production adapters —
+// The production roles (docs/ARCHITECTURE.md#roles): each runs as its own process over the production adapters —
 // Vault (secrets), Consul (registry), CockroachDB (placements, ledger), Nomad (sandboxes), S3 (snapshots,
 // through the runners). `warren dev` runs all of them in one process with the embedded adapters instead.
 func init() {
@@ -183,6 +184,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		nomadAddr, binary, drv, dcs string
 		cpu, mem, warmPool          int
 		startTimeout, killTimeout   time.Duration
+		leaseTTL                    time.Duration
 		runnerArgs                  multiFlag
 		runnerEnv                   multiFlag
 	)
@@ -198,6 +200,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&mem, "runner-memory", 1024, "memory of a sandbox, MiB")
 	fs.DurationVar(&startTimeout, "start-timeout", 60*time.Second, "how long a sandbox may take to become ready")
 	fs.DurationVar(&killTimeout, "kill-timeout", 45*time.Second, "grace between SIGTERM and SIGKILL of a sandbox (covers its final snapshot)")
+	fs.DurationVar(&leaseTTL, "lease-ttl", 30*time.Second, "how long a user stays held by this region without a renewal; a runner not told of a renewal stops before its lease ends (a scheduler restart must adopt its runners within it)")
 	var templatePath, spoolPath string
 	fs.StringVar(&spoolPath, "spool", envOr("WARREN_SCHEDULER_SPOOL", "scheduler-usage.spool"), "file where compute usage waits while CockroachDB is unreachable, replayed when it is back; keep it on a disk that outlives a restart ($WARREN_SCHEDULER_SPOOL)")
 	fs.StringVar(&templatePath, "sandbox-template", os.Getenv("WARREN_SANDBOX_TEMPLATE"), "sandbox job template (HCL2 with the variables of jobs/sandbox.nomad.hcl); default: the built-in one. Use your own to add Vault templates for the runners' secrets (model key, database URL, S3 keys) instead of -runner-env")
@@ -256,7 +259,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer driver.Close()
-	// Compute usage the ledger cannot take now waits in the spool and is replayed (DESIGN.md §5).
+	// Compute usage the ledger cannot take now waits in the spool and is replayed (docs/ARCHITECTURE.md#spool).
 	sp, err := spool.Open(spoolPath, ledger, spool.Options{Logger: log.With("component", "spool"), Metrics: metrics})
 	if err != nil {
 		return fmt.Errorf("usage spool: %w", err)
@@ -269,7 +272,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}()
 	s, err := scheduler.New(scheduler.Config{
 		Region: c.region, Placements: placements, Registry: reg, Driver: driver, Ledger: sp, RunnerRegisters: true,
-		StartTimeout: startTimeout, Logger: log, Metrics: metrics,
+		StartTimeout: startTimeout, LeaseTTL: leaseTTL, Leases: &runnerlease.Client{}, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		return err

@@ -167,7 +167,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		defer closeLedger()
 		// Usage the ledger cannot take now is spooled on the runner's own disk and replayed; sessions
-		// carry on within a grace allowance meanwhile (DESIGN.md §10).
+		// carry on within a grace allowance meanwhile (docs/ARCHITECTURE.md#grace).
 		spoolDir := cfg.StateDir
 		if spoolDir == "" {
 			spoolDir = cfg.Workspace + ".state"
@@ -232,7 +232,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel(nil)
 	var release func()
 	if prod.consulAddr != "" {
-		// DESIGN.md §4: the runner holds its user's owner lock in Consul before it restores or serves
+		// docs/ARCHITECTURE.md#owner-lock: the runner holds its user's owner lock in Consul before it restores or serves
 		// anything, so an older epoch still shutting down is fenced (its lock lost, its final snapshot
 		// skipped) before this one reads the latest snapshot. Requests that arrive meanwhile wait in the
 		// listen backlog. Losing the lock later (session invalidated, a newer epoch took over, Consul

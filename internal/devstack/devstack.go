@@ -33,6 +33,7 @@ import (
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/scheduler"
 	"github.com/warren-mesh/warren/scheduler/local"
+	"github.com/warren-mesh/warren/scheduler/runnerlease"
 	schedsqlite "github.com/warren-mesh/warren/scheduler/sqlite"
 )
 
@@ -206,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Scheduler, err = scheduler.New(scheduler.Config{
 		Region: cfg.Region, Placements: placements, Registry: s.Registry, Driver: driver, Ledger: ledger,
-		StartTimeout: cfg.StartTimeout, MeterInterval: cfg.MeterInterval,
+		StartTimeout: cfg.StartTimeout, MeterInterval: cfg.MeterInterval, Leases: &runnerlease.Client{},
 		Logger: s.log.With("component", "scheduler"), Metrics: reg,
 	})
 	if err != nil {

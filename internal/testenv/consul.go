@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// This file starts Consul (DESIGN.md §3–4, the Registry port's production store) as `consul agent -dev`: the
+// This file starts Consul (the Registry port's production store, docs/ARCHITECTURE.md#owner-lock) as `consul agent -dev`: the
 // binary `make tools` builds, a single server agent that is its own leader, bound to 127.0.0.1 with free
 // ports for HTTP, Serf LAN/WAN and server RPC, DNS and gRPC disabled. Two settings differ from a stock dev
 // agent: session_ttl_min is 1s (Consul's default minimum is 10s), so tests of session expiry and

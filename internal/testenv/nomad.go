@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// This file starts Nomad (DESIGN.md §3, the Driver port's production scheduler) as `nomad agent -dev`: the
+// This file starts Nomad (the Driver port's production scheduler, docs/ARCHITECTURE.md#ports-and-adapters) as `nomad agent -dev`: the
 // binary `make tools` builds (Nomad 1.6.1), one agent that is both server and client, bound to 127.0.0.1
 // with free HTTP, RPC and Serf ports, its client fingerprinting the loopback interface
 // (-network-interface=lo), so a task's NOMAD_IP_* is 127.0.0.1 and what it listens on is reachable from the

@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// This file starts PostgreSQL, the stand-in for CockroachDB in tests (DESIGN.md §3): a throwaway server from the
+// This file starts PostgreSQL, the stand-in for CockroachDB in tests (docs/ARCHITECTURE.md#ports-and-adapters): a throwaway server from the
 // Debian `postgresql` package's binaries (`make tools`), listening only on 127.0.0.1 and on a Unix socket in
 // its own temporary directory, with fsync off and every transaction SERIALIZABLE by default.
 //

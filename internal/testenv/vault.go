@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// This file starts Vault (DESIGN.md §3, the Secrets port's production store) as `vault server -dev`: the
+// This file starts Vault (the Secrets port's production store, docs/ARCHITECTURE.md#ports-and-adapters) as `vault server -dev`: the
 // binary `make tools` builds, listening only on 127.0.0.1, unsealed, with KV v2 mounted at secret/ and a
 // random root token. Each StartVault is a server of its own, a child of the test binary with a parent-death
 // signal, stopped and its directory removed in t.Cleanup.
