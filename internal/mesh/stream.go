@@ -35,6 +35,7 @@ type Stream struct {
 	wmu       sync.Mutex // serializes Write, CloseWrite and the graceful close of the send side
 	wclosed   bool       // the send side is closed or cancelled (under wmu)
 	closeOnce sync.Once
+	aborted   atomic.Bool // the send side was reset: it must not be closed (quic-go forbids Close after CancelWrite)
 	resetSeen atomic.Bool
 }
 
@@ -101,7 +102,7 @@ func (s *Stream) Close() error {
 	s.closeOnce.Do(func() {
 		s.qs.CancelRead(streamCodeDone)
 		if s.wmu.TryLock() {
-			if !s.wclosed {
+			if !s.wclosed && !s.aborted.Load() {
 				s.wclosed = true
 				s.qs.Close()
 			}
@@ -117,6 +118,7 @@ func (s *Stream) Close() error {
 // Abort resets the stream both ways: data not yet delivered is dropped and the peer's Read and Write fail
 // with ErrStreamReset.
 func (s *Stream) Abort() {
+	s.aborted.Store(true)
 	s.qs.CancelRead(streamCodeCanceled)
 	s.qs.CancelWrite(streamCodeCanceled)
 	s.Close()
