@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -177,16 +176,7 @@ func (e *Edge) closeWith(ctx context.Context, c *websocket.Conn, err error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	_ = c.Write(wctx, websocket.MessageText, wire.ErrorMessage(pub))
-	_ = c.Close(websocket.StatusCode(pub.Code.CloseCode()), closeReason(pub))
-}
-
-// closeReason is the error as JSON when it fits a close frame (123 bytes), else its code.
-func closeReason(e *wire.Error) string {
-	b, _ := json.Marshal(&wire.Error{Code: e.Code, Message: e.Message})
-	if len(b) <= 123 {
-		return string(b)
-	}
-	return string(e.Code)
+	_ = c.Close(websocket.StatusCode(pub.Code.CloseCode()), wire.CloseReason(pub))
 }
 
 func closeReasonOf(err error) string {

@@ -107,12 +107,9 @@ func closeStatus(reason error) (websocket.StatusCode, string) {
 		return websocket.StatusNormalClosure, ""
 	}
 	if errors.Is(reason, session.ErrShuttingDown) {
-		return websocket.StatusGoingAway, "runner shutting down"
+		return websocket.StatusGoingAway, wire.CloseReason(wire.Errorf(wire.Unavailable, "runner shutting down"))
 	}
-	var we *wire.Error
-	if errors.As(reason, &we) {
-		pub, _ := wire.Public(reason)
-		return websocket.StatusCode(pub.Code.CloseCode()), truncateUTF8(pub.Message, 123)
-	}
-	return websocket.StatusInternalError, "internal error"
+	// The reason is JSON like the edge's, whatever the cause; internal causes stay in the logs.
+	pub, _ := wire.Public(reason)
+	return websocket.StatusCode(pub.Code.CloseCode()), wire.CloseReason(pub)
 }

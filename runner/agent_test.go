@@ -41,8 +41,9 @@ func (m serverMsg) errorPayload() wire.Error {
 }
 
 type agentClient struct {
-	t testing.TB
-	c *websocket.Conn
+	t      testing.TB
+	c      *websocket.Conn
+	closed websocket.CloseError // set by expectClose
 }
 
 func (h *harness) dialAgent(t testing.TB) *agentClient {
@@ -100,6 +101,7 @@ func (a *agentClient) expectClose() websocket.StatusCode {
 	for {
 		_, err := a.next()
 		if err != nil {
+			_ = errors.As(err, &a.closed)
 			return websocket.CloseStatus(err)
 		}
 	}
@@ -215,6 +217,11 @@ func TestAgentProtocolErrors(t *testing.T) {
 			}
 			if code := a.expectClose(); code != tt.close {
 				t.Fatalf("close code %d, want %d", code, tt.close)
+			}
+			// The reason is JSON, as when the edge closes (docs/PROTOCOL.md#errors).
+			var e wire.Error
+			if err := json.Unmarshal([]byte(a.closed.Reason), &e); err != nil || e.Code != tt.code || e.Message == "" {
+				t.Fatalf("close reason %q, want {code, message} with %s", a.closed.Reason, tt.code)
 			}
 		})
 	}

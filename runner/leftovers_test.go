@@ -14,11 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/warren-mesh/warren/billing/sqlite"
-	"github.com/warren-mesh/warren/internal/modelserver"
-	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/internal/wire"
-	"github.com/warren-mesh/warren/runner"
 )
 
 // attackScript is what a hostile or confused agent runs in its sandbox: it keeps its session token, calls
@@ -52,8 +48,9 @@ func (h *harness) dialAs(t testing.TB, g wire.Grant) *websocket.Conn {
 	return c
 }
 
-// turn sends init (when sessionID is set) and a prompt, and reads until the turn's result.
-func turn(t testing.TB, c *websocket.Conn, sessionID, prompt string) map[string]any {
+// turn opens the session (init with sessionID; "" opens a new one) on c, runs one prompt and returns its
+// result and the session's id.
+func turn(t testing.TB, c *websocket.Conn, sessionID, prompt string) (map[string]any, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -63,9 +60,11 @@ func turn(t testing.TB, c *websocket.Conn, sessionID, prompt string) map[string]
 			t.Fatalf("send: %v", err)
 		}
 	}
+	opts := map[string]any{}
 	if sessionID != "" {
-		write(map[string]any{"type": "init", "payload": map[string]any{"sessionId": sessionID}})
+		opts["sessionId"] = sessionID
 	}
+	write(map[string]any{"type": "init", "payload": opts})
 	write(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}})
 	for {
 		_, b, err := c.Read(ctx)
@@ -75,8 +74,12 @@ func turn(t testing.TB, c *websocket.Conn, sessionID, prompt string) map[string]
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
 		switch m["type"] {
+		case wire.TypeControl:
+			if p, _ := m["payload"].(map[string]any); p["action"] == wire.ActionReady {
+				sessionID, _ = p["data"].(map[string]any)["sessionId"].(string)
+			}
 		case "result":
-			return m
+			return m, sessionID
 		case wire.TypeError:
 			t.Fatalf("turn failed: %s", b)
 		}
@@ -111,22 +114,7 @@ func callProxy(t testing.TB, url, token string) (int, string) {
 // its token allows: a forbidden model is refused, a loop the agent leaves behind is refused between
 // turns, and the token is revoked when its process exits.
 func TestAgentLeftoversCannotSpend(t *testing.T) {
-	cli := testenv.ClaudeCLI(t)
-	ms := modelserver.New(modelserver.Options{})
-	msURL, err := ms.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ms.Close() })
-	ledger, err := sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ledger.Close() })
-	home := t.TempDir()
-	h := startRunner(t, func(c *runner.Config) {
-		c.Model = &runner.ModelConfig{CLIPath: cli, Home: home, Upstream: msURL, APIKey: "sk-real-key", Reserver: ledger}
-	})
+	h, ms := agentRunner(t, "", nil)
 	if err := os.WriteFile(filepath.Join(h.ws, "attack.sh"), []byte(attackScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +122,8 @@ func TestAgentLeftoversCannotSpend(t *testing.T) {
 		Permissions: json.RawMessage(`{"model":"claude-sonnet-4-5"}`)}
 
 	c := h.dialAs(t, grant)
-	if res := turn(t, c, "s1", "run sh attack.sh"); res["is_error"] == true {
+	res, id := turn(t, c, "", "run sh attack.sh")
+	if res["is_error"] == true {
 		t.Fatalf("result %v", res)
 	}
 	if f := readWorkspace(t, h, "forbidden.txt"); !strings.Contains(f, `"permission_error"`) || !strings.Contains(f, "not allowed by this token") {
@@ -173,7 +162,7 @@ func TestAgentLeftoversCannotSpend(t *testing.T) {
 	c.Close(websocket.StatusNormalClosure, "")
 	grant.Permissions = json.RawMessage(`{"model":"claude-haiku-4-5"}`)
 	c2 := h.dialAs(t, grant)
-	if res := turn(t, c2, "s1", "run env > env.txt"); res["is_error"] == true {
+	if res, _ := turn(t, c2, id, "run env > env.txt"); res["is_error"] == true {
 		t.Fatalf("result %v", res)
 	}
 	// The CLI is told to use the one allowed model for its background calls and subagents too.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,6 +95,14 @@ func (m *meteredAgent) Run(ctx context.Context, turn session.Turn, emit func([]b
 	return err
 }
 
+// Check implements session.Checker for the driver it wraps.
+func (m *meteredAgent) Check(ctx context.Context, c session.Check) (session.Checked, error) {
+	if ck, ok := m.inner.(session.Checker); ok {
+		return ck.Check(ctx, c)
+	}
+	return session.Checked{}, nil
+}
+
 // Cost is the Warren extension on every result.
 type Cost struct {
 	AIMicrodollars int64                            `json:"ai_microdollars"`
@@ -124,15 +134,70 @@ func (m *meteredAgent) Decorate(sessionID string, event []byte) []byte {
 	}
 	set("cost", cost)
 	set("total_cost_usd", float64(d.AIMicros)/1e6)
+	set("modelUsage", modelUsage(obj["modelUsage"], d.Models))
 	if d.BudgetExhausted {
 		set("subtype", "error_max_budget_usd")
 		set("is_error", true)
+		addError(obj, "Reached the AI budget of this session's token")
+	}
+	if isErrorResult(obj) {
+		// The Agent SDK's error results explain themselves in errors.
+		var text string
+		_ = json.Unmarshal(obj["result"], &text)
+		addError(obj, text)
 	}
 	out, err := json.Marshal(obj)
 	if err != nil {
 		return event
 	}
 	return out
+}
+
+// modelUsage is the result's modelUsage with each model's costUSD replaced by what Warren charged for
+// it, so that the models' costs add up to total_cost_usd; a model the proxy charged that the CLI did not
+// list is added.
+func modelUsage(raw json.RawMessage, charged map[string]modelproxy.ModelUsage) map[string]map[string]any {
+	usage := map[string]map[string]any{}
+	_ = json.Unmarshal(raw, &usage)
+	for name, u := range usage {
+		if u == nil {
+			u = map[string]any{}
+			usage[name] = u
+		}
+		u["costUSD"] = float64(charged[name].Microdollars) / 1e6
+	}
+	for name, c := range charged {
+		if _, ok := usage[name]; !ok {
+			usage[name] = map[string]any{
+				"inputTokens": c.InputTokens, "outputTokens": c.OutputTokens,
+				"cacheReadInputTokens": c.CacheReadInputTokens, "cacheCreationInputTokens": c.CacheCreationInputTokens,
+				"costUSD": float64(c.Microdollars) / 1e6,
+			}
+		}
+	}
+	return usage
+}
+
+// isErrorResult reports whether a result is an error in the Agent SDK's sense: an error_* subtype.
+func isErrorResult(obj map[string]json.RawMessage) bool {
+	var subtype string
+	_ = json.Unmarshal(obj["subtype"], &subtype)
+	return strings.HasPrefix(subtype, "error_")
+}
+
+// addError appends msg to the result's errors list unless it is empty or there already.
+func addError(obj map[string]json.RawMessage, msg string) {
+	var errs []string
+	_ = json.Unmarshal(obj["errors"], &errs)
+	if msg == "" || slices.Contains(errs, msg) {
+		if errs == nil {
+			errs = []string{}
+		}
+	} else {
+		errs = append(errs, msg)
+	}
+	b, _ := json.Marshal(errs)
+	obj["errors"] = b
 }
 
 func accountOf(g wire.Grant) billing.Account {

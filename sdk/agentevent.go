@@ -293,12 +293,13 @@ type ResultEvent struct {
 	SessionID     string  `json:"session_id"`
 	UUID          string  `json:"uuid"`
 	StopReason    string  `json:"stop_reason"`
-	TotalCostUSD  float64 `json:"total_cost_usd"` // Claude Code's own estimate
+	TotalCostUSD  float64 `json:"total_cost_usd"` // what Warren charged for the turn (Cost.AIMicrodollars in dollars)
 	Usage         Usage   `json:"usage"`
-	// ModelUsage is Claude Code's usage per model.
+	// ModelUsage is Claude Code's usage per model; each CostUSD is what Warren charged for that model, so
+	// they add up to TotalCostUSD.
 	ModelUsage        map[string]ModelUsage `json:"modelUsage"`
 	PermissionDenials []PermissionDenial    `json:"permission_denials"`
-	// Errors explains an error subtype, when Claude Code says more than the subtype.
+	// Errors explains an error subtype (every error_* result has at least one entry).
 	Errors           []string        `json:"errors"`
 	StructuredOutput json.RawMessage `json:"structured_output"`
 	// Cost is what Warren charged for the turn (Warren's extension); nil when the server did not send it.

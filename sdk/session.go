@@ -29,14 +29,14 @@ type DialOptions struct {
 	HTTPClient *http.Client
 }
 
-// Dial connects to the edge at edgeURL (its base URL, or the full ws(s)://.../ws URL) with token and opens
+// Dial connects to the edge at edgeURL (its base URL, or the full ws(s)://.../ws or .../ws/ URL) with token and opens
 // an agent session. It is New followed by Client.Dial.
 func Dial(ctx context.Context, edgeURL, token string, opts *DialOptions) (*Session, error) {
 	if opts == nil {
 		opts = &DialOptions{}
 	}
-	if u, err := url.Parse(edgeURL); err == nil && strings.HasSuffix(u.Path, "/ws") {
-		u.Path = strings.TrimSuffix(u.Path, "/ws")
+	if u, err := url.Parse(edgeURL); err == nil && strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/ws") {
+		u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/ws")
 		edgeURL = u.String()
 	}
 	c, err := New(edgeURL, token, WithHTTPClient(opts.HTTPClient))

@@ -436,7 +436,7 @@ func TestPackageDial(t *testing.T) {
 		ready(ctx, t, c, 1)
 		expectClose(ctx, t, c)
 	})
-	for _, u := range []string{srv.URL, "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"} {
+	for _, u := range []string{srv.URL, "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws", "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws/"} {
 		s, err := Dial(context.Background(), u, "tok", &DialOptions{
 			SessionOptions: SessionOptions{PermissionMode: "plan"},
 			HTTPClient:     srv.Client(),

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 const (
@@ -71,13 +73,13 @@ func decodeClaims(data []byte) (*Claims, error) {
 	}
 	if present(p.Budget) {
 		c.HasBudget = true
-		if err := decodeStrict(p.Budget, &c.Budget); err != nil {
+		if err := wire.DecodeStrict(p.Budget, &c.Budget); err != nil {
 			return nil, &claimError{detail: "budget has a wrong type or an unknown field", cause: err}
 		}
 		c.Budget.WindowStart = c.Budget.WindowStart.UTC()
 	}
 	if present(p.Permissions) {
-		if err := decodeStrict(p.Permissions, &c.Permissions); err != nil {
+		if err := wire.DecodeStrict(p.Permissions, &c.Permissions); err != nil {
 			return nil, &claimError{detail: "permissions has a wrong type or an unknown field", cause: err}
 		}
 	}
@@ -220,19 +222,6 @@ func present(raw json.RawMessage) bool {
 func isObject(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) > 0 && raw[0] == '{' && json.Valid(raw)
-}
-
-// decodeStrict decodes one JSON value into v, refusing unknown fields.
-func decodeStrict(raw json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data")
-	}
-	return nil
 }
 
 // numericDate is a JWT NumericDate: a JSON number of seconds since the epoch, possibly fractional. Strings

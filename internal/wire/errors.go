@@ -161,3 +161,18 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(plain{e.Code, e.Message, e.Details})
 }
+
+// MaxCloseReason is the most a WebSocket close reason may hold (125 bytes of control frame payload minus
+// the 2-byte code).
+const MaxCloseReason = 123
+
+// CloseReason is the reason of a WebSocket close that ends a connection with e (docs/PROTOCOL.md#errors):
+// the JSON {"code","message"} when it fits MaxCloseReason bytes, else the code alone. Details are left
+// out; the error message sent before the close carries them.
+func CloseReason(e *Error) string {
+	b, _ := json.Marshal(&Error{Code: e.Code, Message: e.Message})
+	if len(b) <= MaxCloseReason {
+		return string(b)
+	}
+	return string(e.Code)
+}

@@ -56,80 +56,6 @@ type ClientMessage struct {
 	UUID            string          `json:"uuid,omitempty"`
 }
 
-// SystemPrompt is either a plain string or {"type":"preset","preset":"claude_code","append":...}.
-type SystemPrompt struct {
-	Text   string `json:"-"`
-	Type   string `json:"type,omitempty"`
-	Preset string `json:"preset,omitempty"`
-	Append string `json:"append,omitempty"`
-}
-
-func (s *SystemPrompt) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		return json.Unmarshal(b, &s.Text)
-	}
-	type plain SystemPrompt
-	var p plain
-	if err := json.Unmarshal(b, &p); err != nil {
-		return err
-	}
-	*s = SystemPrompt(p)
-	return nil
-}
-
-func (s SystemPrompt) MarshalJSON() ([]byte, error) {
-	if s.Type == "" {
-		return json.Marshal(s.Text)
-	}
-	type plain SystemPrompt
-	return json.Marshal(plain(s))
-}
-
-// MCPTool is a tool executed by the client (docs/PROTOCOL.md#host-tools: not wired to the agent yet).
-type MCPTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
-	ExecuteIn   string          `json:"executeIn,omitempty"`
-}
-
-// MCPServer is one entry of SessionOptions.mcpServers.
-type MCPServer struct {
-	Name    string            `json:"name"`
-	Version string            `json:"version,omitempty"`
-	Tools   []MCPTool         `json:"tools,omitempty"`
-	Type    string            `json:"type,omitempty"`
-	URL     string            `json:"url,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
-	Command string            `json:"command,omitempty"`
-	Args    []string          `json:"args,omitempty"`
-}
-
-// SessionOptions is the init payload (docs/PROTOCOL.md#session-options); every field is optional.
-type SessionOptions struct {
-	Model                  string            `json:"model,omitempty"`
-	FallbackModel          string            `json:"fallbackModel,omitempty"`
-	SystemPrompt           *SystemPrompt     `json:"systemPrompt,omitempty"`
-	MaxTurns               int               `json:"maxTurns,omitempty"`
-	MaxBudgetUSD           float64           `json:"maxBudgetUsd,omitempty"`
-	MaxThinkingTokens      int               `json:"maxThinkingTokens,omitempty"`
-	Tools                  []string          `json:"tools,omitempty"`
-	AllowedTools           []string          `json:"allowedTools,omitempty"`
-	DisallowedTools        []string          `json:"disallowedTools,omitempty"`
-	PermissionMode         string            `json:"permissionMode,omitempty"`
-	Env                    map[string]string `json:"env,omitempty"`
-	IncludePartialMessages bool              `json:"includePartialMessages,omitempty"`
-	OutputFormat           json.RawMessage   `json:"outputFormat,omitempty"`
-	SessionID              string            `json:"sessionId,omitempty"`
-	ForkSession            bool              `json:"forkSession,omitempty"`
-	Continue               bool              `json:"continue,omitempty"`
-	MCPServers             []MCPServer       `json:"mcpServers,omitempty"`
-	// Warren extensions.
-	LastSeq *int64 `json:"lastSeq,omitempty"`
-	Role    string `json:"role,omitempty"` // "host" for possession mode (docs/PROTOCOL.md#host-tools)
-	Root    string `json:"root,omitempty"`
-}
-
 // ControlPayload is the payload of a client control message.
 type ControlPayload struct {
 	Action string `json:"action"`
@@ -215,16 +141,9 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 	return m, nil
 }
 
-// Init decodes the init payload.
+// Init decodes the init payload (see DecodeSessionOptions).
 func (m ClientMessage) Init() (SessionOptions, error) {
-	var o SessionOptions
-	if len(m.Payload) == 0 || string(m.Payload) == "null" {
-		return o, nil
-	}
-	if err := json.Unmarshal(m.Payload, &o); err != nil {
-		return SessionOptions{}, Errorf(InvalidArgument, "init payload: %v", err)
-	}
-	return o, nil
+	return DecodeSessionOptions(m.Payload)
 }
 
 // Control decodes a control payload.

@@ -50,6 +50,11 @@ func newPolicy(cfg Config) policy {
 	return policy{betas: append(slices.Clone(CLIBetas), cfg.AllowBetas...), serverTools: slices.Clone(cfg.AllowServerTools)}
 }
 
+// AllowsBeta reports whether the proxy forwards calls carrying the anthropic-beta value b (CLIBetas and
+// Config.AllowBetas). A client's session option betas must pass it: the agent sends them on its calls,
+// which the proxy would otherwise refuse.
+func (p *Proxy) AllowsBeta(b string) bool { return slices.Contains(p.policy.betas, b) }
+
 // check refuses a call the proxy must not forward: a query other than the SDK's beta=true, an
 // anthropic-beta value not allowed, a model the session's token does not allow, a server tool not allowed
 // or a gated field (mcp_servers, speed, inference_geo, container). Nothing refused reaches the upstream.

@@ -31,6 +31,30 @@ type Turn struct {
 	Meta any
 }
 
+// Checker is implemented by agents that validate a connection's session options before the session is
+// attached (docs/PROTOCOL.md#session-options: options are refused at init, before ready, never later or
+// silently). The hub calls Check for every init; an error is sent to the client instead of ready and ends
+// the connection.
+type Checker interface {
+	Check(ctx context.Context, c Check) (Checked, error)
+}
+
+// Check is one init to validate.
+type Check struct {
+	// Options are the init's options.
+	Options wire.SessionOptions
+	// Open says the hub holds the session Options.SessionID names.
+	Open bool
+	// Meta is what the connection carries (see MetaConn).
+	Meta any
+}
+
+// Checked is what the agent tells the connection in ready.
+type Checked struct {
+	// Model is the model the session's agent calls ("" leaves ready's model to the options).
+	Model string
+}
+
 // MetaConn is a Conn that says who is on the other end; its Meta goes with every turn it starts.
 type MetaConn interface {
 	Meta() any

@@ -7,6 +7,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,8 @@ var errTooSlow = wire.Errorf(wire.Unavailable, "client too slow; reconnect with 
 
 const (
 	writeTimeout = 30 * time.Second
+	// checkTimeout bounds the agent's Check of an init (it may ask the CLI which model an alias names).
+	checkTimeout = 30 * time.Second
 	flushTimeout = 5 * time.Second
 	queueSlack   = 256 // queue capacity beyond History: room for live messages after a full replay
 )
@@ -164,10 +167,20 @@ func (h *Hub) serve(ctx context.Context, c Conn) error {
 		}
 		return err
 	}
+	var meta any
+	if mc, ok := c.(MetaConn); ok {
+		meta = mc.Meta()
+	}
 	m, err := wire.ParseClientMessage(b)
-	var opts wire.SessionOptions
+	var (
+		opts    wire.SessionOptions
+		checked Checked
+	)
 	if err == nil {
 		opts, err = h.checkInit(m)
+	}
+	if err == nil {
+		checked, err = h.check(ctx, opts, meta)
 	}
 	var (
 		sess *conversation
@@ -180,14 +193,12 @@ func (h *Hub) serve(ctx context.Context, c Conn) error {
 		h.writeDirect(ctx, c, err)
 		return err
 	}
-	if mc, ok := c.(MetaConn); ok {
-		sess.mu.Lock()
-		sub.meta = mc.Meta()
-		sess.mu.Unlock()
-	}
+	sess.mu.Lock()
+	sub.meta = meta
+	sess.mu.Unlock()
 	log := h.log.With("session", sess.id)
 	defer sess.detach(sub)
-	h.handshake(sess, sub)
+	h.handshake(sess, sub, checked.Model)
 	log.Debug("agent client attached", "last_seq", opts.LastSeq)
 
 	stopWrite := make(chan struct{})
@@ -212,6 +223,32 @@ func (h *Hub) checkInit(m wire.ClientMessage) (wire.SessionOptions, error) {
 		return opts, wire.Errorf(wire.Unavailable, "host tools are not supported by this runner yet")
 	}
 	return opts, nil
+}
+
+// check asks the agent to validate an init (see Checker). A reconnect to a session the hub holds is
+// checked with the options the session runs with, which a reconnect does not change.
+func (h *Hub) check(ctx context.Context, opts wire.SessionOptions, meta any) (Checked, error) {
+	ck, ok := h.cfg.Agent.(Checker)
+	if !ok {
+		return Checked{}, nil
+	}
+	c := Check{Options: opts, Meta: meta}
+	if opts.SessionID != "" {
+		h.mu.Lock()
+		s, open := h.sessions[opts.SessionID]
+		h.mu.Unlock()
+		c.Open = open
+		if open && !opts.ForkSession {
+			if opts.ResumeSessionAt != "" {
+				return Checked{}, wire.Errorf(wire.InvalidArgument, "session option resumeSessionAt: session %s is already open; it applies when a session is resumed or forked", opts.SessionID)
+			}
+			c.Options = s.opts
+			c.Options.ResumeSessionAt = "" // applied when the session was opened
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	return ck.Check(cctx, c)
 }
 
 // open finds the session named by opts.SessionID, or creates one (with that id when it is valid,
@@ -270,7 +307,7 @@ func (h *Hub) evictLocked() bool {
 
 // handshake answers init on this connection: session_info initializing (new sessions only), control ready
 // {sessionId, region, model}, then session_info with the session's current state.
-func (h *Hub) handshake(s *conversation, sub *subscriber) {
+func (h *Hub) handshake(s *conversation, sub *subscriber, model string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state == wire.StateInitializing {
@@ -278,7 +315,7 @@ func (h *Hub) handshake(s *conversation, sub *subscriber) {
 		s.state = wire.StateReady
 	}
 	s.sendToLocked(sub, wire.Control(wire.ActionReady, h.readyData(map[string]any{
-		"sessionId": s.id, "region": h.cfg.Region, "model": s.model(),
+		"sessionId": s.id, "region": h.cfg.Region, "model": cmp.Or(model, s.model()),
 	})))
 	s.sendToLocked(sub, sessionInfo(s.id, s.state))
 }

@@ -249,3 +249,72 @@ func TestIDs(t *testing.T) {
 		t.Fatalf("NewID: %q %q", a, b)
 	}
 }
+
+// checkingAgent implements Checker: it records each Check and answers with model or err.
+type checkingAgent struct {
+	countingAgent
+	mu     sync.Mutex
+	checks []Check
+	model  string
+	err    error
+}
+
+func (a *checkingAgent) Check(_ context.Context, c Check) (Checked, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.checks = append(a.checks, c)
+	return Checked{Model: a.model}, a.err
+}
+
+// TestCheckBeforeReady: the agent validates every init before ready; a refusal is the init's answer (no
+// session is created) and ready names the model the agent reports.
+func TestCheckBeforeReady(t *testing.T) {
+	a := &checkingAgent{countingAgent: countingAgent{n: 1}, err: wire.Errorf(wire.NotFound, "session s1 not found")}
+	h := newHub(t, Config{Agent: a})
+	p, wait := serve(t, h)
+	p.send(`{"type":"init","payload":{"sessionId":"s1"}}`)
+	if m := p.recv(t); m["type"] != "error" || m["payload"].(map[string]any)["code"] != "not_found" {
+		t.Fatalf("refused init answered %v", m)
+	}
+	if err := wait(); wire.CodeOf(err) != wire.NotFound {
+		t.Fatalf("Serve = %v", err)
+	}
+	if len(h.sessions) != 0 {
+		t.Fatalf("a refused init created a session")
+	}
+
+	a.err, a.model = nil, "claude-resolved-1"
+	p, _ = serve(t, h)
+	p.send(`{"type":"init","payload":{"model":"alias"}}`)
+	p.recv(t) // initializing
+	ready := p.recv(t)
+	data := ready["payload"].(map[string]any)["data"].(map[string]any)
+	if data["model"] != "claude-resolved-1" {
+		t.Fatalf("ready %v: want the agent's model", data)
+	}
+	id := data["sessionId"].(string)
+	p.recv(t)
+
+	// A reconnect is checked with the session's own options and marked open; resumeSessionAt cannot
+	// apply to a session that is already open.
+	p2, wait2 := serve(t, h)
+	p2.send(`{"type":"init","payload":{"sessionId":"` + id + `","model":"other"}}`)
+	p2.recv(t)
+	p2.recv(t)
+	a.mu.Lock()
+	last := a.checks[len(a.checks)-1]
+	a.mu.Unlock()
+	if !last.Open || last.Options.Model != "alias" {
+		t.Fatalf("reconnect checked with %+v", last)
+	}
+	p3, wait3 := serve(t, h)
+	p3.send(`{"type":"init","payload":{"sessionId":"` + id + `","resumeSessionAt":"0b7e5cbe-6c2f-4a5e-9d5e-3f1f1b2a7c01"}}`)
+	if m := p3.recv(t); m["type"] != "error" {
+		t.Fatalf("resumeSessionAt on an open session answered %v", m)
+	}
+	if err := wait3(); wire.CodeOf(err) != wire.InvalidArgument {
+		t.Fatalf("Serve = %v", err)
+	}
+	p2.Close(nil)
+	wait2()
+}

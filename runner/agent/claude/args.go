@@ -22,19 +22,24 @@ var permissionModes = []string{"acceptEdits", "auto", "bypassPermissions", "defa
 
 // sdkIgnored are sdkConfig keys that do not override the client's: they name the conversation, not how the
 // agent behaves.
-var sdkIgnored = []string{"sessionId", "forkSession", "continue", "lastSeq", "role", "root"}
+var sdkIgnored = []string{"sessionId", "resume", "resumeSessionAt", "forkSession", "continue", "lastSeq", "role", "root"}
 
 // effectiveOptions applies the token to the client's session options. Precedence, strongest first:
-//   - permissions: model forces the model (a different fallback model is dropped); blockedTools are always
-//     disallowed and removed from tools and allowedTools; tools, when non-nil, bounds tools and allowedTools
-//     (an empty list means no built-in tool); maxTurns caps maxTurns;
+//   - permissions: model forces the model (a different fallback model is dropped) and subagents may name
+//     no other; blockedTools are always disallowed and removed from tools and allowedTools; tools, when
+//     non-nil, bounds tools and allowedTools (an empty list means no built-in tool) and subagents may name
+//     no other tool; maxTurns caps maxTurns;
 //   - sdkConfig: each field present replaces the client's field as a whole;
 //   - the client's options, then defaultModel and DefaultPermissionMode.
 //
-// The result is validated: failures are invalid_argument *wire.Error values.
-func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage, perm Permissions, defaultModel string) (wire.SessionOptions, error) {
+// allowBeta says whether the model proxy lets a beta through (nil: none is). The result is validated:
+// failures are invalid_argument *wire.Error values naming the option.
+func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage, perm Permissions, defaultModel string, allowBeta func(string) bool) (wire.SessionOptions, error) {
 	o, err := overlay(client, sdk)
 	if err != nil {
+		return o, err
+	}
+	if err := o.Validate(); err != nil {
 		return o, err
 	}
 	if perm.Model != "" {
@@ -46,18 +51,10 @@ func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage
 	if o.Model == "" {
 		o.Model = defaultModel
 	}
-	if o.MaxTurns < 0 || o.MaxThinkingTokens < 0 || o.MaxBudgetUSD < 0 {
-		return o, wire.Errorf(wire.InvalidArgument, "maxTurns, maxThinkingTokens and maxBudgetUsd must not be negative")
-	}
 	if perm.MaxTurns > 0 && (o.MaxTurns == 0 || o.MaxTurns > perm.MaxTurns) {
 		o.MaxTurns = perm.MaxTurns
 	}
 
-	for _, list := range [][]string{o.Tools, o.AllowedTools, o.DisallowedTools} {
-		if err := checkToolNames(list); err != nil {
-			return o, err
-		}
-	}
 	if slices.Contains(o.Tools, "default") {
 		o.Tools = nil // the default set: no restriction from the client
 	}
@@ -87,6 +84,14 @@ func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage
 	if o.Tools != nil {
 		o.Tools = uniqueNames(o.Tools)
 	}
+	if err := checkAgents(o.Agents, perm); err != nil {
+		return o, err
+	}
+	for _, b := range o.Betas {
+		if allowBeta == nil || !allowBeta(b) {
+			return o, wire.Errorf(wire.InvalidArgument, "session option betas: %q is not enabled on this platform", b)
+		}
+	}
 
 	if o.PermissionMode == "" {
 		o.PermissionMode = DefaultPermissionMode
@@ -97,20 +102,34 @@ func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage
 	if err := checkClientEnv(o.Env); err != nil {
 		return o, err
 	}
-	for _, s := range []string{o.Model, o.FallbackModel} {
-		if strings.IndexByte(s, 0) >= 0 {
-			return o, wire.Errorf(wire.InvalidArgument, "model names must not contain NUL")
-		}
-	}
-	if sp := o.SystemPrompt; sp != nil && (strings.IndexByte(sp.Text, 0) >= 0 || strings.IndexByte(sp.Append, 0) >= 0) {
-		return o, wire.Errorf(wire.InvalidArgument, "systemPrompt must not contain NUL")
-	}
 	return o, nil
 }
 
+// checkAgents refuses subagents that would reach past the token's permissions: a tool it does not allow
+// or blocks, or (when it pins the model) another model.
+func checkAgents(agents map[string]wire.AgentDefinition, perm Permissions) error {
+	for _, name := range slices.Sorted(maps.Keys(agents)) {
+		a := agents[name]
+		if perm.Model != "" && a.Model != "" && a.Model != "inherit" && a.Model != perm.Model {
+			return wire.Errorf(wire.InvalidArgument, "session option agents.%s.model: this token allows only model %s", name, perm.Model)
+		}
+		for _, t := range a.Tools {
+			n := toolName(t)
+			if (perm.Tools != nil && !slices.Contains(perm.Tools, n)) || slices.Contains(perm.BlockedTools, n) {
+				return wire.Errorf(wire.InvalidArgument, "session option agents.%s.tools: %s is not allowed by this token", name, n)
+			}
+		}
+	}
+	return nil
+}
+
 // overlay returns client with every field present in sdk replaced (keys of sdkIgnored excepted). Going
-// through JSON gives a deep copy, so nothing the hub holds is modified.
+// through JSON gives a deep copy, so nothing the hub holds is modified; the result is decoded and
+// validated like an init payload, so sdkConfig can neither smuggle in an option nor have one dropped.
 func overlay(client wire.SessionOptions, sdk map[string]json.RawMessage) (wire.SessionOptions, error) {
+	if len(sdk) == 0 {
+		return client, nil
+	}
 	b, err := json.Marshal(client)
 	if err != nil {
 		return client, fmt.Errorf("encode session options: %w", err)
@@ -127,10 +146,11 @@ func overlay(client wire.SessionOptions, sdk map[string]json.RawMessage) (wire.S
 	if b, err = json.Marshal(m); err != nil {
 		return client, fmt.Errorf("encode session options: %w", err)
 	}
-	var o wire.SessionOptions
-	if err := json.Unmarshal(b, &o); err != nil {
-		// Only sdkConfig can be malformed here (the client's options were decoded from JSON already).
-		return client, wire.Errorf(wire.InvalidArgument, "sdkConfig does not fit the session options: %v", err)
+	o, err := wire.DecodeSessionOptions(b)
+	if err != nil {
+		// Only sdkConfig can be at fault here (the client's options were decoded and validated already).
+		pub, _ := wire.Public(err)
+		return client, wire.Errorf(wire.InvalidArgument, "the token's sdkConfig: %s", pub.Message)
 	}
 	return o, nil
 }
@@ -169,15 +189,6 @@ func uniqueNames(rules []string) []string {
 	return out
 }
 
-func checkToolNames(list []string) error {
-	for _, t := range list {
-		if strings.TrimSpace(t) == "" || strings.HasPrefix(t, "-") || strings.ContainsAny(t, "\x00\n") {
-			return wire.Errorf(wire.InvalidArgument, "invalid tool name %q", t)
-		}
-	}
-	return nil
-}
-
 // launch says which conversation a CLI process opens.
 type launch struct {
 	// SessionID is the CLI session id of the conversation (a UUID).
@@ -186,6 +197,8 @@ type launch struct {
 	Resume bool
 	// ForkFrom, when set, resumes that session into a copy named SessionID (--fork-session).
 	ForkFrom string
+	// ResumeAt, with Resume or ForkFrom, keeps the transcript only up to this message (--resume-session-at).
+	ResumeAt string
 }
 
 // cliArgs is the CLI's command line after the program name, for the effective options o (from
@@ -199,6 +212,9 @@ func cliArgs(o wire.SessionOptions, l launch) []string {
 		a = append(a, "--resume="+l.SessionID)
 	default:
 		a = append(a, "--session-id="+l.SessionID)
+	}
+	if l.ResumeAt != "" && (l.Resume || l.ForkFrom != "") {
+		a = append(a, "--resume-session-at="+l.ResumeAt)
 	}
 	if o.Model != "" {
 		a = append(a, "--model="+o.Model)
@@ -236,29 +252,48 @@ func cliArgs(o wire.SessionOptions, l launch) []string {
 	if o.IncludePartialMessages {
 		a = append(a, "--include-partial-messages")
 	}
-	if schema := jsonSchema(o.OutputFormat); schema != "" {
+	if schema := wire.OutputSchema(o.OutputFormat); schema != "" {
 		a = append(a, "--json-schema="+schema)
 	}
+	if t := o.Thinking; t != nil {
+		switch {
+		case t.Type == "disabled":
+			a = append(a, "--thinking=disabled")
+		case t.BudgetTokens > 0:
+			a = append(a, "--max-thinking-tokens="+strconv.Itoa(t.BudgetTokens))
+		default: // adaptive, or enabled without a budget
+			a = append(a, "--thinking=enabled")
+		}
+	}
+	if o.Effort != "" {
+		a = append(a, "--effort="+o.Effort)
+	}
+	if o.AllowDangerouslySkipPermissions {
+		a = append(a, "--allow-dangerously-skip-permissions")
+	}
+	if o.IncludeHookEvents {
+		a = append(a, "--include-hook-events")
+	}
+	if len(o.Agents) > 0 {
+		b, _ := json.Marshal(o.Agents) // validated, compact: one argument
+		a = append(a, "--agents="+string(b))
+	}
+	if o.Agent != "" {
+		a = append(a, "--agent="+o.Agent)
+	}
+	if len(o.Betas) > 0 {
+		a = append(a, "--betas="+strings.Join(o.Betas, ","))
+	}
+	if o.SettingSources != nil {
+		a = append(a, "--setting-sources="+strings.Join(o.SettingSources, ","))
+	}
+	for _, d := range o.AdditionalDirectories {
+		a = append(a, "--add-dir="+d)
+	}
+	if o.StrictMCPConfig {
+		a = append(a, "--strict-mcp-config")
+	}
 	return a
-}
-
-// jsonSchema extracts the schema of outputFormat {"type":"json_schema","schema":{...}}, compacted.
-func jsonSchema(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return ""
-	}
-	var f struct {
-		Type   string          `json:"type"`
-		Schema json.RawMessage `json:"schema"`
-	}
-	if json.Unmarshal(raw, &f) != nil || f.Type != "json_schema" || len(f.Schema) == 0 {
-		return ""
-	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, f.Schema) != nil {
-		return ""
-	}
-	return buf.String()
 }
 
 // Environment inside the boundary.

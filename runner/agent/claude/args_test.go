@@ -43,6 +43,7 @@ func TestEffectiveOptions(t *testing.T) {
 		sdk    string
 		perm   Permissions
 		model  string
+		betas  []string // what the model proxy allows
 		want   want
 	}{
 		{
@@ -146,6 +147,85 @@ func TestEffectiveOptions(t *testing.T) {
 			want:   want{flags: map[string]string{"tools": "Read"}},
 		},
 		{
+			name: "agent SDK options map to the CLI",
+			client: wire.SessionOptions{
+				Thinking: &wire.ThinkingConfig{Type: "enabled", BudgetTokens: 4096}, Effort: "high",
+				AllowDangerouslySkipPermissions: true, IncludeHookEvents: true,
+				Agents: map[string]wire.AgentDefinition{"rev": {Description: "Reviews", Prompt: "You review.", Tools: []string{"Read"}}},
+				Agent:  "rev", Betas: []string{"context-1m-2025-08-07"}, SettingSources: []string{"project", "user"},
+				AdditionalDirectories: []string{"/tmp/extra"}, StrictMCPConfig: true,
+			},
+			betas: []string{"context-1m-2025-08-07"},
+			want: want{flags: map[string]string{
+				"max-thinking-tokens": "4096", "effort": "high", "allow-dangerously-skip-permissions": "",
+				"include-hook-events": "", "agents": `{"rev":{"description":"Reviews","prompt":"You review.","tools":["Read"]}}`,
+				"agent": "rev", "betas": "context-1m-2025-08-07", "setting-sources": "project,user",
+				"add-dir": "/tmp/extra", "strict-mcp-config": "",
+			}},
+		},
+		{
+			name:   "thinking disabled and no setting source",
+			client: wire.SessionOptions{Thinking: &wire.ThinkingConfig{Type: "disabled"}, SettingSources: []string{}},
+			want:   want{flags: map[string]string{"thinking": "disabled", "setting-sources": ""}, absent: []string{"max-thinking-tokens"}},
+		},
+		{
+			name:   "adaptive thinking",
+			client: wire.SessionOptions{Thinking: &wire.ThinkingConfig{Type: "adaptive"}},
+			want:   want{flags: map[string]string{"thinking": "enabled"}, absent: []string{"setting-sources"}},
+		},
+		{
+			name:   "a beta the model proxy refuses",
+			client: wire.SessionOptions{Betas: []string{"files-api-2025-04-14"}},
+			betas:  []string{"context-1m-2025-08-07"},
+			want:   want{errCode: wire.InvalidArgument},
+		},
+		{
+			name: "sdkConfig betas pass the model proxy's policy too",
+			sdk:  `{"betas":["files-api-2025-04-14"]}`,
+			want: want{errCode: wire.InvalidArgument},
+		},
+		{
+			name:   "a subagent may not use a tool the token does not allow",
+			client: wire.SessionOptions{Agents: map[string]wire.AgentDefinition{"a": {Description: "d", Prompt: "p", Tools: []string{"Bash"}}}},
+			perm:   Permissions{Tools: []string{"Read"}},
+			want:   want{errCode: wire.InvalidArgument},
+		},
+		{
+			name:   "a subagent may not use a blocked tool",
+			client: wire.SessionOptions{Agents: map[string]wire.AgentDefinition{"a": {Description: "d", Prompt: "p", Tools: []string{"Bash(ls)"}}}},
+			perm:   Permissions{BlockedTools: []string{"Bash"}},
+			want:   want{errCode: wire.InvalidArgument},
+		},
+		{
+			name:   "a subagent may not name another model than the token's",
+			client: wire.SessionOptions{Agents: map[string]wire.AgentDefinition{"a": {Description: "d", Prompt: "p", Model: "opus"}}},
+			perm:   Permissions{Model: "claude-haiku-4-5"},
+			want:   want{errCode: wire.InvalidArgument},
+		},
+		{
+			name:   "a subagent inheriting the token's model",
+			client: wire.SessionOptions{Agents: map[string]wire.AgentDefinition{"a": {Description: "d", Prompt: "p", Model: "inherit", Tools: []string{"Read"}}}},
+			perm:   Permissions{Model: "claude-haiku-4-5", Tools: []string{"Read"}},
+			want:   want{flags: map[string]string{"agents": `{"a":{"description":"d","prompt":"p","tools":["Read"],"model":"inherit"}}`}},
+		},
+		{
+			name: "sdkConfig tools preset",
+			sdk:  `{"tools":{"type":"preset","preset":"claude_code"}}`,
+			perm: Permissions{BlockedTools: []string{"Bash"}},
+			want: want{flags: map[string]string{"disallowedTools": "Bash"}, absent: []string{"tools"}},
+		},
+		{
+			name:   "sdkConfig keeps an empty tools list: no built-in tool",
+			client: wire.SessionOptions{Tools: []string{}},
+			sdk:    `{"model":"m"}`,
+			want:   want{flags: map[string]string{"tools": ""}},
+		},
+		{
+			name: "sdkConfig with an unknown option is refused, not dropped",
+			sdk:  `{"model":"m","frobnicate":1}`,
+			want: want{errCode: wire.InvalidArgument},
+		},
+		{
 			name:   "bad permission mode",
 			client: wire.SessionOptions{PermissionMode: "yolo"},
 			want:   want{errCode: wire.InvalidArgument},
@@ -186,9 +266,11 @@ func TestEffectiveOptions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var sdk map[string]json.RawMessage
 			if tt.sdk != "" {
-				sdk = mustSDK(t, tt.sdk)
+				if err := json.Unmarshal([]byte(tt.sdk), &sdk); err != nil {
+					t.Fatal(err)
+				}
 			}
-			o, err := effectiveOptions(tt.client, sdk, tt.perm, tt.model)
+			o, err := effectiveOptions(tt.client, sdk, tt.perm, tt.model, func(b string) bool { return slices.Contains(tt.betas, b) })
 			if tt.want.errCode != "" {
 				if wire.CodeOf(err) != tt.want.errCode {
 					t.Fatalf("err = %v, want %s", err, tt.want.errCode)
@@ -222,7 +304,7 @@ func TestEffectiveOptionsDoesNotModifyTheClient(t *testing.T) {
 		Tools: []string{"Bash", "Read"}, Env: map[string]string{"A": "1"},
 		SystemPrompt: &wire.SystemPrompt{Type: "preset", Preset: "claude_code", Append: "x"},
 	}
-	_, err := effectiveOptions(client, mustSDK(t, `{"env":{"B":"2"},"systemPrompt":"replaced"}`), Permissions{BlockedTools: []string{"Bash"}}, "")
+	_, err := effectiveOptions(client, mustSDK(t, `{"env":{"B":"2"},"systemPrompt":"replaced"}`), Permissions{BlockedTools: []string{"Bash"}}, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +319,7 @@ func TestParseSDKConfig(t *testing.T) {
 			t.Errorf("parseSDKConfig(%q) = %v", s, err)
 		}
 	}
-	for _, s := range []string{"[]", `{"maxTurns":"many"}`, "{"} {
+	for _, s := range []string{"[]", `{"maxTurns":"many"}`, "{", `{"frobnicate":true}`, `{"settings":"{}"}`, `{"mcpServers":{"s":{"command":"x"}}}`} {
 		if _, err := parseSDKConfig(json.RawMessage(s)); err == nil {
 			t.Errorf("parseSDKConfig(%q) accepted", s)
 		}
@@ -245,7 +327,7 @@ func TestParseSDKConfig(t *testing.T) {
 }
 
 func TestLaunchArgs(t *testing.T) {
-	o, err := effectiveOptions(wire.SessionOptions{}, nil, Permissions{}, "")
+	o, err := effectiveOptions(wire.SessionOptions{}, nil, Permissions{}, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +341,12 @@ func TestLaunchArgs(t *testing.T) {
 	}
 	if got := join(launch{SessionID: id, ForkFrom: src}); !strings.Contains(got, "--resume="+src+" --fork-session --session-id="+id) {
 		t.Errorf("fork: %s", got)
+	}
+	if got := join(launch{SessionID: id, Resume: true, ResumeAt: src}); !strings.Contains(got, "--resume="+id+" --resume-session-at="+src) {
+		t.Errorf("resume at: %s", got)
+	}
+	if got := join(launch{SessionID: id, ResumeAt: src}); strings.Contains(got, "--resume-session-at") {
+		t.Errorf("resume-session-at without a resume: %s", got)
 	}
 }
 

@@ -13,6 +13,7 @@ package claude
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -69,9 +70,12 @@ type Config struct {
 	// Permissions and SDKConfig come from the token and override the client's session options.
 	Permissions Permissions
 	SDKConfig   json.RawMessage
-	// Policy, when set, replaces Permissions and SDKConfig and is asked at every turn of a session (the
-	// runner answers with the grant of the connection that sent the prompt).
-	Policy func(sessionID string) (Permissions, json.RawMessage)
+	// Policy, when set, replaces Permissions and SDKConfig and is asked at every turn of a session and at
+	// every Check; meta is what the connection carries (session.Turn.Meta: in the runner, its grant).
+	Policy func(sessionID string, meta any) (Permissions, json.RawMessage)
+	// AllowBeta says whether the model proxy lets an anthropic-beta value through; a client's betas must
+	// pass it (nil: no client beta is allowed).
+	AllowBeta func(beta string) bool
 	// DefaultModel is used when neither the client nor the token picks a model; "" leaves it to the CLI.
 	DefaultModel string
 	// Logger; nil discards.
@@ -106,6 +110,8 @@ type Driver struct {
 	cancel context.CancelFunc
 	reqID  atomic.Uint64
 
+	models modelTable
+
 	mu       sync.Mutex // guards sessions, closed and background.Add
 	sessions map[string]*agentSession
 	closed   bool
@@ -124,6 +130,7 @@ type agentSession struct {
 	turn     chan struct{}
 	proc     *cliProc
 	optsKey  string // the effective options proc was started with
+	started  bool   // a process of this session has been started
 	lastUsed time.Time
 	idle     *time.Timer
 	// live mirrors proc for Close, which must not wait for a running turn.
@@ -231,18 +238,7 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	perms, sdk := d.cfg.Permissions, d.sdk
-	if d.cfg.Policy != nil {
-		// The newest token's permissions and sdkConfig decide each turn.
-		var raw json.RawMessage
-		perms, raw = d.cfg.Policy(turn.SessionID)
-		parsed, err := parseSDKConfig(raw)
-		if err != nil {
-			return err
-		}
-		sdk = parsed
-	}
-	opts, err := effectiveOptions(turn.Options, sdk, perms, d.cfg.DefaultModel)
+	opts, perms, err := d.effective(turn.SessionID, turn.Options, turn.Meta)
 	if err != nil {
 		return err
 	}
@@ -288,6 +284,53 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 		return t.exited(fmt.Errorf("write the prompt: %w", err))
 	}
 	return t.relay(ctx)
+}
+
+// effective is the options a session runs with under the policy of meta (the connection's grant).
+func (d *Driver) effective(sessionID string, client wire.SessionOptions, meta any) (wire.SessionOptions, Permissions, error) {
+	perms, sdk := d.cfg.Permissions, d.sdk
+	if d.cfg.Policy != nil {
+		// The prompting connection's token decides each turn.
+		var raw json.RawMessage
+		perms, raw = d.cfg.Policy(sessionID, meta)
+		parsed, err := parseSDKConfig(raw)
+		if err != nil {
+			var we *wire.Error
+			if !errors.As(err, &we) {
+				we = wire.Errorf(wire.InvalidArgument, "the token's sdkConfig is not a JSON object")
+			}
+			return wire.SessionOptions{}, perms, we
+		}
+		sdk = parsed
+	}
+	opts, err := effectiveOptions(client, sdk, perms, d.cfg.DefaultModel, d.cfg.AllowBeta)
+	return opts, perms, err
+}
+
+// Check implements session.Checker: before a connection is attached it validates the session options
+// under the connection's token, so that nothing is refused (or dropped) later, and says which model the
+// session uses. An explicit sessionId must name a session the hub holds (open) or one with a transcript
+// (not_found otherwise); resumeSessionAt must name a message of that transcript.
+func (d *Driver) Check(ctx context.Context, c session.Check) (session.Checked, error) {
+	opts, _, err := d.effective(c.Options.SessionID, c.Options, c.Meta)
+	if err != nil {
+		return session.Checked{}, err
+	}
+	if id := opts.SessionID; id != "" {
+		src := transcriptPath(d.cfg.Home, cliSessionID(id))
+		if src == "" && (!c.Open || opts.ForkSession) {
+			return session.Checked{}, wire.Errorf(wire.NotFound, "session %s not found", id)
+		}
+		if at := opts.ResumeSessionAt; at != "" {
+			if c.Open && !opts.ForkSession {
+				return session.Checked{}, wire.Errorf(wire.InvalidArgument, "session option resumeSessionAt: session %s is already open; it applies when a session is resumed or forked", id)
+			}
+			if !transcriptHas(src, at) {
+				return session.Checked{}, wire.Errorf(wire.NotFound, "session option resumeSessionAt: message %s not found in session %s", at, id)
+			}
+		}
+	}
+	return session.Checked{Model: d.models.resolve(ctx, d, opts.Model)}, nil
 }
 
 // session returns the driver's state for a hub session, creating it.
@@ -377,27 +420,24 @@ func (d *Driver) start(s *agentSession, opts wire.SessionOptions, pinned bool, l
 	case opts.Continue && opts.SessionID == "":
 		l.ForkFrom = latestTranscript(d.cfg.Home, s.cliID)
 	}
+	if !s.started {
+		// resumeSessionAt cuts the transcript when the session is first resumed here; later processes
+		// resume what the conversation has become since.
+		l.ResumeAt = opts.ResumeSessionAt
+	}
 
 	baseURL, apiKey, err := d.cfg.Endpoint(s.id)
 	if err != nil {
 		return nil, wire.Wrap(wire.Unavailable, err, "model endpoint unavailable")
 	}
-	spec := isolate.ProcessSpec{Args: cliArgs(opts, l)}
-	if d.cfg.Insecure {
-		spec.Command = d.cfg.CLIPath
-		spec.Env = agentEnv(opts.Env, d.cfg.Env, d.cfg.Home, baseURL, apiKey)
-	} else {
-		spec.Command = CLIMount
-		spec.Env = agentEnv(opts.Env, d.cfg.Env, HomeMount, baseURL, apiKey)
-		spec.Binds = []isolate.Bind{
-			{Host: d.cfg.CLIPath, Sandbox: CLIMount},
-			{Host: d.cfg.Home, Sandbox: HomeMount, Writable: true},
-		}
-	}
+	spec := d.spec(cliArgs(opts, l), opts.Env, baseURL, apiKey)
 	if pinned && opts.Model != "" {
 		for _, k := range pinnedModelEnv {
 			spec.Env[k] = opts.Model
 		}
+	}
+	if opts.EnableFileCheckpointing {
+		spec.Env["CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING"] = "true"
 	}
 	p, err := startCLI(d.life, d.sb, spec, log)
 	if err != nil {
@@ -412,8 +452,26 @@ func (d *Driver) start(s *agentSession, opts wire.SessionOptions, pinned bool, l
 			d.cfg.Release(s.id, apiKey)
 		}()
 	}
-	log.Debug("agent process started", "pid", p.p.Pid(), "resume", l.Resume, "fork_from", l.ForkFrom)
+	s.started = true
+	log.Debug("agent process started", "pid", p.p.Pid(), "resume", l.Resume, "fork_from", l.ForkFrom, "resume_at", l.ResumeAt)
 	return p, nil
+}
+
+// spec is how a CLI process with args starts in the sandbox.
+func (d *Driver) spec(args []string, clientEnv map[string]string, baseURL, apiKey string) isolate.ProcessSpec {
+	spec := isolate.ProcessSpec{Args: args}
+	if d.cfg.Insecure {
+		spec.Command = d.cfg.CLIPath
+		spec.Env = agentEnv(clientEnv, d.cfg.Env, d.cfg.Home, baseURL, apiKey)
+	} else {
+		spec.Command = CLIMount
+		spec.Env = agentEnv(clientEnv, d.cfg.Env, HomeMount, baseURL, apiKey)
+		spec.Binds = []isolate.Bind{
+			{Host: d.cfg.CLIPath, Sandbox: CLIMount},
+			{Host: d.cfg.Home, Sandbox: HomeMount, Writable: true},
+		}
+	}
+	return spec
 }
 
 // userLine converts the client's user message to the CLI's stream-json input line.
@@ -593,7 +651,7 @@ func (t *turnRun) killed(ctx context.Context) error {
 	return context.Canceled
 }
 
-// synthesize builds an error_during_execution result in the CLI's shape.
+// synthesize builds an error_during_execution result in the CLI's (and the Agent SDK's) shape.
 func (t *turnRun) synthesize(msg string) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"type":            "result",
@@ -608,6 +666,10 @@ func (t *turnRun) synthesize(msg string) []byte {
 		"usage": map[string]int{
 			"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
 		},
+		"modelUsage":         map[string]any{},
+		"permission_denials": []any{},
+		"stop_reason":        nil,
+		"errors":             []string{msg}, // the Agent SDK's error results explain themselves here
 	})
 	return b
 }
@@ -630,7 +692,7 @@ func (d *Driver) processCount() int {
 // optionsKey fingerprints the options a CLI process is started with, minus how the session was selected
 // (those only matter for the first start).
 func optionsKey(o wire.SessionOptions) string {
-	o.SessionID, o.ForkSession, o.Continue, o.LastSeq = "", false, false, nil
+	o.SessionID, o.ResumeSessionAt, o.ForkSession, o.Continue, o.LastSeq = "", "", false, false, nil
 	b, _ := json.Marshal(o)
 	return string(b)
 }

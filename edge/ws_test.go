@@ -1,0 +1,48 @@
+package edge
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// TestWSTrailingSlash: /ws/ is the agent channel like /ws.
+func TestWSTrailingSlash(t *testing.T) {
+	k := billing.QuotaKey{Issuer: "iss", User: "ursula"}
+	url, rn := leaseEdge(t, billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 5}, k)
+	c, err := dialAs(t, url+"/", "ursula", "r1", rn)
+	if err != nil {
+		t.Fatalf("/ws/: %v", err)
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+}
+
+// TestCloseReasonIsJSON: the edge's close reasons are the error as JSON, cut to its code when the JSON
+// does not fit a close frame.
+func TestCloseReasonIsJSON(t *testing.T) {
+	k := billing.QuotaKey{Issuer: "iss", User: "vera"}
+	url, rn := leaseEdge(t, billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 1}, k)
+	c1, err := dialAs(t, url, "vera", "a", rn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close(websocket.StatusNormalClosure, "")
+	_, err = dialAs(t, url, "vera", "b", rn)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) {
+		t.Fatalf("refused connection: %v", err)
+	}
+	var e wire.Error
+	if json.Unmarshal([]byte(ce.Reason), &e) != nil || e.Code != wire.ConcurrencyLimit || e.Message == "" {
+		t.Fatalf("close reason %q, want the error as JSON", ce.Reason)
+	}
+	long := wire.Errorf(wire.Unavailable, "%0200d", 0)
+	if got := wire.CloseReason(long); got != string(wire.Unavailable) {
+		t.Fatalf("an oversize reason is %q, want the code", got)
+	}
+}

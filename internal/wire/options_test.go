@@ -1,0 +1,123 @@
+package wire
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestDecodeSessionOptionsAccepts decodes every supported Agent SDK option and checks where it lands.
+func TestDecodeSessionOptionsAccepts(t *testing.T) {
+	o, err := DecodeSessionOptions(json.RawMessage(`{
+		"model":"sonnet","fallbackModel":"haiku","systemPrompt":{"type":"preset","preset":"claude_code","append":"x"},
+		"maxTurns":3,"maxBudgetUsd":1.5,"maxThinkingTokens":1000,"thinking":{"type":"enabled","budgetTokens":2000},
+		"effort":"low","tools":{"type":"preset","preset":"claude_code"},"allowedTools":["Read"],"disallowedTools":["Bash"],
+		"permissionMode":"acceptEdits","allowDangerouslySkipPermissions":true,"env":{"A":"b"},
+		"includePartialMessages":true,"includeHookEvents":true,
+		"outputFormat":{"type":"json_schema","schema":{"type":"object"}},
+		"agents":{"reviewer":{"description":"Reviews code","prompt":"You review.","tools":["Read"],"model":"inherit","maxTurns":2}},
+		"agent":"reviewer","betas":["context-1m-2025-08-07"],"settingSources":[],"additionalDirectories":["/tmp/x"],
+		"strictMcpConfig":true,"enableFileCheckpointing":true,"persistSession":true,
+		"resume":"0b7e5cbe-6c2f-4a5e-9d5e-3f1f1b2a7c01","resumeSessionAt":"1b7e5cbe-6c2f-4a5e-9d5e-3f1f1b2a7c01",
+		"forkSession":true,"cwd":"/workspace","mcpServers":{},"lastSeq":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.Tools, ToolList{"default"}) {
+		t.Errorf("tools preset decoded to %q, want [default]", o.Tools)
+	}
+	if o.SessionID != "0b7e5cbe-6c2f-4a5e-9d5e-3f1f1b2a7c01" {
+		t.Errorf("resume did not become sessionId: %q", o.SessionID)
+	}
+	if o.SettingSources == nil || len(o.SettingSources) != 0 {
+		t.Errorf("settingSources [] decoded to %#v, want an empty list", o.SettingSources)
+	}
+	if a := o.Agents["reviewer"]; a.Prompt != "You review." || a.MaxTurns != 2 || o.Thinking.BudgetTokens != 2000 || o.Effort != "low" {
+		t.Errorf("decoded %+v", o)
+	}
+	if OutputSchema(o.OutputFormat) != `{"type":"object"}` {
+		t.Errorf("OutputSchema = %q", OutputSchema(o.OutputFormat))
+	}
+	// Round trip (the sdkConfig overlay goes through JSON): an empty tools list stays empty, nil stays nil.
+	for _, tools := range []ToolList{nil, {}} {
+		b, _ := json.Marshal(SessionOptions{Tools: tools})
+		back, err := DecodeSessionOptions(b)
+		if err != nil || (back.Tools == nil) != (tools == nil) {
+			t.Errorf("tools %#v round-tripped to %#v (%v) via %s", tools, back.Tools, err, b)
+		}
+	}
+}
+
+// TestDecodeSessionOptionsRefuses: nothing is dropped silently; every refusal is invalid_argument and names
+// the option.
+func TestDecodeSessionOptionsRefuses(t *testing.T) {
+	cases := map[string]string{
+		`{"frobnicate":1}`:                                         "frobnicate",
+		`{"hooks":{}}`:                                             "hooks",
+		`{"settings":"{}"}`:                                        "settings",
+		`{"sandbox":{"enabled":true}}`:                             "sandbox",
+		`{"plugins":[]}`:                                           "plugins",
+		`{"extraArgs":{"x":null}}`:                                 "extraArgs",
+		`{"cwd":"/etc"}`:                                           "cwd",
+		`{"mcpServers":{"s":{"command":"x"}}}`:                     "mcpServers",
+		`{"mcpServers":[{"name":"n"}]}`:                            "mcpServers",
+		`{"tools":{"type":"preset","preset":"other"}}`:             "tools",
+		`{"tools":{"type":"preset","preset":"claude_code","x":1}}`: "x",
+		`{"maxTurns":"x"}`:                                         "maxTurns",
+		`{"maxTurns":-1}`:                                          "maxTurns",
+		`{"effort":"extreme"}`:                                     "effort",
+		`{"thinking":{"type":"sometimes"}}`:                        "thinking",
+		`{"thinking":{"type":"disabled","budgetTokens":5}}`:        "thinking.budgetTokens",
+		`{"settingSources":["user","user"]}`:                       "settingSources",
+		`{"settingSources":["everywhere"]}`:                        "settingSources",
+		`{"betas":["Not A Beta"]}`:                                 "betas",
+		`{"agents":{"a b":{"description":"d","prompt":"p"}}}`:      "agents",
+		`{"agents":{"a":{"description":"d"}}}`:                     "agents.a",
+		`{"agents":{"a":{"description":"d","prompt":"p","mcpServers":["x"]}}}`: "mcpServers",
+		`{"agents":{"a":{"description":"d","prompt":"p","tools":["-x"]}}}`:     "agents.a.tools",
+		`{"outputFormat":{"type":"text"}}`:                                     "outputFormat",
+		`{"outputFormat":{"type":"json_schema","schema":"x"}}`:                 "outputFormat.schema",
+		`{"additionalDirectories":["--help"]}`:                                 "additionalDirectories",
+		`{"persistSession":false}`:                                             "persistSession",
+		`{"resumeSessionAt":"0b7e5cbe-6c2f-4a5e-9d5e-3f1f1b2a7c01"}`:           "resumeSessionAt",
+		`{"sessionId":"s","resumeSessionAt":"not-a-uuid"}`:                     "resumeSessionAt",
+		`{"resume":"a","sessionId":"b"}`:                                       "resume",
+		`{"systemPrompt":{"type":"preset","preset":"other"}}`:                  "systemPrompt",
+		`{"model":"a\nb"}`: "model",
+		`[1]`:              "session options",
+	}
+	for in, name := range cases {
+		_, err := DecodeSessionOptions(json.RawMessage(in))
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), name) {
+			t.Errorf("DecodeSessionOptions(%s) = %v, want invalid_argument naming %q", in, err, name)
+		}
+	}
+	many := `{"agents":{`
+	for i := range maxAgents + 1 {
+		if i > 0 {
+			many += ","
+		}
+		many += `"a` + strings.Repeat("x", i) + `":{"description":"d","prompt":"p"}`
+	}
+	many += `}}`
+	if _, err := DecodeSessionOptions(json.RawMessage(many)); CodeOf(err) != InvalidArgument {
+		t.Errorf("%d agents: %v, want invalid_argument", maxAgents+1, err)
+	}
+}
+
+// TestInitRefusesThroughParse: the edge validates init with ParseClientMessage, so refusals happen before
+// anything reaches a runner.
+func TestInitRefusesThroughParse(t *testing.T) {
+	_, err := ParseClientMessage([]byte(`{"type":"init","payload":{"settingSources":["nowhere"]}}`))
+	if CodeOf(err) != InvalidArgument {
+		t.Fatalf("got %v", err)
+	}
+	m, err := ParseClientMessage([]byte(`{"type":"init","payload":{"tools":{"type":"preset","preset":"claude_code"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := m.Init(); !slices.Equal(o.Tools, ToolList{"default"}) {
+		t.Fatalf("tools %q", o.Tools)
+	}
+}
