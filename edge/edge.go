@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/regions"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
 )
@@ -39,12 +40,6 @@ type Sandboxes interface {
 	Forget(ctx context.Context, e registry.Entry)
 }
 
-// Region is one entry of GET /v1/regions.
-type Region struct {
-	Name string `json:"name"`
-	URL  string `json:"url"`
-}
-
 // Config configures an edge.
 type Config struct {
 	Region    string
@@ -64,8 +59,10 @@ type Config struct {
 	// Rates limit agent connects and prompts per minute, per user and per issuer (the zero Rates:
 	// DefaultRates; negative: unlimited). They are defaults: a rate a quota sets takes the place of its
 	// default, read when the agent channel opens (billing.EffectiveLimitWith).
-	Rates        Rates
-	Regions      []Region      // answered by GET /v1/regions; defaults to this region alone
+	Rates Rates
+	// Directory, when set, lists the edges of every region for GET /v1/regions (regions.Summarize);
+	// nil: this region alone, at the address the request reached.
+	Directory    regions.Directory
 	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
 	Logger       *slog.Logger
 	Metrics      prometheus.Registerer

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/regions"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -64,12 +66,27 @@ func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Edge) serveRegions(w http.ResponseWriter, r *http.Request) {
-	regions := e.cfg.Regions
-	if len(regions) == 0 {
-		regions = []Region{{Name: e.cfg.Region, URL: "http://" + r.Host}}
+	var list []regions.Status
+	if e.cfg.Directory != nil {
+		edges, err := e.cfg.Directory.Edges(r.Context())
+		if err != nil {
+			wire.WriteHTTPError(w, e.log.With("request_id", requestID(r.Context())), wire.Wrap(wire.Unavailable, err, "the region directory is unavailable"))
+			return
+		}
+		list = regions.Summarize(edges)
+	}
+	if !slices.ContainsFunc(list, func(s regions.Status) bool { return s.Name == e.cfg.Region }) {
+		// This edge serves whether or not its region's announcement is in the directory yet.
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		list = append(list, regions.Status{Name: e.cfg.Region, URL: scheme + "://" + r.Host, Health: "ok", Edges: 1})
+		slices.SortFunc(list, func(a, b regions.Status) int { return strings.Compare(a.Name, b.Name) })
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"regions": regions})
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(map[string]any{"region": e.cfg.Region, "regions": list})
 }
 
 func routeLabel(path string) string {

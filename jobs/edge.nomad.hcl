@@ -21,6 +21,12 @@ variable "region" {
   description = "this Warren region's name"
 }
 
+variable "public_url" {
+  type        = string
+  default     = ""
+  description = "this region's public base URL (its load balancer), announced in GET /v1/regions; empty: each edge's own address"
+}
+
 variable "count" {
   type    = number
   default = 2
@@ -124,6 +130,7 @@ job "warren-edge" {
           "edge",
           "-listen", "${NOMAD_ADDR_http}",
           "-region", var.region,
+          "-public-url", var.public_url,
           "-consul", var.consul_addr,
           "-vault", var.vault_addr,
         ]

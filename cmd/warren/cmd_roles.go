@@ -21,6 +21,8 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/spool"
 	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/regions"
+	regionscockroach "github.com/warren-mesh/warren/internal/regions/cockroach"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/token"
@@ -122,12 +124,25 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	p.registerConsul(fs)
 	p.registerDB(fs)
 	fs.StringVar(&sched, "scheduler", os.Getenv("WARREN_SCHEDULER_URL"), "this region's scheduler, http://host:port; key from $"+schedulerKeyEnv+" ($WARREN_SCHEDULER_URL)")
+	var publicURL, edgeID string
+	fs.StringVar(&publicURL, "public-url", os.Getenv("WARREN_PUBLIC_URL"), "this region's public base URL clients connect to (its load balancer), announced in GET /v1/regions; default http://<listen address> ($WARREN_PUBLIC_URL)")
+	fs.StringVar(&edgeID, "edge-id", envOr("NOMAD_ALLOC_ID", hostname()), "this edge's id in the region directory (default $NOMAD_ALLOC_ID or the host name)")
 	log, err := c.parse(fs, args, stderr, "edge")
 	if err != nil {
 		return err
 	}
 	if sched == "" {
 		return errors.New("-scheduler (or $WARREN_SCHEDULER_URL) is required")
+	}
+	if !regions.ValidRegion(c.region) {
+		return fmt.Errorf("-region %q: 1 to 32 of [a-z0-9-]", c.region)
+	}
+	if publicURL == "" {
+		publicURL = "http://" + c.listen
+	}
+	self := regions.Edge{Region: c.region, ID: edgeID, URL: publicURL}
+	if err := self.Validate(); err != nil {
+		return fmt.Errorf("-public-url or -edge-id: %w", err)
 	}
 	key, err := schedulerKey()
 	if err != nil {
@@ -154,15 +169,23 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	dir, err := regionscockroach.New(ctx, regionscockroach.Config{Pool: pool})
+	if err != nil {
+		return err
+	}
 	client := &remote.Client{URL: sched, Key: key, Registry: reg}
 	ed, err := edge.New(edge.Config{
 		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
 		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions, RateBuckets: buckets,
-		Logger: log, Metrics: metrics,
+		Directory: dir, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		return err
 	}
+	annCtx, stopAnn := context.WithCancel(ctx)
+	announced := make(chan error, 1)
+	go func() { announced <- (&regions.Announcer{Dir: dir, Edge: self, Logger: log}).Run(annCtx) }()
+	defer func() { stopAnn(); <-announced }() // withdraws this edge from the directory
 	return serveRole(ctx, "edge", c.listen, ed.Handler(), metrics, stdout, log)
 }
 
@@ -354,4 +377,12 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	a.Mount(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	return serveRole(ctx, "billing", c.listen, mux, metrics, stdout, log)
+}
+
+// hostname is the host's name, or "edge" when it cannot be read.
+func hostname() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "edge"
 }

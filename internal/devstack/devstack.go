@@ -26,6 +26,8 @@ import (
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/modelserver"
+	"github.com/warren-mesh/warren/internal/regions"
+	regionsqlite "github.com/warren-mesh/warren/internal/regions/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/mem"
 	"github.com/warren-mesh/warren/internal/secrets"
@@ -225,9 +227,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	verifier := token.NewVerifier(secrets.NewCache(s.secrets, secrets.CacheOptions{}), token.VerifierOptions{})
+	// The region directory lives beside the placements, as in production it shares their database.
+	dir, err := regionsqlite.New(ctx, regionsqlite.Config{Path: filepath.Join(cfg.DataDir, "placements.db")})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, dir.Close)
 	ed, err := edge.New(edge.Config{
 		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger,
-		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates,
+		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates, Directory: dir,
 		Logger: s.log.With("component", "edge"), Metrics: reg,
 	})
 	if err != nil {
@@ -248,6 +256,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.served <- s.srv.Serve(s.ln) }()
+	ann := &regions.Announcer{Dir: dir, Logger: s.log.With("component", "edge"),
+		Edge: regions.Edge{Region: cfg.Region, ID: "dev", URL: "http://" + s.ln.Addr().String()}}
+	annCtx, stopAnn := context.WithCancel(context.WithoutCancel(ctx))
+	announced := make(chan error, 1)
+	go func() { announced <- ann.Run(annCtx) }()
+	s.closers = append(s.closers, func() error { stopAnn(); return <-announced })
 	s.log.Info("warren dev started", "addr", s.ln.Addr().String(), "data_dir", cfg.DataDir, "region", cfg.Region, "insecure", cfg.Insecure)
 	return s, nil
 }

@@ -1,0 +1,88 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
+	"github.com/warren-mesh/warren/internal/regions"
+	regionsqlite "github.com/warren-mesh/warren/internal/regions/sqlite"
+)
+
+// GET /v1/regions lists every region with announced edges and its health, this edge's region always
+// included, and is refused with unavailable when the directory cannot be read.
+func TestRegions(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	ledger, err := billingsqlite.New(ctx, billingsqlite.Config{Path: filepath.Join(dir, "ledger.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ledger.Close() })
+	d, err := regionsqlite.New(ctx, regionsqlite.Config{Path: filepath.Join(dir, "placements.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(cfg Config) (int, map[string]json.RawMessage) {
+		t.Helper()
+		cfg.Verifier, cfg.Sandboxes, cfg.Ledger, cfg.Metrics = grantVerifier{}, grantRunner{}, ledger, prometheus.NewRegistry()
+		e, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(e.Handler())
+		defer srv.Close()
+		resp, err := http.Get(srv.URL + "/v1/regions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]json.RawMessage
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	statuses := func(body map[string]json.RawMessage) []regions.Status {
+		var s []regions.Status
+		if err := json.Unmarshal(body["regions"], &s); err != nil {
+			t.Fatalf("regions: %v in %s", err, body["regions"])
+		}
+		return s
+	}
+
+	code, body := get(Config{Region: "eu"})
+	if s := statuses(body); code != http.StatusOK || len(s) != 1 || s[0].Name != "eu" || s[0].Health != "ok" {
+		t.Fatalf("without a directory: %d %+v, want eu alone", code, s)
+	}
+	for _, e := range []regions.Edge{
+		{Region: "us", ID: "1", URL: "wss://us.example.com"},
+		{Region: "ap", ID: "1", URL: "wss://ap.example.com", Draining: true},
+		{Region: "eu", ID: "1", URL: "wss://eu.example.com", WebTransport: "https://eu.example.com/wt"},
+	} {
+		if err := d.Announce(ctx, e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, body = get(Config{Region: "eu", Directory: d})
+	s := statuses(body)
+	if code != http.StatusOK || string(body["region"]) != `"eu"` || len(s) != 3 {
+		t.Fatalf("with a directory: %d %s", code, body)
+	}
+	if s[0].Name != "ap" || s[0].Health != "draining" || s[1].WebTransport != "https://eu.example.com/wt" || s[2].URL != "wss://us.example.com" {
+		t.Fatalf("regions %+v", s)
+	}
+	code, body = get(Config{Region: "sa", Directory: d})
+	if s := statuses(body); code != http.StatusOK || len(s) != 4 || s[2].Name != "sa" {
+		t.Fatalf("this edge's region not yet announced: %d %+v, want it listed", code, s)
+	}
+	d.Close()
+	if code, body = get(Config{Region: "eu", Directory: d}); code != http.StatusServiceUnavailable {
+		t.Fatalf("directory closed: %d %s, want 503", code, body)
+	}
+}
