@@ -289,15 +289,21 @@ func optionError(err error) error {
 	return Errorf(InvalidArgument, "session options: %s", msg)
 }
 
-// Bounds of session options: they are tenant input and end up on the CLI's command line.
+// Bounds of session options: they are tenant input and end up on the CLI's command line and in its
+// environment, where Linux refuses a single string over 128 KiB and all of them together over about
+// 2 MiB (the agent would then fail to start after ready instead of being refused at init).
 const (
 	maxOptionString = 256
 	maxListEntries  = 256
 	maxAgents       = 32
-	maxAgentText    = 64 << 10
 	maxBetas        = 16
 	maxDirs         = 16
-	maxSchema       = 256 << 10
+	// MaxOptionArg bounds an option that becomes one CLI argument: the system prompt, the encoded
+	// agents, the output schema.
+	MaxOptionArg = 100 << 10
+	maxEnvVars   = 128
+	// MaxEnvBytes bounds the client's environment (names, values and their separators).
+	MaxEnvBytes = 256 << 10
 )
 
 var (
@@ -331,6 +337,9 @@ func (o SessionOptions) Validate() error {
 		if strings.IndexByte(sp.Text, 0) >= 0 || strings.IndexByte(sp.Append, 0) >= 0 {
 			return Errorf(InvalidArgument, "systemPrompt must not contain NUL")
 		}
+		if len(sp.Text) > MaxOptionArg || len(sp.Append) > MaxOptionArg {
+			return Errorf(InvalidArgument, "session option systemPrompt exceeds %d bytes", MaxOptionArg)
+		}
 	}
 	if t := o.Thinking; t != nil {
 		if !slices.Contains(ThinkingTypes, t.Type) {
@@ -358,6 +367,17 @@ func (o SessionOptions) Validate() error {
 		if err := a.validate(name); err != nil {
 			return err
 		}
+	}
+	if b, _ := json.Marshal(o.Agents); len(o.Agents) > 0 && len(b) > MaxOptionArg {
+		return Errorf(InvalidArgument, "session option agents exceeds %d bytes encoded", MaxOptionArg)
+	}
+	envBytes, envLargest := 0, 0
+	for k, v := range o.Env {
+		envBytes += len(k) + len(v) + 2
+		envLargest = max(envLargest, len(k)+len(v)+1)
+	}
+	if len(o.Env) > maxEnvVars || envBytes > MaxEnvBytes || envLargest > MaxOptionArg {
+		return Errorf(InvalidArgument, "session option env: at most %d variables, %d bytes each and %d in all", maxEnvVars, MaxOptionArg, MaxEnvBytes)
 	}
 	if o.Agent != "" && !agentNamePattern.MatchString(o.Agent) {
 		return Errorf(InvalidArgument, "session option agent: invalid agent name %q", o.Agent)
@@ -404,8 +424,8 @@ func (a AgentDefinition) validate(name string) error {
 	if strings.TrimSpace(a.Description) == "" || strings.TrimSpace(a.Prompt) == "" {
 		return Errorf(InvalidArgument, "session option agents.%s needs a description and a prompt", name)
 	}
-	if len(a.Description) > maxAgentText || len(a.Prompt) > maxAgentText || strings.IndexByte(a.Description+a.Prompt, 0) >= 0 {
-		return Errorf(InvalidArgument, "session option agents.%s: description and prompt must be at most %d bytes without NUL", name, maxAgentText)
+	if strings.IndexByte(a.Description+a.Prompt, 0) >= 0 {
+		return Errorf(InvalidArgument, "session option agents.%s: description and prompt must not contain NUL", name)
 	}
 	if len(a.Model) > maxOptionString || strings.ContainsFunc(a.Model, isControl) || a.MaxTurns < 0 {
 		return Errorf(InvalidArgument, "session option agents.%s: invalid model or maxTurns", name)
@@ -462,8 +482,8 @@ func checkOutputFormat(raw json.RawMessage) error {
 	if len(s) < 2 || s[0] != '{' {
 		return Errorf(InvalidArgument, "session option outputFormat.schema must be a JSON Schema object")
 	}
-	if len(s) > maxSchema {
-		return Errorf(InvalidArgument, "session option outputFormat.schema exceeds %d bytes", maxSchema)
+	if len(s) > MaxOptionArg {
+		return Errorf(InvalidArgument, "session option outputFormat.schema exceeds %d bytes", MaxOptionArg)
 	}
 	return nil
 }

@@ -104,6 +104,19 @@ func TestDecodeSessionOptionsRefuses(t *testing.T) {
 	if _, err := DecodeSessionOptions(json.RawMessage(many)); CodeOf(err) != InvalidArgument {
 		t.Errorf("%d agents: %v, want invalid_argument", maxAgents+1, err)
 	}
+	// What would not fit the CLI's command line or environment is refused here, not when it starts.
+	big := strings.Repeat("x", MaxOptionArg)
+	tooBig := map[string]SessionOptions{
+		"systemPrompt": {SystemPrompt: &SystemPrompt{Text: big + "x"}},
+		"agents":       {Agents: map[string]AgentDefinition{"a": {Description: "d", Prompt: big}}},
+		"outputFormat": {OutputFormat: json.RawMessage(`{"type":"json_schema","schema":{"d":"` + big + `"}}`)},
+		"env":          {Env: map[string]string{"A": big, "B": big, "C": big}},
+	}
+	for name, o := range tooBig {
+		if err := o.Validate(); CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), name) {
+			t.Errorf("oversize %s: %v", name, err)
+		}
+	}
 }
 
 // TestInitRefusesThroughParse: the edge validates init with ParseClientMessage, so refusals happen before

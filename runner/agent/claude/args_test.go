@@ -2,6 +2,7 @@ package claude
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -400,5 +401,21 @@ func TestUserLine(t *testing.T) {
 	}
 	if _, err := userLine(wire.ClientMessage{Type: "control"}, "s"); wire.CodeOf(err) != wire.InvalidArgument {
 		t.Errorf("non-user message: %v", err)
+	}
+}
+
+func TestTranscriptHas(t *testing.T) {
+	const id = "0b8f7c1e-9d2a-4c3b-8e4f-5a6b7c8d9e0f"
+	path := t.TempDir() + "/t.jsonl"
+	// The entry straddles the 1 MiB read boundary.
+	pad := strings.Repeat("x", 1<<20-5)
+	if err := os.WriteFile(path, []byte(pad+`{"uuid":"`+id+`"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !transcriptHas(path, id) {
+		t.Error("an entry across the chunk boundary was not found")
+	}
+	if transcriptHas(path, "1b8f7c1e-9d2a-4c3b-8e4f-5a6b7c8d9e0f") || transcriptHas("", id) || transcriptHas(path+".missing", id) {
+		t.Error("found what is not there")
 	}
 }

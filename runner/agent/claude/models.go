@@ -105,14 +105,30 @@ func (d *Driver) probeModels() map[string]string {
 	}
 }
 
-// transcriptHas reports whether the transcript at path has an entry with this uuid.
+// transcriptHas reports whether the transcript at path has an entry with this uuid. It reads the file in
+// chunks: transcripts grow large.
 func transcriptHas(path, uuid string) bool {
 	if path == "" {
 		return false
 	}
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
-	return bytes.Contains(b, []byte(`"uuid":"`+uuid+`"`))
+	defer f.Close()
+	needle := []byte(`"uuid":"` + uuid + `"`)
+	buf := make([]byte, 0, 1<<20+len(needle))
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if bytes.Contains(buf, needle) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		if keep := len(needle) - 1; len(buf) > keep {
+			buf = buf[:copy(buf, buf[len(buf)-keep:])]
+		}
+	}
 }

@@ -3,6 +3,7 @@ package claude
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,4 +148,35 @@ func mustSucceedEvents(t *testing.T, tr turnResult) []map[string]any {
 	t.Helper()
 	mustSucceed(t, tr)
 	return slices.Clone(tr.events)
+}
+
+// TestLargestOptionsStart: options at their bounds still fit the CLI's command line and environment, so
+// that what init accepts never fails when the agent starts.
+func TestLargestOptionsStart(t *testing.T) {
+	r := newRig(t)
+	d := r.driver(t, "", nil)
+	fill := func(n int) string { return strings.Repeat("word ", n/5+1)[:n] }
+	agents := map[string]wire.AgentDefinition{}
+	for i := range 4 {
+		agents[fmt.Sprintf("agent-%d", i)] = wire.AgentDefinition{Description: "A test agent", Prompt: fill(wire.MaxOptionArg/4 - 200)}
+	}
+	schema := `{"type":"object","description":"` + fill(wire.MaxOptionArg-100) + `"}`
+	opts := wire.SessionOptions{
+		Model:        "claude-sonnet-4-5",
+		SystemPrompt: &wire.SystemPrompt{Text: fill(wire.MaxOptionArg)},
+		Agents:       agents,
+		OutputFormat: json.RawMessage(`{"type":"json_schema","schema":` + schema + `}`),
+		Env:          map[string]string{"BIG_A": fill(wire.MaxOptionArg - 10), "BIG_B": fill(wire.MaxOptionArg - 10)},
+	}
+	if err := opts.Validate(); err != nil {
+		t.Fatalf("the options are not at their bounds but over them: %v", err)
+	}
+	if _, err := d.Check(context.Background(), session.Check{Options: opts}); err != nil {
+		t.Fatal(err)
+	}
+	tr := run(t, context.Background(), d, session.NewID(), opts, "hello")
+	if tr.err != nil {
+		t.Fatalf("the agent did not run with options at their bounds: %v", tr.err)
+	}
+	tr.result(t)
 }
