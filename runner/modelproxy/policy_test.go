@@ -151,9 +151,15 @@ func TestServerToolsAndGatedFieldsAreRefused(t *testing.T) {
 }
 
 // anthropic-beta values other than the CLI's and the configured ones are refused, and so are query
-// parameters other than the SDK's beta=true.
+// parameters other than the SDK's beta=true. AllowsBeta (what a session's betas option is checked
+// against) says the same.
 func TestUnknownBetaIsRefused(t *testing.T) {
 	e := startEnv(t, modelserver.Options{}, func(c *modelproxy.Config) { c.AllowBetas = []string{"extra-2026-01-01"} })
+	for b, want := range map[string]bool{modelproxy.CLIBetas[0]: true, "extra-2026-01-01": true, "files-api-2025-04-14": false, "Claude-Code-20250219": false} {
+		if got := e.proxy.AllowsBeta(b); got != want {
+			t.Errorf("AllowsBeta(%q) = %v, want %v", b, got, want)
+		}
+	}
 	token := e.proxy.OpenSession("s1", acct, -1)
 	for _, tc := range []struct {
 		name  string
