@@ -239,7 +239,7 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 	if owned, ok := errors.AsType[*OwnedError](err); ok {
 		// Another region serves this user and its lease holds: never a second runner.
 		s.metrics.starts.WithLabelValues("owned").Inc()
-		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, fmt.Sprintf("this user's sandbox is served in region %s", owned.Region))
+		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, fmt.Sprintf("this user's sandbox is served in region %s", owned.Region)).WithDetails(map[string]any{"region": owned.Region})
 	}
 	if errors.Is(err, ErrConflict) {
 		// Another scheduler claimed it: wait for its runner to register (Adopt may take it over).

@@ -16,6 +16,7 @@ import (
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/mem"
+	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/scheduler"
 	"github.com/warren-mesh/warren/scheduler/sqlite"
 )
@@ -406,6 +407,9 @@ func TestLeaseKeepsOtherRegionsOut(t *testing.T) {
 		_, err := r2.Ensure(t.Context(), scheduler.Request{Issuer: "iss", User: "u"})
 		if !errors.Is(err, scheduler.ErrOwned) || !strings.Contains(err.Error(), "region r1") {
 			t.Fatalf("Ensure in another region while r1 holds the user: %v, want a refusal naming r1", err)
+		}
+		if we, ok := errors.AsType[*wire.Error](err); !ok || we.Code != wire.Unavailable || we.Details["region"] != "r1" {
+			t.Fatalf("refusal %#v, want unavailable with details.region r1 (the edge forwards there)", err)
 		}
 		if other.n != 0 {
 			t.Fatalf("the other region started %d runners for a user r1 serves", other.n)

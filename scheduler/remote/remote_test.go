@@ -124,6 +124,21 @@ func TestErrorsKeepTheirWireCode(t *testing.T) {
 	}
 }
 
+// An owned user's refusal keeps its details across the API: the edge reads the serving region from
+// details.region to forward the connection there (docs/PROTOCOL.md#errors).
+func TestOwnedRefusalKeepsTheRegion(t *testing.T) {
+	owned := &scheduler.OwnedError{Region: "a", Epoch: 4, Lease: time.Now().Add(time.Minute)}
+	rec := &recorder{reg: mem.New(), err: wire.Wrap(wire.Unavailable, owned, "this user's sandbox is served in region a").
+		WithDetails(map[string]any{"region": "a"})}
+	srv := httptest.NewServer(remote.Handler(rec, key, nil))
+	defer srv.Close()
+	_, err := (&remote.Client{URL: srv.URL, Key: key}).Ensure(context.Background(), scheduler.Request{Issuer: "iss", User: "u"})
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.Unavailable || we.Details["region"] != "a" {
+		t.Fatalf("err = %#v, want unavailable with details.region a", err)
+	}
+}
+
 func TestBadBodiesRefused(t *testing.T) {
 	rec := &recorder{reg: mem.New()}
 	srv := httptest.NewServer(remote.Handler(rec, key, nil))
