@@ -60,8 +60,12 @@ func TestAgentSDKOptions(t *testing.T) {
 		t.Errorf("the session's beta was not sent: %v", reqs)
 	}
 
-	// The control: with the project source the same settings file is loaded.
+	// The control: with the project source the same settings file is loaded. The remaining flags ride
+	// along: the CLI must accept every one of them.
 	opts.SettingSources = []string{"project"}
+	opts.Agent, opts.AdditionalDirectories, opts.StrictMCPConfig = "warren-reviewer", []string{"/tmp"}, true
+	opts.AllowDangerouslySkipPermissions, opts.IncludeHookEvents, opts.EnableFileCheckpointing = true, true, true
+	opts.Thinking, opts.Effort = &wire.ThinkingConfig{Type: "adaptive"}, "max"
 	tr = run(t, ctx, d, session.NewID(), opts, "hello")
 	mustSucceed(t, tr)
 	if tr.events[0]["output_style"] != "Explanatory" {
