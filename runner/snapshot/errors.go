@@ -1,6 +1,13 @@
 package snapshot
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/warren-mesh/warren/internal/blob"
+	"github.com/warren-mesh/warren/internal/wire"
+)
 
 // Sentinel errors, tested with errors.Is.
 var (
@@ -17,3 +24,50 @@ var (
 	// The error is also a *wire.Error of code resource_exhausted.
 	ErrStoredBytesQuota = errors.New("stored-bytes quota exceeded")
 )
+
+// RegionUnavailableError: the blob store of Region could not be read. Its latest snapshot may be the
+// newest of the sandbox, so Latest and Restore fail rather than restore an older one or nothing: the
+// runner does not start until the region's store answers again (docs/ARCHITECTURE.md#regions). Err is
+// the store's error (errors.Is(err, blob.ErrUnavailable) for a connection failure or a timeout). Its wire
+// code is unavailable, with the region in the details. Region is "" in a single-region deployment.
+type RegionUnavailableError struct {
+	Region string
+	Err    error
+}
+
+func (e *RegionUnavailableError) Error() string {
+	if e.Region == "" {
+		return fmt.Sprintf("snapshot store unavailable: %v", e.Err)
+	}
+	return fmt.Sprintf("snapshot store of region %s unavailable: %v", e.Region, e.Err)
+}
+
+func (e *RegionUnavailableError) Unwrap() error { return e.Err }
+
+// As makes the error a *wire.Error of code unavailable (wire.CodeOf, wire.Public).
+func (e *RegionUnavailableError) As(target any) bool {
+	p, ok := target.(**wire.Error)
+	if !ok {
+		return false
+	}
+	msg := "the snapshot store is unavailable; the sandbox cannot resume until it answers"
+	if e.Region != "" {
+		msg = fmt.Sprintf("the snapshot store of region %s is unavailable; the sandbox cannot resume until it answers", e.Region)
+	}
+	*p = wire.Wrap(wire.Unavailable, e.Err, msg).WithDetails(map[string]any{"region": e.Region})
+	return true
+}
+
+// unavailable wraps err, from a call to region's store, as a *RegionUnavailableError, unless it is nil,
+// a missing object (the caller's to judge) or the end of ctx (the caller gave up, the store did not
+// fail).
+func unavailable(ctx context.Context, region string, err error) error {
+	if err == nil || errors.Is(err, blob.ErrNotFound) || ctx.Err() != nil {
+		return err
+	}
+	var ru *RegionUnavailableError
+	if errors.As(err, &ru) {
+		return err
+	}
+	return &RegionUnavailableError{Region: region, Err: err}
+}

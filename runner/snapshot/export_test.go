@@ -14,3 +14,9 @@ func Trusted(mtime, ctime int64, hashedAt time.Time, margin time.Duration) bool 
 
 // ParseManifestName exposes the parser of listed manifest names to the fuzz test.
 var ParseManifestName = parseManifestName
+
+// ParsePointer exposes the parser of latest pointers to the fuzz test.
+func ParsePointer(data []byte, prefix, region string) (epoch, seq int64, gotRegion string, err error) {
+	p, err := parsePointer(data, prefix, region)
+	return p.Epoch, p.Seq, p.Region, err
+}

@@ -182,16 +182,22 @@ func (s *Snapshotter) collectGarbage(ctx context.Context) (GCStats, error) {
 	return st, err
 }
 
-// readManifest reads and validates the manifest at key.
+// readManifest reads and validates the own region's manifest at key.
 func (s *Snapshotter) readManifest(ctx context.Context, key string) (Manifest, error) {
-	rc, err := s.cfg.Store.Get(ctx, key)
+	return s.readManifestFrom(ctx, s.regions[0], key)
+}
+
+// readManifestFrom reads and validates a region's manifest at key. A store that fails is a
+// *RegionUnavailableError.
+func (s *Snapshotter) readManifestFrom(ctx context.Context, r region, key string) (Manifest, error) {
+	rc, err := r.store.Get(ctx, key)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("read manifest: %w", err)
+		return Manifest{}, fmt.Errorf("read manifest: %w", unavailable(ctx, r.name, err))
 	}
 	defer rc.Close()
 	data, err := io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
 	if err != nil {
-		return Manifest{}, fmt.Errorf("read manifest %s: %w", key, err)
+		return Manifest{}, fmt.Errorf("read manifest %s: %w", key, unavailable(ctx, r.name, err))
 	}
 	m, err := ParseManifest(data)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/warren-mesh/warren/internal/regions"
 )
 
 // ManifestVersion is the only manifest format this package reads and writes. A format change that an
@@ -48,6 +50,11 @@ type Manifest struct {
 	// Seq numbers the snapshots of one epoch from 1.
 	Seq  int64     `json:"seq"`
 	Time time.Time `json:"time"`
+	// Region names the region whose store holds the manifest and every blob it names: the region of the
+	// runner that wrote it (docs/ARCHITECTURE.md#regions). Empty in a single-region deployment, and in
+	// manifests written before regions: Latest then sets it to the region of the store it was read from.
+	// Otherwise 1 to 32 of [a-z0-9-], not starting or ending with '-'.
+	Region string `json:"region,omitempty"`
 	// Dirs are sorted by name, with unique names.
 	Dirs []Dir `json:"dirs"`
 }
@@ -154,6 +161,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.Epoch < 0 || m.Seq < 1 {
 		return bad("epoch must be >= 0 and seq >= 1")
+	}
+	if m.Region != "" && !regions.ValidRegion(m.Region) {
+		return bad("region %q is not 1 to 32 of [a-z0-9-]", m.Region)
 	}
 	names := make(map[string]bool, len(m.Dirs))
 	for _, d := range m.Dirs {
@@ -266,25 +276,38 @@ func isSHA256(s string) bool {
 	return true
 }
 
-// pointer is the content of <prefix>/latest: which manifest is the latest snapshot. It changes only by a
-// compare-and-set (blob.Store.PutIf) that refuses to go back to an older epoch.
+// pointer is the content of <prefix>/latest in one region's store: which manifest of that store is the
+// region's latest snapshot. It changes only by a compare-and-set (blob.Store.PutIf) that refuses to go
+// back to an older epoch.
 type pointer struct {
 	Epoch    int64     `json:"epoch"`
 	Seq      int64     `json:"seq"`
 	Manifest string    `json:"manifest"`
 	Time     time.Time `json:"time"`
+	// Region is the region of the store holding the pointer and its manifest, as Manifest.Region.
+	Region string `json:"region,omitempty"`
 
 	size int // bytes of the object it was read from (0 when not read)
 }
 
-// parsePointer decodes the latest pointer, which must name the manifest key its epoch and seq imply.
-func parsePointer(data []byte, prefix string) (pointer, error) {
+// maxPointerSize bounds the latest pointer: a short prefix-relative key, two numbers, a time, a region.
+const maxPointerSize = 4 << 10
+
+// parsePointer decodes the latest pointer read from the store of region, which must name the manifest
+// key its epoch and seq imply and, if it names a region, that one.
+func parsePointer(data []byte, prefix, region string) (pointer, error) {
+	if len(data) > maxPointerSize {
+		return pointer{}, fmt.Errorf("%w: latest pointer is %d bytes, the limit is %d", ErrCorrupt, len(data), maxPointerSize)
+	}
 	var p pointer
 	if err := decodeStrict(data, &p); err != nil {
 		return pointer{}, fmt.Errorf("%w: latest pointer: %w", ErrCorrupt, err)
 	}
 	if p.Epoch < 0 || p.Seq < 1 || p.Manifest != manifestKey(prefix, p.Epoch, p.Seq) {
 		return pointer{}, fmt.Errorf("%w: latest pointer %d-%d names manifest %q", ErrCorrupt, p.Epoch, p.Seq, p.Manifest)
+	}
+	if p.Region != "" && (!regions.ValidRegion(p.Region) || p.Region != region) {
+		return pointer{}, fmt.Errorf("%w: latest pointer in the store of region %q says region %q", ErrCorrupt, region, p.Region)
 	}
 	p.size = len(data)
 	return p, nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/warren-mesh/warren/internal/regions"
 	"github.com/warren-mesh/warren/runner/snapshot"
 )
 
@@ -20,12 +21,20 @@ const validManifest = `{"version":1,"epoch":3,"seq":2,"time":"2025-06-01T12:00:0
   {"path":"link","type":"symlink","target":"/etc/passwd"},
   {"path":"ünï","type":"dir","mode":448}]}]}`
 
+// withRegion is validManifest recording region (raw JSON).
+func withRegion(region string) string {
+	return strings.Replace(validManifest, `"seq":2,`, `"seq":2,"region":`+region+`,`, 1)
+}
+
 const sha64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 func TestParseManifest(t *testing.T) {
 	m, err := snapshot.ParseManifest([]byte(validManifest))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if m, err := snapshot.ParseManifest([]byte(withRegion(`"eu-west-1"`))); err != nil || m.Region != "eu-west-1" {
+		t.Fatalf("manifest of region eu-west-1: %q, %v", m.Region, err)
 	}
 	if m.Epoch != 3 || m.Seq != 2 || len(m.Dirs) != 2 || len(m.Dirs[1].Entries) != 5 || m.Dirs[1].Entries[3].Target != "/etc/passwd" {
 		t.Fatalf("parsed %+v", m)
@@ -61,6 +70,11 @@ func TestParseManifest(t *testing.T) {
 		"unknown type":      strings.Replace(validManifest, `"type":"symlink","target":"/etc/passwd"`, `"type":"fifo"`, 1),
 		"empty target":      strings.Replace(validManifest, `"target":"/etc/passwd"`, `"target":""`, 1),
 		"long path":         strings.Replace(validManifest, `"path":"link"`, `"path":"`+strings.Repeat("a", 256)+`"`, 1),
+		"region uppercase":  withRegion(`"EU"`),
+		"region too long":   withRegion(`"` + strings.Repeat("a", 33) + `"`),
+		"region dash":       withRegion(`"eu-"`),
+		"region slash":      withRegion(`"eu/1"`),
+		"region number":     withRegion(`1`),
 	}
 	for name, data := range bad {
 		if _, err := snapshot.ParseManifest([]byte(data)); !errors.Is(err, snapshot.ErrCorrupt) {
@@ -76,6 +90,9 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(`{"version":1,"epoch":0,"seq":1,"time":"0001-01-01T00:00:00Z","dirs":[]}`))
 	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"time":"2025-01-01T00:00:00Z","dirs":[{"name":"w","entries":[{"path":"a","type":"dir"},{"path":"a/b","type":"symlink","target":"../.."}]}]}`))
 	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"time":"2025-01-01T00:00:00Z","dirs":[{"name":"w","entries":[{"path":"../a","type":"dir"}]}]}`))
+	f.Add([]byte(withRegion(`"eu-west-1"`)))
+	f.Add([]byte(withRegion(`"-"`)))
+	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"region":"a","time":"2025-01-01T00:00:00Z","dirs":[]}`))
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -85,6 +102,9 @@ func FuzzParseManifest(f *testing.F) {
 				t.Fatalf("error %v is not ErrCorrupt", err)
 			}
 			return
+		}
+		if m.Region != "" && !regions.ValidRegion(m.Region) {
+			t.Fatalf("accepted region %q", m.Region)
 		}
 		for _, d := range m.Dirs {
 			types := map[string]snapshot.EntryType{}

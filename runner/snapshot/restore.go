@@ -22,7 +22,9 @@ import (
 var emptySHA256 = func() string { s := sha256.Sum256(nil); return hex.EncodeToString(s[:]) }()
 
 // Restore makes each configured directory that m names hold exactly m's tree: entries not in m are
-// removed (except paths Config.Exclude matches), files are fetched, checked against their SHA-256
+// removed (except paths Config.Exclude matches), files are fetched from the store of m's region (the
+// own region's when m.Region is empty or Config.Region; a store that fails is a
+// *RegionUnavailableError naming the region), checked against their SHA-256
 // (ErrCorrupt on a mismatch or a missing blob) and renamed into place with their mode and mtime,
 // symlinks are recreated verbatim, directories get their modes last. Files already holding the right
 // content are left in place. Directories of m missing from Config.Dirs are skipped with a warning;
@@ -39,6 +41,10 @@ func (s *Snapshotter) Restore(ctx context.Context, m Manifest) (Stats, error) {
 	if err := m.validate(); err != nil {
 		return Stats{}, fmt.Errorf("restore: %w", err)
 	}
+	src, ok := s.region(m.Region)
+	if !ok {
+		return Stats{}, fmt.Errorf("restore %d-%d: %w: no store for region %q", m.Epoch, m.Seq, ErrConfig, m.Region)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := s.cfg.Now()
@@ -49,7 +55,7 @@ func (s *Snapshotter) Restore(ctx context.Context, m Manifest) (Stats, error) {
 			s.cfg.Logger.Warn("restore: manifest dir not configured, skipped", "dir", d.Name)
 			continue
 		}
-		if err := s.restoreDir(ctx, host, d, &st); err != nil {
+		if err := s.restoreDir(ctx, src, host, d, &st); err != nil {
 			return st, fmt.Errorf("restore %d-%d: dir %s: %w", m.Epoch, m.Seq, d.Name, err)
 		}
 	}
@@ -61,15 +67,33 @@ func (s *Snapshotter) Restore(ctx context.Context, m Manifest) (Stats, error) {
 			}
 		}
 	}
+	if src.name != s.regions[0].name {
+		// The blobs are in another region's store: the next snapshot looks for each in the own store
+		// and uploads those missing, so the own region's snapshots never depend on another's store.
+		known = nil
+	}
 	s.known = known
 	st.Duration = s.cfg.Now().Sub(start)
-	s.cfg.Logger.Info("snapshot restored", "epoch", m.Epoch, "seq", m.Seq, "files", st.Files, "dirs", st.Dirs,
+	s.cfg.Logger.Info("snapshot restored", "epoch", m.Epoch, "seq", m.Seq, "region", src.name, "files", st.Files, "dirs", st.Dirs,
 		"symlinks", st.Symlinks, "bytes", st.Bytes, "files_downloaded", st.FilesDownloaded,
 		"bytes_downloaded", st.BytesDownloaded, "duration", st.Duration)
 	return st, nil
 }
 
-func (s *Snapshotter) restoreDir(ctx context.Context, host string, d Dir, st *Stats) error {
+// region returns the store of the region named name ("" is the own region).
+func (s *Snapshotter) region(name string) (region, bool) {
+	if name == "" {
+		return s.regions[0], true
+	}
+	for _, r := range s.regions {
+		if r.name == name {
+			return r, true
+		}
+	}
+	return region{}, false
+}
+
+func (s *Snapshotter) restoreDir(ctx context.Context, src region, host string, d Dir, st *Stats) error {
 	if err := os.MkdirAll(host, 0o700); err != nil {
 		return err
 	}
@@ -121,7 +145,7 @@ func (s *Snapshotter) restoreDir(ctx context.Context, host string, d Dir, st *St
 	}
 	dl := make([]int64, len(files))
 	err = parallel(ctx, len(files), s.cfg.Concurrency, func(ctx context.Context, i int) error {
-		n, err := s.restoreFile(ctx, root, files[i])
+		n, err := s.restoreFile(ctx, src, root, files[i])
 		if err != nil {
 			return fmt.Errorf("%s: %w", files[i].Path, err)
 		}
@@ -223,7 +247,7 @@ func removeAll(root *os.Root, p string) error {
 
 // restoreFile puts e's content at its path and returns the bytes fetched: none if the file already held
 // the content (then only its mode and mtime are set) or is empty.
-func (s *Snapshotter) restoreFile(ctx context.Context, root *os.Root, e *Entry) (int64, error) {
+func (s *Snapshotter) restoreFile(ctx context.Context, src region, root *os.Root, e *Entry) (int64, error) {
 	mtime := time.Unix(0, e.MTime)
 	if fi, err := root.Lstat(e.Path); err == nil && fi.Mode().IsRegular() && fi.Size() == e.Size {
 		if same, err := hasHash(root, e.Path, fi, e.SHA256); err == nil && same {
@@ -246,7 +270,7 @@ func (s *Snapshotter) restoreFile(ctx context.Context, root *os.Root, e *Entry) 
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.fetch(ctx, f, e)
+	n, err := s.fetch(ctx, src, f, e)
 	if err == nil {
 		err = f.Chmod(e.Mode)
 	}
@@ -266,22 +290,26 @@ func (s *Snapshotter) restoreFile(ctx context.Context, root *os.Root, e *Entry) 
 	return n, nil
 }
 
-// fetch copies e's blob into w, verifying its size and hash.
-func (s *Snapshotter) fetch(ctx context.Context, w io.Writer, e *Entry) (int64, error) {
+// fetch copies e's blob from src's store into w, verifying its size and hash.
+func (s *Snapshotter) fetch(ctx context.Context, src region, w io.Writer, e *Entry) (int64, error) {
 	if e.Size == 0 && e.SHA256 == emptySHA256 {
 		return 0, nil
 	}
-	rc, err := s.cfg.Store.Get(ctx, blobKey(s.cfg.Prefix, e.SHA256))
+	rc, err := src.store.Get(ctx, blobKey(s.cfg.Prefix, e.SHA256))
 	if errors.Is(err, blob.ErrNotFound) {
 		return 0, fmt.Errorf("%w: blob %s is missing: %w", ErrCorrupt, e.SHA256, err)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("fetch blob %s: %w", e.SHA256, err)
+		return 0, fmt.Errorf("fetch blob %s: %w", e.SHA256, unavailable(ctx, src.name, err))
 	}
 	defer rc.Close()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, h), &ctxReader{ctx, io.LimitReader(rc, e.Size+1)})
+	var wErr error
+	n, err := io.Copy(io.MultiWriter(errWriter{w, &wErr}, h), &ctxReader{ctx, io.LimitReader(rc, e.Size+1)})
 	if err != nil {
+		if wErr == nil { // the store's body failed, not the local file
+			err = unavailable(ctx, src.name, err)
+		}
 		return 0, fmt.Errorf("fetch blob %s: %w", e.SHA256, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); n != e.Size || got != e.SHA256 {
@@ -325,6 +353,20 @@ func restoreSymlink(root *os.Root, e *Entry) error {
 		return err
 	}
 	return nil
+}
+
+// errWriter records the error of w, to tell a failing local write from a failing download.
+type errWriter struct {
+	w   io.Writer
+	err *error
+}
+
+func (e errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		*e.err = err
+	}
+	return n, err
 }
 
 // ctxReader stops a long copy when the context ends.

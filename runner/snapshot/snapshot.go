@@ -7,11 +7,24 @@
 //
 //	blobs/<sha256>                 file contents, written once, shared by all snapshots
 //	manifests/<epoch>-<seq>.json   one Manifest per snapshot, created once (create-only PutIf)
-//	latest                         {epoch, seq, manifest, time}: the committed snapshot
+//	latest                         {epoch, seq, manifest, time, region}: the committed snapshot
+//
+// Regions (docs/ARCHITECTURE.md#regions): each region has its own store, and a runner writes only to its
+// own region's (Config.Store), recording the region in its manifests and latest pointer. To resume,
+// Latest reads the latest pointer of every region's store (Config.Regions) and takes the newest by
+// (epoch, seq); a store that cannot be read is a *RegionUnavailableError naming the region, never a
+// silent empty or older restore. Restore fetches the blobs from the store of the manifest's region, and
+// the next snapshot uploads into the own store whatever it lacks, so a region's manifests only ever name
+// its own blobs: garbage collection stays within one store, and no region's snapshots depend on another's
+// bucket. Snapshots written without a region (before regions, or in a single-region deployment) are read
+// as the region of the store that holds them.
 //
 // Fencing (docs/ARCHITECTURE.md#fencing): a snapshot becomes latest only through a compare-and-set of latest
 // (Read, then PutIf with the ETag read) that refuses when latest already holds a newer epoch, so a stale
-// runner's snapshot never becomes latest; it gets ErrFenced and should stop.
+// runner's snapshot never becomes latest; it gets ErrFenced and should stop. Across regions the commit
+// also refuses when another region's latest is of a newer epoch, as read just before it (best effort) or
+// seen before (by Latest); and since Latest takes the newest epoch of all regions, a stale runner's
+// commit in its own region, of an older epoch, is never resumed from once the owner has committed.
 //
 // Only what changed is uploaded: a blob already referenced by the previous snapshot (or already in the
 // store) is not sent again, and a file whose size, mtime, ctime, inode and device are unchanged since
@@ -38,12 +51,27 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/blob"
+	"github.com/warren-mesh/warren/internal/regions"
 )
 
 // Config configures a Snapshotter. It is passed by value and validated by New.
 type Config struct {
-	// Store holds blobs, manifests and the latest pointer (required).
+	// Store holds blobs, manifests and the latest pointer (required): the store of the runner's own
+	// region, the only one this Snapshotter writes to.
 	Store blob.Store
+	// Region is the name of the runner's own region, whose store Store is: 1 to 32 of [a-z0-9-], not
+	// starting or ending with '-'. Manifests and latest pointers record it. Empty: a single-region
+	// deployment, nothing recorded (as before regions), and Regions must be empty.
+	Region string
+	// Regions are the other regions' stores by region name (not Region); nil in a single-region
+	// deployment. Latest reads every region's latest pointer and takes the newest, Restore fetches the
+	// blobs from the store of the manifest's region, and a snapshot's commit is refused when another
+	// region's latest is of a newer epoch (docs/ARCHITECTURE.md#regions). At most MaxRegions in all.
+	Regions map[string]blob.Store
+	// RegionCheckTimeout bounds the read of the other regions' latest pointers before each commit
+	// (default DefaultRegionCheckTimeout). That check is best effort: a region that does not answer in
+	// time is logged and skipped, so a region's outage does not stop the others from persisting.
+	RegionCheckTimeout time.Duration
 	// Prefix is the key prefix of this sandbox's snapshots, e.g. "sandboxes/<sandboxID>" (required; a
 	// valid blob key without a trailing slash).
 	Prefix string
@@ -79,6 +107,12 @@ type Config struct {
 // DefaultConcurrency is Config.Concurrency's default.
 const DefaultConcurrency = 8
 
+// DefaultRegionCheckTimeout is Config.RegionCheckTimeout's default.
+const DefaultRegionCheckTimeout = 5 * time.Second
+
+// MaxRegions bounds the regions of a Config, its own included.
+const MaxRegions = 64
+
 // commitAttempts bounds the read-compare-put loop on latest when writers of the same epoch race.
 const commitAttempts = 5
 
@@ -111,6 +145,8 @@ type Stats struct {
 type Snapshotter struct {
 	cfg   Config
 	names []string // sorted keys of cfg.Dirs
+	// regions are the stores Latest reads: the own region first, then the others by name.
+	regions []region
 
 	racy time.Duration // racyMargin; shorter in tests
 
@@ -124,6 +160,34 @@ type Snapshotter struct {
 	lastGC time.Time
 	// stored is the bytes under the prefix as last measured plus what was written since; -1 unknown.
 	stored atomic.Int64
+	// seen is the newest latest pointer read from another region (by Latest or a commit's check): no
+	// snapshot of an older epoch commits, even when that region no longer answers.
+	seenMu sync.Mutex
+	seen   regionPointer
+}
+
+// region is one region's store.
+type region struct {
+	name  string // "" for the own region of a single-region deployment
+	store blob.Store
+}
+
+// regionPointer is a latest pointer and the region it was read from.
+type regionPointer struct {
+	region string
+	p      pointer
+	found  bool
+}
+
+// newer reports whether a is a newer snapshot than b (by epoch, then seq); a missing one is never newer.
+func (a regionPointer) newer(b regionPointer) bool {
+	if !a.found || !b.found {
+		return a.found && !b.found
+	}
+	if a.p.Epoch != b.p.Epoch {
+		return a.p.Epoch > b.p.Epoch
+	}
+	return a.p.Seq > b.p.Seq
 }
 
 // New validates cfg and returns a Snapshotter. It does no I/O.
@@ -149,6 +213,9 @@ func New(cfg Config) (*Snapshotter, error) {
 	if cfg.MaxDeletes == 0 {
 		cfg.MaxDeletes = DefaultMaxDeletes
 	}
+	if cfg.RegionCheckTimeout == 0 {
+		cfg.RegionCheckTimeout = DefaultRegionCheckTimeout
+	}
 	var errs []string
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -162,6 +229,15 @@ func New(cfg Config) (*Snapshotter, error) {
 	check(cfg.Retention > 0, "retention must be positive")
 	check(cfg.Grace > 0 && cfg.GCEvery > 0, "grace and gc interval must be positive")
 	check(cfg.MaxDeletes > 0, "max deletes must be positive")
+	check(cfg.RegionCheckTimeout > 0, "region check timeout must be positive")
+	check(cfg.Region == "" || regions.ValidRegion(cfg.Region), "region %q is not 1 to 32 of [a-z0-9-]", cfg.Region)
+	check(cfg.Region != "" || len(cfg.Regions) == 0, "other regions' stores need the own region's name")
+	check(len(cfg.Regions) < MaxRegions, "more than %d regions", MaxRegions)
+	for name, store := range cfg.Regions {
+		check(regions.ValidRegion(name), "region %q is not 1 to 32 of [a-z0-9-]", name)
+		check(name != cfg.Region, "region %q is the own region: its store is Store", name)
+		check(store != nil, "region %q has no store", name)
+	}
 	names := make([]string, 0, len(cfg.Dirs))
 	for name, dir := range cfg.Dirs {
 		check(checkDirName(name) == nil, "dir name %q must be 1 to 64 bytes of [A-Za-z0-9._-]", name)
@@ -178,6 +254,10 @@ func New(cfg Config) (*Snapshotter, error) {
 	}
 	cfg.Dirs = dirs
 	s := &Snapshotter{cfg: cfg, names: names, racy: racyMargin}
+	s.regions = []region{{cfg.Region, cfg.Store}}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Regions)) {
+		s.regions = append(s.regions, region{name, cfg.Regions[name]})
+	}
 	s.stored.Store(-1)
 	return s, nil
 }
@@ -225,6 +305,9 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 	if found && latest.Epoch > epoch {
 		return Manifest{}, Stats{}, fmt.Errorf("snapshot at epoch %d: %w: latest is %d-%d", epoch, ErrFenced, latest.Epoch, latest.Seq)
 	}
+	if err := s.seenFence(epoch); err != nil {
+		return Manifest{}, Stats{}, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
+	}
 	seq := int64(1)
 	if found && latest.Epoch == epoch {
 		seq = latest.Seq + 1
@@ -248,7 +331,7 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 	if err != nil {
 		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
 	}
-	m.Epoch, m.Seq, m.Time = epoch, seq, s.cfg.Now().UTC()
+	m.Epoch, m.Seq, m.Time, m.Region = epoch, seq, s.cfg.Now().UTC(), s.cfg.Region
 	// Collect may delete a blob this snapshot relies on once Grace/2 has passed since it started; the
 	// manifest, which protects them, must exist before then.
 	if took := s.cfg.Now().Sub(start); took > s.cfg.Grace/2 {
@@ -310,11 +393,14 @@ func (s *Snapshotter) writeManifest(ctx context.Context, m *Manifest, up *upload
 }
 
 // commit points latest at the manifest with a compare-and-set, refusing with ErrFenced when latest
-// holds a newer epoch. A lost race (ErrPrecondition) is retried from the read. It returns by how many
-// bytes latest grew.
+// holds a newer epoch, or another region's latest does (checkRegions). A lost race (ErrPrecondition) is
+// retried from the read. It returns by how many bytes latest grew.
 func (s *Snapshotter) commit(ctx context.Context, m Manifest, key string) (int64, error) {
-	data, err := json.Marshal(pointer{Epoch: m.Epoch, Seq: m.Seq, Manifest: key, Time: m.Time})
+	data, err := json.Marshal(pointer{Epoch: m.Epoch, Seq: m.Seq, Manifest: key, Time: m.Time, Region: s.cfg.Region})
 	if err != nil {
+		return 0, err
+	}
+	if err := s.checkRegions(ctx, m.Epoch); err != nil {
 		return 0, err
 	}
 	for range commitAttempts {
@@ -337,37 +423,133 @@ func (s *Snapshotter) commit(ctx context.Context, m Manifest, key string) (int64
 	return 0, fmt.Errorf("commit latest: changed by other writers %d times in a row: %w", commitAttempts, blob.ErrPrecondition)
 }
 
-// readLatest reads the latest pointer; etag is "" when there is none.
+// readLatest reads the own region's latest pointer; etag is "" when there is none.
 func (s *Snapshotter) readLatest(ctx context.Context) (p pointer, etag string, found bool, err error) {
-	data, etag, err := s.cfg.Store.Read(ctx, latestKey(s.cfg.Prefix))
+	return s.readLatestIn(ctx, s.regions[0])
+}
+
+// readLatestIn reads a region's latest pointer. A store that fails is a *RegionUnavailableError.
+func (s *Snapshotter) readLatestIn(ctx context.Context, r region) (p pointer, etag string, found bool, err error) {
+	data, etag, err := r.store.Read(ctx, latestKey(s.cfg.Prefix))
 	if errors.Is(err, blob.ErrNotFound) {
 		return pointer{}, "", false, nil
 	}
 	if err != nil {
-		return pointer{}, "", false, fmt.Errorf("read latest: %w", err)
+		return pointer{}, "", false, fmt.Errorf("read latest: %w", unavailable(ctx, r.name, err))
 	}
-	p, err = parsePointer(data, s.cfg.Prefix)
+	p, err = parsePointer(data, s.cfg.Prefix, r.name)
 	if err != nil {
+		if r.name != "" {
+			err = fmt.Errorf("region %s: %w", r.name, err)
+		}
 		return pointer{}, "", false, err
 	}
 	return p, etag, true, nil
 }
 
-// Latest returns the committed snapshot's manifest, validated; false when there is none yet.
+// readAll reads the latest pointers of rs concurrently; errs[i] is region i's error.
+func (s *Snapshotter) readAll(ctx context.Context, rs []region) ([]regionPointer, []error) {
+	ps := make([]regionPointer, len(rs))
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() {
+			p, _, found, err := s.readLatestIn(ctx, r)
+			ps[i], errs[i] = regionPointer{region: r.name, p: p, found: found}, err
+		})
+	}
+	wg.Wait()
+	return ps, errs
+}
+
+// Latest returns the newest committed snapshot's manifest, validated; false when there is none yet. With
+// other regions configured it reads every region's latest pointer and takes the newest by (epoch, seq),
+// the own region first on a tie; a region whose store cannot be read fails it with a
+// *RegionUnavailableError naming the region, because that region may hold the newest snapshot. The
+// manifest's Region says where it (and its blobs) were found; Restore fetches from there.
 func (s *Snapshotter) Latest(ctx context.Context) (Manifest, bool, error) {
-	p, _, found, err := s.readLatest(ctx)
-	if err != nil || !found {
+	ps, errs := s.readAll(ctx, s.regions)
+	if err := errors.Join(errs...); err != nil {
 		return Manifest{}, false, err
 	}
-	m, err := s.readManifest(ctx, p.Manifest)
+	best := 0
+	for i := range ps {
+		if ps[i].newer(ps[best]) {
+			best = i
+		}
+	}
+	s.remember(ps[1:])
+	if !ps[best].found {
+		return Manifest{}, false, nil
+	}
+	r, p := s.regions[best], ps[best].p
+	where := ""
+	if r.name != "" {
+		where = " in region " + r.name
+	}
+	m, err := s.readManifestFrom(ctx, r, p.Manifest)
 	if errors.Is(err, blob.ErrNotFound) {
-		return Manifest{}, false, fmt.Errorf("%w: latest names missing manifest %s: %w", ErrCorrupt, p.Manifest, err)
+		return Manifest{}, false, fmt.Errorf("%w: latest%s names missing manifest %s: %w", ErrCorrupt, where, p.Manifest, err)
 	}
 	if err != nil {
 		return Manifest{}, false, err
 	}
 	if m.Epoch != p.Epoch || m.Seq != p.Seq {
-		return Manifest{}, false, fmt.Errorf("%w: manifest %s holds snapshot %d-%d", ErrCorrupt, p.Manifest, m.Epoch, m.Seq)
+		return Manifest{}, false, fmt.Errorf("%w: manifest %s%s holds snapshot %d-%d", ErrCorrupt, p.Manifest, where, m.Epoch, m.Seq)
 	}
+	if m.Region != "" && m.Region != r.name {
+		return Manifest{}, false, fmt.Errorf("%w: manifest %s%s says region %q", ErrCorrupt, p.Manifest, where, m.Region)
+	}
+	m.Region = r.name
 	return m, true, nil
+}
+
+// remember keeps the newest of ps (other regions' pointers) as seen.
+func (s *Snapshotter) remember(ps []regionPointer) {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	for _, p := range ps {
+		if p.newer(s.seen) {
+			s.seen = p
+		}
+	}
+}
+
+// seenFence refuses a snapshot at epoch when another region was seen holding a newer one.
+func (s *Snapshotter) seenFence(epoch int64) error {
+	s.seenMu.Lock()
+	seen := s.seen
+	s.seenMu.Unlock()
+	if seen.found && seen.p.Epoch > epoch {
+		return fmt.Errorf("%w: latest in region %s is %d-%d", ErrFenced, seen.region, seen.p.Epoch, seen.p.Seq)
+	}
+	return nil
+}
+
+// checkRegions reads the other regions' latest pointers (within Config.RegionCheckTimeout) and refuses a
+// commit at epoch with ErrFenced when one is newer, or was seen newer before. A region that cannot be read
+// is logged and skipped: the resume (Latest) is what must not miss a region; this check only stops a
+// stale runner sooner, and a region's outage must not stop the others from persisting. A stale runner's
+// commit that gets through is of an older epoch than the owner's, so Latest never prefers it once the
+// owner has committed.
+func (s *Snapshotter) checkRegions(ctx context.Context, epoch int64) error {
+	if len(s.regions) > 1 {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.RegionCheckTimeout)
+		ps, errs := s.readAll(cctx, s.regions[1:])
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var read []regionPointer
+		for i, err := range errs {
+			if err != nil {
+				s.cfg.Logger.Warn("snapshot: another region's latest could not be read before the commit; committing without it",
+					"region", s.regions[i+1].name, "err", err)
+				continue
+			}
+			read = append(read, ps[i])
+		}
+		s.remember(read)
+	}
+	return s.seenFence(epoch)
 }
