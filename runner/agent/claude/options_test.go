@@ -146,6 +146,19 @@ func TestCheck(t *testing.T) {
 	if !strings.Contains(text, "apple") || strings.Contains(text, "banana") {
 		t.Errorf("resumeSessionAt: the conversation should hold apple and not banana: %s", text)
 	}
+
+	// A later process of the session (here: another runner) resumes the conversation as it has become:
+	// the turn after the cut, still without the cut-off one.
+	d3 := r.driver(t, "", nil)
+	r.ms.Reset()
+	mustSucceed(t, run(t, ctx, d3, id, wire.SessionOptions{SessionID: id}, "and again?"))
+	if reqs = mainRequests(r.ms); len(reqs) == 0 {
+		t.Fatal("no request")
+	}
+	text = messagesText(reqs[0])
+	if !strings.Contains(text, "what was the word?") || strings.Contains(text, "banana") {
+		t.Errorf("the resumed conversation after resumeSessionAt: %s", text)
+	}
 }
 
 func mustSucceedEvents(t *testing.T, tr turnResult) []map[string]any {
