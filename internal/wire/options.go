@@ -11,12 +11,16 @@ import (
 	"strings"
 )
 
-// SystemPrompt is either a plain string or {"type":"preset","preset":"claude_code","append":...}.
+// SystemPrompt is either a plain string or {"type":"preset","preset":"claude_code","append"?:...,
+// "excludeDynamicSections"?:bool}.
 type SystemPrompt struct {
 	Text   string `json:"-"`
 	Type   string `json:"type,omitempty"`
 	Preset string `json:"preset,omitempty"`
 	Append string `json:"append,omitempty"`
+	// ExcludeDynamicSections moves the per-machine sections of the preset prompt into the first user
+	// message (the CLI's --exclude-dynamic-system-prompt-sections), for prompt-cache reuse.
+	ExcludeDynamicSections bool `json:"excludeDynamicSections,omitempty"`
 }
 
 func (s *SystemPrompt) UnmarshalJSON(b []byte) error {

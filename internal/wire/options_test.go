@@ -10,7 +10,7 @@ import (
 // TestDecodeSessionOptionsAccepts decodes every supported Agent SDK option and checks where it lands.
 func TestDecodeSessionOptionsAccepts(t *testing.T) {
 	o, err := DecodeSessionOptions(json.RawMessage(`{
-		"model":"sonnet","fallbackModel":"haiku","systemPrompt":{"type":"preset","preset":"claude_code","append":"x"},
+		"model":"sonnet","fallbackModel":"haiku","systemPrompt":{"type":"preset","preset":"claude_code","append":"x","excludeDynamicSections":true},
 		"maxTurns":3,"maxBudgetUsd":1.5,"maxThinkingTokens":1000,"thinking":{"type":"enabled","budgetTokens":2000},
 		"effort":"low","tools":{"type":"preset","preset":"claude_code"},"allowedTools":["Read"],"disallowedTools":["Bash"],
 		"permissionMode":"acceptEdits","allowDangerouslySkipPermissions":true,"env":{"A":"b"},
@@ -35,6 +35,9 @@ func TestDecodeSessionOptionsAccepts(t *testing.T) {
 	}
 	if a := o.Agents["reviewer"]; a.Prompt != "You review." || a.MaxTurns != 2 || o.Thinking.BudgetTokens != 2000 || o.Effort != "low" {
 		t.Errorf("decoded %+v", o)
+	}
+	if !o.SystemPrompt.ExcludeDynamicSections || o.SystemPrompt.Append != "x" {
+		t.Errorf("systemPrompt %+v", o.SystemPrompt)
 	}
 	if OutputSchema(o.OutputFormat) != `{"type":"object"}` {
 		t.Errorf("OutputSchema = %q", OutputSchema(o.OutputFormat))

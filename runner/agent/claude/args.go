@@ -248,6 +248,9 @@ func cliArgs(o wire.SessionOptions, l launch) []string {
 		case sp.Type == "preset" && sp.Append != "":
 			a = append(a, "--append-system-prompt="+sp.Append)
 		}
+		if sp.Type == "preset" && sp.ExcludeDynamicSections {
+			a = append(a, "--exclude-dynamic-system-prompt-sections")
+		}
 	}
 	if o.IncludePartialMessages {
 		a = append(a, "--include-partial-messages")

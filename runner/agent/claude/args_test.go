@@ -80,6 +80,11 @@ func TestEffectiveOptions(t *testing.T) {
 			want:   want{flags: map[string]string{"append-system-prompt": "Be brief."}, absent: []string{"system-prompt"}},
 		},
 		{
+			name:   "preset without dynamic sections",
+			client: wire.SessionOptions{SystemPrompt: &wire.SystemPrompt{Type: "preset", Preset: "claude_code", ExcludeDynamicSections: true}},
+			want:   want{flags: map[string]string{"exclude-dynamic-system-prompt-sections": ""}, absent: []string{"system-prompt", "append-system-prompt"}},
+		},
+		{
 			name:   "preset without append",
 			client: wire.SessionOptions{SystemPrompt: &wire.SystemPrompt{Type: "preset", Preset: "claude_code"}},
 			want:   want{absent: []string{"system-prompt", "append-system-prompt"}},

@@ -66,6 +66,7 @@ func TestAgentSDKOptions(t *testing.T) {
 	opts.Agent, opts.AdditionalDirectories, opts.StrictMCPConfig = "warren-reviewer", []string{"/tmp"}, true
 	opts.AllowDangerouslySkipPermissions, opts.IncludeHookEvents, opts.EnableFileCheckpointing = true, true, true
 	opts.Thinking, opts.Effort = &wire.ThinkingConfig{Type: "adaptive"}, "max"
+	opts.SystemPrompt = &wire.SystemPrompt{Type: "preset", Preset: wire.ToolsPreset, ExcludeDynamicSections: true}
 	tr = run(t, ctx, d, session.NewID(), opts, "hello")
 	mustSucceed(t, tr)
 	if tr.events[0]["output_style"] != "Explanatory" {
