@@ -89,6 +89,11 @@ type Config struct {
 	Snapshots blob.Store
 	// SnapshotPrefix names this sandbox in the store (e.g. "sandboxes/<sandbox id>").
 	SnapshotPrefix string
+	// SnapshotRegions are the other regions' snapshot stores by region name; Snapshots is Region's. Set,
+	// the runner resumes from the newest snapshot of every region and records Region in its own
+	// (docs/ARCHITECTURE.md#regions); a region whose store cannot be read fails the start (unavailable).
+	// Nil: a single region, nothing recorded.
+	SnapshotRegions map[string]blob.Store
 	// IdleTimeout: with no client attached, no turn running and no command running for that long, the
 	// runner snapshots and exits (the sandbox sleeps). 0 disables.
 	IdleTimeout time.Duration
@@ -187,6 +192,7 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.DefaultExecTimeout <= c.MaxExecTimeout, "the default exec timeout exceeds the maximum")
 	check(c.OutputCap > 0 && c.StreamOutputCap > 0 && c.MaxFileSize > 0, "caps must be positive")
 	check(c.ShutdownTimeout > 0, "shutdown timeout must be positive")
+	check(len(c.SnapshotRegions) == 0 || c.Snapshots != nil, "other regions' snapshot stores need this region's (Snapshots)")
 	if len(errs) > 0 {
 		return c, fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))
 	}
@@ -255,4 +261,13 @@ func (c *Config) findBwrap() error {
 	}
 	c.BwrapPath = p
 	return nil
+}
+
+// snapshotRegion is the region the snapshots record: Region when other regions' stores are configured,
+// none in a single-region deployment (whose snapshots stay as they were before regions).
+func (c *Config) snapshotRegion() string {
+	if len(c.SnapshotRegions) == 0 {
+		return ""
+	}
+	return c.Region
 }

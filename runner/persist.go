@@ -89,6 +89,7 @@ func (r *Runner) buildSnapshots() error {
 	}
 	s, err := snapshot.New(snapshot.Config{
 		Store: r.cfg.Snapshots, Prefix: r.cfg.SnapshotPrefix, Dirs: dirs,
+		Region: r.cfg.snapshotRegion(), Regions: r.cfg.SnapshotRegions,
 		Logger: r.log.With("component", "snapshot"), Now: r.cfg.Now,
 		StoredBytesLimit: r.storedBytesLimit,
 	})

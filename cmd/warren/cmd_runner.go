@@ -109,6 +109,8 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&ledgerPath, "ledger-sqlite", "", "SQLite ledger file (warren dev) the model proxy reserves budget in")
 	fs.StringVar(&blobDir, "blob-dir", "", "directory blob store for snapshots (warren dev)")
 	fs.StringVar(&snapPrefix, "snapshot-prefix", "", "key prefix of this sandbox's snapshots")
+	snapRegions := snapshotRegions{}
+	fs.Var(snapRegions, "snapshot-region", snapshotRegionUsage)
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "sleep (snapshot and exit) after this long idle; 0 never")
 	var (
 		prod  prodFlags
@@ -213,6 +215,16 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			snapPrefix = "sandboxes/" + scheduler.SandboxID(cfg.Issuer, cfg.User)
 		}
 		cfg.Snapshots, cfg.SnapshotPrefix = store, snapPrefix
+	}
+	if len(snapRegions) > 0 {
+		if cfg.Snapshots == nil {
+			return errors.New("-snapshot-region needs this region's snapshot store (-s3-bucket or -blob-dir)")
+		}
+		stores, err := snapRegions.open(ctx, cfg.Region, &prod)
+		if err != nil {
+			return err
+		}
+		cfg.SnapshotRegions = stores
 	}
 	if cfg.Key == "" {
 		return fmt.Errorf("%s is not set: the runner needs its bearer key", runnerKeyEnv)
