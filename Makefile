@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,8 +21,8 @@ dev: bwrap claude-code build ## run the whole platform on this machine (warren d
 build: ## build the warren binary into bin/
 	$(GO) build -o $(BIN) ./cmd/warren
 
-test: tools ## install what the tests need, run every test and a short fuzz pass
-	$(GO) vet ./...
+test: tools ## install what the tests need, lint, run every test and a short fuzz pass
+	$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
@@ -32,9 +32,11 @@ test-short: ## unit tests only (no bubblewrap, no real servers)
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s; see internal/tools/fuzz.sh)
 	@GO=$(GO) internal/tools/fuzz.sh $(FUZZTIME)
 
-lint: ## go vet, plus staticcheck when installed
+lint: staticcheck ## gofmt, go mod tidy, go vet and staticcheck: any finding fails
+	@files=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$files" ] || { echo "gofmt -l (run make fmt):"; echo "$$files"; exit 1; }
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
-	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed; skipped"; fi
+	$(STATICCHECK) ./...
 
 bench: ## micro-benchmarks of hot paths
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
@@ -48,7 +50,17 @@ fmt: ## gofmt every Go file
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
-tools: bwrap claude-code postgres servers ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+tools: bwrap claude-code postgres servers staticcheck ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(TOOLS_DIR)/bin/staticcheck
+
+staticcheck: ## install the pinned staticcheck from the Go module proxy into the tools cache
+	@if [ -x "$(STATICCHECK)" ] && "$(STATICCHECK)" -version 2>/dev/null | grep -q "($(STATICCHECK_VERSION:v%=%))"; then \
+	  echo "staticcheck: $(STATICCHECK_VERSION) (cached)"; \
+	else \
+	  GOBIN=$(TOOLS_DIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && "$(STATICCHECK)" -version; \
+	fi
 
 # Nomad, Consul and Vault build from small wrapper modules (internal/tools/servers, README there), versitygw
 # (the S3 server) with go install; in parallel, each a no-op when its inputs are unchanged.

@@ -27,7 +27,7 @@ func TestAccountString(t *testing.T) {
 		if got := tc.acct.String(); got != tc.want {
 			t.Errorf("String() = %q, want %q", got, tc.want)
 		}
-		if got := fmt.Sprintf("%s", tc.acct); got != tc.want {
+		if got := fmt.Sprint(tc.acct); got != tc.want {
 			t.Errorf("%%s = %q, want %q", got, tc.want)
 		}
 	}

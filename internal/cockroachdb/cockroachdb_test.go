@@ -284,9 +284,9 @@ func TestExecuteTxFnError(t *testing.T) {
 
 // commitTimeConflict runs, through execute, a transaction that PostgreSQL can only reject at COMMIT: it
 // reads a and writes b, and on its first run a concurrent transaction reads b, writes a and commits before
-// it (a write skew; PostgreSQL cancels the pivot "during commit attempt"). It returns execute's error, how
-// many times the transaction ran, and whether b holds its write.
-func commitTimeConflict(t *testing.T, execute func(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error) (error, int, bool) {
+// it (a write skew; PostgreSQL cancels the pivot "during commit attempt"). It returns how
+// many times the transaction ran, whether b holds its write, and execute's error.
+func commitTimeConflict(t *testing.T, execute func(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error) (int, bool, error) {
 	t.Helper()
 	ctx := context.Background()
 	pool := open(t, testenv.PostgreSQL(t))
@@ -311,12 +311,12 @@ func commitTimeConflict(t *testing.T, execute func(ctx context.Context, pool *pg
 		}
 		return nil
 	})
-	return err, runs, queryInt(t, pool, `SELECT v FROM kv WHERE k = 'b'`) == 1
+	return runs, queryInt(t, pool, `SELECT v FROM kv WHERE k = 'b'`) == 1, err
 }
 
 // On PostgreSQL a serialization failure may surface only at COMMIT; ExecuteTx retries it like any other.
 func TestExecuteTxCommitTimeFailure(t *testing.T) {
-	err, runs, written := commitTimeConflict(t, func(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	runs, written, err := commitTimeConflict(t, func(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 		return cockroachdb.ExecuteTx(ctx, pool, cockroachdb.PostgreSQL, cockroachdb.TxOptions{}, fn)
 	})
 	if err != nil || runs != 2 || !written {
@@ -329,7 +329,7 @@ func TestExecuteTxCommitTimeFailure(t *testing.T) {
 // rejected at COMMIT is reported as a success. Should cockroach-go ever handle this, this test fails and
 // ExecuteTx can use crdb.ExecuteTx everywhere.
 func TestCrdbExecuteTxLosesCommitFailuresOnPostgreSQL(t *testing.T) {
-	err, runs, written := commitTimeConflict(t, func(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	runs, written, err := commitTimeConflict(t, func(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 		return crdbpgx.ExecuteTx(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, fn)
 	})
 	if !(err == nil && runs == 1 && !written) {

@@ -552,11 +552,7 @@ func (n *Node) Close(ctx context.Context) error {
 		n.mu.Unlock()
 		return nil
 	}
-	n.closed = true
-	trs := make([]*quic.Transport, 0, len(n.transports)+1)
-	for tr := range n.transports {
-		trs = append(trs, tr)
-	}
+	n.closed = true // the listening transports close with their serve loops (n.cancel below)
 	dialTr, dialPC := n.dialTr, n.dialPC
 	n.mu.Unlock()
 	for _, lc := range n.liveConns() {

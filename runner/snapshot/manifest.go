@@ -252,7 +252,7 @@ func checkPath(p string) error {
 
 func checkDirName(name string) error {
 	if name == "" || len(name) > maxDirNameLen || name == "." || name == ".." {
-		return fmt.Errorf("dir name %q must be 1 to %d bytes and not . or ..", name, maxDirNameLen)
+		return fmt.Errorf("dir name %q must be 1 to %d bytes, not \".\" or \"..\"", name, maxDirNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

@@ -1,5 +1,7 @@
 package nomad
 
+//lint:file-ignore SA1019 Nomad 1.6 and 1.7 read only the deprecated stop_after_client_disconnect, so it is set beside the disconnect block (README: Nomad, Consul and Vault versions)
+
 import (
 	"context"
 	"encoding/json"
