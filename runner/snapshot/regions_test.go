@@ -26,7 +26,7 @@ type regionsEnv struct {
 	store map[string]blob.Store
 }
 
-func startRegions(t *testing.T) regionsEnv {
+func startRegions(t testing.TB) regionsEnv {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts two versitygw servers")
@@ -48,7 +48,7 @@ func startRegions(t *testing.T) regionsEnv {
 }
 
 // snapshotter is a runner's Snapshotter in region own: it writes to own's store and reads every region's.
-func (e regionsEnv) snapshotter(t *testing.T, own string, dirs map[string]string, opts ...func(*snapshot.Config)) *snapshot.Snapshotter {
+func (e regionsEnv) snapshotter(t testing.TB, own string, dirs map[string]string, opts ...func(*snapshot.Config)) *snapshot.Snapshotter {
 	t.Helper()
 	return newSnapshotter(t, e.store[own], dirs, append([]func(*snapshot.Config){inRegion(own, e.store)}, opts...)...)
 }
@@ -122,7 +122,7 @@ func resume(t *testing.T, s *snapshot.Snapshotter) snapshot.Manifest {
 	return m
 }
 
-func freshDirs(t *testing.T) map[string]string {
+func freshDirs(t testing.TB) map[string]string {
 	return map[string]string{"workspace": t.TempDir(), "home": t.TempDir()}
 }
 
