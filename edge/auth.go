@@ -41,7 +41,12 @@ type admitted struct {
 	limit       billing.Limit // the quota's caps and rates, with Config.Rates where it sets none
 	lease       string        // the agent connection's session lease ("" without one)
 	entry       registry.Entry
-	log         *slog.Logger
+	// owner is the region that holds the user when it is another one ("": this region's runner, entry):
+	// the connection or request is forwarded there over the mesh.
+	owner string
+	// fixed is the grant another region's edge admitted, for a forwarded connection or request.
+	fixed *wire.Grant
+	log   *slog.Logger
 }
 
 // admit authenticates r, checks the budget and finds or starts the user's runner. An agent channel
@@ -91,8 +96,13 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 		}
 	}
 	e.m.admissions.WithLabelValues("ok").Inc()
-	entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: claims.Issuer, User: claims.Subject, Account: acct, ComputeLimit: budget.ComputeSeconds, Anchor: a.anchor()})
+	entry, err := e.cfg.Sandboxes.Ensure(ctx, a.sandboxRequest())
 	if err != nil {
+		if owner := ownerRegion(err); owner != "" && owner != e.cfg.Region && e.cfg.Mesh != nil {
+			// Another region serves the user: forwarded there, admitted and leased here only.
+			a.owner, a.log = owner, a.log.With("owner", owner)
+			return a, nil
+		}
 		e.releaseLease(a)
 		return nil, err
 	}
@@ -100,8 +110,16 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 	return a, nil
 }
 
-// grant is what the runner is told about this caller.
+// sandboxRequest is what Sandboxes.Ensure is asked for a's user.
+func (a *admitted) sandboxRequest() SandboxRequest {
+	return SandboxRequest{Issuer: a.claims.Issuer, User: a.claims.Subject, Account: a.account, ComputeLimit: a.budget.ComputeSeconds, Anchor: a.anchor()}
+}
+
+// grant is what the runner is told about this caller: for a forwarded caller, what its edge admitted.
 func (a *admitted) grant(b billing.Budget) wire.Grant {
+	if a.fixed != nil {
+		return *a.fixed
+	}
 	g := wire.Grant{
 		Issuer: a.claims.Issuer, User: a.claims.Subject, Window: string(a.account.Window),
 		WindowStart: a.account.WindowStart, AIMicros: b.AIMicros, ComputeSeconds: b.ComputeSeconds,
@@ -135,7 +153,12 @@ func accountOf(c *token.Claims, now time.Time) (billing.Account, billing.Budget)
 }
 
 // anchor is the token's windowStart for a bounded window (zero for lifetime): the account rolls from it.
-func (a *admitted) anchor() time.Time { return anchorOf(a.claims, a.account) }
+func (a *admitted) anchor() time.Time {
+	if a.fixed != nil {
+		return a.fixed.WindowAnchor
+	}
+	return anchorOf(a.claims, a.account)
+}
 
 // anchorOf is the token's windowStart for a bounded window (zero for lifetime): the account rolls from it.
 func anchorOf(c *token.Claims, acct billing.Account) time.Time {

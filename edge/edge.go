@@ -62,7 +62,11 @@ type Config struct {
 	Rates Rates
 	// Directory, when set, lists the edges of every region for GET /v1/regions (regions.Summarize);
 	// nil: this region alone, at the address the request reached.
-	Directory    regions.Directory
+	Directory regions.Directory
+	// Mesh, when set (with Directory), forwards a user another region holds to a live edge of that region
+	// (docs/ARCHITECTURE.md#regions); that node's Handler must be ServeMesh and its KnownRegions
+	// KnownRegion. Unset: such a user is refused with unavailable naming the region (details.region).
+	Mesh         Mesh
 	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
 	Logger       *slog.Logger
 	Metrics      prometheus.Registerer
@@ -86,6 +90,7 @@ type Edge struct {
 	m       *edgeMetrics
 	runners *http.Client
 	mux     *http.ServeMux
+	peers   *peers
 }
 
 // New validates cfg and returns an Edge.
@@ -95,6 +100,9 @@ func New(cfg Config) (*Edge, error) {
 	}
 	if cfg.Region == "" {
 		return nil, errors.New("edge: region is required")
+	}
+	if cfg.Mesh != nil && cfg.Directory == nil {
+		return nil, errors.New("edge: a mesh needs the region directory")
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 30 * time.Second
@@ -112,7 +120,8 @@ func New(cfg Config) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0)}
+	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
+		peers: &peers{dir: cfg.Directory, self: cfg.Region}}
 	if e.runners == nil {
 		e.runners = &http.Client{Transport: &http.Transport{
 			Proxy:                 nil,

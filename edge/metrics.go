@@ -16,6 +16,9 @@ type edgeMetrics struct {
 	frames       *prometheus.CounterVec
 	// rateFallbacks counts rate decisions this edge took alone because the shared buckets failed.
 	rateFallbacks prometheus.Counter
+	// forwarded counts connections and requests this edge forwarded over the mesh, forwardServed those it
+	// served for other regions' edges.
+	forwarded, forwardServed *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
@@ -45,9 +48,17 @@ func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
 		rateFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warren_edge_rate_fallbacks_total", Help: "Rate-limit decisions taken by this edge's own buckets because the shared ones failed.",
 		}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_forwarded_total",
+			Help: "Agent channels (kind ws) and sandbox requests (http) forwarded to the region holding the user, by target region and outcome (ok, no_edge, mesh_failed, error).",
+		}, []string{"kind", "region", "outcome"}),
+		forwardServed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_forwarded_served_total",
+			Help: "Forwarded agent channels and requests served for another region's edge, by kind, peer region and outcome (ok, refused, bad_grant).",
+		}, []string{"kind", "peer", "outcome"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.requests, m.latency, m.frames, m.rateFallbacks} {
+		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.requests, m.latency, m.frames, m.rateFallbacks, m.forwarded, m.forwardServed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("edge: register metrics: %w", err)
 			}

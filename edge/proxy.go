@@ -1,10 +1,8 @@
 package edge
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httputil"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,30 +37,11 @@ func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 	// which would cut the forwarding mid-way and make the transport drop the runner connection; a proxy
 	// must be full duplex.
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	t := &proxyTarget{entry: a.entry}
-	p := &httputil.ReverseProxy{
-		Transport:     e.runners.Transport,
-		FlushInterval: -1, // flush every write: exec streams as it happens
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = t.entry.Addr
-			pr.Out.Host = t.entry.Addr
-			pr.Out.Header.Set("Authorization", "Bearer "+t.entry.Key)
-			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
-			pr.Out.Header.Del("Cookie")
-			pr.Out.Header.Set(wire.HeaderGrant, a.grant(a.budget).Encode())
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the client went away
-			}
-			// The runner could not be reached: forget it so the next request starts a fresh one.
-			a.log.Warn("runner unreachable", "addr", t.entry.Addr, "err", err)
-			e.cfg.Sandboxes.Forget(context.WithoutCancel(r.Context()), t.entry)
-			wire.WriteHTTPError(w, a.log, wire.Wrap(wire.Unavailable, err, "your sandbox was restarting; retry the request"))
-		},
+	if a.owner != "" {
+		e.proxyForward(sw, r, a)
+		return
 	}
-	p.ServeHTTP(sw, r)
+	e.proxyToRunner(sw, r, a)
 }
 
 func (e *Edge) serveRegions(w http.ResponseWriter, r *http.Request) {

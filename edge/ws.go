@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/warren-mesh/warren/internal/mesh"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -33,14 +35,28 @@ func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
 		e.closeWith(ctx, c, err)
 		return
 	}
-	defer e.releaseLease(a)
+	release := sync.OnceFunc(func() { e.releaseLease(a) })
+	defer release()
 	lctx, stopLease := context.WithCancel(ctx)
 	defer stopLease()
 	go e.keepLease(lctx, a)
-	rc, err := e.dialRunner(ctx, a)
-	if err != nil {
-		e.closeWith(ctx, c, err)
-		return
+	var rc msgConn
+	if a.owner != "" {
+		s, err := e.openForward(ctx, a, mesh.KindWebSocket)
+		if err != nil {
+			stopLease()
+			release() // before the client learns of the refusal
+			e.closeWith(ctx, c, err)
+			return
+		}
+		rc = &msgStream{s: s}
+	} else {
+		wc, err := e.dialRunner(ctx, a)
+		if err != nil {
+			e.closeWith(ctx, c, err)
+			return
+		}
+		rc = wc
 	}
 	a.log.Info("agent channel open")
 	e.relay(ctx, c, rc, a)
@@ -68,7 +84,7 @@ func (e *Edge) dialRunner(ctx context.Context, a *admitted) (*websocket.Conn, er
 			return nil, wire.Wrap(wire.Unavailable, err, "your sandbox could not be reached; retry shortly")
 		}
 		e.cfg.Sandboxes.Forget(ctx, a.entry)
-		entry, err := e.cfg.Sandboxes.Ensure(ctx, SandboxRequest{Issuer: a.claims.Issuer, User: a.claims.Subject, Account: a.account, ComputeLimit: a.budget.ComputeSeconds, Anchor: a.anchor()})
+		entry, err := e.cfg.Sandboxes.Ensure(ctx, a.sandboxRequest())
 		if err != nil {
 			return nil, err
 		}
@@ -77,31 +93,13 @@ func (e *Edge) dialRunner(ctx context.Context, a *admitted) (*websocket.Conn, er
 }
 
 // relay copies frames client → runner (validated) and runner → client (as they are) until either side ends.
-func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
+func (e *Edge) relay(ctx context.Context, c *websocket.Conn, rc msgConn, a *admitted) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
-	// runner → client
 	go func() {
 		defer close(done)
-		defer cancel()
-		for {
-			typ, data, err := rc.Read(ctx)
-			if err != nil {
-				if st := websocket.CloseStatus(err); st != -1 {
-					// The runner ended the channel deliberately: pass its code and reason on.
-					_ = c.Close(st, closeReasonOf(err))
-				} else if ctx.Err() == nil {
-					a.log.Warn("runner channel lost", "err", err)
-					e.closeWith(context.Background(), c, wire.Errorf(wire.Unavailable, "the sandbox stopped unexpectedly; reconnect to resume"))
-				}
-				return
-			}
-			e.m.frames.WithLabelValues("to_client").Inc()
-			if err := c.Write(ctx, typ, data); err != nil {
-				return
-			}
-		}
+		e.fromRunner(ctx, cancel, c, rc, a)
 	}()
 	// pings keep idle connections alive through proxies and detect dead clients
 	go func() {
@@ -167,8 +165,31 @@ func (e *Edge) relay(ctx context.Context, c, rc *websocket.Conn, a *admitted) {
 	a.log.Info("agent channel closed")
 }
 
+// fromRunner copies the runner's messages to c, as they are, until either side ends, then cancels. A close
+// by the runner is passed on with its code and reason; a runner lost is an unavailable close.
+func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc msgConn, a *admitted) {
+	defer cancel()
+	for {
+		typ, data, err := rc.Read(ctx)
+		if err != nil {
+			if st := websocket.CloseStatus(err); st != -1 {
+				// The runner ended the channel deliberately: pass its code and reason on.
+				_ = c.Close(st, closeReasonOf(err))
+			} else if ctx.Err() == nil {
+				a.log.Warn("runner channel lost", "err", err)
+				e.closeWith(context.Background(), c, wire.Errorf(wire.Unavailable, "the sandbox stopped unexpectedly; reconnect to resume"))
+			}
+			return
+		}
+		e.m.frames.WithLabelValues("to_client").Inc()
+		if err := c.Write(ctx, typ, data); err != nil {
+			return
+		}
+	}
+}
+
 // closeWith sends err as an error message, then closes with its close code. Internal causes are logged.
-func (e *Edge) closeWith(ctx context.Context, c *websocket.Conn, err error) {
+func (e *Edge) closeWith(ctx context.Context, c msgConn, err error) {
 	pub, logIt := wire.Public(err)
 	if logIt {
 		e.log.Error("agent channel failed", "request_id", requestID(ctx), "err", err)

@@ -1,0 +1,617 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/mesh"
+	"github.com/warren-mesh/warren/internal/regions"
+	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// Forwarding over the mesh (docs/ARCHITECTURE.md#regions): when the scheduler answers that another region
+// holds the user (an unavailable error with details.region), the edge the client reached, having admitted
+// the connection or request and taken its session lease, opens a mesh stream to a live edge of that region
+// and relays over it. The grant it admitted travels first on the stream; the receiving edge (ServeMesh)
+// trusts it because the peer proved, with its mesh certificate, to be an edge of a known region, and it
+// neither admits nor leases again: it finds its region's runner for the user and relays to it with that
+// grant.
+
+// Mesh opens streams to the edges of other regions: a *mesh.Node.
+type Mesh interface {
+	Open(ctx context.Context, region, addr string, h mesh.Header) (*mesh.Stream, error)
+}
+
+// meshStream is what the edge needs of a *mesh.Stream.
+type meshStream interface {
+	net.Conn
+	CloseWrite() error
+	Abort()
+}
+
+// Timeouts of forwarding: opening a stream to one edge (dial included) and writing the grant, reading a
+// forwarded stream's grant, sending a close frame.
+const (
+	forwardOpenTimeout = 5 * time.Second
+	grantReadTimeout   = 5 * time.Second
+	closeWriteTimeout  = 2 * time.Second
+	// peerCacheTTL is how long a read of the region directory answers for forwarding and KnownRegion.
+	peerCacheTTL = 2 * time.Second
+	// peerMissRefresh: an unknown region makes KnownRegion read the directory again at most this often.
+	peerMissRefresh = time.Second
+)
+
+// ownerRegion is the region an Ensure error says holds the user: the details.region of an unavailable
+// refusal (docs/PROTOCOL.md#errors), "" for any other error.
+func ownerRegion(err error) string {
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code == wire.Unavailable {
+		if r, ok := we.Details["region"].(string); ok && regions.ValidRegion(r) {
+			return r
+		}
+	}
+	return ""
+}
+
+// ownedElsewhere is the refusal a client gets when the user's region cannot be reached through this edge: it
+// names the region, so clients can connect there themselves.
+func ownedElsewhere(region string, cause error) *wire.Error {
+	return wire.Wrap(wire.Unavailable, cause, "this user's sandbox is served in region "+region+", which this edge cannot reach now; connect there").
+		WithDetails(map[string]any{"region": region})
+}
+
+// peers caches the region directory for forwarding and for the mesh's KnownRegions.
+type peers struct {
+	dir  regions.Directory
+	self string
+
+	mu    sync.Mutex
+	edges []regions.Edge
+	at    time.Time // of the last successful read
+	tried time.Time // of the last read
+}
+
+// list answers the directory's edges, read again when the last read is older than maxAge. When a read fails
+// the last list is answered with the error.
+func (p *peers) list(ctx context.Context, maxAge time.Duration) ([]regions.Edge, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dir == nil {
+		return nil, errors.New("no region directory")
+	}
+	now := time.Now()
+	if !p.at.IsZero() && now.Sub(p.at) < maxAge {
+		return p.edges, nil
+	}
+	p.tried = now
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	edges, err := p.dir.Edges(rctx)
+	if err != nil {
+		return p.edges, err
+	}
+	p.edges, p.at = edges, now
+	return edges, nil
+}
+
+// known reports whether region has announced edges (this edge's region always is).
+func (p *peers) known(region string) bool {
+	if region == p.self {
+		return true
+	}
+	has := func(edges []regions.Edge) bool {
+		return slices.ContainsFunc(edges, func(e regions.Edge) bool { return e.Region == region })
+	}
+	edges, _ := p.list(context.Background(), peerCacheTTL)
+	if has(edges) {
+		return true
+	}
+	p.mu.Lock()
+	recent := time.Since(p.tried) < peerMissRefresh
+	p.mu.Unlock()
+	if recent {
+		return false
+	}
+	edges, _ = p.list(context.Background(), 0) // a region that just appeared
+	return has(edges)
+}
+
+// KnownRegion reports whether region is part of the mesh: any region with edges in the directory (read at
+// most every 2 s; an unknown name reads it again at most every second). It is the mesh.Config.KnownRegions
+// of this edge's node.
+func (e *Edge) KnownRegion(region string) bool { return e.peers.known(region) }
+
+// openForward opens a stream of kind to a live, non-draining edge of a.owner, trying each in a random order,
+// and sends the grant on it. None reachable: unavailable naming the region.
+func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind) (meshStream, error) {
+	kl := string(kind)
+	edges, err := e.peers.list(ctx, peerCacheTTL)
+	if err != nil && len(edges) == 0 {
+		e.m.forwarded.WithLabelValues(kl, a.owner, "no_edge").Inc()
+		return nil, ownedElsewhere(a.owner, err)
+	}
+	var cands []regions.Edge
+	for _, ed := range edges {
+		if ed.Region == a.owner && !ed.Draining && ed.Mesh != "" {
+			cands = append(cands, ed)
+		}
+	}
+	if len(cands) == 0 {
+		e.m.forwarded.WithLabelValues(kl, a.owner, "no_edge").Inc()
+		a.log.Warn("no live edge of the user's region to forward to", "owner", a.owner)
+		return nil, ownedElsewhere(a.owner, errors.New("no live edge announced"))
+	}
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	frame, err := appendGrant(nil, a.grant(a.budget))
+	if err != nil {
+		e.m.forwarded.WithLabelValues(kl, a.owner, "error").Inc()
+		return nil, wire.Wrap(wire.Internal, err, "encode the grant")
+	}
+	h := mesh.Header{Kind: kind, RequestID: requestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject}
+	var last error
+	for _, ed := range cands {
+		octx, cancel := context.WithTimeout(ctx, forwardOpenTimeout)
+		s, err := e.cfg.Mesh.Open(octx, a.owner, ed.Mesh, h)
+		cancel()
+		if err == nil {
+			_ = s.SetWriteDeadline(time.Now().Add(forwardOpenTimeout))
+			if _, err = s.Write(frame); err == nil {
+				_ = s.SetWriteDeadline(time.Time{})
+				e.m.forwarded.WithLabelValues(kl, a.owner, "ok").Inc()
+				a.log.Info("forwarding over the mesh", "owner", a.owner, "peer_edge", ed.ID)
+				return s, nil
+			}
+			s.Abort()
+		}
+		last = err
+		a.log.Warn("mesh forward failed; trying the next edge", "owner", a.owner, "peer_edge", ed.ID, "err", err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	e.m.forwarded.WithLabelValues(kl, a.owner, "mesh_failed").Inc()
+	return nil, ownedElsewhere(a.owner, last)
+}
+
+// msgConn is one side of an agent channel relay: a WebSocket (*websocket.Conn) or a mesh stream (msgStream).
+type msgConn interface {
+	Read(ctx context.Context) (websocket.MessageType, []byte, error)
+	Write(ctx context.Context, typ websocket.MessageType, data []byte) error
+	Close(code websocket.StatusCode, reason string) error
+	CloseNow() error
+}
+
+// msgStream carries WebSocket messages over a mesh stream, one frame per message (readWS): a read holds one
+// message, a write blocks while the peer's window is full, so nothing queues beyond the stream's flow control.
+// A close frame read is a websocket.CloseError.
+type msgStream struct {
+	s   meshStream
+	wmu sync.Mutex
+	buf []byte
+}
+
+var _ msgConn = (*msgStream)(nil)
+
+func (m *msgStream) Read(ctx context.Context) (websocket.MessageType, []byte, error) {
+	stop := context.AfterFunc(ctx, func() { _ = m.s.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	return readWS(m.s)
+}
+
+func (m *msgStream) Write(ctx context.Context, typ websocket.MessageType, data []byte) error {
+	t := byte(wsText)
+	if typ == websocket.MessageBinary {
+		t = wsBinary
+	}
+	return m.write(ctx, func(b []byte) []byte { return appendWS(b, t, data) })
+}
+
+func (m *msgStream) write(ctx context.Context, frame func([]byte) []byte) error {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	stop := context.AfterFunc(ctx, func() { _ = m.s.SetWriteDeadline(time.Unix(1, 0)) })
+	defer stop()
+	m.buf = frame(m.buf[:0])
+	_, err := m.s.Write(m.buf)
+	if cap(m.buf) > 64<<10 {
+		m.buf = nil // keep no large message's buffer
+	}
+	return err
+}
+
+// Close sends a close frame (bounded by closeWriteTimeout), then closes the stream.
+func (m *msgStream) Close(code websocket.StatusCode, reason string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeWriteTimeout)
+	defer cancel()
+	err := m.write(ctx, func(b []byte) []byte { return appendWSClose(b, code, reason) })
+	_ = m.s.Close()
+	return err
+}
+
+func (m *msgStream) CloseNow() error { return m.s.Close() }
+
+// meshTransport is the http.RoundTripper of a request forwarded to a.owner: one mesh stream per request,
+// the head and the body streamed on it, the response's head and body streamed back.
+type meshTransport struct {
+	e *Edge
+	a *admitted
+	// bodyDone is closed when the request body has been sent (or given up): the handler waits for it, since
+	// a request body must not be read once the handler has returned.
+	bodyDone chan struct{}
+}
+
+func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	s, err := t.e.openForward(ctx, t.a, mesh.KindHTTP)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, s.Abort)
+	head := reqHead{Method: req.Method, Path: req.URL.RequestURI(), Header: req.Header, ContentLength: req.ContentLength}
+	if req.Body == nil || req.Body == http.NoBody {
+		head.ContentLength = 0
+	}
+	frame, err := appendHead(nil, head)
+	if err == nil {
+		_, err = s.Write(frame)
+	}
+	if err != nil {
+		stop()
+		s.Abort()
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		if errors.Is(err, errBadFrame) {
+			return nil, wire.Wrap(wire.InvalidArgument, err, "request headers too large")
+		}
+		return nil, wire.Wrap(wire.Unavailable, err, "forward the request")
+	}
+	t.bodyDone = make(chan struct{})
+	go func() { // the body, then the half-close that ends it
+		defer close(t.bodyDone)
+		if head.ContentLength != 0 {
+			br := &errReader{r: req.Body}
+			_, err := io.Copy(s, br)
+			req.Body.Close()
+			if br.err != nil {
+				s.Abort() // the client's body was cut short: the peer must not take it as complete
+				return
+			}
+			if err != nil {
+				return // the peer stopped reading (it answered early); its answer is still read
+			}
+		}
+		_ = s.CloseWrite()
+	}()
+	var rh respHead
+	if err := readHead(s, &rh); err != nil {
+		stop()
+		s.Abort()
+		return nil, wire.Wrap(wire.Unavailable, err, "the forwarded request failed")
+	}
+	cl := int64(-1)
+	if v := rh.Header.Get("Content-Length"); v != "" {
+		cl = parseLen(v)
+	}
+	return &http.Response{
+		Status: http.StatusText(rh.Status), StatusCode: rh.Status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: rh.Header, Body: &streamBody{s: s, stop: stop}, ContentLength: cl, Request: req,
+	}, nil
+}
+
+// errReader remembers the error of its reader other than io.EOF.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+func parseLen(v string) int64 {
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' || n > (1<<62)/10 {
+			return -1
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+// streamBody is a forwarded response's body: the stream up to its end.
+type streamBody struct {
+	s    meshStream
+	stop func() bool
+	once sync.Once
+}
+
+func (b *streamBody) Read(p []byte) (int, error) { return b.s.Read(p) }
+
+func (b *streamBody) Close() error {
+	b.once.Do(func() {
+		b.stop()
+		_ = b.s.Close()
+	})
+	return nil
+}
+
+// ServeMesh serves a stream an edge of region from forwarded to this edge: the mesh.Config.Handler of this
+// edge's node. It reads the grant (a malformed one aborts the stream), finds this region's runner of the
+// user and relays the agent channel or the request to it under that grant, without admitting or leasing:
+// the forwarding edge did.
+func (e *Edge) ServeMesh(ctx context.Context, from string, s *mesh.Stream) {
+	e.serveMesh(ctx, from, s, s.Header())
+}
+
+func (e *Edge) serveMesh(ctx context.Context, from string, s meshStream, h mesh.Header) {
+	kl := string(h.Kind)
+	log := e.log.With("request_id", h.RequestID, "from_region", from, "issuer", h.Issuer, "user", h.User, "forwarded", true)
+	_ = s.SetReadDeadline(time.Now().Add(grantReadTimeout))
+	g, err := readGrant(s, h)
+	if err != nil {
+		e.m.forwardServed.WithLabelValues(kl, from, "bad_grant").Inc()
+		log.Warn("forwarded stream refused", "err", err)
+		s.Abort()
+		return
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	id := h.RequestID
+	if !validID(id) {
+		id = "mesh"
+	}
+	ctx = context.WithValue(ctx, requestIDKey, id)
+	a := forwardedAdmission(g, log)
+	entry, ensureErr := e.cfg.Sandboxes.Ensure(ctx, a.sandboxRequest())
+	if ensureErr == nil {
+		a.entry, a.log = entry, a.log.With("epoch", entry.Epoch)
+	}
+	switch h.Kind {
+	case mesh.KindWebSocket:
+		e.serveForwardedWS(ctx, from, s, a, ensureErr)
+	case mesh.KindHTTP:
+		e.serveForwardedHTTP(ctx, from, s, a, ensureErr)
+	default:
+		s.Abort()
+	}
+}
+
+// forwardedAdmission is the admission another region's edge made, as its grant says.
+func forwardedAdmission(g wire.Grant, log *slog.Logger) *admitted {
+	return &admitted{
+		claims:  &token.Claims{Issuer: g.Issuer, Subject: g.User},
+		account: billing.Account{Issuer: g.Issuer, User: g.User, Window: billing.Window(g.Window), WindowStart: g.WindowStart},
+		budget:  billing.Budget{AIMicros: g.AIMicros, ComputeSeconds: g.ComputeSeconds},
+		fixed:   &g,
+		log:     log,
+	}
+}
+
+// serveForwardedWS relays a forwarded agent channel between the stream and the runner: messages as they
+// are (the forwarding edge validated and rate-limited them), close codes and reasons both ways.
+func (e *Edge) serveForwardedWS(ctx context.Context, from string, s meshStream, a *admitted, ensureErr error) {
+	c := &msgStream{s: s}
+	defer c.CloseNow()
+	if ensureErr != nil {
+		e.m.forwardServed.WithLabelValues("ws", from, "refused").Inc()
+		e.closeWith(ctx, c, ensureErr)
+		return
+	}
+	rc, err := e.dialRunner(ctx, a)
+	if err != nil {
+		e.m.forwardServed.WithLabelValues("ws", from, "refused").Inc()
+		e.closeWith(ctx, c, err)
+		return
+	}
+	e.m.forwardServed.WithLabelValues("ws", from, "ok").Inc()
+	a.log.Info("forwarded agent channel open")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { // runner → stream
+		defer close(done)
+		e.fromRunner(ctx, cancel, c, rc, a)
+	}()
+	for { // stream → runner
+		typ, data, err := c.Read(ctx)
+		if err != nil {
+			if st := websocket.CloseStatus(err); st != -1 {
+				_ = rc.Close(st, closeReasonOf(err))
+			} else if ctx.Err() == nil {
+				a.log.Info("forwarding edge gone", "err", err)
+			}
+			break
+		}
+		if err := rc.Write(ctx, typ, data); err != nil {
+			break
+		}
+	}
+	cancel()
+	_ = rc.Close(websocket.StatusNormalClosure, "")
+	<-done
+	a.log.Info("forwarded agent channel closed")
+}
+
+// serveForwardedHTTP serves a forwarded request: its head and body from the stream, relayed to the runner
+// as a request reaching this edge would be, the response written back on the stream as it comes.
+func (e *Edge) serveForwardedHTTP(ctx context.Context, from string, s meshStream, a *admitted, ensureErr error) {
+	w := &streamResponse{s: s, header: http.Header{}}
+	defer func() {
+		if r := recover(); r != nil && r != http.ErrAbortHandler {
+			panic(r)
+		}
+		if w.failed || !w.finish() {
+			s.Abort() // the peer sees the response cut short, not complete
+			return
+		}
+		_ = s.Close()
+	}()
+	var head reqHead
+	if err := readHead(s, &head); err != nil {
+		e.m.forwardServed.WithLabelValues("http", from, "bad_grant").Inc()
+		a.log.Warn("forwarded request refused", "err", err)
+		w.failed = true
+		return
+	}
+	if ensureErr != nil {
+		e.m.forwardServed.WithLabelValues("http", from, "refused").Inc()
+		wire.WriteHTTPError(w, a.log, ensureErr)
+		return
+	}
+	var body io.ReadCloser = http.NoBody
+	if head.ContentLength != 0 {
+		body = io.NopCloser(s)
+	}
+	r, err := http.NewRequestWithContext(ctx, head.Method, "http://forwarded"+head.Path, body)
+	if err != nil {
+		w.failed = true
+		return
+	}
+	r.Header, r.ContentLength = head.Header, head.ContentLength
+	if r.ContentLength == -1 {
+		r.TransferEncoding = []string{"chunked"}
+	}
+	e.m.forwardServed.WithLabelValues("http", from, "ok").Inc()
+	e.proxyToRunner(w, r, a)
+}
+
+// streamResponse is the http.ResponseWriter of a forwarded request: the head frame at the first write, then
+// the body bytes as they are written (each write goes out at once: Flush has nothing to do).
+type streamResponse struct {
+	s       meshStream
+	header  http.Header
+	status  int
+	written bool
+	failed  bool
+}
+
+func (w *streamResponse) Header() http.Header { return w.header }
+
+func (w *streamResponse) WriteHeader(code int) {
+	if w.written || code < 200 {
+		return // informational answers are not forwarded
+	}
+	w.status = code
+	w.written = true
+	frame, err := appendHead(nil, respHead{Status: code, Header: w.header.Clone()})
+	if err == nil {
+		_, err = w.s.Write(frame)
+	}
+	if err != nil {
+		w.failed = true
+	}
+}
+
+func (w *streamResponse) Write(p []byte) (int, error) {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.failed {
+		return 0, errors.New("forwarded response failed")
+	}
+	n, err := w.s.Write(p)
+	if err != nil {
+		w.failed = true
+	}
+	return n, err
+}
+
+func (w *streamResponse) Flush() {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// finish writes the head of a response that wrote nothing; false when the response failed.
+func (w *streamResponse) finish() bool {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+	return !w.failed
+}
+
+// proxyToRunner relays r to a's runner: same path and query, the runner's key instead of the user's token,
+// a's grant, bodies streamed both ways.
+func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted) {
+	t := &proxyTarget{entry: a.entry}
+	p := &httputil.ReverseProxy{
+		Transport:     e.runners.Transport,
+		FlushInterval: -1, // flush every write: exec streams as it happens
+		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = t.entry.Addr
+			pr.Out.Host = t.entry.Addr
+			pr.Out.Header.Set("Authorization", "Bearer "+t.entry.Key)
+			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
+			pr.Out.Header.Del("Cookie")
+			pr.Out.Header.Set(wire.HeaderGrant, a.grant(a.budget).Encode())
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			// The runner could not be reached: forget it so the next request starts a fresh one.
+			a.log.Warn("runner unreachable", "addr", t.entry.Addr, "err", err)
+			e.cfg.Sandboxes.Forget(context.WithoutCancel(r.Context()), t.entry)
+			wire.WriteHTTPError(w, a.log, wire.Wrap(wire.Unavailable, err, "your sandbox was restarting; retry the request"))
+		},
+	}
+	p.ServeHTTP(w, r)
+}
+
+// proxyForward relays r to a.owner's region over the mesh; the other region's edge relays it to the runner.
+func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted) {
+	t := &meshTransport{e: e, a: a}
+	defer func() {
+		if t.bodyDone == nil {
+			return
+		}
+		select {
+		case <-t.bodyDone:
+		default:
+			// The answer is complete (or failed) while the client still uploads: the rest is not wanted.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+			<-t.bodyDone
+		}
+	}()
+	p := &httputil.ReverseProxy{
+		Transport:     t,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "mesh", ""
+			pr.Out.Header.Del("Authorization") // the user's token stays here; the grant goes on the stream
+			pr.Out.Header.Del("Cookie")
+			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return
+			}
+			wire.WriteHTTPError(w, a.log, err)
+		},
+	}
+	p.ServeHTTP(w, r)
+}
