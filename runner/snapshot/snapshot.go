@@ -41,6 +41,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"path/filepath"
@@ -425,26 +426,41 @@ func (s *Snapshotter) commit(ctx context.Context, m Manifest, key string) (int64
 
 // readLatest reads the own region's latest pointer; etag is "" when there is none.
 func (s *Snapshotter) readLatest(ctx context.Context) (p pointer, etag string, found bool, err error) {
-	return s.readLatestIn(ctx, s.regions[0])
+	r := s.regions[0]
+	data, etag, err := r.store.Read(ctx, latestKey(s.cfg.Prefix))
+	p, found, err = s.parseLatest(ctx, r, data, err)
+	return p, etag, found, err
 }
 
-// readLatestIn reads a region's latest pointer. A store that fails is a *RegionUnavailableError.
-func (s *Snapshotter) readLatestIn(ctx context.Context, r region) (p pointer, etag string, found bool, err error) {
-	data, etag, err := r.store.Read(ctx, latestKey(s.cfg.Prefix))
+// readLatestIn reads a region's latest pointer for Latest and the commit's check, which need no ETag:
+// through Get, so that no more than maxPointerSize (plus one byte) of a hostile object is read.
+func (s *Snapshotter) readLatestIn(ctx context.Context, r region) (pointer, bool, error) {
+	rc, err := r.store.Get(ctx, latestKey(s.cfg.Prefix))
+	var data []byte
+	if err == nil {
+		data, err = io.ReadAll(io.LimitReader(rc, maxPointerSize+1))
+		rc.Close()
+	}
+	return s.parseLatest(ctx, r, data, err)
+}
+
+// parseLatest interprets the outcome of reading a region's latest pointer. A store that fails is a
+// *RegionUnavailableError.
+func (s *Snapshotter) parseLatest(ctx context.Context, r region, data []byte, err error) (pointer, bool, error) {
 	if errors.Is(err, blob.ErrNotFound) {
-		return pointer{}, "", false, nil
+		return pointer{}, false, nil
 	}
 	if err != nil {
-		return pointer{}, "", false, fmt.Errorf("read latest: %w", unavailable(ctx, r.name, err))
+		return pointer{}, false, fmt.Errorf("read latest: %w", unavailable(ctx, r.name, err))
 	}
-	p, err = parsePointer(data, s.cfg.Prefix, r.name)
+	p, err := parsePointer(data, s.cfg.Prefix, r.name)
 	if err != nil {
 		if r.name != "" {
 			err = fmt.Errorf("region %s: %w", r.name, err)
 		}
-		return pointer{}, "", false, err
+		return pointer{}, false, err
 	}
-	return p, etag, true, nil
+	return p, true, nil
 }
 
 // readAll reads the latest pointers of rs concurrently; errs[i] is region i's error.
@@ -454,7 +470,7 @@ func (s *Snapshotter) readAll(ctx context.Context, rs []region) ([]regionPointer
 	var wg sync.WaitGroup
 	for i, r := range rs {
 		wg.Go(func() {
-			p, _, found, err := s.readLatestIn(ctx, r)
+			p, found, err := s.readLatestIn(ctx, r)
 			ps[i], errs[i] = regionPointer{region: r.name, p: p, found: found}, err
 		})
 	}
