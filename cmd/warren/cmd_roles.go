@@ -124,6 +124,8 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	p.registerConsul(fs)
 	p.registerDB(fs)
 	fs.StringVar(&sched, "scheduler", os.Getenv("WARREN_SCHEDULER_URL"), "this region's scheduler, http://host:port; key from $"+schedulerKeyEnv+" ($WARREN_SCHEDULER_URL)")
+	var mf meshFlags
+	mf.register(fs)
 	var publicURL, edgeID string
 	fs.StringVar(&publicURL, "public-url", os.Getenv("WARREN_PUBLIC_URL"), "this region's public base URL clients connect to (its load balancer), announced in GET /v1/regions; default http://<listen address> ($WARREN_PUBLIC_URL)")
 	fs.StringVar(&edgeID, "edge-id", envOr("NOMAD_ALLOC_ID", hostname()), "this edge's id in the region directory (default $NOMAD_ALLOC_ID or the host name)")
@@ -174,13 +176,40 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	client := &remote.Client{URL: sched, Key: key, Registry: reg}
-	ed, err := edge.New(edge.Config{
+	em, err := mf.newEdgeMesh(ctx, c.region, keys, log, metrics)
+	if err != nil {
+		return err
+	}
+	cfg := edge.Config{
 		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
 		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions, RateBuckets: buckets,
 		Directory: dir, Logger: log, Metrics: metrics,
-	})
+	}
+	if em != nil {
+		cfg.Mesh = em.node
+	}
+	ed, err := edge.New(cfg)
 	if err != nil {
 		return err
+	}
+	if em != nil {
+		// Closed after the HTTP server has drained (deferred before serveRole returns): forwarded streams end
+		// with their connections.
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = em.node.Close(cctx)
+		}()
+		bound, err := em.serve(ctx, ed, mf.listen)
+		if err != nil {
+			return err
+		}
+		if self.Mesh, err = mf.announced(bound, hostname()); err != nil {
+			return err
+		}
+		if err := self.Validate(); err != nil {
+			return fmt.Errorf("-mesh-addr: %w", err)
+		}
 	}
 	annCtx, stopAnn := context.WithCancel(ctx)
 	announced := make(chan error, 1)

@@ -106,6 +106,11 @@ type Store struct {
 
 var _ secrets.Store = (*Store)(nil)
 
+// Client is the Vault client carrying the Store's token, which the Store keeps renewed (and logs in again
+// for): other Vault engines the process uses, such as the edge's mesh certificates from the PKI engine,
+// share its login. Valid until Close.
+func (s *Store) Client() *vaultapi.Client { return s.client }
+
 // New validates cfg and connects. A login method logs in once before New returns: a refusal (wrong role,
 // secret id or JWT) is an error wrapping ErrLogin; Vault being unreachable is not an error, the Store keeps
 // trying in the background and its calls are secrets.ErrUnavailable meanwhile. New itself reads no
