@@ -19,6 +19,10 @@ var (
 	// ErrCorrupt: a manifest, the latest pointer or a blob read from the store is malformed, of an
 	// unknown version, unsafe (a path leaving its directory), missing, or does not match its hash.
 	ErrCorrupt = errors.New("corrupt snapshot")
+	// ErrTooSlow: the snapshot took more than half the garbage collector's grace period, after which a
+	// collector may delete blobs it relies on, so it was not committed; the previous one stays latest and
+	// the next snapshot tries again.
+	ErrTooSlow = errors.New("snapshot too slow to commit safely")
 	// ErrStoredBytesQuota: the snapshot would take the bytes the prefix holds past Config.StoredBytesLimit.
 	// It is refused before the upload that would cross the limit; the latest snapshot stays what it was.
 	// The error is also a *wire.Error of code resource_exhausted.

@@ -330,7 +330,15 @@ func TestGCRacesSnapshots(t *testing.T) {
 				write(t, p, fmt.Sprintf("content %d", rng.IntN(6)), 0o644) // few contents: they come back
 			}
 		}
-		if _, _, err := s.Snapshot(ctx, 1); err != nil {
+		// A snapshot slower than half the grace period (a loaded machine) is refused by design, and
+		// the next one tries again; what matters is that every committed one restores whole.
+		var err error
+		for try := 0; try < 5; try++ {
+			if _, _, err = s.Snapshot(ctx, 1); !errors.Is(err, snapshot.ErrTooSlow) {
+				break
+			}
+		}
+		if err != nil {
 			t.Fatalf("snapshot %d: %v", i, err)
 		}
 		restoresTo(t, store, ws)

@@ -336,7 +336,7 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 	// Collect may delete a blob this snapshot relies on once Grace/2 has passed since it started; the
 	// manifest, which protects them, must exist before then.
 	if took := s.cfg.Now().Sub(start); took > s.cfg.Grace/2 {
-		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: took %v, more than half the gc grace period %v: not committed", epoch, took, s.cfg.Grace)
+		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: took %v, more than half the gc grace period %v: %w", epoch, took, s.cfg.Grace, ErrTooSlow)
 	}
 
 	key, size, err := s.writeManifest(ctx, &m, up)
