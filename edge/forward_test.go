@@ -485,6 +485,84 @@ func TestForwardNoLiveEdge(t *testing.T) {
 	}
 }
 
+// A mesh address of region a that fails (here a node whose certificate b does not trust) is skipped for the
+// next edge of a: with two failing entries and one good in random order, every connection still lands.
+func TestForwardTriesTheNextEdge(t *testing.T) {
+	rn := newMeshRunner(t)
+	var bad []string
+	for range 2 {
+		other, err := mesh.DevCA(filepath.Join(t.TempDir(), "other-ca"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := mesh.New(mesh.Config{Region: "a", Certificate: other.Source("a"), Roots: other.Roots(),
+			KnownRegions: func(string) bool { return true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close(context.Background()) })
+		addr, err := n.Listen(context.Background(), "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad = append(bad, addr.String())
+	}
+	_, b, dir := twoRegions(t, rn, live)
+	for i, addr := range bad {
+		if err := dir.Announce(context.Background(), regions.Edge{Region: "a", ID: fmt.Sprintf("a-bad-%d", i), URL: "http://bad.example", Mesh: addr}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		c := dialWS(t, b.url, "alice")
+		say(t, c, fmt.Sprint("hello ", i))
+		if _, data, err := c.Read(testCtx(t)); err != nil || !strings.Contains(string(data), `"echo"`) {
+			t.Fatalf("connection %d: %s, %v", i, data, err)
+		}
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+	if got := metric(t, b.reg, "warren_edge_forwarded_total", "kind", "ws", "region", "a", "outcome", "ok"); got != 6 {
+		t.Fatalf("b's warren_edge_forwarded_total{ws,a,ok} = %v, want 6", got)
+	}
+}
+
+// An error the owner region's edge meets before relaying reaches the client as it would directly, and is not
+// forwarded again: a's scheduler saying region c holds the user gives the client unavailable naming c.
+func TestForwardRefusalAtTheOwner(t *testing.T) {
+	rn := newMeshRunner(t)
+	a, b, _ := twoRegions(t, rn, live)
+	a.sandboxes.owner = "c" // set before any connection
+	c := dialWS(t, b.url, "alice")
+	_, data, err := c.Read(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Payload wire.Error `json:"payload"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil || m.Payload.Code != wire.Unavailable || m.Payload.Details["region"] != "c" {
+		t.Fatalf("agent channel: %s, want unavailable with details.region c", data)
+	}
+	if _, _, err = c.Read(testCtx(t)); websocket.CloseStatus(err) != websocket.StatusCode(wire.Unavailable.CloseCode()) {
+		t.Fatalf("then %v, want closed with unavailable", err)
+	}
+	req, _ := http.NewRequestWithContext(testCtx(t), "POST", b.url+"/v1/sandbox/exec", strings.NewReader(`x`))
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var we wire.Error
+	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &we) != nil || we.Details["region"] != "c" {
+		t.Fatalf("exec: %d %s, want 503 with details.region c", resp.StatusCode, body)
+	}
+	if got := metric(t, a.reg, "warren_edge_forwarded_served_total", "kind", "http", "peer", "b", "outcome", "refused"); got != 1 {
+		t.Fatalf("a's warren_edge_forwarded_served_total{http,b,refused} = %v, want 1", got)
+	}
+}
+
 func FuzzGrantFrame(f *testing.F) {
 	good, _ := appendGrant(nil, wire.Grant{Issuer: "acme", User: "alice", Window: "day", AIMicros: 5, Permissions: json.RawMessage(`{"a":1}`)})
 	f.Add(good)
