@@ -43,7 +43,7 @@ type meshRunner struct {
 	keys   []string
 }
 
-func newMeshRunner(t *testing.T) *meshRunner {
+func newMeshRunner(t testing.TB) *meshRunner {
 	rn := &meshRunner{release: make(chan struct{}), closed: make(chan websocket.CloseError, 4)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/agent", func(w http.ResponseWriter, r *http.Request) {
@@ -162,7 +162,7 @@ type meshRegion struct {
 // twoRegions is regions a and b, each an edge with a real mesh node (one dev CA) and its own ledger and
 // sandboxes, sharing one region directory: a's sandboxes answer rn, b's refuse as owned by a. announce
 // says how each region's edge is announced (nil: not at all).
-func twoRegions(t *testing.T, rn *meshRunner, announce func(r *meshRegion) *regions.Edge) (a, b *meshRegion, dir *regionsqlite.Directory) {
+func twoRegions(t testing.TB, rn *meshRunner, announce func(r *meshRegion) *regions.Edge) (a, b *meshRegion, dir *regionsqlite.Directory) {
 	t.Helper()
 	ctx := context.Background()
 	tmp := t.TempDir()
