@@ -38,6 +38,8 @@ type Client struct {
 	token string
 	hc    *http.Client
 	ua    string
+	// failover, when set, makes sessions reconnect when their edge is lost (WithFailover).
+	failover *Failover
 }
 
 // Option configures a Client.

@@ -24,6 +24,15 @@
 // Event.System, Assistant, User, StreamEvent and Result, and Warren's own by Control, SessionInfo, Ready,
 // ToolCall and Err. Event.Raw keeps the whole message for anything the typed views leave out.
 //
+// A session can survive the loss of its edge: with WithFailover (or DialOptions.Failover) it reconnects
+// through the next of a list of edges, possibly in another region, resumes with the seq of the last message
+// it received, and Next and Events go on as one stream, no event lost or repeated; final errors
+// (unauthenticated, budget_exceeded, ...) are not retried, and attempts that run out end the session with a
+// *FailoverError:
+//
+//	c, err := warren.New(euURL, token, warren.WithFailover(warren.Failover{Edges: []string{usURL},
+//		OnEvent: func(ev warren.FailoverEvent) { log.Print(ev) }})) // "reconnected to ... at seq 42"
+//
 // Errors that come from the platform are *Error values carrying a code (CodeUnauthenticated,
 // CodeBudgetExceeded, ...), whether they arrived as an HTTP body, an error message or a WebSocket close.
 package warren

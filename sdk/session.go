@@ -22,11 +22,12 @@ import (
 // closeTimeout bounds how long Close spends telling the server goodbye.
 const closeTimeout = 5 * time.Second
 
-// DialOptions configures the package-level Dial: the session options sent in init, and the HTTP client for
-// the WebSocket handshake.
+// DialOptions configures the package-level Dial: the session options sent in init, the HTTP client for
+// the WebSocket handshake and, when not nil, the Failover policy (see WithFailover).
 type DialOptions struct {
 	SessionOptions
 	HTTPClient *http.Client
+	Failover   *Failover
 }
 
 // Dial connects to the edge at edgeURL (its base URL, or the full ws(s)://.../ws or .../ws/ URL) with token and opens
@@ -39,7 +40,11 @@ func Dial(ctx context.Context, edgeURL, token string, opts *DialOptions) (*Sessi
 		u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/ws")
 		edgeURL = u.String()
 	}
-	c, err := New(edgeURL, token, WithHTTPClient(opts.HTTPClient))
+	o := []Option{WithHTTPClient(opts.HTTPClient)}
+	if opts.Failover != nil {
+		o = append(o, WithFailover(*opts.Failover))
+	}
+	c, err := New(edgeURL, token, o...)
 	if err != nil {
 		return nil, err
 	}
@@ -50,29 +55,38 @@ func Dial(ctx context.Context, edgeURL, token string, opts *DialOptions) (*Sessi
 // Session is one agent channel: a WebSocket to the edge on which prompts go out and the agent's events come
 // back. A single goroutine reads the connection: pongs go to the Ping waiting for them, every other message
 // is queued for Next and Events. The queue is unbounded so that Ping and Close work whether or not anyone is
-// reading events; the server's output per prompt bounds it in practice.
+// reading events; the server's output per prompt bounds it in practice. With a Failover the same goroutine
+// replaces a lost connection (see Failover).
 //
 // All methods are safe for concurrent use. Events delivered to concurrent readers are each delivered once.
 type Session struct {
-	conn   *websocket.Conn
+	client *Client
+	opts   SessionOptions // as dialled, for reconnects
+	edges  []*Client      // the dialled edge, then the failover's
 	id     string
-	region string
 	model  string
 	notice string
 
 	stop context.CancelFunc // stops the reader
 	done chan struct{}      // closed when the reader has exited; err is final by then
 
-	mu       sync.Mutex
-	queue    []Event
-	wake     chan struct{} // closed and replaced whenever queue grows
-	err      error         // why the stream ended; nil for a normal close
-	errTaken bool          // err was handed to a reader of the stream
-	lastErr  *Error        // the last error message received, to complete a shortened close reason
-	lastSeq  int64
-	lastPing int64
-	pings    map[int64]chan time.Time
-	closing  bool
+	mu         sync.Mutex
+	conn       *websocket.Conn
+	dead       chan struct{} // closed when conn's reader has ended
+	up         chan struct{} // while reconnecting: closed when it ends (connected again or over); else nil
+	cur        int           // index in edges of the edge of conn
+	region     string
+	reconnects int
+	queue      []Event
+	wake       chan struct{} // closed and replaced whenever queue grows
+	err        error         // why the stream ended; nil for a normal close
+	errTaken   bool          // err was handed to a reader of the stream
+	lastErr    *Error        // the last error message received, to complete a shortened close reason
+	lastSeq    int64
+	recvSeq    int64 // the largest seq received: a reconnect resumes after it and drops what is not after it
+	lastPing   int64
+	pings      map[int64]chan time.Time
+	closing    bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -85,6 +99,39 @@ func (c *Client) Dial(ctx context.Context, opts *SessionOptions) (*Session, erro
 	if opts == nil {
 		opts = &SessionOptions{}
 	}
+	edges, err := c.edgeClients()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.dialWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{
+		client: c,
+		opts:   *opts,
+		edges:  edges,
+		conn:   conn,
+		dead:   make(chan struct{}),
+		done:   make(chan struct{}),
+		wake:   make(chan struct{}),
+		pings:  map[int64]chan time.Time{},
+	}
+	if opts.LastSeq != nil {
+		s.lastSeq, s.recvSeq = *opts.LastSeq, *opts.LastSeq
+	}
+	if err := s.handshake(ctx, conn, opts, false); err != nil {
+		conn.CloseNow()
+		return nil, err
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go s.run(rctx)
+	return s, nil
+}
+
+// dialWS opens the WebSocket to the edge's /ws.
+func (c *Client) dialWS(ctx context.Context) (*websocket.Conn, error) {
 	h := http.Header{}
 	c.header(h)
 	conn, resp, err := websocket.Dial(ctx, c.endpoint("/ws", nil), &websocket.DialOptions{
@@ -95,40 +142,31 @@ func (c *Client) Dial(ctx context.Context, opts *SessionOptions) (*Session, erro
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode != 0 {
 			var body []byte
 			if resp.Body != nil {
-				body, _ = io.ReadAll(resp.Body)
+				body, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 			}
 			return nil, wire.ReadHTTPError(resp.StatusCode, body)
 		}
 		return nil, err
 	}
 	conn.SetReadLimit(wire.MaxFrame)
+	return conn, nil
+}
 
-	s := &Session{
-		conn:  conn,
-		done:  make(chan struct{}),
-		wake:  make(chan struct{}),
-		pings: map[int64]chan time.Time{},
+// handshake sends init on conn and waits for ready.
+func (s *Session) handshake(ctx context.Context, conn *websocket.Conn, opts *SessionOptions, resumed bool) error {
+	b, err := json.Marshal(map[string]any{"type": wire.TypeInit, "payload": opts})
+	if err != nil {
+		return fmt.Errorf("warren: encode init: %w", err)
 	}
-	if opts.LastSeq != nil {
-		s.lastSeq = *opts.LastSeq
+	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
+		return fmt.Errorf("warren: send init: %w", err)
 	}
-	if err := s.write(ctx, map[string]any{"type": wire.TypeInit, "payload": opts}); err != nil {
-		conn.CloseNow()
-		return nil, fmt.Errorf("warren: send init: %w", err)
-	}
-	if err := s.awaitReady(ctx); err != nil {
-		conn.CloseNow()
-		return nil, err
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
-	go s.readLoop(rctx)
-	return s, nil
+	return s.awaitReady(ctx, conn, resumed)
 }
 
 // Resume reconnects to session sessionID and replays the messages after lastSeq (usually the LastSeq of the
 // session that was lost), then the live ones: use it when a connection broke, to pick up the stream where
-// it stopped.
+// it stopped. (With a Failover the session does this itself.)
 //
 // To go on with an earlier conversation without replaying it, Dial with its id instead:
 //
@@ -140,14 +178,21 @@ func (c *Client) Resume(ctx context.Context, sessionID string, lastSeq int64) (*
 	return c.Dial(ctx, &SessionOptions{SessionID: sessionID, LastSeq: &lastSeq})
 }
 
-// awaitReady reads until control ready, queueing what comes before it (session_info, replayed events).
-func (s *Session) awaitReady(ctx context.Context) error {
+// awaitReady reads until control ready, queueing what comes before it (session_info, replayed events). On a
+// failover (resumed) the handshake itself is not queued, only the replayed messages not yet received.
+func (s *Session) awaitReady(ctx context.Context, conn *websocket.Conn, resumed bool) error {
+	s.mu.Lock()
+	from := s.recvSeq // the lastSeq sent in init
+	s.mu.Unlock()
 	for {
-		_, b, err := s.conn.Read(ctx)
+		_, b, err := conn.Read(ctx)
 		if err != nil {
 			var ce websocket.CloseError
 			if errors.As(err, &ce) {
-				if e := closeError(int(ce.Code), ce.Reason, s.lastErr); e != nil {
+				s.mu.Lock()
+				prev := s.lastErr
+				s.mu.Unlock()
+				if e := closeError(int(ce.Code), ce.Reason, prev); e != nil {
 					return e
 				}
 				return fmt.Errorf("warren: the server closed the channel before the session was ready: %w", io.ErrUnexpectedEOF)
@@ -161,63 +206,157 @@ func (s *Session) awaitReady(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if e := ev.Err(); e != nil {
+		// A resume's history may hold a failed turn's error: a refusal has seq 1 (runner) or none (edge).
+		replayed := from > 0 && ev.Seq > from
+		if e := ev.Err(); e != nil && !replayed {
 			return e
 		}
-		s.push(ev)
-		if rd, ok := ev.Ready(); ok {
+		rd, isReady := ev.Ready()
+		if resumed {
+			if isReady {
+				if rd.SessionID != s.id {
+					return fmt.Errorf("%w: %q instead of %q", errWrongSession, rd.SessionID, s.id)
+				}
+				s.mu.Lock()
+				s.region = rd.Region
+				s.mu.Unlock()
+				return nil
+			}
+			if info, ok := ev.SessionInfo(); ok && info.State == StateInitializing {
+				continue // the handshake of a runner that had lost the session
+			}
+			s.push(ev, true)
+			continue
+		}
+		s.push(ev, false)
+		if isReady {
 			s.id, s.region, s.model, s.notice = rd.SessionID, rd.Region, rd.Model, rd.Notice
 			return nil
 		}
 	}
 }
 
-func (s *Session) readLoop(ctx context.Context) {
+// run reads the session's connection until it ends and, with a Failover, replaces a connection lost for a
+// reason that is not final.
+func (s *Session) run(ctx context.Context) {
 	var end error
-	for {
-		_, b, err := s.conn.Read(ctx)
-		if err != nil {
-			end = s.readError(err)
-			break
-		}
-		ev, err := decodeEvent(b)
-		if err != nil {
+	for resumed := false; ; resumed = true {
+		s.mu.Lock()
+		conn, dead := s.conn, s.dead
+		s.mu.Unlock()
+		held, retry, err := s.readLoop(ctx, conn, resumed)
+		if !retry || s.client.failover == nil || s.isClosing() {
+			if held != nil {
+				s.push(*held, false)
+			}
 			end = err
-			s.conn.CloseNow()
+			close(dead)
 			break
 		}
-		if ev.Type == wire.TypePong && s.deliverPong(ev) {
-			continue
+		s.mu.Lock()
+		s.up = make(chan struct{})
+		s.mu.Unlock()
+		close(dead)
+		if end = s.reconnect(ctx, err); end != nil || s.isClosing() {
+			if held != nil {
+				s.push(*held, false)
+			}
+			break
 		}
-		s.push(ev)
 	}
 	s.mu.Lock()
 	s.err = end
+	if s.up != nil {
+		close(s.up)
+		s.up = nil
+	}
 	s.mu.Unlock()
 	close(s.done)
 }
 
-// readError classifies the error that ended the reader: nil for a normal close or one we asked for.
-func (s *Session) readError(err error) error {
+// readLoop reads conn until it ends: whether a reconnect may resume the session and the error that ended
+// it (nil for a normal close or one we asked for). With a Failover, an unavailable error message is held
+// back until the next message shows that the connection goes on (it is then queued, in order) or ends
+// (held: queued only if the session ends). resumed: conn replaced a lost one; the first session_info is
+// the reconnect's handshake and is dropped.
+func (s *Session) readLoop(ctx context.Context, conn *websocket.Conn, resumed bool) (held *Event, retry bool, end error) {
+	failover := s.client.failover != nil
+	first := resumed
+	for {
+		_, b, err := conn.Read(ctx)
+		if err != nil {
+			retry, end = s.readError(err)
+			return held, retry, end
+		}
+		ev, err := decodeEvent(b)
+		if err != nil {
+			conn.CloseNow()
+			return held, false, err
+		}
+		if ev.Type == wire.TypePong && s.deliverPong(ev) {
+			continue
+		}
+		if first {
+			first = false
+			if _, ok := ev.SessionInfo(); ok {
+				s.seen(ev.Seq)
+				continue
+			}
+		}
+		if held != nil {
+			s.push(*held, resumed)
+			held = nil
+		}
+		if e := ev.Err(); failover && e != nil && e.Code == CodeUnavailable {
+			s.mu.Lock()
+			s.lastErr = e
+			s.mu.Unlock()
+			held = &ev
+			continue
+		}
+		s.push(ev, resumed)
+	}
+}
+
+// readError classifies the error that ended the reader: nil for a normal close or one we asked for; retry
+// when the session may be resumed on another connection.
+func (s *Session) readError(err error) (retry bool, _ error) {
 	s.mu.Lock()
 	closing, prev := s.closing, s.lastErr
 	s.mu.Unlock()
 	var ce websocket.CloseError
 	if errors.As(err, &ce) {
 		if e := closeError(int(ce.Code), ce.Reason, prev); e != nil {
-			return e
+			return retryableClose(ce.Code, e), e
 		}
-		return nil
+		return false, nil
 	}
 	if closing {
-		return nil
+		return false, nil
 	}
-	return fmt.Errorf("warren: connection lost: %w", err)
+	if errors.Is(err, io.EOF) {
+		// Not the io.EOF of a stream that ended normally (Next, Events).
+		return true, fmt.Errorf("warren: connection lost (%v): %w", err, io.ErrUnexpectedEOF)
+	}
+	return true, fmt.Errorf("warren: connection lost: %w", err)
 }
 
-func (s *Session) push(ev Event) {
+// seen records seq as received.
+func (s *Session) seen(seq int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.recvSeq = max(s.recvSeq, seq)
+}
+
+// push queues ev. dedup (on a connection that replaced a lost one): a message whose seq is not after the
+// last one received was received before, and is dropped.
+func (s *Session) push(ev Event, dedup bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if dedup && ev.Seq > 0 && ev.Seq <= s.recvSeq {
+		return
+	}
+	s.recvSeq = max(s.recvSeq, ev.Seq)
 	if e := ev.Err(); e != nil {
 		s.lastErr = e
 	}
@@ -243,6 +382,7 @@ func (s *Session) deliverPong(ev Event) bool {
 	}
 	delete(s.pings, p.Payload.Timestamp)
 	ch <- now
+	s.recvSeq = max(s.recvSeq, ev.Seq)
 	// Nothing before the pong is unread: a resume may start after it.
 	if len(s.queue) == 0 && ev.Seq > s.lastSeq {
 		s.lastSeq = ev.Seq
@@ -253,8 +393,13 @@ func (s *Session) deliverPong(ev Event) bool {
 // ID is the session id the server assigned (or resumed).
 func (s *Session) ID() string { return s.id }
 
-// Region is the region of the edge serving the session.
-func (s *Session) Region() string { return s.region }
+// Region is the region of the edge serving the session (it changes when the session fails over to another
+// region).
+func (s *Session) Region() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.region
+}
 
 // Model is the model the session runs.
 func (s *Session) Model() string { return s.model }
@@ -462,12 +607,19 @@ func (s *Session) Ping(ctx context.Context) (time.Duration, error) {
 		delete(s.pings, ts)
 		s.mu.Unlock()
 	}()
-	if err := s.write(ctx, map[string]any{"type": wire.TypePing, "payload": wire.PingPayload{Timestamp: ts}}); err != nil {
+	dead, err := s.send(ctx, map[string]any{"type": wire.TypePing, "payload": wire.PingPayload{Timestamp: ts}}, true)
+	if err != nil {
 		return 0, err
 	}
 	select {
 	case t := <-ch:
 		return t.Sub(start), nil
+	case <-dead:
+		if s.client.failover != nil {
+			return 0, errors.New("warren: ping: the connection was lost before the pong")
+		}
+		<-s.done
+		return 0, s.ended()
 	case <-s.done:
 		return 0, s.ended()
 	case <-ctx.Done():
@@ -476,7 +628,7 @@ func (s *Session) Ping(ctx context.Context) (time.Duration, error) {
 }
 
 // Close asks the server to close the session, then closes the connection and waits for the reader. Calling
-// it again does nothing and returns the same result.
+// it again does nothing and returns the same result. A reconnect in progress is abandoned.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -486,14 +638,17 @@ func (s *Session) Close() error {
 		case <-s.done:
 		default:
 			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			err := s.control(ctx, wire.ActionClose)
+			_, err := s.send(ctx, map[string]any{"type": wire.TypeControl, "payload": wire.ControlPayload{Action: wire.ActionClose}}, false)
 			cancel()
 			var we *Error
 			if err != nil && !errors.Is(err, ErrClosed) && !errors.As(err, &we) {
 				s.closeErr = err
 			}
 		}
-		_ = s.conn.Close(websocket.StatusNormalClosure, "")
+		s.mu.Lock()
+		conn := s.conn
+		s.mu.Unlock()
+		_ = conn.Close(websocket.StatusNormalClosure, "")
 		s.stop()
 		<-s.done
 	})
@@ -505,25 +660,87 @@ func (s *Session) control(ctx context.Context, action string) error {
 }
 
 func (s *Session) write(ctx context.Context, v any) error {
+	_, err := s.send(ctx, v, true)
+	return err
+}
+
+// maxSendTries bounds how many connections one send is tried on.
+const maxSendTries = 3
+
+// send writes v as one message on the session's connection and returns that connection's dead channel.
+// wait: while the session reconnects, wait for the new connection (else fail with ErrClosed); with a
+// Failover, a frame that could not be written is tried again on the next connection.
+func (s *Session) send(ctx context.Context, v any, wait bool) (<-chan struct{}, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("warren: encode message: %w", err)
+		return nil, fmt.Errorf("warren: encode message: %w", err)
 	}
 	if len(b) > wire.MaxFrame {
-		return wire.Errorf(wire.PayloadTooLarge, "message of %d bytes exceeds the %d byte limit", len(b), wire.MaxFrame)
+		return nil, wire.Errorf(wire.PayloadTooLarge, "message of %d bytes exceeds the %d byte limit", len(b), wire.MaxFrame)
 	}
-	if err := s.conn.Write(ctx, websocket.MessageText, b); err != nil {
+	failover := s.client.failover != nil
+	for try := 1; ; try++ {
+		conn, dead, err := s.connection(ctx, wait)
+		if err != nil {
+			return nil, err
+		}
+		err = conn.Write(ctx, websocket.MessageText, b)
+		if err == nil {
+			return dead, nil
+		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
-		if s.stop != nil && errors.Is(err, net.ErrClosed) {
-			// The connection is gone; the reader is about to report why.
-			<-s.done
-			return s.ended()
+		if !failover || !wait || try == maxSendTries {
+			if errors.Is(err, net.ErrClosed) {
+				// The connection is gone; the reader is about to report why.
+				<-dead
+				if !failover {
+					<-s.done
+					return nil, s.ended()
+				}
+				if !wait {
+					return nil, ErrClosed
+				}
+			}
+			return nil, fmt.Errorf("warren: send: %w", err)
 		}
-		return fmt.Errorf("warren: send: %w", err)
+		// The frame did not get through whole, so the server did not act on it: make sure the reader
+		// notices the broken connection, and try again on the next one.
+		conn.CloseNow()
+		select {
+		case <-dead:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	return nil
+}
+
+// connection is the session's current connection; while reconnecting it waits for the next one (wait) or
+// fails with ErrClosed.
+func (s *Session) connection(ctx context.Context, wait bool) (*websocket.Conn, <-chan struct{}, error) {
+	for {
+		select {
+		case <-s.done:
+			return nil, nil, s.ended()
+		default:
+		}
+		s.mu.Lock()
+		conn, dead, up := s.conn, s.dead, s.up
+		s.mu.Unlock()
+		if up == nil {
+			return conn, dead, nil
+		}
+		if !wait {
+			return nil, nil, ErrClosed
+		}
+		select {
+		case <-up:
+		case <-s.done:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
 }
 
 // ended is the error for an operation on a session whose stream is over.
