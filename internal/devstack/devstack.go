@@ -87,6 +87,7 @@ type Stack struct {
 
 	closers []func() error
 	served  chan error
+	edgeCfg edge.Config
 }
 
 // ErrNoBubblewrap is returned when bwrap is missing and Insecure is not set.
@@ -233,11 +234,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, dir.Close)
-	ed, err := edge.New(edge.Config{
+	s.edgeCfg = edge.Config{
 		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger,
 		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates, Directory: dir,
 		Logger: s.log.With("component", "edge"), Metrics: reg,
-	})
+	}
+	ed, err := edge.New(s.edgeCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +266,16 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.closers = append(s.closers, func() error { stopAnn(); return <-announced })
 	s.log.Info("warren dev started", "addr", s.ln.Addr().String(), "data_dir", cfg.DataDir, "region", cfg.Region, "insecure", cfg.Insecure)
 	return s, nil
+}
+
+// NewEdge returns another edge of the stack's region on the same verifier, scheduler, ledger, session
+// leases, rate buckets and region directory, as a second edge process of the region would run (with its
+// own metrics). The caller serves its Handler: tests of several edges, one of which may die.
+func (s *Stack) NewEdge(name string) (*edge.Edge, error) {
+	cfg := s.edgeCfg
+	cfg.Logger = s.log.With("component", "edge", "edge", name)
+	cfg.Metrics = prometheus.NewRegistry()
+	return edge.New(cfg)
 }
 
 // Addr is the host:port the edge listens on.

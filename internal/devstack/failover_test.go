@@ -1,0 +1,165 @@
+package devstack_test
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/modelserver"
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+// killableEdge serves one more edge of the stack on its own listener and can die as a crashed edge process
+// does: the listener closes and every connection it accepted (the hijacked WebSockets included) is cut
+// without a close frame.
+type killableEdge struct {
+	url string
+	ln  net.Listener
+	srv *http.Server
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (k *killableEdge) Accept() (net.Conn, error) {
+	c, err := k.ln.Accept()
+	if err == nil {
+		k.mu.Lock()
+		k.conns = append(k.conns, c)
+		k.mu.Unlock()
+	}
+	return c, err
+}
+func (k *killableEdge) Close() error   { return k.ln.Close() }
+func (k *killableEdge) Addr() net.Addr { return k.ln.Addr() }
+
+func (k *killableEdge) kill() {
+	_ = k.srv.Close() // the listener and the connections it still tracks
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range k.conns {
+		_ = c.Close()
+	}
+}
+
+func startEdge(t *testing.T, st *devstack.Stack, name string) *killableEdge {
+	t.Helper()
+	ed, err := st.NewEdge(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ed.Handler()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &killableEdge{url: "http://" + ln.Addr().String(), ln: ln}
+	k.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = k.srv.Serve(k) }()
+	t.Cleanup(k.kill)
+	return k
+}
+
+// TestFailoverAcrossEdgesMidTurn: a real runner (the Claude Code CLI against the scripted model) behind two
+// edges of one region. The client dials edge A with Failover to edge B; A dies while the turn streams its
+// 200 text deltas; the SDK resumes through B and its reader sees the turn to its result with every message
+// once and in order: seqs strictly increase, the only gap is B's handshake (ready and session_info, not
+// delivered), and the deltas add up to the assistant's text.
+func TestFailoverAcrossEdgesMidTurn(t *testing.T) {
+	model := modelserver.New(modelserver.Options{DefaultScenario: "long", Delay: 30 * time.Millisecond})
+	upstream, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = model.Close() })
+	st := agentStack(t, agentOpts{apiKey: "scripted-test-key", upstream: upstream})
+	ctx := agentCtx(t)
+	a, b := startEdge(t, st, "a"), startEdge(t, st, "b")
+
+	events := make(chan warren.FailoverEvent, 16)
+	c, err := warren.New(a.url, mint(t, st, "fay", withBudget(5_000_000)), warren.WithFailover(warren.Failover{
+		Edges: []string{b.url}, MinBackoff: 10 * time.Millisecond,
+		OnEvent: func(ev warren.FailoverEvent) { t.Logf("failover: %v", ev); events <- ev },
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Dial(ctx, &warren.SessionOptions{IncludePartialMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Send(ctx, "tell me a long story"); err != nil {
+		t.Fatal(err)
+	}
+
+	var got []warren.Event
+	var deltas, text strings.Builder
+	nDeltas, killedAt := 0, int64(0)
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next after %d events (killed at seq %d): %v", len(got), killedAt, err)
+		}
+		got = append(got, ev)
+		if se, ok := ev.StreamEvent(); ok {
+			if d, ok := se.TextDelta(); ok {
+				deltas.WriteString(d)
+				nDeltas++
+				if nDeltas == 5 {
+					killedAt = ev.Seq
+					a.kill() // mid-turn: 195 deltas to go
+				}
+			}
+		}
+		if m, ok := ev.Assistant(); ok {
+			text.WriteString(m.Text())
+		}
+		if r, ok := ev.Result(); ok {
+			if r.IsError {
+				t.Fatalf("result: %s", ev.Raw)
+			}
+			break
+		}
+	}
+	if killedAt == 0 {
+		t.Fatal("the turn streamed no text deltas")
+	}
+	if s.Reconnects() != 1 || s.Edge() != b.url {
+		t.Fatalf("reconnects %d, edge %s; want 1 through %s", s.Reconnects(), s.Edge(), b.url)
+	}
+	var lost, re warren.FailoverEvent
+	for lost.Kind == "" || re.Kind == "" {
+		switch ev := <-events; ev.Kind {
+		case warren.FailoverLost:
+			lost = ev
+		case warren.FailoverReconnected:
+			re = ev
+		}
+	}
+	if lost.Edge != a.url || re.Edge != b.url || re.LastSeq < killedAt {
+		t.Fatalf("lost %v, reconnected %v (killed at seq %d)", lost, re, killedAt)
+	}
+
+	gaps := int64(0)
+	for i := 1; i < len(got); i++ {
+		d := got[i].Seq - got[i-1].Seq
+		if d <= 0 {
+			t.Fatalf("seq %d after %d: a message duplicated or out of order", got[i].Seq, got[i-1].Seq)
+		}
+		gaps += d - 1
+	}
+	if gaps != 2 {
+		t.Fatalf("%d seqs missing from the stream, want 2 (B's ready and session_info)", gaps)
+	}
+	if nDeltas != 200 || deltas.String() != text.String() {
+		t.Fatalf("%d text deltas %q\nassistant text %q", nDeltas, deltas.String(), text.String())
+	}
+	if _, err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping through B: %v", err)
+	}
+}
