@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,8 +33,8 @@ import (
 // written just before the connection broke may still be lost with it: the events are exactly once, the
 // client's messages at most once. A Ping whose connection is lost fails; Close stops a reconnect at once.
 type Failover struct {
-	// Edges are the edges to reconnect through (base URLs as New takes, e.g. each region's URL from
-	// Client.Regions ordered by ProbeRegions). The edge the session was dialled through is first; on a
+	// Edges are the edges to reconnect through (base URLs as New takes, e.g. the regions' URLs nearest
+	// first: FailoverEdges of the probes Nearest or ProbeRegions measured). The edge the session was dialled through is first; on a
 	// drop the session tries the next edge first (the one that failed is most likely dead or draining),
 	// and goes round the list, back to the first, for each further attempt. Empty: only the dialled edge.
 	Edges []string
@@ -299,4 +300,23 @@ func (s *Session) Reconnects() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reconnects
+}
+
+// FailoverEdges lists the URLs of the healthy regions that answered, nearest (by median round trip) first:
+// the Edges of a Failover for a session dialled through the nearest (listed again, it is tried once per
+// round):
+//
+//	near, probes, err := warren.Nearest(ctx, seedURL, token, 3)
+//	...
+//	c, err := warren.New(near.URL(), token, warren.WithFailover(warren.Failover{Edges: warren.FailoverEdges(probes)}))
+//
+// A draining region or one that did not answer is left out.
+func FailoverEdges(probes []Probe) []string {
+	ok := slices.DeleteFunc(slices.Clone(probes), func(p Probe) bool { return p.Region.Health != "ok" || len(p.RTTs) == 0 })
+	slices.SortStableFunc(ok, func(a, b Probe) int { return cmp.Compare(a.Median(), b.Median()) })
+	out := make([]string, len(ok))
+	for i, p := range ok {
+		out[i] = p.Region.URL
+	}
+	return out
 }

@@ -649,3 +649,26 @@ func TestFailoverBadEdge(t *testing.T) {
 		t.Fatalf("Dial with a bad failover edge = %v", err)
 	}
 }
+
+func TestFailoverEdges(t *testing.T) {
+	ms := func(n ...int) []time.Duration {
+		var out []time.Duration
+		for _, v := range n {
+			out = append(out, time.Duration(v)*time.Millisecond)
+		}
+		return out
+	}
+	probes := []Probe{
+		{Region: Region{Name: "far", URL: "https://far", Health: "ok"}, RTTs: ms(90, 80, 100)},
+		{Region: Region{Name: "gone", URL: "https://gone", Health: "ok"}, Err: errors.New("refused")},
+		{Region: Region{Name: "near", URL: "https://near", Health: "ok"}, RTTs: ms(5, 50, 4)},
+		{Region: Region{Name: "leaving", URL: "https://leaving", Health: "draining"}, RTTs: ms(1)},
+		{Region: Region{Name: "mid", URL: "https://mid", Health: "ok"}, RTTs: ms(20)},
+	}
+	if got, want := FailoverEdges(probes), []string{"https://near", "https://mid", "https://far"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("FailoverEdges = %v, want %v", got, want)
+	}
+	if probes[0].Region.Name != "far" {
+		t.Fatal("FailoverEdges reordered its argument")
+	}
+}
