@@ -38,14 +38,15 @@ type Failover struct {
 	// drop the session tries the next edge first (the one that failed is most likely dead or draining),
 	// and goes round the list, back to the first, for each further attempt. Empty: only the dialled edge.
 	Edges []string
-	// MaxAttempts bounds the connection attempts for one outage (default 6); it starts afresh after each
+	// MaxAttempts bounds the connection attempts for one outage (default 8); it starts afresh after each
 	// successful reconnect.
 	MaxAttempts int
 	// MinBackoff and MaxBackoff bound the wait before each attempt after the first (which is immediate):
 	// MinBackoff doubled per attempt up to MaxBackoff, each wait drawn uniformly from its upper half
-	// (defaults 200 ms and 5 s).
+	// (defaults 250 ms and 10 s), or longer when the last attempt was rate_limited with a
+	// details.retry_after_seconds (still within Timeout).
 	MinBackoff, MaxBackoff time.Duration
-	// Timeout bounds one outage, all attempts and waits included (default 1 min); DialTimeout bounds one
+	// Timeout bounds one outage, all attempts and waits included (default 2 min); DialTimeout bounds one
 	// attempt, up to the runner's ready (default 10 s).
 	Timeout, DialTimeout time.Duration
 	// Context, when set, bounds reconnecting: once it is done no further attempt is made and the session
@@ -118,15 +119,15 @@ func WithFailover(f Failover) Option {
 	return func(c *Client) { c.failover = &f }
 }
 
-func (f *Failover) maxAttempts() int { return cmpOr(f.MaxAttempts, 6) }
+func (f *Failover) maxAttempts() int { return cmpOr(f.MaxAttempts, 8) }
 func (f *Failover) timeout() time.Duration {
-	return cmpOr(f.Timeout, time.Minute)
+	return cmpOr(f.Timeout, 2*time.Minute)
 }
 func (f *Failover) dialTimeout() time.Duration { return cmpOr(f.DialTimeout, 10*time.Second) }
 
 // backoff is the wait before attempt n (n >= 2).
 func (f *Failover) backoff(n int) time.Duration {
-	lo, hi := cmpOr(f.MinBackoff, 200*time.Millisecond), cmpOr(f.MaxBackoff, 5*time.Second)
+	lo, hi := cmpOr(f.MinBackoff, 250*time.Millisecond), cmpOr(f.MaxBackoff, 10*time.Second)
 	d := lo
 	for i := 2; i < n && d < hi; i++ {
 		d *= 2
@@ -183,6 +184,18 @@ func retryableAttempt(err error) bool {
 	return false
 }
 
+// retryAfter is the wait an error asks for (details.retry_after_seconds of rate_limited), at most a minute.
+func retryAfter(err error) time.Duration {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeRateLimited {
+		return 0
+	}
+	if v, ok := e.Details["retry_after_seconds"].(float64); ok && v > 0 {
+		return time.Duration(min(v, 60) * float64(time.Second))
+	}
+	return 0
+}
+
 var errWrongSession = errors.New("warren: the edge resumed another session")
 
 // reconnect runs the failover policy after the connection broke with lost. nil: the session is connected
@@ -204,7 +217,7 @@ func (s *Session) reconnect(ctx context.Context, lost error) error {
 	fe := &FailoverError{SessionID: s.id, Lost: lost}
 	for n := 1; n <= f.maxAttempts(); n++ {
 		if n > 1 {
-			t := time.NewTimer(f.backoff(n))
+			t := time.NewTimer(max(f.backoff(n), retryAfter(fe.Err)))
 			select {
 			case <-t.C:
 			case <-ctx.Done():

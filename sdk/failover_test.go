@@ -672,3 +672,20 @@ func TestFailoverEdges(t *testing.T) {
 		t.Fatal("FailoverEdges reordered its argument")
 	}
 }
+
+func TestFailoverRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want time.Duration
+	}{
+		{&Error{Code: CodeRateLimited, Details: map[string]any{"retry_after_seconds": 2.0}}, 2 * time.Second},
+		{fmt.Errorf("wrapped: %w", &Error{Code: CodeRateLimited, Details: map[string]any{"retry_after_seconds": 1e9}}), time.Minute},
+		{&Error{Code: CodeRateLimited}, 0},
+		{&Error{Code: CodeUnavailable, Details: map[string]any{"retry_after_seconds": 2.0}}, 0},
+		{errors.New("refused"), 0},
+	} {
+		if got := retryAfter(tt.err); got != tt.want {
+			t.Errorf("retryAfter(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
