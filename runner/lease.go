@@ -12,12 +12,17 @@ import (
 
 // ErrLeaseLapsed is the stop cause when the placement lease the scheduler last told this runner about
 // (PUT /v1/lease) ends without a renewal: once it has lapsed another region may claim the user, so the
-// runner stops before that, like a fenced one (no final snapshot; docs/ARCHITECTURE.md#leases).
+// runner stops before that, like a fenced one, but with its final snapshot: a newer epoch's snapshot still
+// wins over it (the fence refuses it once one is latest; docs/ARCHITECTURE.md#leases).
 var ErrLeaseLapsed = fmt.Errorf("%w: the placement lease was not renewed in time", ErrFencedOff)
 
 // LeaseMargin is how long before its lease ends a runner stops itself: room for the clocks of the runner
-// and of a claimant in another region to differ.
-const LeaseMargin = 2 * time.Second
+// and of a claimant in another region to differ, and for the runner's own stop.
+const LeaseMargin = 5 * time.Second
+
+// MaxLeaseAhead bounds how far ahead a lease may end: a push beyond it (a scheduler clock gone wrong, a
+// confused caller) is refused, so one bad value cannot switch the deadline off.
+const MaxLeaseAhead = time.Hour
 
 // leaseWatch stops the runner when its lease ends. Until the first lease arrives there is no deadline (a
 // runner whose scheduler does not send leases, e.g. an older one, runs as before).
@@ -33,6 +38,9 @@ type leaseWatch struct {
 func (r *Runner) Lease(epoch int64, until time.Time) error {
 	if epoch != r.cfg.Epoch {
 		return wire.Errorf(wire.Conflict, "a lease for epoch %d; this runner serves epoch %d", epoch, r.cfg.Epoch)
+	}
+	if until.After(time.Now().Add(MaxLeaseAhead)) {
+		return wire.Errorf(wire.InvalidArgument, "a lease ending %s, more than %v ahead", until.UTC().Format(time.RFC3339), MaxLeaseAhead)
 	}
 	w := &r.lease
 	w.mu.Lock()

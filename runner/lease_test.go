@@ -44,6 +44,9 @@ func TestLeaseLapseStopsTheRunner(t *testing.T) {
 	if c := put(map[string]any{"epoch": 7}); c != http.StatusBadRequest {
 		t.Fatalf("a lease without until: status %d, want 400", c)
 	}
+	if c := put(wire.Lease{Epoch: 7, Until: time.Now().Add(runner.MaxLeaseAhead + time.Minute)}); c != http.StatusBadRequest {
+		t.Fatalf("a lease beyond MaxLeaseAhead (it would switch the deadline off): status %d, want 400", c)
+	}
 	if c := h.do(t, http.MethodPut, "/v1/lease", strings.NewReader(`{"epoch":7,"until":"2030-01-01T00:00:00Z"}`), "Authorization", "Bearer wrong").StatusCode; c != http.StatusUnauthorized {
 		t.Fatalf("a lease with the wrong key: status %d, want 401", c)
 	}
@@ -76,5 +79,37 @@ func TestLeaseLapseStopsTheRunner(t *testing.T) {
 		}
 	case <-time.After(time.Until(long) + 20*time.Second):
 		t.Fatal("the runner kept serving after its lease lapsed")
+	}
+}
+
+// Lease pushes are the scheduler's, not the user's: however often they come, an idle sandbox still sleeps.
+func TestLeasePushesDoNotKeepASandboxAwake(t *testing.T) {
+	base := t.TempDir()
+	r, err := runner.New(runner.Config{Issuer: "acme", User: "alice", Epoch: 7, Region: "r1", Listen: "127.0.0.1:0",
+		Workspace: filepath.Join(base, "ws"), StateDir: filepath.Join(base, "state"), Key: "k", Insecure: true,
+		IdleTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	<-r.Ready()
+	h := &harness{r: r, url: "http://" + r.Addr(), key: "k"}
+	hang := time.After(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run after sleeping: %v", err)
+			}
+			return
+		case <-hang:
+			t.Fatal("an idle sandbox kept awake by lease pushes alone")
+		case <-time.After(200 * time.Millisecond):
+			resp := h.doJSON(t, http.MethodPut, "/v1/lease", wire.Lease{Epoch: 7, Until: time.Now().Add(time.Minute)})
+			if resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("lease push: status %d", resp.StatusCode)
+			}
+		}
 	}
 }

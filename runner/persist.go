@@ -252,7 +252,9 @@ func (r *Runner) afterShutdown(cause error) error {
 		}
 	}
 	r.bg.Wait() // snapshots of finished turns
-	if !errors.Is(cause, ErrFencedOff) {
+	// A lapsed lease still snapshots: until a newer epoch commits, this is the newest state, and once one
+	// has, the fence refuses this commit.
+	if !errors.Is(cause, ErrFencedOff) || errors.Is(cause, ErrLeaseLapsed) {
 		why := "shutdown"
 		if errors.Is(cause, ErrIdle) {
 			why = "sleep"

@@ -40,7 +40,7 @@ func (a *api) routes() http.Handler {
 	}))
 	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
 	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))
-	mux.Handle("/v1/lease", a.auth(methods{http.MethodPut: a.putLease}))
+	mux.Handle("/v1/lease", a.keyed(methods{http.MethodPut: a.putLease}))
 	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
 	})))
@@ -123,9 +123,11 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// auth requires "Authorization: Bearer <Key>". Both sides are hashed before the constant-time comparison
-// so neither the content nor the length of the key leaks through timing.
-func (a *api) auth(next http.Handler) http.Handler {
+// keyed requires "Authorization: Bearer <Key>" and nothing else: the scheduler's lease pushes, which must
+// not count as the user's activity (they would keep an idle sandbox awake for ever). Both sides are hashed
+// before the constant-time comparison so neither the content nor the length of the key leaks through
+// timing.
+func (a *api) keyed(next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(a.r.cfg.Key))
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		tok, ok := bearer(req.Header.Get("Authorization"))
@@ -135,6 +137,14 @@ func (a *api) auth(next http.Handler) http.Handler {
 			a.fail(w, req, wire.Errorf(wire.Unauthenticated, "missing or invalid runner key"))
 			return
 		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// auth is keyed plus what a request of the edge carries: the grant it admitted, and activity that keeps
+// the sandbox awake.
+func (a *api) auth(next http.Handler) http.Handler {
+	return a.keyed(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		// The edge says who it admitted; the newest grant decides which budget window the agent charges.
 		if h := req.Header.Get(wire.HeaderGrant); h != "" {
 			g, err := wire.DecodeGrant(h)
@@ -153,7 +163,7 @@ func (a *api) auth(next http.Handler) http.Handler {
 			a.r.inflight.Add(-1)
 		}()
 		next.ServeHTTP(w, req)
-	})
+	}))
 }
 
 func bearer(h string) (string, bool) {

@@ -43,8 +43,9 @@ type Placements interface {
 	// won. A placement that another region holds (starting or running, its lease not lapsed by the
 	// claimant's clock) is not claimed: *OwnedError (errors.Is ErrOwned) names the region.
 	Claim(ctx context.Context, issuer, user, region string, expect int64, lease time.Time) (Placement, error)
-	// Renew sets the lease of the placement if its stored epoch is epoch; ErrStaleEpoch otherwise,
-	// ErrNotFound without a placement.
+	// Renew extends the lease of the placement to lease if its stored epoch is epoch (a lease is never
+	// shortened: renewals that overlap leave the latest end); ErrStaleEpoch otherwise, ErrNotFound without
+	// a placement.
 	Renew(ctx context.Context, issuer, user string, epoch int64, lease time.Time) error
 	// Update sets state and alloc if the stored epoch equals epoch; ErrStaleEpoch otherwise.
 	Update(ctx context.Context, issuer, user string, epoch int64, state State, alloc string) error

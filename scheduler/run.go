@@ -41,6 +41,12 @@ type Config struct {
 	Metrics prometheus.Registerer // nil: metrics are not registered
 }
 
+// Bounds of Config.LeaseTTL.
+const (
+	MinLeaseTTL = 10 * time.Second
+	MaxLeaseTTL = 30 * time.Minute
+)
+
 // LeaseNotifier tells a runner until when its placement is held (runner.Lease).
 type LeaseNotifier interface {
 	NotifyLease(ctx context.Context, e registry.Entry, until time.Time) error
@@ -103,8 +109,10 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 30 * time.Second
 	}
-	if cfg.LeaseTTL < 3*time.Millisecond {
-		return nil, errors.New("scheduler: lease TTL must be at least 3ms")
+	if cfg.LeaseTTL < MinLeaseTTL || cfg.LeaseTTL > MaxLeaseTTL {
+		// Below: a renewal (5 s) and its push (5 s) could not both fit in a third of it beside the runner's
+		// margin; above: the runner refuses leases that far ahead (runner.MaxLeaseAhead).
+		return nil, fmt.Errorf("scheduler: lease TTL %v: want %v to %v", cfg.LeaseTTL, MinLeaseTTL, MaxLeaseTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -239,10 +247,18 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 	if owned, ok := errors.AsType[*OwnedError](err); ok {
 		// Another region serves this user and its lease holds: never a second runner.
 		s.metrics.starts.WithLabelValues("owned").Inc()
-		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, fmt.Sprintf("this user's sandbox is served in region %s", owned.Region)).WithDetails(map[string]any{"region": owned.Region})
+		return registry.Entry{}, ownedRefusal(owned)
 	}
 	if errors.Is(err, ErrConflict) {
-		// Another scheduler claimed it: wait for its runner to register (Adopt may take it over).
+		// Another claim won. From another region, it holds the user now: say so rather than wait for a
+		// runner that will never register here.
+		if p, gerr := s.cfg.Placements.Get(ctx, req.Issuer, req.User); gerr == nil && Holds(p, s.cfg.Region, time.Now()) {
+			s.metrics.starts.WithLabelValues("owned").Inc()
+			owned := &OwnedError{Region: p.Region, Epoch: p.Epoch, Lease: p.Lease}
+			return registry.Entry{}, ownedRefusal(owned)
+		}
+		// Another scheduler of this region claimed it: wait for its runner to register (Adopt may take
+		// it over).
 		unmark()
 		return s.awaitOther(ctx, req)
 	}
@@ -304,6 +320,13 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 	s.metrics.startLatency.Observe(time.Since(begin).Seconds())
 	log.Info("sandbox started", "alloc", sb.Alloc, "addr", sb.Addr, "ms", time.Since(begin).Milliseconds())
 	return entry, nil
+}
+
+// ownedRefusal is how Ensure refuses a user another region holds: unavailable, naming the region in the
+// message and in details.region (an edge forwards there; a client may connect there).
+func ownedRefusal(owned *OwnedError) error {
+	return wire.Wrap(wire.Unavailable, owned, fmt.Sprintf("this user's sandbox is served in region %s", owned.Region)).
+		WithDetails(map[string]any{"region": owned.Region})
 }
 
 // awaitOther polls the registry until a runner registered by another claimant shows up.

@@ -17,6 +17,8 @@ func (s *Scheduler) supervise(l *live, from time.Time, log *slog.Logger) {
 	defer s.wg.Done()
 	defer close(l.stopped)
 	defer s.drop(l)
+	stopLease := s.keepLease(l, log)
+	defer stopLease()
 	m := s.newMetering(l, from, log)
 	if !s.watch(l, m, log) {
 		return
@@ -42,15 +44,10 @@ func (s *Scheduler) drop(l *live) {
 func (s *Scheduler) watch(l *live, m *metering, log *slog.Logger) bool {
 	tick := time.NewTicker(s.cfg.MeterInterval)
 	defer tick.Stop()
-	renew := time.NewTicker(s.cfg.LeaseTTL / 3)
-	defer renew.Stop()
-	leaseFailing := false // start and adopt renewed it once already
 	for {
 		select {
 		case <-tick.C:
 			m.due(time.Now(), false)
-		case <-renew.C:
-			leaseFailing = s.renew(l, leaseFailing, log)
 		case <-l.sb.Exited:
 			return true
 		case <-s.stop:
@@ -59,6 +56,8 @@ func (s *Scheduler) watch(l *live, m *metering, log *slog.Logger) bool {
 				// deploy must not end every session of the region). Record the buckets that are over and
 				// stop supervising: the next scheduler of the region adopts it (Adopt) and meters the rest.
 				m.due(time.Now(), false)
+				// A last renewal gives the successor a whole lease to adopt it before it stops itself.
+				s.renew(l, false, log)
 				log.Info("scheduler closing: the runner keeps serving", "alloc", l.sb.Alloc)
 				return false
 			}
@@ -137,6 +136,28 @@ func (s *Scheduler) awaitUnlock(l *live) bool {
 
 // unlockWait bounds how long a supervisor waits for an exited runner's registration to go.
 const unlockWait = 2 * time.Minute
+
+// keepLease renews l's lease every LeaseTTL/3 on a goroutine of its own, so that slow metering (a ledger
+// outage's backlog) or a slow driver never delays it (start and adopt renewed it once already). The
+// returned func stops it and waits.
+func (s *Scheduler) keepLease(l *live, log *slog.Logger) func() {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(s.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		failing := false
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				failing = s.renew(l, failing, log)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
 
 // renew extends the lease of l's placement by LeaseTTL and tells the runner (Config.Leases). A placement that moved on (another epoch, or
 // gone) means this runner was fenced off: it is stopped. Other failures are logged when they begin

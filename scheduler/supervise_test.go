@@ -517,8 +517,101 @@ func TestRunnersAreToldTheirLease(t *testing.T) {
 				t.Errorf("lease %d until %v, want %v", i, until, want)
 			}
 		}
-		if p := c.placement("u"); !p.Lease.Equal(got[2]) {
-			t.Errorf("stored lease %v, told %v", p.Lease, got[2])
+		// The runner never believes in a longer lease than the store holds (the claim's, here, until
+		// renewals pass it: a renewal never shortens it).
+		if p := c.placement("u"); p.Lease.Before(got[2]) {
+			t.Errorf("stored lease %v, before the one the runner was told (%v)", p.Lease, got[2])
+		}
+	})
+}
+
+// slowLedger is the real ledger behind a slow network: every write takes delay (after an outage).
+type slowLedger struct {
+	billing.Ledger
+	down  atomic.Bool
+	delay time.Duration
+}
+
+func (l *slowLedger) Record(ctx context.Context, ev billing.UsageEvent) error {
+	if l.down.Load() {
+		return errors.New("ledger unreachable")
+	}
+	select {
+	case <-time.After(l.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return l.Ledger.Record(ctx, ev)
+}
+
+// stampedLeases records when each lease was told.
+type stampedLeases struct {
+	mu  sync.Mutex
+	at  []time.Time
+	end []time.Time
+}
+
+func (l *stampedLeases) NotifyLease(_ context.Context, _ registry.Entry, until time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.at, l.end = append(l.at, time.Now()), append(l.end, until)
+	return nil
+}
+
+// Metering a backlog through a slow ledger (minutes of work at a tick) never delays the lease: the runner
+// is told a new lease every LeaseTTL/3 all the same, so it never stops itself while its scheduler lives.
+func TestSlowMeteringDoesNotStarveTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCore(t, false)
+		ledger := &slowLedger{Ledger: c.ledger, delay: 2 * time.Second}
+		ledger.down.Store(true)
+		leases := &stampedLeases{}
+		s := c.start(scheduler.Config{Ledger: ledger, LeaseTTL: 30 * time.Second, Leases: leases})
+		if _, err := s.Ensure(t.Context(), scheduler.Request{Issuer: "iss", User: "u", Account: lifetime("u"), ComputeLimit: -1}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Minute) // a backlog of 18 buckets
+		ledger.down.Store(false)
+		time.Sleep(3 * time.Minute) // caught up at 2 s a write
+		synctest.Wait()
+		leases.mu.Lock()
+		defer leases.mu.Unlock()
+		for i := 1; i < len(leases.at); i++ {
+			if gap := leases.at[i].Sub(leases.at[i-1]); gap > 10*time.Second {
+				t.Fatalf("lease %d told %v after the previous one (want every 10 s): the runner's deadline came within %v", i, gap, leases.end[i-1].Sub(leases.at[i]))
+			}
+		}
+		if n := len(leases.at); n < 36 {
+			t.Fatalf("%d leases told in 6 minutes, want one every 10 s", n)
+		}
+	})
+}
+
+// racingPlacements lets another region's claim land just before this one's (between its Get and Claim).
+type racingPlacements struct {
+	scheduler.Placements
+	once sync.Once
+}
+
+func (p *racingPlacements) Claim(ctx context.Context, issuer, user, region string, expect int64, lease time.Time) (scheduler.Placement, error) {
+	p.once.Do(func() { _, _ = p.Placements.Claim(ctx, issuer, user, "r1", expect, time.Now().Add(time.Hour)) })
+	return p.Placements.Claim(ctx, issuer, user, region, expect, lease)
+}
+
+// A claim that loses the race to another region is told the user is served there (and where), at once,
+// rather than waiting its start timeout for a runner that will never register in its own region.
+func TestLostClaimRaceNamesTheRegion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCore(t, false)
+		r2 := c.start(scheduler.Config{Region: "r2", Placements: &racingPlacements{Placements: c.placements}})
+		start := time.Now()
+		_, err := r2.Ensure(t.Context(), scheduler.Request{Issuer: "iss", User: "u"})
+		var we *wire.Error
+		if !errors.Is(err, scheduler.ErrOwned) || !errors.As(err, &we) || we.Details["region"] != "r1" {
+			t.Fatalf("Ensure after losing the claim to r1: %v, want unavailable naming r1", err)
+		}
+		if waited := time.Since(start); waited > 0 {
+			t.Fatalf("waited %v before answering", waited)
 		}
 	})
 }

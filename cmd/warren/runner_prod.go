@@ -12,8 +12,9 @@ import (
 	"github.com/warren-mesh/warren/internal/registry"
 )
 
-// errFenced is how a runner that lost its owner lock ends: a non-zero exit, so the driver sees a failure.
-var errFenced = errors.New("runner fenced: the owner lock was lost")
+// errFenced is how a fenced runner ends (its lock lost, its lease lapsed, a newer snapshot): a non-zero exit,
+// so the driver sees a failure.
+var errFenced = errors.New("runner fenced: it may no longer serve its user (owner lock lost, lease lapsed, or a newer epoch's snapshot)")
 
 // runnerLedger is what a runner's model proxy needs: recording, reservations and the price overrides.
 type runnerLedger interface {

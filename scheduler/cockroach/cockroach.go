@@ -196,9 +196,10 @@ func (p *Placements) Claim(ctx context.Context, issuer, user, region string, exp
 	}, nil
 }
 
-// Renew sets the lease under the stored epoch (see fenced).
+// Renew extends the lease under the stored epoch (see fenced); it never shortens it (GREATEST ignores a
+// NULL on either side).
 func (p *Placements) Renew(ctx context.Context, issuer, user string, epoch int64, lease time.Time) error {
-	return p.fenced(ctx, "renew lease of placement", issuer, user, epoch, `lease = $4`, leaseArg(lease))
+	return p.fenced(ctx, "renew lease of placement", issuer, user, epoch, `lease = GREATEST(lease, $4::TIMESTAMPTZ)`, leaseArg(lease))
 }
 
 // Update changes state and alloc only under the stored epoch (see fenced).

@@ -67,26 +67,31 @@ func testLease(t *testing.T, p scheduler.Placements) {
 	if _, err := claim("us", 0, later); !errors.Is(err, scheduler.ErrConflict) || errors.Is(err, scheduler.ErrOwned) {
 		t.Fatalf("claim with a wrong expect on a held placement: %v, want ErrConflict", err)
 	}
-	// The holder's region claims again (its runner is gone, its registry says so).
-	if pl, err := claim("eu", 1, later); err != nil || pl.Epoch != 2 || !pl.Lease.Equal(later) {
+	// The holder's region claims again (its runner is gone, its registry says so), with a lease that has
+	// lapsed already.
+	lapsed := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	if pl, err := claim("eu", 1, lapsed); err != nil || pl.Epoch != 2 || !pl.Lease.Equal(lapsed) {
 		t.Fatalf("claim by the holder's region: %+v, %v", pl, err)
 	}
-	// Renewals: fenced by the epoch.
-	lapsed := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	// Renewals: fenced by the epoch, and they never shorten a lease.
 	if err := p.Renew(ctx, "iss", "u", 1, later); !errors.Is(err, scheduler.ErrStaleEpoch) {
 		t.Fatalf("renew at an old epoch: %v, want ErrStaleEpoch", err)
 	}
 	if err := p.Renew(ctx, "iss", "nobody", 1, later); !errors.Is(err, scheduler.ErrNotFound) {
 		t.Fatalf("renew of a missing placement: %v, want ErrNotFound", err)
 	}
-	if err := p.Renew(ctx, "iss", "u", 2, lapsed); err != nil {
+	if err := p.Renew(ctx, "iss", "u", 2, lapsed.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "eu", Epoch: 2, State: scheduler.StateStarting, Lease: lapsed})
-	// A lapsed lease lets another region claim.
+	// A lapsed lease lets another region claim; its renewals extend it.
 	if pl, err := claim("us", 2, later); err != nil || pl.Region != "us" || pl.Epoch != 3 {
 		t.Fatalf("claim after the lease lapsed: %+v, %v", pl, err)
 	}
+	if err := p.Renew(ctx, "iss", "u", 3, later.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	AssertStored(t, p, scheduler.Placement{Issuer: "iss", User: "u", Region: "us", Epoch: 3, State: scheduler.StateStarting, Lease: later.Add(time.Minute)})
 	// Asleep: held no more, whatever the lease says.
 	if err := p.Update(ctx, "iss", "u", 3, scheduler.StateAsleep, ""); err != nil {
 		t.Fatal(err)

@@ -189,9 +189,9 @@ func (p *Placements) refusal(ctx context.Context, issuer, user, region string, e
 	return scheduler.ErrConflict
 }
 
-// Renew sets the lease under the stored epoch (see fenced).
+// Renew extends the lease under the stored epoch (see fenced); it never shortens it.
 func (p *Placements) Renew(ctx context.Context, issuer, user string, epoch int64, lease time.Time) error {
-	return p.fenced(ctx, "renew lease of placement", issuer, user, epoch, `lease = ?`, leaseNanos(lease))
+	return p.fenced(ctx, "renew lease of placement", issuer, user, epoch, `lease = MAX(lease, ?)`, leaseNanos(lease))
 }
 
 // Update changes state and alloc only under the stored epoch (see fenced).
