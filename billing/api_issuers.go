@@ -1,7 +1,6 @@
 package billing
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,8 +16,10 @@ type issuerRequest struct {
 
 // keyResponse is the answer of POST /v1/issuers/{iss}/keys, the only time the secret is shown.
 type keyResponse struct {
-	KeyID  string `json:"kid"`
-	Secret string `json:"secret"` // standard base64 of the HMAC key
+	KeyID string `json:"kid"`
+	// Secret is the string to give the customer: a text secret "wsk_...", whose UTF-8 bytes are the HS256 key
+	// (what JWT libraries do with a string secret), so it is used as given, never decoded.
+	Secret string `json:"secret"`
 }
 
 func (a *API) listIssuers(w http.ResponseWriter, r *http.Request) error {
@@ -93,5 +94,5 @@ func (a *API) rotateKey(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("write key of issuer %s: %w", id, err)
 	}
 	a.logger(r).Info("issuer key written", "issuer", id, "kid", key.ID)
-	return writeJSON(w, http.StatusCreated, keyResponse{KeyID: key.ID, Secret: base64.StdEncoding.EncodeToString(key.Secret)})
+	return writeJSON(w, http.StatusCreated, keyResponse{KeyID: key.ID, Secret: key.Given()})
 }

@@ -3,7 +3,6 @@ package billing_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/billing"
@@ -296,19 +296,21 @@ func TestAPIKeyRotation(t *testing.T) {
 	e.call(t, "PUT", "/v1/issuers/acme", `{}`, nil)
 
 	verifier := token.NewVerifier(e.secrets, token.VerifierOptions{})
+	// The secret is a text string signed with as given, as a customer's JWT library does with a string
+	// secret (golang-jwt here): never base64-decoded.
 	mint := func(t *testing.T, kid, secret string) string {
 		t.Helper()
-		raw, err := base64.StdEncoding.DecodeString(secret)
-		if err != nil || len(raw) != 32 {
-			t.Fatalf("secret %d bytes, %v: want 32 in standard base64", len(raw), err)
+		if !secrets.ValidTextSecret(secret) || !strings.HasPrefix(secret, "wsk_") {
+			t.Fatalf("secret of %d chars is not a wsk_ text secret", len(secret))
 		}
 		now := time.Now()
-		tok, err := token.Mint(secrets.Key{ID: kid, Secret: raw},
-			token.Claims{Issuer: "acme", Subject: "alice", IssuedAt: now, ExpiresAt: now.Add(time.Hour)})
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"iss": "acme", "sub": "alice", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+		tok.Header["kid"] = kid
+		s, err := tok.SignedString([]byte(secret))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tok
+		return s
 	}
 	var secretsSeen []string
 	var tokens []string

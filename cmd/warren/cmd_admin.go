@@ -248,8 +248,10 @@ func adminKeysRotate(ctx context.Context, af *adminFlags, args []string, stdout,
 		return printJSON(stdout, key)
 	}
 	fmt.Fprintf(stdout, "kid     %s\nsecret  %s\n", key.Kid, key.Secret)
-	fmt.Fprintf(stderr, "The secret is shown only this once: store it in your backend's secret manager. Tokens signed with it\n"+
-		"should carry kid %q (warren token -issuer %s -kid %s -secret base64:SECRET -user USER).\n", key.Kid, pos[0], key.Kid)
+	fmt.Fprintf(stderr, "The secret is shown only this once: store it in your backend's secret manager. Give it to your JWT\n"+
+		"library as is, a string (HS256 over its UTF-8 bytes; never base64-decode it), and put kid %q in the header.\n"+
+		"To try it: %s=SECRET warren token -issuer %s -kid %s -user USER (README: Minting tokens).\n",
+		key.Kid, issuerSecretEnv, pos[0], key.Kid)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -18,8 +19,12 @@ import (
 )
 
 func init() {
-	register("token", "mint an end-user JWT (dev issuer secret from the data dir, or -secret)", runToken)
+	register("token", "mint an end-user JWT (dev issuer secret from the data dir, or -secret-file / $"+issuerSecretEnv+")", runToken)
 }
+
+// issuerSecretEnv holds an issuer secret for `warren token` when -secret-file is not given. A secret is never
+// a flag value: command lines are visible to every user of the machine and land in shell history.
+const issuerSecretEnv = "WARREN_ISSUER_SECRET"
 
 // runToken prints one signed token on stdout and nothing else, so TOKEN=$(warren token -user u) works.
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,8 +39,8 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ttl := fs.Duration("ttl", time.Hour, "token lifetime")
 	aud := fs.String("aud", "", "audience, the aud claim (must match the edge's when it has one)")
 	dataDir := fs.String("data-dir", defaultDataDir(), "data directory holding "+file.DefaultFileName+"; $WARREN_DATA_DIR sets the default")
-	secretFlag := fs.String("secret", "", "sign with this HMAC secret instead of the data dir's: standard base64 or text; prefix base64: or raw: to force one")
-	kid := fs.String("kid", "", "key id for the kid header, with -secret (none: the edge tries the current and previous keys)")
+	secretFile := fs.String("secret-file", "", "sign with the issuer secret in this file instead of the data dir's (or $"+issuerSecretEnv+"): a wsk_ text secret as `warren admin keys rotate` prints it, a legacy standard base64 key, or base64:/raw: to force one")
+	kid := fs.String("kid", "", "key id for the kid header, with -secret-file or $"+issuerSecretEnv+" (none: the edge tries the current and previous keys)")
 	model := fs.String("model", "", "the only model allowed, permissions.model")
 	tools := fs.String("tools", "", "comma-separated tools the agent may use, permissions.tools (default: no restriction)")
 	blocked := fs.String("blocked-tools", "", "comma-separated tools the agent may not use, permissions.blockedTools")
@@ -95,7 +100,11 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		claims.Audience = []string{*aud}
 	}
 
-	key, err := tokenKey(ctx, *issuer, *dataDir, *secretFlag, *kid, stderr)
+	given, err := givenSecret(*secretFile)
+	if err != nil {
+		return err
+	}
+	key, err := tokenKey(ctx, *issuer, *dataDir, given, *kid, stderr)
 	if err != nil {
 		return err
 	}
@@ -107,17 +116,34 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return err
 }
 
-// tokenKey is the -secret key, or else the issuer's current key from the data dir's secrets file.
-func tokenKey(ctx context.Context, issuer, dataDir, secretFlag, kid string, stderr io.Writer) (secrets.Key, error) {
-	if secretFlag != "" {
-		secret, err := tokenSecret(secretFlag, stderr)
+// givenSecret is the secret of -secret-file, else of $WARREN_ISSUER_SECRET, else "" (the data dir's key).
+// Surrounding white space (a trailing newline) is dropped.
+func givenSecret(path string) (string, error) {
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("-secret-file: %w", err)
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "" {
+			return "", errors.New("-secret-file is empty")
+		}
+		return s, nil
+	}
+	return strings.TrimSpace(os.Getenv(issuerSecretEnv)), nil
+}
+
+// tokenKey is the given secret's key, or else the issuer's current key from the data dir's secrets file.
+func tokenKey(ctx context.Context, issuer, dataDir, given, kid string, stderr io.Writer) (secrets.Key, error) {
+	if given != "" {
+		secret, err := tokenSecret(given, stderr)
 		if err != nil {
 			return secrets.Key{}, err
 		}
 		return secrets.Key{ID: kid, Secret: secret}, nil
 	}
 	if kid != "" {
-		return secrets.Key{}, errors.New("-kid needs -secret (keys from the data dir carry their own kid)")
+		return secrets.Key{}, errors.New("-kid needs -secret-file or $" + issuerSecretEnv + " (keys from the data dir carry their own kid)")
 	}
 	path := filepath.Join(dataDir, file.DefaultFileName)
 	store, err := file.Open(path)
@@ -126,7 +152,7 @@ func tokenKey(ctx context.Context, issuer, dataDir, secretFlag, kid string, stde
 	}
 	keys, err := store.IssuerKeys(ctx, issuer)
 	if errors.Is(err, secrets.ErrUnknownIssuer) {
-		return secrets.Key{}, fmt.Errorf("issuer %q has no key in %s: run `warren dev` once to create the dev issuer, or pass -secret", issuer, path)
+		return secrets.Key{}, fmt.Errorf("issuer %q has no key in %s: run `warren dev` once to create the dev issuer, or give its secret with -secret-file or $%s", issuer, path, issuerSecretEnv)
 	}
 	if err != nil {
 		return secrets.Key{}, fmt.Errorf("issuer %q keys: %w", issuer, err)
@@ -134,9 +160,11 @@ func tokenKey(ctx context.Context, issuer, dataDir, secretFlag, kid string, stde
 	return keys[0], nil
 }
 
-// tokenSecret decodes -secret: "base64:..." and "raw:..." say which; otherwise padded standard base64 (what
-// the secrets file and the key rotation API hand out) is decoded, with a note on stderr, and anything else is
-// used as the text's bytes.
+// tokenSecret turns a given secret into the HMAC key, by the rule the edge applies to stored secrets
+// (secrets.KeyFromStored): a "wsk_" text secret signs with its own bytes (never decoded; a malformed one is
+// refused), and padded standard base64 (a legacy key) with the decoded bytes, with a note on stderr.
+// "raw:..." and "base64:..." force one reading; anything else is used as text, with a note. Errors never
+// hold the secret.
 func tokenSecret(s string, stderr io.Writer) ([]byte, error) {
 	var secret []byte
 	switch {
@@ -145,19 +173,26 @@ func tokenSecret(s string, stderr io.Writer) ([]byte, error) {
 	case strings.HasPrefix(s, "base64:"):
 		b, err := base64.StdEncoding.Strict().DecodeString(strings.TrimPrefix(s, "base64:"))
 		if err != nil {
-			return nil, errors.New("-secret base64: is not valid standard base64")
+			return nil, errors.New("the base64: secret is not valid standard base64")
 		}
 		secret = b
+	case strings.HasPrefix(s, secrets.TextSecretPrefix):
+		k, err := secrets.KeyFromStored("", s, 1)
+		if err != nil {
+			return nil, fmt.Errorf("the given secret: %w (prefix it with raw: to sign with it anyway)", err)
+		}
+		secret = k.Secret
 	default:
 		if b, err := base64.StdEncoding.Strict().DecodeString(s); err == nil && len(b) > 0 {
-			fmt.Fprintln(stderr, "warren token: -secret read as base64 (prefix it with raw: to sign with the text itself)")
+			fmt.Fprintln(stderr, "warren token: the secret is read as a legacy base64 key (prefix it with raw: to sign with the text itself)")
 			secret = b
 		} else {
+			fmt.Fprintln(stderr, "warren token: the secret is neither a wsk_ text secret nor base64: signing with its text")
 			secret = []byte(s)
 		}
 	}
 	if len(secret) == 0 {
-		return nil, errors.New("-secret is empty")
+		return nil, errors.New("the given secret is empty")
 	}
 	return secret, nil
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/token"
 )
@@ -61,35 +64,94 @@ func TestRunTokenWithSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b64 := base64.StdEncoding.EncodeToString(keys[0].Secret)
+	text := string(keys[0].Secret)
+	if keys[0].Form != secrets.FormText || !strings.HasPrefix(text, "wsk_") {
+		t.Fatalf("the dev issuer's key is %v, want a wsk_ text secret", keys[0].Form)
+	}
 	v := token.NewVerifier(store, token.VerifierOptions{})
-	for _, secret := range []string{b64, "base64:" + b64} {
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte(text+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mint := func(t *testing.T, env string, args ...string) (string, string, error) {
+		t.Helper()
+		t.Setenv(issuerSecretEnv, env)
 		var stdout, stderr bytes.Buffer
-		// -data-dir points nowhere: the key must come from -secret alone.
-		args := []string{"-data-dir", filepath.Join(dir, "absent"), "-secret", secret, "-kid", keys[0].ID, "-user", "bob", "-window", "lifetime"}
-		if err := runToken(context.Background(), args, &stdout, &stderr); err != nil {
-			t.Fatalf("runToken: %v", err)
-		}
-		c, err := v.Verify(context.Background(), strings.TrimSpace(stdout.String()))
+		// -data-dir points nowhere: the key must come from the given secret alone.
+		args = append([]string{"-data-dir", filepath.Join(dir, "absent"), "-user", "bob", "-window", "lifetime"}, args...)
+		err := runToken(context.Background(), args, &stdout, &stderr)
+		return strings.TrimSpace(stdout.String()), stderr.String(), err
+	}
+	for name, tc := range map[string]struct {
+		env  string
+		args []string
+	}{
+		"text from the env":        {text, []string{"-kid", keys[0].ID}},
+		"text from a file":         {"", []string{"-secret-file", secretFile, "-kid", keys[0].ID}},
+		"file wins over the env":   {"wsk_" + strings.Repeat("x", 43), []string{"-secret-file", secretFile}},
+		"text from the env no kid": {text, nil},
+		"raw: text":                {"raw:" + text, nil},
+	} {
+		tok, stderr, err := mint(t, tc.env, tc.args...)
 		if err != nil {
-			t.Fatalf("Verify: %v", err)
+			t.Fatalf("%s: runToken: %v", name, err)
+		}
+		if strings.Contains(stderr, text) {
+			t.Fatalf("%s: the secret reached stderr", name)
+		}
+		c, err := v.Verify(context.Background(), tok)
+		if err != nil {
+			t.Fatalf("%s: Verify: %v", name, err)
 		}
 		if !c.Budget.WindowStart.IsZero() {
 			t.Fatalf("lifetime token has windowStart %v", c.Budget.WindowStart)
 		}
 	}
-	// raw: signs with the text itself, which is not the dev key.
-	var stdout bytes.Buffer
-	if err := runToken(context.Background(), []string{"-secret", "raw:" + b64, "-user", "bob"}, &stdout, &bytes.Buffer{}); err != nil {
+	// A malformed wsk_ secret is refused, never decoded or used; the error does not hold it.
+	bad := text[:20]
+	if _, _, err := mint(t, bad); err == nil || strings.Contains(err.Error(), bad) || !errors.Is(err, secrets.ErrBadSecret) {
+		t.Fatalf("malformed text secret: %v", err)
+	}
+
+	// A legacy base64 key signs with its decoded bytes, with or without base64:.
+	raw := bytes.Repeat([]byte{9}, 32)
+	b64 := base64.StdEncoding.EncodeToString(raw)
+	legacy := token.NewVerifier(staticKeys{{ID: "dev-v1", Secret: raw}}, token.VerifierOptions{})
+	for _, secret := range []string{b64, "base64:" + b64} {
+		tok, stderr, err := mint(t, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := legacy.Verify(context.Background(), tok); err != nil {
+			t.Fatalf("legacy %q: %v (stderr %s)", secret[:7], err, stderr)
+		}
+	}
+	// raw: signs with the base64 text itself, which is not the legacy key.
+	tok, _, err := mint(t, "raw:"+b64)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Verify(context.Background(), strings.TrimSpace(stdout.String())); token.Reason(err) != "bad_signature" {
-		t.Fatalf("raw: secret verified against the dev key: %v", err)
+	if _, err := legacy.Verify(context.Background(), tok); token.Reason(err) != "bad_signature" {
+		t.Fatalf("raw: secret verified against the legacy key: %v", err)
+	}
+	// There is no -secret flag: secrets are never flag values.
+	if _, _, err := mint(t, "", "-secret", text); err == nil {
+		t.Fatal("-secret was accepted")
 	}
 }
 
+// staticKeys is a secrets.Store holding one issuer's keys, whatever the issuer.
+type staticKeys []secrets.Key
+
+func (s staticKeys) IssuerKeys(context.Context, string) ([]secrets.Key, error) { return s, nil }
+
 func TestRunTokenErrors(t *testing.T) {
 	dir, _ := devStore(t)
+	t.Setenv(issuerSecretEnv, "")
+	emptyFile := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(emptyFile, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -103,7 +165,9 @@ func TestRunTokenErrors(t *testing.T) {
 		{"bad window start", []string{"-data-dir", dir, "-user", "a", "-window-start", "monday"}, "-window-start"},
 		{"negative usd", []string{"-data-dir", dir, "-user", "a", "-ai-usd", "-1"}, "-ai-usd"},
 		{"negative compute", []string{"-data-dir", dir, "-user", "a", "-compute", "-1"}, "budget.compute"},
-		{"kid without secret", []string{"-data-dir", dir, "-user", "a", "-kid", "k"}, "-kid needs -secret"},
+		{"kid without secret", []string{"-data-dir", dir, "-user", "a", "-kid", "k"}, "-kid needs -secret-file"},
+		{"empty secret file", []string{"-data-dir", dir, "-user", "a", "-secret-file", emptyFile}, "-secret-file is empty"},
+		{"missing secret file", []string{"-data-dir", dir, "-user", "a", "-secret-file", emptyFile + ".none"}, "-secret-file"},
 		{"zero ttl", []string{"-data-dir", dir, "-user", "a", "-ttl", "0s"}, "-ttl"},
 		{"stray argument", []string{"-data-dir", dir, "-user", "a", "extra"}, "unexpected arguments"},
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,11 +221,12 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 	if err := json.Unmarshal(tp.admin(http.MethodPost, "/v1/issuers/acme/keys", ``), &k); err != nil {
 		t.Fatal(err)
 	}
-	secret, err := base64.StdEncoding.DecodeString(k.Secret)
-	if err != nil {
-		t.Fatal(err)
+	// The secret is a text secret the customer's JWT library signs with as given (its UTF-8 bytes).
+	if !secrets.ValidTextSecret(k.Secret) {
+		t.Fatalf("the admin API answered a %d-char secret that is not a wsk_ text secret", len(k.Secret))
 	}
-	if got, err := keys.IssuerKeys(ctx, "acme"); err != nil || got[0].ID != k.Kid {
+	secret := []byte(k.Secret)
+	if got, err := keys.IssuerKeys(ctx, "acme"); err != nil || got[0].ID != k.Kid || got[0].Form != secrets.FormText {
 		t.Fatalf("Vault has %+v, %v; want key %s", got, err, k.Kid)
 	}
 	tp.key = secrets.Key{ID: k.Kid, Secret: secret}

@@ -10,10 +10,14 @@ import (
 	"unicode/utf8"
 )
 
-// Key is one version of an issuer's HMAC secret. ID is the JWT "kid" that selects it.
+// Key is one version of an issuer's HMAC secret. ID is the JWT "kid" that selects it. Secret is the HMAC key
+// the verifier uses as is: for a text secret (Form FormText, what every new key is) the UTF-8 bytes of the
+// text the customer was given, for a legacy key (FormBase64) the random bytes whose standard base64 the
+// customer was given. Stores build keys with KeyFromStored, so the form comes from the stored string alone.
 type Key struct {
 	ID     string
 	Secret []byte
+	Form   Form
 }
 
 // Store yields secrets. Implementations are safe for concurrent use.

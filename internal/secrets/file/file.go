@@ -8,8 +8,6 @@ package file
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +25,7 @@ import (
 // DefaultFileName is the secrets file's name inside the data directory.
 const DefaultFileName = "secrets.json"
 
-// secretSize is the length of a generated HMAC secret: 256 bits, the HS256 block-size guidance.
+// secretSize is the length of a generated admin key's random part: 256 bits.
 const secretSize = 32
 
 const formatVersion = 1
@@ -40,11 +38,13 @@ type document struct {
 	AdminKeys []storedAdminKey       `json:"admin_keys,omitempty"`
 }
 
-// storedKey is one key version; an issuer's list is kept newest first.
+// storedKey is one key version; an issuer's list is kept newest first. Secret is the issuer secret as
+// handed out (secrets.KeyFromStored tells the forms apart): a text secret "wsk_..." (every key written now),
+// or standard base64 of a legacy key's bytes.
 type storedKey struct {
 	ID      string    `json:"id"`
 	Version int       `json:"version"`
-	Secret  string    `json:"secret"` // standard base64 of the HMAC key bytes
+	Secret  string    `json:"secret"`
 	Created time.Time `json:"created"`
 }
 
@@ -183,24 +183,19 @@ func (s *Store) updateDoc(fn func(*document) (changed bool, err error)) error {
 	return nil
 }
 
-// addVersion prepends a new random key to issuer's list.
+// addVersion prepends a new random text secret to issuer's list.
 func (s *Store) addVersion(d *document, issuer string) (secrets.Key, error) {
-	secret := make([]byte, secretSize)
-	if _, err := rand.Read(secret); err != nil {
-		return secrets.Key{}, fmt.Errorf("generate secret: %w", err)
-	}
 	version := 1
 	if cur := d.Issuers[issuer]; len(cur) > 0 {
 		version = cur[0].Version + 1
 	}
-	k := storedKey{
-		ID:      fmt.Sprintf("%s-v%d", issuer, version),
-		Version: version,
-		Secret:  base64.StdEncoding.EncodeToString(secret),
-		Created: s.now().UTC().Truncate(time.Second),
+	key, err := secrets.NewTextKey(fmt.Sprintf("%s-v%d", issuer, version))
+	if err != nil {
+		return secrets.Key{}, err
 	}
+	k := storedKey{ID: key.ID, Version: version, Secret: key.Given(), Created: s.now().UTC().Truncate(time.Second)}
 	d.Issuers[issuer] = append([]storedKey{k}, d.Issuers[issuer]...)
-	return secrets.Key{ID: k.ID, Secret: secret}, nil
+	return key, nil
 }
 
 // reloadLocked reads the file when force is set or when it differs from what was loaded (another file was
@@ -320,16 +315,9 @@ func parse(data []byte) (document, error) {
 	return d, nil
 }
 
-func (k storedKey) key() (secrets.Key, error) {
-	secret, err := base64.StdEncoding.DecodeString(k.Secret)
-	if err != nil {
-		return secrets.Key{}, errors.New("secret is not standard base64")
-	}
-	if len(secret) == 0 {
-		return secrets.Key{}, errors.New("empty secret")
-	}
-	return secrets.Key{ID: k.ID, Secret: secret}, nil
-}
+// key is the stored key as the verifier uses it. Legacy keys of any length are kept as they were accepted
+// before text secrets; text secrets are checked in full.
+func (k storedKey) key() (secrets.Key, error) { return secrets.KeyFromStored(k.ID, k.Secret, 1) }
 
 func emptyDocument() document {
 	return document{Version: formatVersion, Issuers: map[string][]storedKey{}}

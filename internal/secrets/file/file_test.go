@@ -1,7 +1,9 @@
 package file_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -57,8 +59,11 @@ func TestCreateRotateEnsure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateIssuer: %v", err)
 	}
-	if k1.ID != "acme-v1" || len(k1.Secret) != 32 {
-		t.Fatalf("first key = %q with %d bytes, want acme-v1 with 32", k1.ID, len(k1.Secret))
+	if k1.ID != "acme-v1" || k1.Form != secrets.FormText || !secrets.ValidTextSecret(string(k1.Secret)) {
+		t.Fatalf("first key = %q, form %v, want acme-v1 with a text secret", k1.ID, k1.Form)
+	}
+	if raw, err := os.ReadFile(path); err != nil || !strings.Contains(string(raw), `"secret": "`+string(k1.Secret)+`"`) {
+		t.Fatalf("the file does not hold the text secret as handed out (%v)", err)
 	}
 	if _, err := s.CreateIssuer("acme"); !errors.Is(err, file.ErrIssuerExists) {
 		t.Fatalf("second CreateIssuer: %v, want ErrIssuerExists", err)
@@ -152,6 +157,9 @@ func TestCorruptFile(t *testing.T) {
 		{"wrong version", `{"version":2,"issuers":{}}`},
 		{"bad base64", `{"version":1,"issuers":{"dev":[{"id":"dev-v1","version":1,"secret":"%%%"}]}}`},
 		{"empty secret", `{"version":1,"issuers":{"dev":[{"id":"dev-v1","version":1,"secret":""}]}}`},
+		{"short text secret", `{"version":1,"issuers":{"dev":[{"id":"dev-v1","version":1,"secret":"wsk_abc"}]}}`},
+		{"text secret alphabet", `{"version":1,"issuers":{"dev":[{"id":"dev-v1","version":1,"secret":"wsk_` + strings.Repeat("a", 42) + `/"}]}}`},
+		{"text secret is never base64", `{"version":1,"issuers":{"dev":[{"id":"dev-v1","version":1,"secret":"wsk_` + strings.Repeat("A", 40) + `=="}]}}`},
 		{"duplicate id", `{"version":1,"issuers":{"dev":[{"id":"k","version":2,"secret":"YQ=="},{"id":"k","version":1,"secret":"YQ=="}]}}`},
 		{"duplicate version", `{"version":1,"issuers":{"dev":[{"id":"a","version":1,"secret":"YQ=="},{"id":"b","version":1,"secret":"YQ=="}]}}`},
 		{"bad issuer", `{"version":1,"issuers":{"":[{"id":"a","version":1,"secret":"YQ=="}]}}`},
@@ -241,5 +249,33 @@ func TestCancelledContext(t *testing.T) {
 	cancel()
 	if _, err := s.IssuerKeys(ctx, "dev"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("IssuerKeys with a cancelled context: %v", err)
+	}
+}
+
+// A file written before text secrets (standard base64 keys) keeps verifying with the decoded bytes, and a
+// rotation adds a text secret on top of the legacy key, which stays the previous one.
+func TestLegacyBase64Keys(t *testing.T) {
+	path := tempPath(t)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	legacy := []byte("0123456789abcdef0123456789abcdef")
+	content := `{"version":1,"issuers":{"acme":[{"id":"acme-v1","version":1,"secret":"` + base64.StdEncoding.EncodeToString(legacy) + `"}]}}`
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, path)
+	keys, err := s.IssuerKeys(context.Background(), "acme")
+	if err != nil || len(keys) != 1 || keys[0].Form != secrets.FormBase64 || !bytes.Equal(keys[0].Secret, legacy) {
+		t.Fatalf("legacy key = %v, %v; want the decoded bytes, form base64", keys, err)
+	}
+	k2, err := s.Rotate("acme")
+	if err != nil || k2.Form != secrets.FormText {
+		t.Fatalf("Rotate over a legacy key = %v, %v; want a text secret", k2, err)
+	}
+	keys, err = openStore(t, path).IssuerKeys(context.Background(), "acme")
+	if err != nil || len(keys) != 2 || keys[0].Form != secrets.FormText || !bytes.Equal(keys[0].Secret, k2.Secret) ||
+		keys[1].Form != secrets.FormBase64 || !bytes.Equal(keys[1].Secret, legacy) {
+		t.Fatalf("after rotation = %v, %v; want [text acme-v2, base64 acme-v1]", keys, err)
 	}
 }

@@ -120,15 +120,3 @@ func FuzzParseMetadata(f *testing.F) {
 		}
 	})
 }
-
-func TestDecodeSecret(t *testing.T) {
-	if _, err := decodeSecret("c2hvcnQ="); !errors.Is(err, ErrMalformed) {
-		t.Errorf("short secret: %v", err)
-	}
-	if _, err := decodeSecret("not base64!"); !errors.Is(err, ErrMalformed) {
-		t.Errorf("bad base64: %v", err)
-	}
-	if b, err := decodeSecret("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="); err != nil || len(b) != 32 {
-		t.Errorf("32-byte secret: %d bytes, %v", len(b), err)
-	}
-}

@@ -11,9 +11,7 @@ package vault
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,9 +38,10 @@ const (
 	DefaultTimeout       = 10 * time.Second
 )
 
-// MinSecretSize is the least length of an issuer's HMAC key read from Vault; generated keys are this long
-// (256 bits, the HS256 block-size guidance). A shorter key written by hand is refused as ErrMalformed rather
-// than used.
+// MinSecretSize is the least length of a legacy (base64) issuer key read from Vault, and of a generated admin
+// key's random part (256 bits, the HS256 block-size guidance). A shorter key written by hand is refused as
+// ErrMalformed rather than used. New issuer keys are text secrets (secrets.NewTextSecret), checked by
+// secrets.KeyFromStored.
 const MinSecretSize = 32
 
 // Config says where the secrets are and how to log in. Exactly one of Token, AppRole and JWT is set.
@@ -302,29 +301,18 @@ func (s *Store) IssuerKeys(ctx context.Context, issuer string) ([]secrets.Key, e
 	}
 	keys := make([]secrets.Key, len(vals))
 	for i, v := range vals {
-		secret, err := decodeSecret(v.value)
+		key, err := secrets.KeyFromStored(keyID(issuer, v.version), v.value, MinSecretSize)
 		if err != nil {
-			return nil, fmt.Errorf("issuer %q key version %d: %w", issuer, v.version, err)
+			return nil, fmt.Errorf("issuer %q key version %d: %w: %w", issuer, v.version, ErrMalformed, err)
 		}
-		keys[i] = secrets.Key{ID: keyID(issuer, v.version), Secret: secret}
+		keys[i] = key
 	}
 	return keys, nil
 }
 
 func keyID(issuer string, version int) string { return fmt.Sprintf("%s-v%d", issuer, version) }
 
-func decodeSecret(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: secret is not standard base64", ErrMalformed)
-	}
-	if len(b) < MinSecretSize {
-		return nil, fmt.Errorf("%w: secret is %d bytes, want at least %d", ErrMalformed, len(b), MinSecretSize)
-	}
-	return b, nil
-}
-
-// CreateIssuer writes issuer's first key, a random 32-byte secret, and returns it. ErrIssuerExists when the
+// CreateIssuer writes issuer's first key, a random text secret (field "secret"), and returns it. ErrIssuerExists when the
 // issuer has a secret in Vault already (even one whose versions are all deleted: remove it with `vault kv
 // metadata delete` to start over).
 func (s *Store) CreateIssuer(issuer string) (secrets.Key, error) {
@@ -384,18 +372,18 @@ func (s *Store) Rotate(issuer string) (secrets.Key, error) {
 	}
 }
 
-// writeKey writes a new random key as the version after cas.
+// writeKey writes a new random text secret as the version after cas.
 func (s *Store) writeKey(ctx context.Context, issuer, rel string, cas int) (secrets.Key, error) {
-	secret := make([]byte, MinSecretSize)
-	if _, err := rand.Read(secret); err != nil {
-		return secrets.Key{}, fmt.Errorf("generate secret: %w", err)
-	}
-	v, err := s.put(ctx, rel, map[string]any{"secret": base64.StdEncoding.EncodeToString(secret)}, cas,
-		s.need("create, update", issuersDir+"/*"))
+	key, err := secrets.NewTextKey("")
 	if err != nil {
 		return secrets.Key{}, err
 	}
-	return secrets.Key{ID: keyID(issuer, v), Secret: secret}, nil
+	v, err := s.put(ctx, rel, map[string]any{"secret": key.Given()}, cas, s.need("create, update", issuersDir+"/*"))
+	if err != nil {
+		return secrets.Key{}, err
+	}
+	key.ID = keyID(issuer, v)
+	return key, nil
 }
 
 // ready fails, as secrets.ErrUnavailable, while the Store has no usable token: its first login has not

@@ -236,24 +236,33 @@ func TestLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Data["secret"] != base64.StdEncoding.EncodeToString(k.Secret) || got.VersionMetadata.Version != 1 {
-		t.Fatalf("secret/data/team/warren/issuers/acme = %v (version %d)", got.Data, got.VersionMetadata.Version)
+	// A new key is a text secret, stored as the text handed out.
+	if k.Form != secrets.FormText || !secrets.ValidTextSecret(string(k.Secret)) ||
+		got.Data["secret"] != string(k.Secret) || got.VersionMetadata.Version != 1 {
+		t.Fatalf("secret/data/team/warren/issuers/acme = version %d, form %v, stored as given: %v",
+			got.VersionMetadata.Version, k.Form, got.Data["secret"] == string(k.Secret))
 	}
-	// A version written by hand (vault kv put) is the next key.
+	// A legacy base64 version written by hand (vault kv put) is the next key and signs with its decoded
+	// bytes; the text key before it stays the previous one.
 	secret := bytes.Repeat([]byte{7}, 32)
 	if _, err := e.root.KVv2("secret").Put(context.Background(), "team/warren/issuers/acme",
 		map[string]any{"secret": base64.StdEncoding.EncodeToString(secret)}); err != nil {
 		t.Fatal(err)
 	}
 	wantKeys(t, s, "acme", secrets.Key{ID: "acme-v2", Secret: secret}, k)
+	if ks, err := s.IssuerKeys(context.Background(), "acme"); err != nil || ks[0].Form != secrets.FormBase64 || ks[1].Form != secrets.FormText {
+		t.Fatalf("forms after a hand-written legacy version: %v, %v", ks, err)
+	}
 	// An issuer id that is not a plain path segment is stored under its base64url form.
 	k = must[secrets.Key](t)(s.CreateIssuer("a/b"))
 	if _, err := e.root.KVv2("secret").Get(context.Background(), "team/warren/issuers/~YS9i"); err != nil {
 		t.Fatalf("issuer a/b: %v", err)
 	}
 	wantKeys(t, s, "a/b", k)
-	// A key too short or not base64 is refused, not used.
-	for _, bad := range []string{"c2hvcnQ=", "not base64"} {
+	// A legacy key too short or not base64, or a text secret with a bad length or alphabet, is refused, not
+	// used.
+	for _, bad := range []string{"c2hvcnQ=", "not base64", "wsk_short", "wsk_" + strings.Repeat("a", 42) + "-",
+		"wsk_" + base64.StdEncoding.EncodeToString(secret)} {
 		if _, err := e.root.KVv2("secret").Put(context.Background(), "team/warren/issuers/acme", map[string]any{"secret": bad}); err != nil {
 			t.Fatal(err)
 		}
