@@ -34,9 +34,10 @@ import (
 // client's messages at most once. A Ping whose connection is lost fails; Close stops a reconnect at once.
 type Failover struct {
 	// Edges are the edges to reconnect through (base URLs as New takes, e.g. the regions' URLs nearest
-	// first: FailoverEdges of the probes Nearest or ProbeRegions measured). The edge the session was dialled through is first; on a
-	// drop the session tries the next edge first (the one that failed is most likely dead or draining),
-	// and goes round the list, back to the first, for each further attempt. Empty: only the dialled edge.
+	// first: FailoverEdges of the probes Nearest or ProbeRegions measured). The edge the session was
+	// dialled through comes first; on a drop the session tries the next edge first (the one that failed
+	// is most likely dead or draining) and goes round the list, back to the first, for each further
+	// attempt. Empty: only the dialled edge.
 	Edges []string
 	// MaxAttempts bounds the connection attempts for one outage (default 8); it starts afresh after each
 	// successful reconnect.
