@@ -207,8 +207,9 @@ func (h Hysteresis) Choose(current string, probes []Probe) string {
 }
 
 // Nearest asks the edge at seedURL for the regions, probes each region's edge n times and returns a
-// Client for the nearest healthy one (with the same token and options), with the probes it measured. An
-// explicit choice of edge is New: use Nearest only to let the SDK choose.
+// Client for the nearest healthy one (with the same token and options), with the probes it measured. A
+// seed reached over TLS only leads to regions reached over TLS. An explicit choice of edge is New: use
+// Nearest only to let the SDK choose.
 func Nearest(ctx context.Context, seedURL, token string, n int, opts ...Option) (*Client, []Probe, error) {
 	seed, err := New(seedURL, token, opts...)
 	if err != nil {
@@ -217,6 +218,13 @@ func Nearest(ctx context.Context, seedURL, token string, n int, opts ...Option) 
 	rs, err := seed.Regions(ctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	if seed.base.Scheme == "https" {
+		// The token goes to the chosen region: never over plain text when the seed was reached over TLS.
+		rs.Regions = slices.DeleteFunc(rs.Regions, func(r Region) bool {
+			u, err := url.Parse(r.URL)
+			return err != nil || (u.Scheme != "https" && u.Scheme != "wss")
+		})
 	}
 	probes := ProbeRegions(ctx, seed.hc, rs.Regions, n)
 	name := Hysteresis{}.Choose("", probes)

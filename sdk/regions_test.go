@@ -110,3 +110,21 @@ func FuzzParseRegions(f *testing.F) {
 		}
 	})
 }
+
+// A seed reached over TLS never sends the token to a region listed with a plain-text URL.
+func TestNearestKeepsTLS(t *testing.T) {
+	var none atomic.Int64
+	plain := regionEdge(t, &none)
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/regions" {
+			_ = json.NewEncoder(w).Encode(warren.Regions{Regions: []warren.Region{{Name: "plain", URL: plain.URL, Health: "ok"}}})
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	}))
+	t.Cleanup(secure.Close)
+	_, probes, err := warren.Nearest(context.Background(), secure.URL, "tok", 1, warren.WithHTTPClient(secure.Client()))
+	if err == nil || len(probes) != 0 {
+		t.Fatalf("Nearest from a TLS seed chose among plain-text regions: %d probes, %v", len(probes), err)
+	}
+}

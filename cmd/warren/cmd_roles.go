@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -140,7 +141,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("-region %q: 1 to 32 of [a-z0-9-]", c.region)
 	}
 	if publicURL == "" {
-		publicURL = "http://" + c.listen
+		publicURL = "http://" + reachableAddr(c.listen)
 	}
 	self := regions.Edge{Region: c.region, ID: edgeID, URL: publicURL}
 	if err := self.Validate(); err != nil {
@@ -414,4 +415,17 @@ func hostname() string {
 		return h
 	}
 	return "edge"
+}
+
+// reachableAddr is listen with a host others can use: the host name when it names none or an unspecified
+// address (":7100", "0.0.0.0:7100").
+func reachableAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip, perr := netip.ParseAddr(host); host == "" || (perr == nil && ip.IsUnspecified()) {
+		host = hostname()
+	}
+	return net.JoinHostPort(host, port)
 }

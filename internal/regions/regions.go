@@ -13,9 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -74,8 +77,35 @@ func (e Edge) Validate() error {
 			return fmt.Errorf("%w: webtransport url: %v", ErrInvalid, err)
 		}
 	}
-	if len(e.Mesh) > 255 {
-		return fmt.Errorf("%w: mesh address over 255 bytes", ErrInvalid)
+	if e.Mesh != "" {
+		if err := checkHostPort(e.Mesh); err != nil {
+			return fmt.Errorf("%w: mesh address: %v", ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
+// MaxTTL bounds an announcement's ttl: an entry outlives its edge by at most this.
+const MaxTTL = 10 * time.Minute
+
+// checkHostPort accepts host:port with a host clients or peers can reach: not empty, not an unspecified
+// (0.0.0.0, ::) or link-local address, and a port 1 to 65535.
+func checkHostPort(hp string) error {
+	if len(hp) > 255 {
+		return errors.New("over 255 bytes")
+	}
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return err
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q", port)
+	}
+	if host == "" {
+		return errors.New("no host")
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && (ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsMulticast()) {
+		return fmt.Errorf("host %s is not an address others can reach", host)
 	}
 	return nil
 }
@@ -91,7 +121,11 @@ func checkURL(s string, schemes ...string) error {
 	if !slices.Contains(schemes, u.Scheme) || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("%q: want an absolute %v URL without user, query or fragment", s, schemes)
 	}
-	return nil
+	hp := u.Host
+	if u.Port() == "" {
+		hp = net.JoinHostPort(u.Hostname(), "443")
+	}
+	return checkHostPort(hp)
 }
 
 // Status is one region as GET /v1/regions reports it.

@@ -92,14 +92,20 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) regions.Dir
 	t.Run("Invalid", func(t *testing.T) {
 		d := open(t, (&Clock{now: start}).Now)
 		bad := map[string]regions.Edge{
-			"region with capitals": {Region: "EU", ID: "a", URL: "wss://x"},
-			"empty region":         {ID: "a", URL: "wss://x"},
-			"long region":          {Region: "a23456789012345678901234567890123", ID: "a", URL: "wss://x"},
-			"id with a slash":      {Region: "eu", ID: "a/b", URL: "wss://x"},
-			"url scheme":           {Region: "eu", ID: "a", URL: "ftp://x"},
-			"url with user":        {Region: "eu", ID: "a", URL: "wss://u:p@x"},
-			"relative url":         {Region: "eu", ID: "a", URL: "/ws"},
-			"webtransport not tls": {Region: "eu", ID: "a", URL: "wss://x", WebTransport: "http://x/wt"},
+			"region with capitals":  {Region: "EU", ID: "a", URL: "wss://x"},
+			"empty region":          {ID: "a", URL: "wss://x"},
+			"long region":           {Region: "a23456789012345678901234567890123", ID: "a", URL: "wss://x"},
+			"id with a slash":       {Region: "eu", ID: "a/b", URL: "wss://x"},
+			"url scheme":            {Region: "eu", ID: "a", URL: "ftp://x"},
+			"url with user":         {Region: "eu", ID: "a", URL: "wss://u:p@x"},
+			"relative url":          {Region: "eu", ID: "a", URL: "/ws"},
+			"webtransport not tls":  {Region: "eu", ID: "a", URL: "wss://x", WebTransport: "http://x/wt"},
+			"no host in the url":    {Region: "eu", ID: "a", URL: "http://:7100"},
+			"unspecified host":      {Region: "eu", ID: "a", URL: "http://0.0.0.0:7100"},
+			"link-local host":       {Region: "eu", ID: "a", URL: "http://169.254.169.254"},
+			"url port out of range": {Region: "eu", ID: "a", URL: "http://x:99999"},
+			"mesh not host:port":    {Region: "eu", ID: "a", URL: "wss://x", Mesh: "10.0.0.1"},
+			"mesh unspecified":      {Region: "eu", ID: "a", URL: "wss://x", Mesh: "[::]:4433"},
 		}
 		for name, e := range bad {
 			if err := d.Announce(ctx, e, time.Minute); !errors.Is(err, regions.ErrInvalid) {
@@ -108,6 +114,9 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) regions.Dir
 		}
 		if err := d.Announce(ctx, edge("eu", "a"), 0); !errors.Is(err, regions.ErrInvalid) {
 			t.Errorf("ttl 0: %v, want ErrInvalid", err)
+		}
+		if err := d.Announce(ctx, edge("eu", "a"), regions.MaxTTL+time.Second); !errors.Is(err, regions.ErrInvalid) {
+			t.Errorf("ttl over MaxTTL: %v, want ErrInvalid", err)
 		}
 		if got := list(t, d); len(got) != 0 {
 			t.Fatalf("refused announcements stored: %+v", got)

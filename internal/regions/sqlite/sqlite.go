@@ -73,8 +73,8 @@ func (d *Directory) Announce(ctx context.Context, e regions.Edge, ttl time.Durat
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	if ttl <= 0 {
-		return fmt.Errorf("%w: ttl %v", regions.ErrInvalid, ttl)
+	if ttl <= 0 || ttl > regions.MaxTTL {
+		return fmt.Errorf("%w: ttl %v (at most %v)", regions.ErrInvalid, ttl, regions.MaxTTL)
 	}
 	now := d.now().UTC()
 	_, err := d.db.ExecContext(ctx, `INSERT INTO region_edges (region, id, url, webtransport, mesh, draining, expires)
