@@ -56,7 +56,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.Issuer, "issuer", "", "issuer (project) id of the sandbox's user (required)")
 	fs.StringVar(&cfg.User, "user", "", "end-user id (required)")
 	fs.Int64Var(&cfg.Epoch, "epoch", 0, "placement epoch (fencing token)")
-	fs.StringVar(&cfg.Region, "region", "", "region reported to agent clients")
+	fs.StringVar(&cfg.Region, "region", "", "this runner's region: reported to agent clients, and recorded in its snapshots when -snapshot-region names other regions")
 	fs.StringVar(&cfg.Listen, "listen", runner.DefaultListen, "address of the internal API (keep it on loopback)")
 	fs.StringVar(&cfg.Workspace, "workspace", "", "the user's workspace directory, created 0700 if missing (required)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "runner-private directory, never visible in the sandbox")
@@ -217,8 +217,8 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cfg.Snapshots, cfg.SnapshotPrefix = store, snapPrefix
 	}
 	if len(snapRegions) > 0 {
-		if cfg.Snapshots == nil {
-			return errors.New("-snapshot-region needs this region's snapshot store (-s3-bucket or -blob-dir)")
+		if cfg.Snapshots == nil || cfg.Region == "" {
+			return errors.New("-snapshot-region needs this runner's -region and its snapshot store (-s3-bucket or -blob-dir)")
 		}
 		stores, err := snapRegions.open(ctx, cfg.Region, &prod)
 		if err != nil {
