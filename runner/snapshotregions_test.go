@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +22,14 @@ type downStore struct{ blob.Store }
 func (downStore) Read(context.Context, string) ([]byte, string, error) {
 	return nil, "", blob.ErrUnavailable
 }
+
+func (downStore) Get(context.Context, string) (io.ReadCloser, error) { return nil, blob.ErrUnavailable }
+
+func (downStore) Stat(context.Context, string) (blob.Object, error) {
+	return blob.Object{}, blob.ErrUnavailable
+}
+
+func (downStore) Exists(context.Context, string) (bool, error) { return false, blob.ErrUnavailable }
 
 // A runner started in region b resumes the workspace its predecessor snapshotted in region a, writes its
 // own snapshots to b's store alone (recording region b), fences the stale runner of a, and a runner that
