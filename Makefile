@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck jwt-libs clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,7 +50,7 @@ fmt: ## gofmt every Go file
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
-tools: bwrap claude-code postgres servers staticcheck ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+tools: bwrap claude-code postgres servers staticcheck jwt-libs ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(TOOLS_DIR)/bin/staticcheck
@@ -77,6 +77,23 @@ claude-code: ## install the pinned Claude Code CLI with npm into the tools cache
 	  npm install --no-audit --no-fund --loglevel=error --prefix $(TOOLS_DIR)/claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && \
 	  "$(CLAUDE_CLI)" --version; \
 	fi
+
+JSONWEBTOKEN_VERSION := $(shell sed -n 's/^const JSONWebTokenVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
+JWT_NODE_DIR := $(TOOLS_DIR)/jwt-node
+
+# The token interop tests (internal/token) mint tokens as customers' backends do: jsonwebtoken from npm into
+# the tools cache (never the repo), PyJWT from Debian for the system python3 (/usr/bin/python3).
+jwt-libs: ## install JWT libraries of other languages for the token interop tests: jsonwebtoken (npm), PyJWT (Debian python3-jwt)
+	@if [ "$$(node -p "require('$(JWT_NODE_DIR)/node_modules/jsonwebtoken/package.json').version" 2>/dev/null)" = "$(JSONWEBTOKEN_VERSION)" ]; then \
+	  echo "jsonwebtoken: $(JSONWEBTOKEN_VERSION) (cached)"; \
+	else \
+	  command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq npm; }; \
+	  mkdir -p $(JWT_NODE_DIR) && \
+	  npm install --no-audit --no-fund --loglevel=error --prefix $(JWT_NODE_DIR) jsonwebtoken@$(JSONWEBTOKEN_VERSION) && \
+	  echo "jsonwebtoken: $$(node -p "require('$(JWT_NODE_DIR)/node_modules/jsonwebtoken/package.json').version")"; \
+	fi
+	@/usr/bin/python3 -c 'import jwt' 2>/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-jwt; }
+	@echo "PyJWT: $$(/usr/bin/python3 -c 'import jwt; print(jwt.__version__)')"
 
 postgres: ## install PostgreSQL (the CockroachDB wire stand-in for tests) from Debian if missing
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \

@@ -145,15 +145,7 @@ func TestVerifyCorruptStoredSecret(t *testing.T) {
 // as the previous one (with its decoded bytes), through a real file store.
 func TestVerifyRotationFromLegacyToText(t *testing.T) {
 	raw := []byte("fedcba9876543210fedcba9876543210")
-	path := filepath.Join(t.TempDir(), file.DefaultFileName)
-	legacy := `{"version":1,"issuers":{"acme":[{"id":"acme-v1","version":1,"secret":"` + base64.StdEncoding.EncodeToString(raw) + `"}]}}`
-	if err := os.WriteFile(path, []byte(legacy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := file.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := legacyStore(t, raw)
 	v2, err := s.Rotate("acme")
 	if err != nil {
 		t.Fatal(err)
@@ -180,4 +172,20 @@ func TestVerifyRotationFromLegacyToText(t *testing.T) {
 	if _, err := v.Verify(ctx, customerSign(t, []byte(base64.StdEncoding.EncodeToString(raw)), "acme-v2", customerClaims())); !errors.Is(err, token.ErrBadSignature) {
 		t.Errorf("v1 base64 text under kid v2: %v", err)
 	}
+}
+
+// legacyStore is a file store written before text secrets: issuer acme with one key, acme-v1, the standard
+// base64 of raw.
+func legacyStore(t *testing.T, raw []byte) *file.Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), file.DefaultFileName)
+	doc := `{"version":1,"issuers":{"acme":[{"id":"acme-v1","version":1,"secret":"` + base64.StdEncoding.EncodeToString(raw) + `"}]}}`
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := file.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

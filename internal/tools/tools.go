@@ -62,3 +62,17 @@ func ServerPath(name string) string {
 	}
 	return ""
 }
+
+// JSONWebTokenVersion is the pinned jsonwebtoken (npm) release `make tools` installs for the token interop
+// tests (internal/token), which mint tokens with it as a customer's Node backend does.
+const JSONWebTokenVersion = "9.0.3"
+
+// NodeModulesJWT is the node_modules folder holding jsonwebtoken installed by `make tools` (NODE_PATH for
+// `node -e`), or "" when it is not there.
+func NodeModulesJWT() string {
+	p := filepath.Join(Dir(), "jwt-node", "node_modules")
+	if st, err := os.Stat(filepath.Join(p, "jsonwebtoken", "package.json")); err == nil && st.Mode().IsRegular() {
+		return p
+	}
+	return ""
+}
