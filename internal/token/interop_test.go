@@ -190,3 +190,49 @@ func TestInteropLegacyKey(t *testing.T) {
 		}
 	}
 }
+
+// The README's Node and Python examples (## Minting tokens), run as written with the secret in
+// $WARREN_ISSUER_SECRET, mint tokens the verifier accepts: the documentation cannot drift from what works.
+func TestInteropReadmeExamples(t *testing.T) {
+	minters := interopMinters(t)
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, _, _ := strings.Cut(string(readme[strings.Index(string(readme), "## Minting tokens"):]), "\n## ")
+	example := func(lang string) string {
+		_, rest, ok := strings.Cut(section, "```"+lang+"\n")
+		code, _, closed := strings.Cut(rest, "```")
+		if !ok || !closed {
+			t.Fatalf("README ## Minting tokens has no ```%s example", lang)
+		}
+		return code
+	}
+	key, err := secrets.NewTextKey("acme-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := token.NewVerifier(storedStore{"acme": {key.Given()}}, token.VerifierOptions{})
+	for _, tc := range []struct {
+		m    minter
+		code string
+	}{
+		{minters[0], "const userId = 'alice';\n" + example("js") + "\nprocess.stdout.write(token);\n"},
+		{minters[1], "user_id = 'alice'\n" + example("python") + "\nimport sys\nsys.stdout.write(token)\n"},
+	} {
+		c := tc.m.cmd(t)
+		c.Args[len(c.Args)-1] = tc.code // the snippet instead of the minter's own script
+		c.Env = append(c.Environ(), "WARREN_ISSUER_SECRET="+key.Given())
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("%s README example: %v", tc.m.lang, err)
+		}
+		claims, err := v.Verify(context.Background(), strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatalf("%s README example's token: %v", tc.m.lang, err)
+		}
+		if claims.Subject != "alice" || claims.Budget.AIMicros != 5_000_000 || !claims.Budget.WindowStart.Equal(token.WindowDay.Start(claims.ExpiresAt.Add(-time.Hour))) {
+			t.Fatalf("%s README example's claims: %+v", tc.m.lang, claims)
+		}
+	}
+}
