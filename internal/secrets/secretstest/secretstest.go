@@ -127,7 +127,8 @@ func rotate(t *testing.T, s Subject, issuer string, version int) secrets.Key {
 }
 
 // checkKey checks a key the writers returned: id "<issuer>-v<version>" (the same in every store, so tokens
-// minted in dev and production look alike) and a secret of at least MinSecretSize bytes.
+// minted in dev and production look alike) and a text secret (docs/PROTOCOL.md#tokens) of at least
+// MinSecretSize bytes, which reads back as the same key.
 func checkKey(t *testing.T, issuer string, k secrets.Key, version int) {
 	t.Helper()
 	if want := keyID(issuer, version); k.ID != want {
@@ -135,6 +136,12 @@ func checkKey(t *testing.T, issuer string, k secrets.Key, version int) {
 	}
 	if len(k.Secret) < MinSecretSize {
 		t.Fatalf("key %s: %d-byte secret, want at least %d", k.ID, len(k.Secret), MinSecretSize)
+	}
+	if k.Form != secrets.FormText || !secrets.ValidTextSecret(string(k.Secret)) {
+		t.Fatalf("key %s: form %v, want a %s text secret", k.ID, k.Form, secrets.TextSecretPrefix)
+	}
+	if back, err := secrets.KeyFromStored(k.ID, k.Given(), MinSecretSize); err != nil || back.Form != k.Form || !bytes.Equal(back.Secret, k.Secret) {
+		t.Fatalf("key %s does not read back from the string given out: %v", k.ID, err)
 	}
 }
 
