@@ -140,7 +140,7 @@ func (r *Runner) restore(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	m, ok, err := r.snap.Latest(ctx)
+	m, ok, err := r.snap.LatestFor(ctx, r.cfg.Epoch)
 	if err != nil {
 		return fmt.Errorf("read latest snapshot: %w", err)
 	}

@@ -33,8 +33,9 @@ func (downStore) Exists(context.Context, string) (bool, error) { return false, b
 
 // A runner started in region b resumes the workspace its predecessor snapshotted in region a, writes its
 // own snapshots to b's store alone (recording region b), fences the stale runner of a, and a runner that
-// cannot read one region's store does not start, with unavailable naming the region. Without other
-// regions the runner records no region, as before.
+// cannot read one region's store does not start, with unavailable naming the region, unless the previous
+// epoch's snapshot is in a store it can read. Without other regions the runner records no region, as
+// before.
 func TestSnapshotResumeAcrossRegions(t *testing.T) {
 	ctx := context.Background()
 	newStore := func() blob.Store {
@@ -107,6 +108,16 @@ func TestSnapshotResumeAcrossRegions(t *testing.T) {
 	var ru *snapshot.RegionUnavailableError
 	if !errors.As(err, &ru) || ru.Region != "b" || wire.CodeOf(err) != wire.Unavailable {
 		t.Fatalf("restore with b down = %v, want unavailable naming region b", err)
+	}
+
+	// a's store does not answer, but b holds epoch 2's snapshot: the runner of epoch 3 in b can tell
+	// that nothing in a is newer, and starts.
+	rd := start("b", 3, map[string]blob.Store{"a": downStore{stores["a"]}})
+	if err := rd.restore(ctx); err != nil {
+		t.Fatalf("restore in b of epoch 2's snapshot with a down: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(rd.cfg.Workspace, "notes.md")); err != nil || string(got) != "written in a" {
+		t.Fatalf("resumed in b with a down: %q, %v", got, err)
 	}
 
 	// One region: nothing recorded.

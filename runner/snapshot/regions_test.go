@@ -206,7 +206,8 @@ func TestCrossRegionResume(t *testing.T) {
 
 // A region whose store does not answer fails the resume with a *RegionUnavailableError naming it (wire
 // code unavailable), before anything in the workspace is touched: that region may hold the newest state.
-// A download failing in the middle names the region too. Commits in the other region go on.
+// A download failing in the middle names the region too. Commits in the other region go on. LatestFor
+// skips a region that does not answer only when the previous epoch's snapshot was found elsewhere.
 func TestRegionUnavailable(t *testing.T) {
 	env := startRegions(t)
 	ctx := t.Context()
@@ -261,6 +262,25 @@ func TestRegionUnavailable(t *testing.T) {
 	}
 	env.srv["b"].Start(t)
 	wantLatest(t, b2, 3, 1, "a")
+
+	// LatestFor: with b down, the runner of epoch 4 in a resumes from a's 3-1, which b cannot beat (only
+	// epoch 3 wrote epoch 3, in a); the runner of epoch 5 cannot know that (epoch 4 may have written to b),
+	// nor can Latest; and a runner in b does not start without its own store.
+	env.srv["b"].Stop(t)
+	if m, ok, err := a3.LatestFor(ctx, 4); err != nil || !ok || m.Epoch != 3 || m.Region != "a" {
+		t.Fatalf("LatestFor(4) with b down = %d-%d of %q, %v, %v; want a's 3-1", m.Epoch, m.Seq, m.Region, ok, err)
+	}
+	for _, epoch := range []int64{5, 3, 0, -1} {
+		if _, _, err := a3.LatestFor(ctx, epoch); !errors.As(err, &ru) || ru.Region != "b" {
+			t.Errorf("LatestFor(%d) with b down = %v, want a RegionUnavailableError of region b", epoch, err)
+		}
+	}
+	if _, _, err := a3.Latest(ctx); !errors.As(err, &ru) || ru.Region != "b" {
+		t.Errorf("Latest with b down = %v, want a RegionUnavailableError of region b", err)
+	}
+	if _, _, err := b2.LatestFor(ctx, 4); !errors.As(err, &ru) || ru.Region != "b" {
+		t.Errorf("LatestFor(4) in b with b down = %v, want a RegionUnavailableError of region b", err)
+	}
 }
 
 // A stale runner in region a (epoch 1) cannot commit once the owner of epoch 2 in region b has: its

@@ -13,7 +13,8 @@
 // own region's (Config.Store), recording the region in its manifests and latest pointer. To resume,
 // Latest reads the latest pointer of every region's store (Config.Regions) and takes the newest by
 // (epoch, seq); a store that cannot be read is a *RegionUnavailableError naming the region, never a
-// silent empty or older restore. Restore fetches the blobs from the store of the manifest's region, and
+// silent empty or older restore (LatestFor skips it only when the previous epoch's snapshot, provably the
+// newest, was read elsewhere). Restore fetches the blobs from the store of the manifest's region, and
 // the next snapshot uploads into the own store whatever it lacks, so a region's manifests only ever name
 // its own blobs: garbage collection stays within one store, and no region's snapshots depend on another's
 // bucket. Snapshots written without a region (before regions, or in a single-region deployment) are read
@@ -484,13 +485,28 @@ func (s *Snapshotter) readAll(ctx context.Context, rs []region) ([]regionPointer
 // *RegionUnavailableError naming the region, because that region may hold the newest snapshot. The
 // manifest's Region says where it (and its blobs) were found; Restore fetches from there.
 func (s *Snapshotter) Latest(ctx context.Context) (Manifest, bool, error) {
+	return s.latest(ctx, -1)
+}
+
+// LatestFor is Latest for the runner of epoch (which resumes from it): a region whose store cannot be read
+// is skipped, with a warning, when another region's latest is of epoch-1. That snapshot is then provably
+// the newest: epochs grow by one per claim, the runner of epoch-1 wrote only to its own region's store
+// (the one read), and a snapshot of epoch or later would come from a claim after this runner's, which
+// its lease rules out (docs/ARCHITECTURE.md#leases). So one region's outage stops only the resumes whose
+// newest snapshot may be there, not every resume of every region. Otherwise it is Latest.
+func (s *Snapshotter) LatestFor(ctx context.Context, epoch int64) (Manifest, bool, error) {
+	return s.latest(ctx, epoch)
+}
+
+// latest is Latest, or LatestFor epoch when epoch > 0.
+func (s *Snapshotter) latest(ctx context.Context, epoch int64) (Manifest, bool, error) {
 	ps, errs := s.readAll(ctx, s.regions)
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(errs...); err != nil && !s.provablyNewest(ctx, ps, errs, epoch) {
 		return Manifest{}, false, err
 	}
 	best := 0
 	for i := range ps {
-		if ps[i].newer(ps[best]) {
+		if errs[i] == nil && (errs[best] != nil || ps[i].newer(ps[best])) {
 			best = i
 		}
 	}
@@ -518,6 +534,35 @@ func (s *Snapshotter) Latest(ctx context.Context) (Manifest, bool, error) {
 	}
 	m.Region = r.name
 	return m, true, nil
+}
+
+// provablyNewest reports whether, for the runner of epoch, the regions that failed with errs may be
+// skipped (see LatestFor): each failed as unavailable, and a region read holds a snapshot of epoch-1.
+func (s *Snapshotter) provablyNewest(ctx context.Context, ps []regionPointer, errs []error, epoch int64) bool {
+	if epoch < 1 || errs[0] != nil {
+		return false // the own region's store must answer: the runner's snapshots go there
+	}
+	proof := -1
+	for i, err := range errs {
+		var ru *RegionUnavailableError
+		switch {
+		case err != nil && !errors.As(err, &ru):
+			return false
+		case err == nil && ps[i].found && ps[i].p.Epoch == epoch-1:
+			proof = i
+		}
+	}
+	if proof < 0 || ctx.Err() != nil {
+		return false
+	}
+	for i, err := range errs {
+		if err != nil {
+			s.cfg.Logger.Warn("snapshot: a region's store cannot be read; resuming without it, since the previous epoch's snapshot is newer than anything it can hold",
+				"region", s.regions[i].name, "epoch", epoch, "newest_region", s.regions[proof].name,
+				"newest", fmt.Sprintf("%d-%d", ps[proof].p.Epoch, ps[proof].p.Seq), "err", err)
+		}
+	}
+	return true
 }
 
 // remember keeps the newest of ps (other regions' pointers) as seen.
