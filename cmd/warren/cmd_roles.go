@@ -72,13 +72,18 @@ func (c *roleCommon) register(fs *flag.FlagSet, defListen string) {
 // serveRole serves h (plus /metrics) on listen until ctx ends, then drains for up to 10 s. It prints one
 // JSON line {"event":"ready","addr":…} on stdout once listening, so tests and supervisors know the port.
 func serveRole(ctx context.Context, role, listen string, h http.Handler, reg *prometheus.Registry, stdout io.Writer, log *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("/", h)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("%s: listen: %w", role, err)
 	}
+	return serveRoleOn(ctx, role, ln, h, reg, stdout, log)
+}
+
+// serveRoleOn is serveRole on a listener already bound.
+func serveRoleOn(ctx context.Context, role string, ln net.Listener, h http.Handler, reg *prometheus.Registry, stdout io.Writer, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -140,8 +145,14 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !regions.ValidRegion(c.region) {
 		return fmt.Errorf("-region %q: 1 to 32 of [a-z0-9-]", c.region)
 	}
+	// Listen first: the announced default URL names the port actually bound (-listen may say :0).
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("edge: listen: %w", err)
+	}
+	defer ln.Close()
 	if publicURL == "" {
-		publicURL = "http://" + reachableAddr(c.listen)
+		publicURL = "http://" + reachableAddr(ln.Addr().String())
 	}
 	self := regions.Edge{Region: c.region, ID: edgeID, URL: publicURL}
 	if err := self.Validate(); err != nil {
@@ -216,7 +227,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	announced := make(chan error, 1)
 	go func() { announced <- (&regions.Announcer{Dir: dir, Edge: self, Logger: log}).Run(annCtx) }()
 	defer func() { stopAnn(); <-announced }() // withdraws this edge from the directory
-	return serveRole(ctx, "edge", c.listen, ed.Handler(), metrics, stdout, log)
+	return serveRoleOn(ctx, "edge", ln, ed.Handler(), metrics, stdout, log)
 }
 
 // remoteSandboxes adapts the scheduler client to the edge's consumer interface.
