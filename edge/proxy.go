@@ -47,12 +47,16 @@ func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 func (e *Edge) serveRegions(w http.ResponseWriter, r *http.Request) {
 	var list []regions.Status
 	if e.cfg.Directory != nil {
-		edges, err := e.cfg.Directory.Edges(r.Context())
-		if err != nil {
+		// Unauthenticated: answered from the edge's cache of the directory (read at most every 2 s, one
+		// read at a time), so a flood of requests cannot take database connections from admission; when
+		// a read fails, the entries of the last list that have not expired yet still answer.
+		edges, err := e.peers.list(r.Context(), peerCacheTTL)
+		if err != nil && edges == nil {
 			wire.WriteHTTPError(w, e.log.With("request_id", requestID(r.Context())), wire.Wrap(wire.Unavailable, err, "the region directory is unavailable"))
 			return
 		}
-		list = regions.Summarize(edges)
+		now := time.Now()
+		list = regions.Summarize(slices.DeleteFunc(slices.Clone(edges), func(x regions.Edge) bool { return !x.Expires.After(now) }))
 	}
 	if !slices.ContainsFunc(list, func(s regions.Status) bool { return s.Name == e.cfg.Region }) {
 		// This edge serves whether or not its region's announcement is in the directory yet.

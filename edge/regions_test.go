@@ -81,8 +81,30 @@ func TestRegions(t *testing.T) {
 	if s := statuses(body); code != http.StatusOK || len(s) != 4 || s[2].Name != "sa" {
 		t.Fatalf("this edge's region not yet announced: %d %+v, want it listed", code, s)
 	}
-	d.Close()
+	// One edge answers from its cache: the directory read once serves the next requests, even once the
+	// directory is gone (its entries have not expired).
+	e, err := New(Config{Region: "eu", Directory: d, Verifier: grantVerifier{}, Sandboxes: grantRunner{}, Ledger: ledger, Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.Handler())
+	defer srv.Close()
+	for i := range 3 {
+		resp, err := http.Get(srv.URL + "/v1/regions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]json.RawMessage
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if s := statuses(body); resp.StatusCode != http.StatusOK || len(s) != 3 {
+			t.Fatalf("request %d through one edge: %d %+v", i, resp.StatusCode, s)
+		}
+		if i == 0 {
+			d.Close()
+		}
+	}
 	if code, body = get(Config{Region: "eu", Directory: d}); code != http.StatusServiceUnavailable {
-		t.Fatalf("directory closed: %d %s, want 503", code, body)
+		t.Fatalf("directory closed, nothing cached: %d %s, want 503", code, body)
 	}
 }
