@@ -27,6 +27,17 @@ variable "public_url" {
   description = "this region's public base URL (its load balancer), announced in GET /v1/regions; empty: each edge's own address"
 }
 
+variable "mesh_pki_role" {
+  type        = string
+  default     = ""
+  description = "Vault PKI role issuing the edge-to-edge mesh certificates (it must allow the URI SAN urn:warren:region:<region>); empty: no mesh, a user another region holds is refused naming that region"
+}
+
+variable "mesh_pki_mount" {
+  type    = string
+  default = "pki"
+}
+
 variable "count" {
   type    = number
   default = 2
@@ -105,6 +116,7 @@ job "warren-edge" {
 
     network {
       port "http" {}
+      port "mesh" {} # UDP (QUIC): the mesh to other regions' edges
     }
 
     service {
@@ -126,14 +138,18 @@ job "warren-edge" {
 
       config {
         command = var.warren_binary
-        args = [
+        args = concat([
           "edge",
           "-listen", "${NOMAD_ADDR_http}",
           "-region", var.region,
           "-public-url", var.public_url,
           "-consul", var.consul_addr,
           "-vault", var.vault_addr,
-        ]
+          ], var.mesh_pki_role == "" ? [] : [
+          "-mesh-listen", "${NOMAD_ADDR_mesh}",
+          "-mesh-pki-role", var.mesh_pki_role,
+          "-mesh-pki-mount", var.mesh_pki_mount,
+        ])
       }
 
       # VAULT_TOKEN and the templates' Vault access. Nomad 1.7 and later: the task's workload identity for

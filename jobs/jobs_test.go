@@ -65,6 +65,8 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 			"runner_args": []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
 		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7"},
 		{"edge", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200"}, "warren-edge"},
+		{"edge with mesh", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
+			"mesh_pki_role": "warren-mesh"}, "warren-edge"},
 		{"scheduler", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_args": []string{"-s3-bucket=snapshots", "-idle-timeout=10m"}}, "warren-scheduler"},
 		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing"},
 	} {
@@ -72,7 +74,7 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 			if legacy && tc.name != "sandbox" {
 				tc.vars["vault_legacy_token"] = true
 			}
-			file := filepath.Join(dir, tc.name+".nomad.hcl")
+			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".nomad.hcl")
 			if err := os.WriteFile(file, tc.spec, 0o644); err != nil {
 				t.Fatal(err)
 			}
