@@ -3,12 +3,14 @@ package edge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -73,37 +75,54 @@ func ownedElsewhere(region string, cause error) *wire.Error {
 		WithDetails(map[string]any{"region": region})
 }
 
-// peers caches the region directory for forwarding and for the mesh's KnownRegions.
+// peers caches the region directory for forwarding, for the mesh's KnownRegions (inside every inbound
+// handshake) and for GET /v1/regions.
 type peers struct {
 	dir  regions.Directory
 	self string
 
-	mu    sync.Mutex
-	edges []regions.Edge
-	at    time.Time // of the last successful read
-	tried time.Time // of the last read
+	mu      sync.Mutex
+	edges   []regions.Edge
+	at      time.Time // of the last successful read
+	tried   time.Time // of the last read started
+	err     error     // of the last read, when it failed
+	reading bool      // a read is under way
 }
 
-// list answers the directory's edges, read again when the last read is older than maxAge. When a read fails
-// the last list is answered with the error.
+// list answers the directory's edges, read again when the last read is older than maxAge. One read runs at
+// a time, outside the lock: meanwhile, and for peerMissRefresh after a failed read, callers get the last
+// list (with the failure), so a slow or unreachable directory never queues them behind each other.
 func (p *peers) list(ctx context.Context, maxAge time.Duration) ([]regions.Edge, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.dir == nil {
+		p.mu.Unlock()
 		return nil, errors.New("no region directory")
 	}
 	now := time.Now()
-	if !p.at.IsZero() && now.Sub(p.at) < maxAge {
-		return p.edges, nil
+	fresh := !p.at.IsZero() && now.Sub(p.at) < maxAge
+	backingOff := p.err != nil && now.Sub(p.tried) < peerMissRefresh
+	if fresh || p.reading || backingOff {
+		edges, err := p.edges, p.err
+		if fresh {
+			err = nil
+		} else if err == nil && p.reading && p.at.IsZero() {
+			err = errors.New("the region directory is being read")
+		}
+		p.mu.Unlock()
+		return edges, err
 	}
-	p.tried = now
+	p.reading, p.tried = true, now
+	p.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	edges, err := p.dir.Edges(rctx)
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reading, p.err = false, err
 	if err != nil {
 		return p.edges, err
 	}
-	p.edges, p.at = edges, now
+	p.edges, p.at = edges, time.Now()
 	return edges, nil
 }
 
@@ -263,7 +282,7 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, s.Abort)
-	head := reqHead{Method: req.Method, Path: req.URL.RequestURI(), Header: req.Header, ContentLength: req.ContentLength}
+	head := reqHead{Method: req.Method, Path: withoutToken(req.URL).RequestURI(), Header: req.Header, ContentLength: req.ContentLength}
 	if req.Body == nil || req.Body == http.NoBody {
 		head.ContentLength = 0
 	}
@@ -362,6 +381,15 @@ func (b *streamBody) Close() error {
 // user and relays the agent channel or the request to it under that grant, without admitting or leasing:
 // the forwarding edge did.
 func (e *Edge) ServeMesh(ctx context.Context, from string, s *mesh.Stream) {
+	if s.Header().Kind == mesh.KindHTTP {
+		// A forwarded request's work ends when its peer gives up on the stream (the client behind the
+		// forwarding edge went away), not when the mesh connection does: the runner request is cancelled
+		// as a direct one would be. (An agent channel ends by its own close frames and read errors.)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.Context(), cancel)()
+	}
 	e.serveMesh(ctx, from, s, s.Header())
 }
 
@@ -555,11 +583,15 @@ func (w *streamResponse) finish() bool {
 // a's grant, bodies streamed both ways.
 func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted) {
 	t := &proxyTarget{entry: a.entry}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = requestBody{r.Body}
+	}
 	p := &httputil.ReverseProxy{
 		Transport:     e.runners.Transport,
 		FlushInterval: -1, // flush every write: exec streams as it happens
 		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = withoutToken(pr.Out.URL)
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = t.entry.Addr
 			pr.Out.Host = t.entry.Addr
@@ -572,6 +604,13 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
+			if errors.Is(err, errRequestBody) {
+				// The client's body broke off (over the mesh, the forwarding edge's client went away): the
+				// runner is not at fault and must not be stopped for it.
+				a.log.Info("request body cut short", "err", err)
+				wire.WriteHTTPError(w, a.log, wire.Wrap(wire.InvalidArgument, err, "the request body was cut short"))
+				return
+			}
 			// The runner could not be reached: forget it so the next request starts a fresh one.
 			a.log.Warn("runner unreachable", "addr", t.entry.Addr, "err", err)
 			e.cfg.Sandboxes.Forget(context.WithoutCancel(r.Context()), t.entry)
@@ -579,6 +618,31 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 		},
 	}
 	p.ServeHTTP(w, r)
+}
+
+// errRequestBody marks a failure to read the client's request body while relaying it.
+var errRequestBody = errors.New("reading the request body")
+
+// requestBody tells read failures of a request body from the runner's (see errRequestBody).
+type requestBody struct{ io.ReadCloser }
+
+func (b requestBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: %w", errRequestBody, err)
+	}
+	return n, err
+}
+
+// withoutToken is u without a token query parameter: a user's token passed as ?token= stays at the edge
+// that verified it, never reaching a runner or another region.
+func withoutToken(u *url.URL) *url.URL {
+	out := *u
+	if q := out.Query(); q.Has("token") {
+		q.Del("token")
+		out.RawQuery = q.Encode()
+	}
+	return &out
 }
 
 // proxyForward relays r to a.owner's region over the mesh; the other region's edge relays it to the runner.

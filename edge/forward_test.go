@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -38,9 +39,10 @@ type meshRunner struct {
 	release chan struct{} // closed by the test: exec finishes
 	closed  chan websocket.CloseError
 
-	mu     sync.Mutex
-	grants []wire.Grant
-	keys   []string
+	mu       sync.Mutex
+	grants   []wire.Grant
+	keys     []string
+	canceled atomic.Int32 // exec requests whose context ended before they were released
 }
 
 func newMeshRunner(t testing.TB) *meshRunner {
@@ -87,6 +89,7 @@ func newMeshRunner(t testing.TB) *meshRunner {
 		select {
 		case <-rn.release:
 		case <-r.Context().Done():
+			rn.canceled.Add(1)
 			return
 		}
 		fmt.Fprint(w, "event: exit\ndata: 0\n\n")
@@ -119,6 +122,7 @@ type regionSandboxes struct {
 	entry   registry.Entry // zero: owned by region owner
 	owner   string
 	ensured atomic.Int32
+	forgot  atomic.Int32 // Forget calls: each would stop the user's runner
 }
 
 func (s *regionSandboxes) Ensure(_ context.Context, req SandboxRequest) (registry.Entry, error) {
@@ -133,7 +137,7 @@ func (s *regionSandboxes) Ensure(_ context.Context, req SandboxRequest) (registr
 	return e, nil
 }
 
-func (s *regionSandboxes) Forget(context.Context, registry.Entry) {}
+func (s *regionSandboxes) Forget(context.Context, registry.Entry) { s.forgot.Add(1) }
 
 // countingVerifier is claimsVerifier counting its calls: region a's must never be asked.
 type countingVerifier struct {
@@ -679,4 +683,49 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 		}
 	}
 	return 0
+}
+
+// rawExec starts POST /v1/sandbox/exec through the edge at url over a bare connection, sending head's
+// Content-Length but only body of it.
+func rawExec(t *testing.T, url, user string, contentLength int, body string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /v1/sandbox/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", user, contentLength, body)
+	return c
+}
+
+// A client that leaves a forwarded exec cancels the runner's request, as on a direct one; and a client
+// whose body breaks off does not get its runner stopped (Forget): neither holds anything at the owner.
+func TestForwardClientGoneCancelsTheRunnerRequest(t *testing.T) {
+	rn := newMeshRunner(t)
+	a, b, _ := twoRegions(t, rn, live)
+	c := rawExec(t, b.url, "alice", 5, "hello")
+	br := bufio.NewReader(c)
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no output before the runner was released: %v", err)
+		}
+		if strings.HasPrefix(l, "data: hello") {
+			break
+		}
+	}
+	c.Close()
+	for deadline := time.Now().Add(20 * time.Second); rn.canceled.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the runner's request ran on after its forwarded client left")
+		}
+	}
+
+	cut := rawExec(t, b.url, "alice", 100, "0123456789")
+	time.Sleep(200 * time.Millisecond)
+	cut.Close()
+	time.Sleep(time.Second) // the cut body reaches a as a reset stream
+	if n := a.sandboxes.forgot.Load(); n != 0 {
+		t.Fatalf("a cut request body stopped the user's runner (%d Forget calls)", n)
+	}
 }

@@ -108,3 +108,48 @@ func TestRegions(t *testing.T) {
 		t.Fatalf("directory closed, nothing cached: %d %s, want 503", code, body)
 	}
 }
+
+// slowDirectory is a directory whose reads wait for release (a slow database).
+type slowDirectory struct {
+	regions.Directory
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (d *slowDirectory) Edges(ctx context.Context) ([]regions.Edge, error) {
+	d.entered <- struct{}{}
+	<-d.release
+	return d.Directory.Edges(ctx)
+}
+
+// While one read of a slow directory is under way, other callers (forwarding, the mesh's handshakes,
+// /v1/regions) get the last list at once instead of queueing behind it.
+func TestPeersDoNotQueueBehindASlowRead(t *testing.T) {
+	ctx := context.Background()
+	d, err := regionsqlite.New(ctx, regionsqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Announce(ctx, regions.Edge{Region: "us", ID: "1", URL: "wss://us.example.com"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowDirectory{Directory: d, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	p := &peers{dir: slow, self: "eu"}
+	go func() { <-slow.entered; close(slow.release) }() // the first read is quick
+	if edges, err := p.list(ctx, 0); err != nil || len(edges) != 1 {
+		t.Fatalf("first read: %v, %v", edges, err)
+	}
+	slow.release = make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = p.list(ctx, 0) }() // a second read that hangs
+	<-slow.entered
+	for range 100 {
+		edges, _ := p.list(ctx, 0)
+		if len(edges) != 1 || !p.known("us") {
+			t.Fatalf("while a read hangs: %v, known(us)=%v; want the last list at once", edges, p.known("us"))
+		}
+	}
+	close(slow.release)
+	<-done
+}

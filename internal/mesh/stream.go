@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,10 @@ func (s *Stream) Peer() string { return s.peer }
 
 // Header is the preamble the stream was opened with.
 func (s *Stream) Header() Header { return s.header }
+
+// Context is cancelled once this side's sending half is done: closed here, or reset because the peer gave
+// up reading (it aborted the stream). A handler uses it to stop work its peer no longer waits for.
+func (s *Stream) Context() context.Context { return s.qs.Context() }
 
 // Read reads what the peer wrote; io.EOF once it closed its send side. An error wrapping ErrStreamReset
 // means the peer aborted the stream.
