@@ -120,7 +120,9 @@ func WithFailover(f Failover) Option {
 	return func(c *Client) { c.failover = &f }
 }
 
-func (f *Failover) maxAttempts() int { return cmpOr(f.MaxAttempts, 8) }
+// maxAttempts defaults to 16: with the default backoff, about 100 s of trying, longer than a crashed
+// edge's session lease lingers (up to a minute), so a user at its session cap still gets back in.
+func (f *Failover) maxAttempts() int { return cmpOr(f.MaxAttempts, 16) }
 func (f *Failover) timeout() time.Duration {
 	return cmpOr(f.Timeout, 2*time.Minute)
 }
@@ -154,6 +156,10 @@ func (c *Client) edgeClients() ([]*Client, error) {
 		e, err := New(u, c.token, WithHTTPClient(c.hc), WithUserAgent(c.ua))
 		if err != nil {
 			return nil, fmt.Errorf("warren: failover edge: %w", err)
+		}
+		if c.base.Scheme == "https" && e.base.Scheme != "https" {
+			// The token would travel in the clear to an edge the app reached over TLS.
+			return nil, fmt.Errorf("warren: failover edge %q is not TLS while %q is", u, c.URL())
 		}
 		if !slices.ContainsFunc(out, func(o *Client) bool { return o.URL() == e.URL() }) {
 			out = append(out, e)
@@ -217,8 +223,14 @@ func (s *Session) reconnect(ctx context.Context, lost error) error {
 	s.notify(FailoverEvent{Kind: FailoverLost, Edge: from, LastSeq: seq, Err: lost})
 	fe := &FailoverError{SessionID: s.id, Lost: lost}
 	for n := 1; n <= f.maxAttempts(); n++ {
+		// The first attempt waits a little too (up to MinBackoff, at most 500 ms), so the clients of a dead
+		// edge do not all reach the next one at the same instant.
+		wait := rand.N(min(cmpOr(f.MinBackoff, 250*time.Millisecond), 500*time.Millisecond) + 1)
 		if n > 1 {
-			t := time.NewTimer(max(f.backoff(n), retryAfter(fe.Err)))
+			wait = max(f.backoff(n), retryAfter(fe.Err))
+		}
+		{
+			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
 			case <-ctx.Done():

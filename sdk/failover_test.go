@@ -689,3 +689,17 @@ func TestFailoverRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A session reached over TLS never fails over to a plain-text edge: the token would travel in the clear.
+func TestFailoverKeepsTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	c, err := New(srv.URL, "tok", WithHTTPClient(srv.Client()), WithFailover(Failover{Edges: []string{"http://127.0.0.1:1"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Dial(testCtx(t), nil)
+	if err == nil || !strings.Contains(err.Error(), "not TLS") {
+		t.Fatalf("Dial with a plain-text failover edge behind a TLS one: %v, want a refusal", err)
+	}
+}
