@@ -3,8 +3,10 @@ package secrets
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 )
 
@@ -132,3 +134,14 @@ func (k Key) String() string { return fmt.Sprintf("{%s %s secret}", k.ID, k.Form
 
 // GoString is String for %#v.
 func (k Key) GoString() string { return k.String() }
+
+// LogValue keeps the secret out of structured logs (slog's JSON and text handlers alike).
+func (k Key) LogValue() slog.Value { return slog.StringValue(k.String()) }
+
+// MarshalJSON keeps the secret out of any JSON a Key ends up in: only its id and form are written.
+func (k Key) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID   string `json:"id"`
+		Form string `json:"form"`
+	}{k.ID, fmt.Sprint(k.Form)})
+}

@@ -3,8 +3,10 @@ package secrets_test
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -96,5 +98,13 @@ func TestKeyFormatting(t *testing.T) {
 		if out := fmt.Sprintf(verb, []secrets.Key{k}); strings.Contains(out, string(k.Secret)) {
 			t.Errorf("%s of []Key = %q", verb, out)
 		}
+	}
+	// Nor in structured logs or JSON.
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("key", "key", k, "holder", struct{ K secrets.Key }{k})
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("key", "key", k)
+	b, _ := json.Marshal(map[string]any{"k": k})
+	if out := buf.String() + string(b); strings.Contains(out, string(k.Secret)) || !strings.Contains(out, "acme-v1") {
+		t.Errorf("logs and JSON of a key: %s", out)
 	}
 }
