@@ -318,3 +318,25 @@ func TestCheckBeforeReady(t *testing.T) {
 	p2.Close(nil)
 	wait2()
 }
+
+// A client's lastSeq ahead of the session moves its seq on (a runner that restarted), but not past
+// MaxResumeSeq: a huge one cannot make seq overflow.
+func TestResumeSeqIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		last, want int64
+	}{{10, 11}, {MaxResumeSeq, MaxResumeSeq + 1}, {MaxResumeSeq + 1, 1}, {1<<63 - 1, 1}} {
+		s := newConversation("s", wire.SessionOptions{}, 10, 1<<20)
+		last := tc.last
+		sub := s.attach(&last, 4, func() {})
+		s.emit([]byte(`{"type":"x"}`))
+		var got struct {
+			Seq int64 `json:"seq"`
+		}
+		if err := json.Unmarshal(<-sub.ch, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Seq != tc.want {
+			t.Errorf("lastSeq %d: next seq %d, want %d", tc.last, got.Seq, tc.want)
+		}
+	}
+}

@@ -111,6 +111,10 @@ func (s *conversation) deliverLocked(sub *subscriber, f []byte) {
 	}
 }
 
+// MaxResumeSeq bounds how far a client's lastSeq may move a session's seq (2^53, the largest integer a
+// JavaScript client reads exactly): a larger one is not taken, so seq can never overflow.
+const MaxResumeSeq = 1 << 53
+
 // attach registers a new subscriber, first queueing the history after lastSeq (when given), so that no
 // message is lost or duplicated between replay and live delivery. When lastSeq is ahead of the session
 // (the runner restarted and lost it), seq continues after lastSeq so a client that drops duplicates by seq
@@ -123,7 +127,7 @@ func (s *conversation) attach(lastSeq *int64, queue int, onDrop func()) *subscri
 	if lastSeq == nil {
 		return sub
 	}
-	if *lastSeq > s.seq {
+	if *lastSeq > s.seq && *lastSeq <= MaxResumeSeq {
 		s.seq = *lastSeq
 	}
 	for _, e := range s.hist {
