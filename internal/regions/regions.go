@@ -88,6 +88,18 @@ func (e Edge) Validate() error {
 // MaxTTL bounds an announcement's ttl: an entry outlives its edge by at most this.
 const MaxTTL = 10 * time.Minute
 
+// CheckAnnouncement is what every Directory checks before Announce stores anything: a valid edge and a ttl
+// in (0, MaxTTL].
+func CheckAnnouncement(e Edge, ttl time.Duration) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	if ttl <= 0 || ttl > MaxTTL {
+		return fmt.Errorf("%w: ttl %v (at most %v)", ErrInvalid, ttl, MaxTTL)
+	}
+	return nil
+}
+
 // checkHostPort accepts host:port with a host clients or peers can reach: not empty, not an unspecified
 // (0.0.0.0, ::) or link-local address, and a port 1 to 65535.
 func checkHostPort(hp string) error {

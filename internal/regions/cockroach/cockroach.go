@@ -70,11 +70,8 @@ func New(ctx context.Context, cfg Config) (*Directory, error) {
 
 // Announce upserts e with its expiry, and forgets entries expired for over an hour.
 func (d *Directory) Announce(ctx context.Context, e regions.Edge, ttl time.Duration) error {
-	if err := e.Validate(); err != nil {
+	if err := regions.CheckAnnouncement(e, ttl); err != nil {
 		return err
-	}
-	if ttl <= 0 || ttl > regions.MaxTTL {
-		return fmt.Errorf("%w: ttl %v (at most %v)", regions.ErrInvalid, ttl, regions.MaxTTL)
 	}
 	now := d.now().UTC()
 	err := cockroachdb.ExecuteTx(ctx, d.pool, d.srv, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {

@@ -70,11 +70,8 @@ func (d *Directory) Close() error { return d.db.Close() }
 
 // Announce upserts e with its expiry, and forgets entries expired for over an hour.
 func (d *Directory) Announce(ctx context.Context, e regions.Edge, ttl time.Duration) error {
-	if err := e.Validate(); err != nil {
+	if err := regions.CheckAnnouncement(e, ttl); err != nil {
 		return err
-	}
-	if ttl <= 0 || ttl > regions.MaxTTL {
-		return fmt.Errorf("%w: ttl %v (at most %v)", regions.ErrInvalid, ttl, regions.MaxTTL)
 	}
 	now := d.now().UTC()
 	_, err := d.db.ExecContext(ctx, `INSERT INTO region_edges (region, id, url, webtransport, mesh, draining, expires)
