@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -270,6 +271,22 @@ type meshTransport struct {
 	// bodyDone is closed when the request body has been sent (or given up): the handler waits for it, since
 	// a request body must not be read once the handler has returned.
 	bodyDone chan struct{}
+	// bodyRead is set once the client's body has been read to its end: only the mesh half-close is left,
+	// which never waits for the client.
+	bodyRead atomic.Bool
+}
+
+// bodyPending tells whether the client may still be uploading: a body not read to its end.
+func (t *meshTransport) bodyPending() bool {
+	if t.bodyDone == nil {
+		return false
+	}
+	select {
+	case <-t.bodyDone:
+		return false
+	default:
+		return !t.bodyRead.Load()
+	}
 }
 
 func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -307,6 +324,9 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if head.ContentLength != 0 {
 			br := &errReader{r: req.Body}
 			_, err := io.Copy(s, br)
+			if err == nil && br.err == nil {
+				t.bodyRead.Store(true)
+			}
 			req.Body.Close()
 			if br.err != nil {
 				s.Abort() // the client's body was cut short: the peer must not take it as complete
@@ -649,14 +669,16 @@ func withoutToken(u *url.URL) *url.URL {
 func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted) {
 	t := &meshTransport{e: e, a: a}
 	defer func() {
-		if t.bodyDone == nil {
-			return
-		}
-		select {
-		case <-t.bodyDone:
-		default:
+		if t.bodyPending() {
 			// The answer is complete (or failed) while the client still uploads: the rest is not wanted.
+			// The cut fails the connection's reads, which ends the context of every later request on it,
+			// so the answer told the client to close it (closeIfUploading).
 			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		}
+		// A body read to its end waits for the half-close alone. Cutting it then would fail the server's
+		// read of the next request's first byte and with it the context of that request (a keep-alive
+		// client's next request was refused "unavailable: context canceled").
+		if t.bodyDone != nil {
 			<-t.bodyDone
 		}
 	}()
@@ -670,12 +692,25 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted)
 			pr.Out.Header.Del("Cookie")
 			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			t.closeIfUploading(resp.Header)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return
 			}
+			t.closeIfUploading(w.Header())
 			wire.WriteHTTPError(w, a.log, err)
 		},
 	}
 	p.ServeHTTP(w, r)
+}
+
+// closeIfUploading makes an answer given while the client is still uploading its body the last one on the
+// client's connection: the rest of the body will be cut (proxyForward), and the connection with it.
+func (t *meshTransport) closeIfUploading(h http.Header) {
+	if t.bodyPending() {
+		h.Set("Connection", "close")
+	}
 }

@@ -80,6 +80,13 @@ func newMeshRunner(t testing.TB) *meshRunner {
 			}
 		}
 	})
+	mux.HandleFunc("POST /v1/sandbox/early", func(w http.ResponseWriter, r *http.Request) {
+		// Answers at once and never reads the body (net/http reads a body before the answer's head unless
+		// full duplex is on).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		fmt.Fprint(w, "answered before the body")
+		w.(http.Flusher).Flush()
+	})
 	mux.HandleFunc("POST /v1/sandbox/exec", func(w http.ResponseWriter, r *http.Request) {
 		rn.record(r)
 		body, _ := io.ReadAll(r.Body)
@@ -727,5 +734,48 @@ func TestForwardClientGoneCancelsTheRunnerRequest(t *testing.T) {
 	time.Sleep(time.Second) // the cut body reaches a as a reset stream
 	if n := a.sandboxes.forgot.Load(); n != 0 {
 		t.Fatalf("a cut request body stopped the user's runner (%d Forget calls)", n)
+	}
+}
+
+// A forwarded answer given while the client still uploads tells it to close its connection: the rest of the
+// body is cut, and a cut connection ends the context of every later request on it. A body read to its end
+// is never cut, so the keep-alive requests that follow all succeed (one in a few hundred was refused
+// "unavailable: context canceled" when its predecessor's finished body was cut all the same).
+func TestForwardKeepAliveAfterAnswers(t *testing.T) {
+	rn := newMeshRunner(t)
+	close(rn.release)
+	_, b, _ := twoRegions(t, rn, live)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	post := func(path string, body io.Reader) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", b.url+path, body)
+		req.Header.Set("Authorization", "Bearer alice")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	pr, pw := io.Pipe()
+	go pw.Write([]byte("the first part of a body that never ends"))
+	resp := post("/v1/sandbox/early", pr)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	pw.Close()
+	if resp.StatusCode != http.StatusOK || string(got) != "answered before the body" {
+		t.Fatalf("early answer: %d %q", resp.StatusCode, got)
+	}
+	if !resp.Close {
+		t.Fatal("an answer given while the client still uploads keeps the connection open; its cut would fail the next request")
+	}
+
+	for i := range 300 {
+		resp := post("/v1/sandbox/exec", strings.NewReader("x"))
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasSuffix(string(got), "data: 0\n\n") {
+			t.Fatalf("request %d on a kept-alive connection: %d %q", i, resp.StatusCode, got)
+		}
 	}
 }
