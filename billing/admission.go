@@ -16,6 +16,12 @@ func Admit(ctx context.Context, l Ledger, acct Account, b Budget) error {
 	if err != nil {
 		return fmt.Errorf("admit %s: %w", acct, err)
 	}
+	return CheckUsage(acct, u, b)
+}
+
+// CheckUsage is Admit's decision on a usage already read: an error wrapping ErrBudgetExceeded when u has
+// spent b (a part of b at or over its allowance), nil otherwise.
+func CheckUsage(acct Account, u Usage, b Budget) error {
 	var spent []string
 	if b.AIMicros >= 0 && u.AIMicros >= b.AIMicros {
 		spent = append(spent, fmt.Sprintf("ai %d of %d microdollars", u.AIMicros, b.AIMicros))

@@ -66,28 +66,21 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 	}
 	log = log.With("issuer", claims.Issuer, "user", claims.Subject)
 	acct, budget := accountOf(claims, e.cfg.Now())
+	reads, err := e.readAdmission(ctx, acct, !channel)
+	if err != nil {
+		e.m.admissions.WithLabelValues("unavailable").Inc()
+		return nil, err
+	}
+	// The effective limit is the smaller of the token's budget and the quota (user override, else the
+	// issuer's default), in the token's window.
+	lim := billing.EffectiveLimitWith(budget, e.cfg.Rates, reads.issuer, reads.user)
 	maxSessions := int64(billing.Unlimited)
-	lim := billing.EffectiveLimitWith(budget, e.cfg.Rates, nil, nil)
 	if e.cfg.Quotas != nil {
-		// The effective limit is the smaller of the token's budget and the quota (user override, else the
-		// issuer's default), in the token's window.
-		iq, uq, err := billing.UserQuotas(ctx, e.cfg.Quotas, claims.Issuer, claims.Subject)
-		if err != nil {
-			e.m.admissions.WithLabelValues("unavailable").Inc()
-			return nil, wire.Wrap(wire.Unavailable, err, "quotas are unavailable; new sessions are refused until they are back")
-		}
-		lim = billing.EffectiveLimitWith(budget, e.cfg.Rates, iq, uq)
 		budget, maxSessions = lim.Budget, lim.MaxConcurrentSessions
 	}
-	if err := billing.Admit(ctx, e.cfg.Ledger, acct, budget); err != nil {
-		switch {
-		case errors.Is(err, billing.ErrBudgetExceeded):
-			e.m.admissions.WithLabelValues("budget_exceeded").Inc()
-			return nil, wire.Wrap(wire.BudgetExceeded, err, "the budget of this window is spent")
-		default:
-			e.m.admissions.WithLabelValues("unavailable").Inc()
-			return nil, wire.Wrap(wire.Unavailable, err, "the ledger is unavailable; new sessions are refused until it is back")
-		}
+	if err := billing.CheckUsage(acct, reads.usage, budget); err != nil {
+		e.m.admissions.WithLabelValues("budget_exceeded").Inc()
+		return nil, wire.Wrap(wire.BudgetExceeded, err, "the budget of this window is spent")
 	}
 	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, limit: lim, log: log}
 	if channel {

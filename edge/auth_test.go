@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,7 +37,8 @@ func (grantRunner) Forget(context.Context, registry.Entry) {}
 
 // The grant a runner is sent carries the sandbox limits of the user's effective quota, field by field: the
 // user's override where it sets one, else the issuer's default; nil when neither sets any, so the runner
-// keeps its defaults. A quota change applies from the next request.
+// keeps its defaults. A quota change applies to sandbox API requests once the admission reads are older
+// than AdmissionCacheTTL.
 func TestGrantCarriesSandboxLimits(t *testing.T) {
 	ctx := context.Background()
 	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
@@ -62,8 +64,9 @@ func TestGrantCarriesSandboxLimits(t *testing.T) {
 		_, _ = w.Write([]byte(`{"entries":[]}`))
 	}))
 	t.Cleanup(runner.Close)
+	clock := newFakeClock()
 	e, err := New(Config{Region: "test", Verifier: grantVerifier{}, Sandboxes: grantRunner{addr: strings.TrimPrefix(runner.URL, "http://")},
-		Ledger: ledger, Quotas: ledger, Metrics: prometheus.NewRegistry()})
+		Ledger: ledger, Quotas: ledger, Metrics: prometheus.NewRegistry(), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +98,7 @@ func TestGrantCarriesSandboxLimits(t *testing.T) {
 		if _, err := ledger.PutQuota(ctx, k, q, cur.Revision); err != nil {
 			t.Fatal(err)
 		}
+		clock.Advance(DefaultAdmissionCacheTTL)
 	}
 
 	if _, err := ledger.PutIssuer(ctx, "acme", ""); err != nil {
@@ -108,6 +112,21 @@ func TestGrantCarriesSandboxLimits(t *testing.T) {
 		t.Fatalf("with a quota setting no sandbox limit the grant's limits = %+v, want nil", l)
 	}
 
+	if l := limitsOf("carol"); l != nil {
+		t.Fatalf("carol's limits without quotas = %+v", l)
+	}
+	if _, err := ledger.PutQuota(ctx, billing.QuotaKey{Issuer: "acme", User: "carol"}, billing.Quota{AIMicros: -1, ComputeSeconds: -1,
+		Window: billing.Day, MaxConcurrentSessions: -1, SandboxQuota: billing.SandboxQuota{MaxProcesses: 9}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(DefaultAdmissionCacheTTL - time.Millisecond)
+	if l := limitsOf("carol"); l != nil {
+		t.Fatalf("a quota set within AdmissionCacheTTL of the last request applied at once: %+v", l)
+	}
+	clock.Advance(time.Millisecond)
+	if l := limitsOf("carol"); l == nil || l.Processes != 9 {
+		t.Fatalf("a quota set AdmissionCacheTTL before the request did not apply: %+v", l)
+	}
 	put(billing.QuotaKey{Issuer: "acme"}, billing.SandboxQuota{MaxProcesses: 64, MaxMemoryBytes: 512 << 20, CPUMillis: 1000,
 		MaxTmpBytes: 32 << 20, MaxWorkspaceBytes: 1 << 30, MaxConcurrentExecs: 2, MaxStoredBytes: 4 << 30})
 	put(billing.QuotaKey{Issuer: "acme", User: "bob"}, billing.SandboxQuota{MaxMemoryBytes: 4 << 30, CPUMillis: -1})

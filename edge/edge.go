@@ -73,6 +73,11 @@ type Config struct {
 	HTTPClient   *http.Client // for calls to runners; default has sane timeouts
 	// Now is the clock that picks a token's current budget window (nil: time.Now).
 	Now func() time.Time
+	// AdmissionCacheTTL is how long a sandbox API request's quota reads (the issuer's and the user's quota)
+	// serve the same user's next requests: 0 is DefaultAdmissionCacheTTL, negative reads the store for
+	// every request. A quota changed meanwhile applies to sandbox API requests within this time; the usage
+	// is read for every admission, and agent channels read the quotas afresh.
+	AdmissionCacheTTL time.Duration
 }
 
 // Rates are per-minute limits; the burst equals the rate. They are billing's, which quotas override.
@@ -91,6 +96,7 @@ type Edge struct {
 	runners *http.Client
 	mux     *http.ServeMux
 	peers   *peers
+	admits  admissionCache
 }
 
 // New validates cfg and returns an Edge.
@@ -113,6 +119,9 @@ func New(cfg Config) (*Edge, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.AdmissionCacheTTL == 0 {
+		cfg.AdmissionCacheTTL = DefaultAdmissionCacheTTL
+	}
 	if cfg.Rates == (Rates{}) {
 		cfg.Rates = DefaultRates
 	}
@@ -121,7 +130,7 @@ func New(cfg Config) (*Edge, error) {
 		return nil, err
 	}
 	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
-		peers: &peers{dir: cfg.Directory, self: cfg.Region}}
+		peers: &peers{dir: cfg.Directory, self: cfg.Region}, admits: admissionCache{ttl: cfg.AdmissionCacheTTL}}
 	if e.runners == nil {
 		e.runners = &http.Client{Transport: &http.Transport{
 			Proxy:                 nil,

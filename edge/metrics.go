@@ -11,9 +11,11 @@ type edgeMetrics struct {
 	active       *prometheus.GaugeVec
 	authFailures *prometheus.CounterVec
 	admissions   *prometheus.CounterVec
-	requests     *prometheus.CounterVec
-	latency      *prometheus.HistogramVec
-	frames       *prometheus.CounterVec
+	// admissionReads counts admissions by where their quota reads came from (read, cached).
+	admissionReads *prometheus.CounterVec
+	requests       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	frames         *prometheus.CounterVec
 	// rateFallbacks counts rate decisions this edge took alone because the shared buckets failed.
 	rateFallbacks prometheus.Counter
 	// forwarded counts connections and requests this edge forwarded over the mesh, forwardServed those it
@@ -35,6 +37,9 @@ func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_edge_admissions_total", Help: "Admission decisions by outcome.",
 		}, []string{"outcome"}),
+		admissionReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_admission_reads_total", Help: "Admissions by the source of their quota reads: read (the quota store) or cached (a sandbox API request within AdmissionCacheTTL of the user's last read).",
+		}, []string{"source"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_edge_requests_total", Help: "Sandbox API requests by route and status code.",
 		}, []string{"route", "code"}),
@@ -58,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
 		}, []string{"kind", "peer", "outcome"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.requests, m.latency, m.frames, m.rateFallbacks, m.forwarded, m.forwardServed} {
+		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.admissionReads, m.requests, m.latency, m.frames, m.rateFallbacks, m.forwarded, m.forwardServed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("edge: register metrics: %w", err)
 			}
