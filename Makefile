@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck jwt-libs clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck terraform jwt-libs clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,7 +50,7 @@ fmt: ## gofmt every Go file
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
-tools: bwrap claude-code postgres servers staticcheck jwt-libs ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+tools: bwrap claude-code postgres servers staticcheck terraform jwt-libs ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(TOOLS_DIR)/bin/staticcheck
@@ -60,6 +60,17 @@ staticcheck: ## install the pinned staticcheck from the Go module proxy into the
 	  echo "staticcheck: $(STATICCHECK_VERSION) (cached)"; \
 	else \
 	  GOBIN=$(TOOLS_DIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && "$(STATICCHECK)" -version; \
+	fi
+
+TERRAFORM_VERSION := $(shell sed -n 's/^const TerraformVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
+TERRAFORM := $(TOOLS_DIR)/bin/terraform
+
+# Terraform $(TERRAFORM_VERSION), the last MPL-licensed release, for the tests of terraform/ (internal/tools).
+terraform: ## install Terraform (the last MPL release, pinned in internal/tools) from the Go module proxy into the tools cache
+	@if [ -x "$(TERRAFORM)" ] && [ "$$(CHECKPOINT_DISABLE=1 "$(TERRAFORM)" version 2>/dev/null | head -1)" = "Terraform v$(TERRAFORM_VERSION)" ]; then \
+	  echo "terraform: $(TERRAFORM_VERSION) (cached)"; \
+	else \
+	  GOBIN=$(TOOLS_DIR)/bin $(GO) install github.com/hashicorp/terraform@v$(TERRAFORM_VERSION) && CHECKPOINT_DISABLE=1 "$(TERRAFORM)" version | head -1; \
 	fi
 
 # Nomad, Consul and Vault build from small wrapper modules (internal/tools/servers, README there), versitygw

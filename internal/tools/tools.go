@@ -1,5 +1,6 @@
 // Package tools knows where `make tools` installs what Warren runs but does not build: the Claude Code CLI
-// and the servers of the production adapters' tests (Nomad, Consul, Vault, versitygw; see servers/). The cache lives outside the repository.
+// and the servers of the production adapters' tests (Nomad, Consul, Vault, versitygw; see servers/), and
+// Terraform for the tests of terraform/. The cache lives outside the repository.
 package tools
 
 import (
@@ -76,3 +77,7 @@ func NodeModulesJWT() string {
 	}
 	return ""
 }
+
+// TerraformVersion is the pinned Terraform release `make tools` builds with go install (the last
+// MPL-licensed one) for the tests of terraform/.
+const TerraformVersion = "1.5.7"
