@@ -3,6 +3,12 @@
 #
 #   nomad job run -var region=eu-west jobs/billing.nomad.hcl
 #
+# The job runs in the Nomad region named by var.region (a Warren region is a Nomad region; "global" is the
+# region of the agent it is submitted to). This file is also a Terraform template: terraform/modules/jobs
+# renders it with templatefile for every region of terraform/, so it writes Nomad's runtime interpolations with
+# a doubled dollar sign ($${NOMAD_ADDR_http}: Nomad and Terraform both read it as the plain interpolation) and
+# interpolates nothing else inside strings.
+#
 # On Nomad 1.6 add -var vault_legacy_token=true (Vault tokens from the servers instead of workload identity;
 # see the README, "Nomad, Consul and Vault versions").
 #
@@ -63,6 +69,7 @@ variable "secrets_path" {
 }
 
 job "warren-billing" {
+  region      = var.region
   type        = "service"
   datacenters = var.datacenters
 
@@ -107,7 +114,7 @@ job "warren-billing" {
         command = var.warren_binary
         args = [
           "billing",
-          "-listen", "${NOMAD_ADDR_http}",
+          "-listen", "$${NOMAD_ADDR_http}",
           "-region", var.region,
           "-vault", var.vault_addr,
         ]
@@ -141,9 +148,7 @@ job "warren-billing" {
       }
 
       template {
-        data        = <<-EOT
-          {{ with secret "${var.secrets_path}" }}WARREN_DB={{ .Data.data.db }}{{ end }}
-        EOT
+        data        = format("{{ with secret %q }}WARREN_DB={{ .Data.data.db }}{{ end }}\n", var.secrets_path)
         destination = "secrets/warren.env"
         env         = true
         change_mode = "restart"

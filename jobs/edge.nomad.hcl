@@ -3,6 +3,12 @@
 #
 #   nomad job run -var region=eu-west -var 'datacenters=["eu-west-1a","eu-west-1b"]' jobs/edge.nomad.hcl
 #
+# The job runs in the Nomad region named by var.region (a Warren region is a Nomad region; "global" is the
+# region of the agent it is submitted to). This file is also a Terraform template: terraform/modules/jobs
+# renders it with templatefile for every region of terraform/, so it writes Nomad's runtime interpolations with
+# a doubled dollar sign ($${NOMAD_ADDR_http}: Nomad and Terraform both read it as the plain interpolation) and
+# interpolates nothing else inside strings.
+#
 # On Nomad 1.6 add -var vault_legacy_token=true (Vault tokens from the servers instead of workload identity;
 # see the README, "Nomad, Consul and Vault versions").
 #
@@ -89,6 +95,7 @@ variable "secrets_path" {
 }
 
 job "warren-edge" {
+  region      = var.region
   type        = "service"
   datacenters = var.datacenters
 
@@ -140,13 +147,13 @@ job "warren-edge" {
         command = var.warren_binary
         args = concat([
           "edge",
-          "-listen", "${NOMAD_ADDR_http}",
+          "-listen", "$${NOMAD_ADDR_http}",
           "-region", var.region,
           "-public-url", var.public_url,
           "-consul", var.consul_addr,
           "-vault", var.vault_addr,
           ], var.mesh_pki_role == "" ? [] : [
-          "-mesh-listen", "${NOMAD_ADDR_mesh}",
+          "-mesh-listen", "$${NOMAD_ADDR_mesh}",
           "-mesh-pki-role", var.mesh_pki_role,
           "-mesh-pki-mount", var.mesh_pki_mount,
         ])
@@ -182,14 +189,16 @@ job "warren-edge" {
         }
       }
 
-      # WARREN_DB and WARREN_SCHEDULER_KEY from Vault.
+      # WARREN_DB and WARREN_SCHEDULER_KEY from Vault. The path goes in with format rather than an interpolation:
+      # this file is also a Terraform template (terraform/README.md), so its strings interpolate nothing.
       template {
-        data        = <<-EOT
-          {{ with secret "${var.secrets_path}" }}
+        data = format(<<-EOT
+          {{ with secret %q }}
           WARREN_DB={{ .Data.data.db }}
           WARREN_SCHEDULER_KEY={{ .Data.data.scheduler_key }}
           {{ end }}
         EOT
+        , var.secrets_path)
         destination = "secrets/warren.env"
         env         = true
         change_mode = "restart"

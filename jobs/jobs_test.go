@@ -31,7 +31,8 @@ import (
 func TestSpecs(t *testing.T) {
 	vs := testenv.StartVault(t)
 	cs := testenv.StartConsul(t)
-	ns := testenv.StartNomad(t, testenv.NomadOptions{ConsulAddr: cs.Addr(), VaultAddr: vs.Addr(), VaultToken: vs.RootToken()})
+	// Region r1: the service jobs' region (the variable region, r1 below) selects the Nomad region.
+	ns := testenv.StartNomad(t, testenv.NomadOptions{Region: "r1", ConsulAddr: cs.Addr(), VaultAddr: vs.Addr(), VaultToken: vs.RootToken()})
 	t.Run("ValidateAndPlan", func(t *testing.T) { validateAndPlan(t, ns) })
 	t.Run("ServiceJobsUseWorkloadIdentityForVault", func(t *testing.T) { serviceJobsUseWorkloadIdentity(t, ns) })
 	t.Run("DriverJobIsTheCLIJob", func(t *testing.T) { driverJobIsTheCLIJob(t, ns) })

@@ -4,6 +4,12 @@
 #
 #   nomad job run -var region=eu-west jobs/scheduler.nomad.hcl
 #
+# The job runs in the Nomad region named by var.region (a Warren region is a Nomad region; "global" is the
+# region of the agent it is submitted to). This file is also a Terraform template: terraform/modules/jobs
+# renders it with templatefile for every region of terraform/, so it writes Nomad's runtime interpolations with
+# a doubled dollar sign ($${NOMAD_ADDR_http}: Nomad and Terraform both read it as the plain interpolation) and
+# interpolates nothing else inside strings.
+#
 # On Nomad 1.6 add -var vault_legacy_token=true (Vault tokens from the servers instead of workload identity;
 # see the README, "Nomad, Consul and Vault versions").
 #
@@ -85,10 +91,15 @@ variable "secrets_path" {
 variable "nomad_role_path" {
   type        = string
   default     = "nomad/creds/warren-scheduler"
-  description = "Vault Nomad secrets engine role minting the scheduler's Nomad token"
+  description = "Vault Nomad secrets engine role minting the scheduler's Nomad token; empty: no NOMAD_TOKEN (a Nomad without ACLs)"
+}
+
+locals {
+  nomad_token_template = var.nomad_role_path == "" ? "" : format("{{ with secret %q }}NOMAD_TOKEN={{ .Data.secret_id }}{{ end }}", var.nomad_role_path)
 }
 
 job "warren-scheduler" {
+  region      = var.region
   type        = "service"
   datacenters = var.datacenters
 
@@ -141,7 +152,7 @@ job "warren-scheduler" {
         command = var.warren_binary
         args = concat([
           "scheduler",
-          "-listen", "${NOMAD_ADDR_http}",
+          "-listen", "$${NOMAD_ADDR_http}",
           "-region", var.region,
           "-consul", var.consul_addr,
           "-nomad", var.nomad_addr,
@@ -149,7 +160,7 @@ job "warren-scheduler" {
           "-nomad-driver", var.sandbox_driver,
           "-runner-binary", var.warren_binary,
           "-kill-timeout", "45s",
-          "-spool", "${NOMAD_ALLOC_DIR}/data/usage.spool",
+          "-spool", "$${NOMAD_ALLOC_DIR}/data/usage.spool",
         ], flatten([for a in var.runner_args : ["-runner-arg", a]]))
       }
 
@@ -180,15 +191,17 @@ job "warren-scheduler" {
         }
       }
 
-      # WARREN_DB, WARREN_SCHEDULER_KEY and NOMAD_TOKEN from Vault.
+      # WARREN_DB, WARREN_SCHEDULER_KEY and (unless nomad_role_path is empty) NOMAD_TOKEN from Vault. (format:
+      # this file is also a Terraform template, see jobs/edge.nomad.hcl.)
       template {
-        data        = <<-EOT
-          {{ with secret "${var.secrets_path}" }}
+        data = format(<<-EOT
+          {{ with secret %q }}
           WARREN_DB={{ .Data.data.db }}
           WARREN_SCHEDULER_KEY={{ .Data.data.scheduler_key }}
           {{ end }}
-          {{ with secret "${var.nomad_role_path}" }}NOMAD_TOKEN={{ .Data.secret_id }}{{ end }}
+          %s
         EOT
+        , var.secrets_path, local.nomad_token_template)
         destination = "secrets/warren.env"
         env         = true
         change_mode = "restart"

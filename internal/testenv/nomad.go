@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +55,7 @@ import (
 
 // NomadOptions configures StartNomad.
 type NomadOptions struct {
+	Region     string // the agent's Nomad region; empty: Nomad's default, "global"
 	ConsulAddr string // host:port of a Consul agent for Nomad's Consul integration; empty: none
 	VaultAddr  string // Vault URL for Nomad's Vault integration (with VaultToken); empty: off
 	VaultToken string // a token Nomad's servers derive task tokens from (a dev server's root token)
@@ -86,6 +91,55 @@ func StartNomad(t testing.TB, opts NomadOptions) *NomadServer {
 // it.
 func (s *NomadServer) Addr() string {
 	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.http))
+}
+
+// SerfAddr is the agent's Serf (gossip) address, 127.0.0.1:port, which other servers join.
+func (s *NomadServer) SerfAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.serf))
+}
+
+// Join federates the agent's server with other's (`nomad server join`): agents of different regions become
+// one federation, whose servers forward requests naming another region there. It returns once each lists
+// the other's region.
+func (s *NomadServer) Join(t testing.TB, other *NomadServer) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, s.Addr()+"/v1/agent/join?address="+url.QueryEscape(other.SerfAddr()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("nomad server join: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("nomad server join: %s: %s", resp.Status, body)
+	}
+	for _, pair := range [][2]*NomadServer{{s, other}, {other, s}} {
+		a, b := pair[0], pair[1]
+		err := a.proc.poll(60*time.Second, 100*time.Millisecond, func() error {
+			var regions []string
+			if err := getJSON(a.Addr()+"/v1/regions", &regions); err != nil {
+				return err
+			}
+			if !slices.Contains(regions, b.region()) {
+				return fmt.Errorf("regions %v lack %s", regions, b.region())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("nomad federation %s and %s: %v", a.region(), b.region(), err)
+		}
+	}
+}
+
+// region is the agent's Nomad region.
+func (s *NomadServer) region() string {
+	if s.opts.Region == "" {
+		return "global"
+	}
+	return s.opts.Region
 }
 
 // DataDir is the agent's temporary directory (configuration and data), removed when its test ends.
@@ -163,6 +217,7 @@ func (s *NomadServer) config() string {
 }`, s.opts.VaultAddr, s.opts.VaultToken)
 	}
 	return fmt.Sprintf(`data_dir             = %q
+region               = %q
 bind_addr            = "127.0.0.1"
 log_level            = "WARN"
 disable_update_check = true
@@ -199,7 +254,7 @@ plugin "raw_exec" {
 %s
 
 %s
-`, filepath.Join(s.dir, nomadDataDir), s.ports.http, s.ports.rpc, s.ports.serf, consul, vault)
+`, filepath.Join(s.dir, nomadDataDir), s.region(), s.ports.http, s.ports.rpc, s.ports.serf, consul, vault)
 }
 
 // start runs the dev agent as a child of the test binary and waits until it is ready.

@@ -1,0 +1,123 @@
+# Renders one region's Nomad jobs (edge, scheduler, billing) from the repository's jobs/*.nomad.hcl, and the
+# Vault policies of the roles. It has no providers and creates nothing: modules/region applies what it renders,
+# and the tests of terraform/ render it with real Terraform and run the jobs on real Nomad (terraform/README.md).
+#
+# The job files are Nomad jobspecs and Terraform templates at once: they write every Nomad runtime
+# interpolation as $${...} (a literal ${...} to both), so templatefile renders them to the jobspec Nomad would
+# read from the file itself, and the region's settings reach them as the jobs' own HCL2 variables (hcl2.vars
+# of nomad_job; `nomad job run -var` by hand), so the file and the variables are the same whichever way a job
+# is run.
+
+locals {
+  roles = ["edge", "scheduler", "billing"]
+
+  # The region's secrets (db, scheduler_key) live at <kv_mount>/warren/regions/<region>/<role>; issuer and
+  # admin keys at <kv_mount>/warren/{issuers/*,admin}, shared by all regions (internal/secrets/vault).
+  secrets_rel = { for r in local.roles : r => "warren/regions/${var.region}/${r}" }
+  vault_names = { for r in local.roles : r => "warren-${var.region}-${r}" }
+
+  # -s3-* of the region's own bucket and -snapshot-region of every other region's, for every runner.
+  s3_args = concat(
+    ["-s3-bucket=${var.bucket.name}", "-s3-region=${var.bucket.s3_region}"],
+    var.bucket.endpoint == "" ? [] : ["-s3-endpoint=${var.bucket.endpoint}"],
+    var.bucket.path_style ? ["-s3-path-style"] : [],
+  )
+  snapshot_region_args = [
+    for name, b in var.other_buckets :
+    "-snapshot-region=${name}=s3://${b.name}?${join("&", concat(
+      ["region=${b.s3_region}"],
+      b.endpoint == "" ? [] : ["endpoint=${urlencode(b.endpoint)}"],
+      b.path_style ? ["path-style=true"] : [],
+    ))}"
+  ]
+
+  common = {
+    region             = var.region
+    datacenters        = var.datacenters
+    warren_binary      = var.warren_binary
+    driver             = var.driver
+    vault_legacy_token = var.vault_legacy_token
+  }
+
+  # Each job's variables, typed as its variable blocks declare them.
+  vars = {
+    edge = merge(local.common, {
+      count          = var.edge_count
+      public_url     = var.public_url
+      consul_addr    = var.consul_addr
+      vault_addr     = var.vault_addr
+      vault_role     = local.vault_names.edge
+      vault_policies = [local.vault_names.edge]
+      secrets_path   = "${var.kv_mount}/data/${local.secrets_rel.edge}"
+      mesh_pki_role  = var.mesh_pki_role
+      mesh_pki_mount = var.mesh_pki_mount
+    })
+    scheduler = merge(local.common, {
+      consul_addr        = var.consul_addr
+      nomad_addr         = var.nomad_addr
+      sandbox_datacenter = var.sandbox_datacenter
+      sandbox_driver     = var.sandbox_driver
+      runner_args        = concat(local.s3_args, local.snapshot_region_args, var.runner_args)
+      vault_role         = local.vault_names.scheduler
+      vault_policies     = [local.vault_names.scheduler]
+      secrets_path       = "${var.kv_mount}/data/${local.secrets_rel.scheduler}"
+      nomad_role_path    = var.nomad_role_path
+    })
+    billing = merge(local.common, {
+      count          = var.billing_count
+      vault_addr     = var.vault_addr
+      vault_role     = local.vault_names.billing
+      vault_policies = [local.vault_names.billing]
+      secrets_path   = "${var.kv_mount}/data/${local.secrets_rel.billing}"
+    })
+  }
+
+  # Vault policies: each role reads its region's secrets; the edge reads issuer keys (and issues mesh
+  # certificates), the billing role manages issuer and admin keys, the scheduler mints its Nomad token.
+  read_own = { for r in local.roles : r => <<-EOT
+    path "${var.kv_mount}/data/${local.secrets_rel[r]}" {
+      capabilities = ["read"]
+    }
+  EOT
+  }
+  policies = {
+    edge = join("", [local.read_own.edge, <<-EOT
+      path "${var.kv_mount}/data/warren/issuers/*" {
+        capabilities = ["read"]
+      }
+      path "${var.kv_mount}/metadata/warren/issuers/*" {
+        capabilities = ["read"]
+      }
+    EOT
+      , var.mesh_pki_role == "" ? "" : <<-EOT
+      path "${var.mesh_pki_mount}/issue/${var.mesh_pki_role}" {
+        capabilities = ["update"]
+      }
+    EOT
+    ])
+    scheduler = join("", [local.read_own.scheduler, var.nomad_role_path == "" ? "" : <<-EOT
+      path "${var.nomad_role_path}" {
+        capabilities = ["read"]
+      }
+    EOT
+    ])
+    billing = join("", [local.read_own.billing, <<-EOT
+      path "${var.kv_mount}/data/warren/issuers/*" {
+        capabilities = ["create", "read", "update"]
+      }
+      path "${var.kv_mount}/metadata/warren/issuers/*" {
+        capabilities = ["read", "list", "update", "delete"]
+      }
+      path "${var.kv_mount}/metadata/warren/issuers" {
+        capabilities = ["list"]
+      }
+      path "${var.kv_mount}/data/warren/admin" {
+        capabilities = ["create", "read", "update"]
+      }
+      path "${var.kv_mount}/metadata/warren/admin" {
+        capabilities = ["read"]
+      }
+    EOT
+    ])
+  }
+}

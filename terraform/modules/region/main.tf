@@ -1,0 +1,148 @@
+# One Warren region: its edge, scheduler and billing jobs in its Nomad region (the jobs' region selects it
+# through the one federated nomad provider), the roles' Vault policies and JWT auth roles for Nomad workload
+# identity, and (with consul_acls) the roles' Consul ACL policies in its datacenter.
+
+module "jobs" {
+  source = "../jobs"
+
+  region             = var.region
+  datacenters        = var.datacenters
+  sandbox_datacenter = var.sandbox_datacenter
+  public_url         = var.public_url
+  jobs_dir           = var.jobs_dir
+  warren_binary      = var.warren_binary
+  driver             = var.driver
+  sandbox_driver     = var.sandbox_driver
+  edge_count         = var.edge_count
+  billing_count      = var.billing_count
+  consul_addr        = var.consul_addr
+  nomad_addr         = var.nomad_addr
+  vault_addr         = var.vault_addr
+  vault_legacy_token = var.vault_legacy_token
+  kv_mount           = var.kv_mount
+  nomad_role_path    = var.nomad_role_path
+  mesh_pki_role      = var.mesh_pki_role
+  mesh_pki_mount     = var.mesh_pki_mount
+  bucket             = var.bucket
+  other_buckets      = var.other_buckets
+  runner_args        = var.runner_args
+}
+
+locals {
+  roles = toset(["edge", "scheduler", "billing"])
+}
+
+resource "vault_policy" "role" {
+  for_each = local.roles
+
+  name   = module.jobs.vault_names[each.key]
+  policy = module.jobs.vault_policies[each.key]
+}
+
+# Nomad 1.7 and later: each job's task logs in with its vault_default workload identity (audience vault.io)
+# for a token of its role. The claims name the job, not the region (Nomad's workload identities carry none),
+# so the roles of two regions accept each other's identities unless each region's servers sign with their
+# own issuer and auth method (terraform/README.md, "Known limits").
+resource "vault_jwt_auth_backend_role" "role" {
+  for_each = var.vault_legacy_token ? toset([]) : local.roles
+
+  backend         = var.jwt_auth_path
+  role_name       = module.jobs.vault_names[each.key]
+  role_type       = "jwt"
+  bound_audiences = ["vault.io"]
+  bound_claims = {
+    nomad_namespace = "default"
+    nomad_job_id    = "warren-${each.key}"
+    nomad_task      = each.key
+  }
+  user_claim              = "/nomad_job_id"
+  user_claim_json_pointer = true
+  claim_mappings = {
+    nomad_namespace = "nomad_namespace"
+    nomad_job_id    = "nomad_job_id"
+    nomad_task      = "nomad_task"
+  }
+  token_type     = "service"
+  token_policies = [vault_policy.role[each.key].name]
+  token_period   = 1800
+}
+
+resource "nomad_job" "role" {
+  for_each = local.roles
+
+  jobspec = module.jobs.jobspecs[each.key]
+  hcl2 {
+    vars = module.jobs.hcl2_vars[each.key]
+  }
+  # Wait for each deployment; the jobs' update blocks revert a failed one.
+  detach           = false
+  purge_on_destroy = true
+
+  # The tasks' Vault policies and roles exist before they log in.
+  depends_on = [vault_policy.role, vault_jwt_auth_backend_role.role]
+}
+
+# Consul ACL policies of the roles, valid in the region's datacenter: the edge reads the owners and finds the
+# scheduler; the scheduler and billing register their services; runners (started by the scheduler) hold their
+# owner keys with sessions and register themselves.
+resource "consul_acl_policy" "role" {
+  for_each = var.consul_acls ? {
+    edge      = <<-EOT
+      key_prefix "warren/owners/" {
+        policy = "read"
+      }
+      service_prefix "warren-" {
+        policy = "read"
+      }
+      service "warren-edge" {
+        policy = "write"
+      }
+      node_prefix "" {
+        policy = "read"
+      }
+    EOT
+    scheduler = <<-EOT
+      key_prefix "warren/" {
+        policy = "write"
+      }
+      service_prefix "warren-" {
+        policy = "read"
+      }
+      service "warren-scheduler" {
+        policy = "write"
+      }
+      session_prefix "" {
+        policy = "write"
+      }
+      node_prefix "" {
+        policy = "read"
+      }
+    EOT
+    billing   = <<-EOT
+      service "warren-billing" {
+        policy = "write"
+      }
+      node_prefix "" {
+        policy = "read"
+      }
+    EOT
+    runner    = <<-EOT
+      key_prefix "warren/" {
+        policy = "write"
+      }
+      service_prefix "warren-runner-" {
+        policy = "write"
+      }
+      session_prefix "" {
+        policy = "write"
+      }
+      node_prefix "" {
+        policy = "read"
+      }
+    EOT
+  } : {}
+
+  name        = "warren-${var.region}-${each.key}"
+  datacenters = [var.consul_datacenter]
+  rules       = each.value
+}

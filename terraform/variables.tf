@@ -1,0 +1,114 @@
+variable "nomad_address" {
+  type        = string
+  description = "a Nomad server (or agent) of the federation; each job's region selects its Nomad region, so one provider reaches them all"
+}
+
+variable "consul_address" {
+  type        = string
+  description = "the Consul agent the ACL policies are written to (the primary datacenter, with ACL replication to the regions' datacenters); only used with consul_acls"
+  default     = "127.0.0.1:8500"
+}
+
+variable "consul_acls" {
+  type        = bool
+  description = "create the roles' Consul ACL policies (Consul with ACLs enabled)"
+  default     = false
+}
+
+variable "vault_address" {
+  type        = string
+  description = "the Vault all regions share (issuer keys must verify in every region)"
+}
+
+variable "kv_mount" {
+  type        = string
+  description = "the KV v2 mount of Warren's secrets (the roles' -vault-mount; secret by default)"
+  default     = "secret"
+}
+
+variable "create_kv_mount" {
+  type        = bool
+  description = "create kv_mount (a KV v2 secrets engine); false when it exists already (e.g. Vault's dev mount secret/)"
+  default     = true
+}
+
+variable "vault_legacy_token" {
+  type        = bool
+  description = "Nomad 1.6: the servers derive Vault tokens from their own (policies) instead of workload identity; no JWT auth method or roles are created"
+  default     = false
+}
+
+variable "jwt_auth_path" {
+  type        = string
+  description = "the path of Vault's JWT auth method for Nomad workload identities (the Nomad agents' vault.jwt_auth_backend_path)"
+  default     = "jwt-nomad"
+}
+
+variable "nomad_jwks_url" {
+  type        = string
+  description = "the Nomad servers' JWKS endpoint Vault verifies workload identities with, e.g. https://nomad.example.com:4646/.well-known/jwks.json"
+  default     = ""
+}
+
+variable "jobs_dir" {
+  type        = string
+  description = "the directory of the job files; empty: this repository's jobs/"
+  default     = ""
+}
+
+variable "warren_binary" {
+  type        = string
+  description = "where the warren binary is on the Nomad clients"
+  default     = "/usr/local/bin/warren"
+}
+
+variable "nomad_role_path" {
+  type        = string
+  description = "Vault path minting the scheduler's Nomad token (a Nomad secrets engine role); empty: none (Nomad without ACLs)"
+  default     = "nomad/creds/warren-scheduler"
+}
+
+variable "mesh_pki_mount" {
+  type        = string
+  description = "Vault PKI mount of the mesh certificates"
+  default     = "pki"
+}
+
+variable "mesh_pki_role" {
+  type        = string
+  description = "Vault PKI role issuing the edges' mesh certificates (it must allow the URI SAN urn:warren:region:<region>); empty: no mesh"
+  default     = ""
+}
+
+variable "regions" {
+  description = "the Warren regions by name, each a Nomad region with its Consul datacenter, edges, scheduler and snapshot bucket"
+  type = map(object({
+    public_url         = string                          # the region's load balancer: GET /v1/regions lists it
+    datacenters        = optional(list(string), ["dc1"]) # Nomad datacenters of the service jobs
+    sandbox_datacenter = optional(string, "dc1")         # Nomad datacenter of the sandboxes
+    consul_datacenter  = optional(string, "dc1")
+    consul_addr        = optional(string, "127.0.0.1:8500") # each node's Consul agent
+    nomad_addr         = optional(string, "http://127.0.0.1:4646")
+    vault_addr         = optional(string) # as the region's tasks reach Vault; default vault_address
+    driver             = optional(string, "exec")
+    sandbox_driver     = optional(string, "exec")
+    edge_count         = optional(number, 2)
+    billing_count      = optional(number, 2)
+    runner_args        = optional(list(string), [])
+    bucket = object({
+      name       = string
+      s3_region  = optional(string, "us-east-1")
+      endpoint   = optional(string, "") # empty: AWS
+      path_style = optional(bool, false)
+    })
+  }))
+
+  validation {
+    condition     = length(var.regions) > 0 && alltrue([for name, _ in var.regions : can(regex("^[a-z0-9][a-z0-9-]{0,62}$", name))])
+    error_message = "regions must name at least one region, each lower-case letters, digits and '-' (a Nomad region name)."
+  }
+  validation {
+    condition     = alltrue([for _, r in var.regions : can(regex("^https?://[^/?#]+", r.public_url))])
+    error_message = "every region's public_url must be an http:// or https:// URL."
+  }
+}
