@@ -1,0 +1,353 @@
+// Package ops_test keeps docs/ops (the Grafana dashboard and the Prometheus alert rules) true to the code:
+// every metric and label their queries use is one Warren's code defines, and every alert has its runbook
+// section in README.md.
+//
+// The metrics are read from the source (every prometheus.New* call of the module's non-test Go files), not
+// from a running registry: a registry's Gather leaves out a vector until one of its label combinations has
+// been used, so a scrape cannot tell a metric nobody has counted yet from one that does not exist.
+package ops_test
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// metric is what the code says of one metric: its kind and its label names (nil when they are not literal).
+type metric struct {
+	kind   string // counter, gauge, histogram, summary, or desc (a custom collector's)
+	labels []string
+	where  string
+}
+
+// codeMetrics reads the metrics Warren defines from the module's source.
+func codeMetrics(t *testing.T) map[string]metric {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root %s: %v", root, err)
+	}
+	out := map[string]metric{}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "prometheus" || !strings.HasPrefix(sel.Sel.Name, "New") {
+				return true
+			}
+			name, kind, labels := describe(sel.Sel.Name, call.Args)
+			if name != "" {
+				rel, _ := filepath.Rel(root, fset.Position(call.Pos()).Filename)
+				out[name] = metric{kind: kind, labels: labels, where: rel}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// describe reads a prometheus.New<fn>(args) call: NewCounter(Opts), NewCounterVec(Opts, labels),
+// NewGaugeFunc(Opts, f)... and NewDesc(name, help, labels, constLabels).
+func describe(fn string, args []ast.Expr) (name, kind string, labels []string) {
+	if fn == "NewDesc" {
+		if len(args) < 3 {
+			return "", "", nil
+		}
+		return stringLit(args[0]), "desc", stringList(args[2])
+	}
+	for _, k := range []string{"Counter", "Gauge", "Histogram", "Summary"} {
+		if !strings.HasPrefix(fn, "New"+k) || len(args) == 0 {
+			continue
+		}
+		opts, ok := args[0].(*ast.CompositeLit)
+		if !ok {
+			return "", "", nil
+		}
+		for _, el := range opts.Elts {
+			if kv, ok := el.(*ast.KeyValueExpr); ok {
+				if key, ok := kv.Key.(*ast.Ident); ok && key.Name == "Name" {
+					name = stringLit(kv.Value)
+				}
+			}
+		}
+		labels = []string{}
+		if strings.HasSuffix(fn, "Vec") {
+			labels = nil
+			if len(args) > 1 {
+				labels = stringList(args[1])
+			}
+		}
+		return name, strings.ToLower(k), labels
+	}
+	return "", "", nil
+}
+
+func stringLit(e ast.Expr) string {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return ""
+	}
+	s, err := strconv.Unquote(lit.Value)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// stringList is the strings of a []string{...} literal; nil when e is not one.
+func stringList(e ast.Expr) []string {
+	if id, ok := e.(*ast.Ident); ok && id.Name == "nil" {
+		return []string{}
+	}
+	lit, ok := e.(*ast.CompositeLit)
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for _, el := range lit.Elts {
+		s := stringLit(el)
+		if s == "" {
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+var (
+	metricRef  = regexp.MustCompile(`\bwarren_[a-z0-9_]+\b`)
+	grouping   = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	selector   = regexp.MustCompile(`\bwarren_[a-z0-9_]+\s*\{([^}]*)\}`)
+	matcher    = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	labelsRef  = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+	targetLbls = []string{"instance", "job"} // added by Prometheus to every scraped series
+)
+
+// checkExpr checks one PromQL expression against the code's metrics and returns the labels it groups by.
+func checkExpr(t *testing.T, where, expr string, code map[string]metric) (groupedBy []string) {
+	t.Helper()
+	names := metricRef.FindAllString(expr, -1)
+	if len(names) == 0 {
+		t.Errorf("%s: %q uses no Warren metric", where, expr)
+	}
+	allowed := slices.Clone(targetLbls)
+	anyLabel := false
+	for _, n := range names {
+		m, ok := code[n]
+		if !ok {
+			base := n
+			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+				if b, cut := strings.CutSuffix(n, suffix); cut {
+					base = b
+					bm, found := code[b]
+					if found && (bm.kind == "histogram" || (suffix != "_bucket" && bm.kind == "summary")) {
+						m, ok = bm, true
+						if suffix == "_bucket" {
+							allowed = append(allowed, "le")
+						}
+					}
+				}
+			}
+			if !ok {
+				t.Errorf("%s: metric %s (in %q) is not defined by the code (nor is %s a histogram)", where, n, expr, base)
+				continue
+			}
+		}
+		if m.labels == nil {
+			anyLabel = true
+		}
+		allowed = append(allowed, m.labels...)
+	}
+	var used []string
+	for _, g := range grouping.FindAllStringSubmatch(expr, -1) {
+		for l := range strings.SplitSeq(g[1], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				used = append(used, l)
+				groupedBy = append(groupedBy, l)
+			}
+		}
+	}
+	for _, s := range selector.FindAllStringSubmatch(expr, -1) {
+		for _, m := range matcher.FindAllStringSubmatch(s[1], -1) {
+			used = append(used, m[1])
+		}
+	}
+	if !anyLabel {
+		for _, l := range used {
+			if !slices.Contains(allowed, l) {
+				t.Errorf("%s: label %q (in %q) is on none of its metrics (labels %v)", where, l, expr, allowed)
+			}
+		}
+	}
+	return groupedBy
+}
+
+// The code defines the metrics the files below are checked against (a guard against a scan that finds
+// nothing and so would pass nothing).
+func TestCodeMetricsFound(t *testing.T) {
+	code := codeMetrics(t)
+	for _, n := range []string{"warren_edge_connections_total", "warren_ledger_seconds", "warren_mesh_connections", "warren_sandbox_starts_total", "warren_runner_exec_total"} {
+		if _, ok := code[n]; !ok {
+			t.Errorf("metric %s not found in the source; found %d", n, len(code))
+		}
+	}
+	if m := code["warren_ledger_seconds"]; m.kind != "histogram" || !slices.Equal(m.labels, []string{"op", "outcome"}) {
+		t.Errorf("warren_ledger_seconds read as %+v", m)
+	}
+	if m := code["warren_mesh_connections"]; m.kind != "desc" || !slices.Equal(m.labels, []string{"peer", "direction"}) {
+		t.Errorf("warren_mesh_connections read as %+v", m)
+	}
+}
+
+// Every query of the Grafana dashboard uses metrics and labels the code defines.
+func TestDashboard(t *testing.T) {
+	code := codeMetrics(t)
+	b, err := os.ReadFile("grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Title  string `json:"title"`
+		UID    string `json:"uid"`
+		Panels []struct {
+			ID      int    `json:"id"`
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	if dash.Title == "" || dash.UID == "" {
+		t.Error("the dashboard has no title or uid")
+	}
+	ids := map[int]bool{}
+	exprs := 0
+	for _, p := range dash.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			checkExpr(t, "panel "+strconv.Quote(p.Title), tg.Expr, code)
+			exprs++
+		}
+	}
+	if exprs == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+}
+
+// Every alert rule parses, uses metrics and labels the code defines, names in its annotations only labels its
+// expression keeps, and has its runbook section in README.md.
+func TestAlerts(t *testing.T) {
+	code := codeMetrics(t)
+	b, err := os.ReadFile("alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				For         string            `yaml:"for"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err != nil {
+		t.Fatalf("alerts.yml: %v", err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			where := "alert " + r.Alert
+			if r.Alert == "" || seen[r.Alert] {
+				t.Errorf("%s: missing or repeated alert name", where)
+			}
+			seen[r.Alert] = true
+			by := checkExpr(t, where, r.Expr, code)
+			for _, a := range r.Annotations {
+				for _, m := range labelsRef.FindAllStringSubmatch(a, -1) {
+					if !slices.Contains(by, m[1]) {
+						t.Errorf("%s: annotation names $labels.%s, which its expression does not keep (by %v)", where, m[1], by)
+					}
+				}
+			}
+			if r.Annotations["summary"] == "" || r.Labels["severity"] == "" {
+				t.Errorf("%s: needs a summary annotation and a severity label", where)
+			}
+			anchor := strings.ToLower(r.Alert)
+			if r.Annotations["runbook"] != "README.md#"+anchor {
+				t.Errorf("%s: runbook annotation %q, want README.md#%s", where, r.Annotations["runbook"], anchor)
+			}
+			if !regexp.MustCompile(`(?m)^#+ ` + regexp.QuoteMeta(r.Alert) + `$`).Match(readme) {
+				t.Errorf("%s: README.md has no runbook section titled %s", where, r.Alert)
+			}
+		}
+	}
+	for _, want := range []string{"WarrenSandboxStartFailures", "WarrenLedgerErrors", "WarrenRateLimitFallback", "WarrenMeshPeerLost"} {
+		if !seen[want] {
+			t.Errorf("alerts.yml has no %s", want)
+		}
+	}
+}
