@@ -41,32 +41,25 @@ resource "vault_jwt_auth_backend" "nomad" {
   }
 }
 
-module "region" {
-  source   = "./modules/region"
-  for_each = var.regions
+module "settings" {
+  source = "./modules/settings"
 
-  region             = each.key
-  datacenters        = each.value.datacenters
-  sandbox_datacenter = each.value.sandbox_datacenter
-  public_url         = each.value.public_url
+  regions            = var.regions
+  vault_address      = var.vault_address
   jobs_dir           = var.jobs_dir != "" ? var.jobs_dir : "${path.module}/../jobs"
   warren_binary      = var.warren_binary
-  driver             = each.value.driver
-  sandbox_driver     = each.value.sandbox_driver
-  edge_count         = each.value.edge_count
-  billing_count      = each.value.billing_count
-  consul_addr        = each.value.consul_addr
-  nomad_addr         = each.value.nomad_addr
-  vault_addr         = coalesce(each.value.vault_addr, var.vault_address)
   vault_legacy_token = var.vault_legacy_token
   kv_mount           = var.create_kv_mount ? vault_mount.kv[0].path : var.kv_mount
-  jwt_auth_path      = var.vault_legacy_token ? var.jwt_auth_path : vault_jwt_auth_backend.nomad[0].path
   nomad_role_path    = var.nomad_role_path
   mesh_pki_role      = var.mesh_pki_role
   mesh_pki_mount     = var.mesh_pki_mount
-  bucket             = each.value.bucket
-  other_buckets      = { for name, r in var.regions : name => r.bucket if name != each.key }
-  runner_args        = each.value.runner_args
-  consul_datacenter  = each.value.consul_datacenter
-  consul_acls        = var.consul_acls
+}
+
+module "region" {
+  source   = "./modules/region"
+  for_each = module.settings.regions
+
+  settings      = each.value
+  jwt_auth_path = var.vault_legacy_token ? var.jwt_auth_path : vault_jwt_auth_backend.nomad[0].path
+  consul_acls   = var.consul_acls
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +37,105 @@ func TestFormat(t *testing.T) {
 	out, err := testenv.TerraformCommand(context.Background(), tf, dir, "fmt", "-check", "-recursive", "-diff", "-no-color").CombinedOutput()
 	if err != nil {
 		t.Fatalf("terraform fmt -check -recursive terraform/: %v\n%s", err, out)
+	}
+}
+
+// terraform.tfvars.example is a valid map of regions: rendered as terraform/main.tf renders it, each region's
+// edge announces its public_url, and each region's runners read the other's bucket.
+func TestExample(t *testing.T) {
+	tf := testenv.Terraform(t)
+	example, err := filepath.Abs("terraform.tfvars.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := `variable "regions" {
+  type = any
+}
+
+variable "vault_address" {
+  type = string
+}
+
+variable "mesh_pki_role" {
+  type = string
+}
+
+variable "nomad_address" {
+  type = string
+}
+
+variable "nomad_jwks_url" {
+  type = string
+}
+` + renderRoot(t, `  regions            = var.regions
+  vault_address      = var.vault_address
+  warren_binary      = "/usr/local/bin/warren"
+  vault_legacy_token = false
+  kv_mount           = "secret"
+  nomad_role_path    = "nomad/creds/warren-scheduler"
+  mesh_pki_role      = var.mesh_pki_role
+  mesh_pki_mount     = "pki"`)
+	b, err := terraform(context.Background(), tf, root, t.TempDir(), "-var-file="+example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out renderOutputs
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("terraform output -json: %v\n%s", err, b)
+	}
+	want := map[string]string{"eu-west": "https://eu-west.warren.example.com", "us-east": "https://us-east.warren.example.com"}
+	if len(out.Regions.Value) != len(want) {
+		t.Fatalf("rendered regions %v, want %v", out.Settings.Value, want)
+	}
+	for name, url := range want {
+		r := out.Regions.Value[name]
+		if got := r.HCL2Vars["edge"]["public_url"]; got != url {
+			t.Errorf("%s: edge public_url %q, want %q", name, got, url)
+		}
+		if got := r.HCL2Vars["edge"]["mesh_pki_role"]; got != "warren-mesh" {
+			t.Errorf("%s: edge mesh_pki_role %q", name, got)
+		}
+		if r.HCL2Vars["edge"]["vault_role"] != "warren-"+name+"-edge" || r.HCL2Vars["edge"]["vault_legacy_token"] != "false" {
+			t.Errorf("%s: edge Vault variables %v", name, r.HCL2Vars["edge"])
+		}
+		for other := range want {
+			if other != name && !strings.Contains(r.HCL2Vars["scheduler"]["runner_args"], "-snapshot-region="+other+"=s3://warren-snapshots-"+other) {
+				t.Errorf("%s: runner_args %s do not read %s's bucket", name, r.HCL2Vars["scheduler"]["runner_args"], other)
+			}
+		}
+	}
+}
+
+// A map of regions Warren cannot run is refused at plan time, with the check's message.
+func TestRegionsValidation(t *testing.T) {
+	tf := testenv.Terraform(t)
+	for _, tc := range []struct{ name, regions, want string }{
+		{"no region", `{}`, "regions must name at least one region"},
+		{"region name", `{ "EU west" = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" } } }`, "lower-case letters, digits and '-'"},
+		{"public_url scheme", `{ eu = { public_url = "ftp://eu.example.com", bucket = { name = "snaps-eu" } } }`, "public_url must be an http:// or https:// URL"},
+		{"public_url path", `{ eu = { public_url = "https://eu.example.com/x?y", bucket = { name = "snaps-eu" } } }`, "without path, query or user"},
+		{"edge_count", `{ eu = { public_url = "https://eu.example.com", edge_count = 0, bucket = { name = "snaps-eu" } } }`, "edge_count and billing_count must be whole numbers"},
+		{"bucket", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "Snaps/EU" } } }`, "S3 bucket name"},
+		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, "bucket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := renderRoot(t, `  regions            = `+tc.regions+`
+  vault_address      = "https://vault.example.com:8200"
+  warren_binary      = "/usr/local/bin/warren"
+  vault_legacy_token = false
+  kv_mount           = "secret"
+  nomad_role_path    = ""
+  mesh_pki_role      = ""
+  mesh_pki_mount     = "pki"`)
+			_, err := terraform(context.Background(), tf, root, t.TempDir())
+			if err == nil {
+				t.Fatalf("regions %s accepted", tc.regions)
+			}
+			// Terraform wraps long messages: compare with single spaces.
+			if msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "│", " ")), " "); !strings.Contains(msg, tc.want) {
+				t.Fatalf("regions %s: error lacks %q:\n%v", tc.regions, tc.want, err)
+			}
+		})
 	}
 }
 
@@ -82,6 +182,26 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 	r1.ns.Join(t, r2.ns)
 
 	render(t, ctx, tf, warren, vs.Addr(), regions)
+
+	// Each region's runners write to its bucket and read the other's, with flags warren runner has.
+	runnerHelp, _ := exec.Command(warren, "runner", "-h").CombinedOutput()
+	for name, other := range map[string]string{"r1": "r2", "r2": "r1"} {
+		var args []string
+		if err := json.Unmarshal([]byte(regions[name].r.HCL2Vars["scheduler"]["runner_args"]), &args); err != nil {
+			t.Fatalf("runner_args of %s: %v", name, err)
+		}
+		for _, want := range []string{"-s3-bucket=snapshots-" + name, "-snapshot-region=" + other + "=s3://snapshots-" + other + "?region=us-east-1"} {
+			if !slices.Contains(args, want) {
+				t.Errorf("runner_args of %s %q lack %q", name, args, want)
+			}
+		}
+		for _, a := range args {
+			flagName, _, _ := strings.Cut(a, "=")
+			if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(flagName) + `(\s|$)`).Match(runnerHelp) {
+				t.Errorf("runner_args of %s: warren runner has no flag %s", name, flagName)
+			}
+		}
+	}
 
 	// Vault as the vault provider would leave it: the roles' policies as rendered; the secrets as the
 	// operator writes them to the paths Terraform outputs (KV v2 at Vault dev's mount secret/).
@@ -179,11 +299,12 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 	}
 }
 
-// render writes a root module calling terraform/modules/jobs for each region and returns its outputs, as
-// `terraform init`, `apply` (nothing to create: it has no providers) and `output -json` give them.
-func render(t *testing.T, ctx context.Context, tf, warren, vaultAddr string, regions map[string]*region) {
+// renderRoot is a root module doing what terraform/main.tf does without its providers: modules/settings
+// checks and derives the regions' settings, modules/jobs renders each region. Its outputs are "regions"
+// (what modules/jobs renders, by region) and "settings".
+func renderRoot(t *testing.T, settings string) string {
 	t.Helper()
-	module, err := filepath.Abs("modules/jobs")
+	modules, err := filepath.Abs("modules")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,64 +312,98 @@ func render(t *testing.T, ctx context.Context, tf, warren, vaultAddr string, reg
 	if err != nil {
 		t.Fatal(err)
 	}
-	var root strings.Builder
+	return fmt.Sprintf(`module "settings" {
+  source   = %q
+  jobs_dir = %q
+%s
+}
+
+module "jobs" {
+  source   = %q
+  for_each = module.settings.regions
+  settings = each.value
+}
+
+output "regions" {
+  value = module.jobs
+}
+
+output "settings" {
+  value = module.settings.regions
+}
+`, filepath.Join(modules, "settings"), jobsDir, settings, filepath.Join(modules, "jobs"))
+}
+
+// terraform runs `terraform init` and `apply` (nothing to create: no providers) on root in a directory of
+// its own, with args added to apply, and returns `terraform output -json`, or the failing command's output.
+func terraform(ctx context.Context, tf, root string, dir string, args ...string) ([]byte, error) {
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(root), 0o644); err != nil {
+		return nil, err
+	}
+	var outputs []byte
+	for _, cmdArgs := range [][]string{
+		{"init", "-input=false", "-no-color"},
+		append([]string{"apply", "-auto-approve", "-input=false", "-no-color"}, args...),
+		{"output", "-json", "-no-color"},
+	} {
+		var stdout, stderr bytes.Buffer
+		cmd := testenv.TerraformCommand(ctx, tf, dir, cmdArgs...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("terraform %s: %w\n%s%s", cmdArgs[0], err, stdout.String(), stderr.String())
+		}
+		outputs = stdout.Bytes()
+	}
+	return outputs, nil
+}
+
+// renderOutputs is terraform output -json of renderRoot.
+type renderOutputs struct {
+	Regions struct {
+		Value map[string]rendered `json:"value"`
+	} `json:"regions"`
+	Settings struct {
+		Value map[string]map[string]any `json:"value"`
+	} `json:"settings"`
+}
+
+// render renders the regions' jobs for the test's servers: what terraform/main.tf would give its providers
+// for a map of regions r1 and r2, each with its own Consul and Nomad.
+func render(t *testing.T, ctx context.Context, tf, warren, vaultAddr string, regions map[string]*region) {
+	t.Helper()
+	var regionsHCL strings.Builder
 	for _, rg := range regions {
-		fmt.Fprintf(&root, `module %q {
-  source             = %q
-  region             = %q
-  datacenters        = ["dc1"]
-  sandbox_datacenter = "dc1"
-  public_url         = "http://%s.warren.test"
-  jobs_dir           = %q
+		fmt.Fprintf(&regionsHCL, `    %s = {
+      public_url     = "http://%s.warren.test"
+      consul_addr    = %q
+      nomad_addr     = %q
+      driver         = "raw_exec"
+      sandbox_driver = "raw_exec"
+      edge_count     = 1
+      billing_count  = 1
+      bucket         = { name = "snapshots-%s" }
+    }
+`, rg.name, rg.name, rg.cs.Addr(), rg.ns.Addr(), rg.name)
+	}
+	root := renderRoot(t, fmt.Sprintf(`  regions = {
+%s  }
+  vault_address      = %q
   warren_binary      = %q
-  driver             = "raw_exec"
-  sandbox_driver     = "raw_exec"
-  edge_count         = 1
-  billing_count      = 1
-  consul_addr        = %q
-  nomad_addr         = %q
-  vault_addr         = %q
   vault_legacy_token = true # Nomad 1.6
   kv_mount           = "secret"
   nomad_role_path    = "" # no Nomad ACLs here
   mesh_pki_role      = ""
-  mesh_pki_mount     = "pki"
-  bucket             = { name = "snapshots-%s", s3_region = "us-east-1", endpoint = "", path_style = false }
-  other_buckets      = {}
-  runner_args        = []
-}
-
-output %q {
-  value = module.%s
-}
-`, rg.name, module, rg.name, rg.name, jobsDir, warren, rg.cs.Addr(), rg.ns.Addr(), vaultAddr, rg.name, rg.name, rg.name)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(root.String()), 0o644); err != nil {
+  mesh_pki_mount     = "pki"`, regionsHCL.String(), vaultAddr, warren))
+	b, err := terraform(ctx, tf, root, t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	var outputs []byte
-	for _, args := range [][]string{
-		{"init", "-input=false", "-no-color"},
-		{"apply", "-auto-approve", "-input=false", "-no-color"},
-		{"output", "-json", "-no-color"},
-	} {
-		var stdout, stderr bytes.Buffer
-		cmd := testenv.TerraformCommand(ctx, tf, dir, args...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("terraform %s: %v\n%s%s", args[0], err, stdout.String(), stderr.String())
-		}
-		outputs = stdout.Bytes()
-	}
-	var out map[string]struct {
-		Value rendered `json:"value"`
-	}
-	if err := json.Unmarshal(outputs, &out); err != nil {
-		t.Fatalf("terraform output -json: %v\n%s", err, outputs)
+	var out renderOutputs
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("terraform output -json: %v\n%s", err, b)
 	}
 	for name, rg := range regions {
-		rg.r = out[name].Value
+		rg.r = out.Regions.Value[name]
 		for _, role := range roles {
 			if rg.r.Jobspecs[role] == "" || rg.r.VaultPolicies[role] == "" || rg.r.HCL2Vars[role]["region"] != name {
 				t.Fatalf("region %s role %s not rendered: %+v", name, role, rg.r)

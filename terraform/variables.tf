@@ -81,34 +81,6 @@ variable "mesh_pki_role" {
 }
 
 variable "regions" {
-  description = "the Warren regions by name, each a Nomad region with its Consul datacenter, edges, scheduler and snapshot bucket"
-  type = map(object({
-    public_url         = string                          # the region's load balancer: GET /v1/regions lists it
-    datacenters        = optional(list(string), ["dc1"]) # Nomad datacenters of the service jobs
-    sandbox_datacenter = optional(string, "dc1")         # Nomad datacenter of the sandboxes
-    consul_datacenter  = optional(string, "dc1")
-    consul_addr        = optional(string, "127.0.0.1:8500") # each node's Consul agent
-    nomad_addr         = optional(string, "http://127.0.0.1:4646")
-    vault_addr         = optional(string) # as the region's tasks reach Vault; default vault_address
-    driver             = optional(string, "exec")
-    sandbox_driver     = optional(string, "exec")
-    edge_count         = optional(number, 2)
-    billing_count      = optional(number, 2)
-    runner_args        = optional(list(string), [])
-    bucket = object({
-      name       = string
-      s3_region  = optional(string, "us-east-1")
-      endpoint   = optional(string, "") # empty: AWS
-      path_style = optional(bool, false)
-    })
-  }))
-
-  validation {
-    condition     = length(var.regions) > 0 && alltrue([for name, _ in var.regions : can(regex("^[a-z0-9][a-z0-9-]{0,62}$", name))])
-    error_message = "regions must name at least one region, each lower-case letters, digits and '-' (a Nomad region name)."
-  }
-  validation {
-    condition     = alltrue([for _, r in var.regions : can(regex("^https?://[^/?#]+", r.public_url))])
-    error_message = "every region's public_url must be an http:// or https:// URL."
-  }
+  description = "the Warren regions by name, each a Nomad region with its Consul datacenter, edges, scheduler and snapshot bucket; each region: public_url (required), bucket = { name (required), s3_region, endpoint, path_style }, and optionally datacenters, sandbox_datacenter, consul_datacenter, consul_addr, nomad_addr, vault_addr, driver, sandbox_driver, edge_count, billing_count, runner_args (modules/settings/variables.tf has the type, defaults and the checks)"
+  type        = any
 }

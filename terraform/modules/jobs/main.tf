@@ -9,21 +9,22 @@
 # is run.
 
 locals {
+  s     = var.settings
   roles = ["edge", "scheduler", "billing"]
 
   # The region's secrets (db, scheduler_key) live at <kv_mount>/warren/regions/<region>/<role>; issuer and
   # admin keys at <kv_mount>/warren/{issuers/*,admin}, shared by all regions (internal/secrets/vault).
-  secrets_rel = { for r in local.roles : r => "warren/regions/${var.region}/${r}" }
-  vault_names = { for r in local.roles : r => "warren-${var.region}-${r}" }
+  secrets_rel = { for r in local.roles : r => "warren/regions/${local.s.region}/${r}" }
+  vault_names = { for r in local.roles : r => "warren-${local.s.region}-${r}" }
 
   # -s3-* of the region's own bucket and -snapshot-region of every other region's, for every runner.
   s3_args = concat(
-    ["-s3-bucket=${var.bucket.name}", "-s3-region=${var.bucket.s3_region}"],
-    var.bucket.endpoint == "" ? [] : ["-s3-endpoint=${var.bucket.endpoint}"],
-    var.bucket.path_style ? ["-s3-path-style"] : [],
+    ["-s3-bucket=${local.s.bucket.name}", "-s3-region=${local.s.bucket.s3_region}"],
+    local.s.bucket.endpoint == "" ? [] : ["-s3-endpoint=${local.s.bucket.endpoint}"],
+    local.s.bucket.path_style ? ["-s3-path-style"] : [],
   )
   snapshot_region_args = [
-    for name, b in var.other_buckets :
+    for name, b in local.s.other_buckets :
     "-snapshot-region=${name}=s3://${b.name}?${join("&", concat(
       ["region=${b.s3_region}"],
       b.endpoint == "" ? [] : ["endpoint=${urlencode(b.endpoint)}"],
@@ -32,89 +33,89 @@ locals {
   ]
 
   common = {
-    region             = var.region
-    datacenters        = var.datacenters
-    warren_binary      = var.warren_binary
-    driver             = var.driver
-    vault_legacy_token = var.vault_legacy_token
+    region             = local.s.region
+    datacenters        = local.s.datacenters
+    warren_binary      = local.s.warren_binary
+    driver             = local.s.driver
+    vault_legacy_token = local.s.vault_legacy_token
   }
 
   # Each job's variables, typed as its variable blocks declare them.
   vars = {
     edge = merge(local.common, {
-      count          = var.edge_count
-      public_url     = var.public_url
-      consul_addr    = var.consul_addr
-      vault_addr     = var.vault_addr
+      count          = local.s.edge_count
+      public_url     = local.s.public_url
+      consul_addr    = local.s.consul_addr
+      vault_addr     = local.s.vault_addr
       vault_role     = local.vault_names.edge
       vault_policies = [local.vault_names.edge]
-      secrets_path   = "${var.kv_mount}/data/${local.secrets_rel.edge}"
-      mesh_pki_role  = var.mesh_pki_role
-      mesh_pki_mount = var.mesh_pki_mount
+      secrets_path   = "${local.s.kv_mount}/data/${local.secrets_rel.edge}"
+      mesh_pki_role  = local.s.mesh_pki_role
+      mesh_pki_mount = local.s.mesh_pki_mount
     })
     scheduler = merge(local.common, {
-      consul_addr        = var.consul_addr
-      nomad_addr         = var.nomad_addr
-      sandbox_datacenter = var.sandbox_datacenter
-      sandbox_driver     = var.sandbox_driver
-      runner_args        = concat(local.s3_args, local.snapshot_region_args, var.runner_args)
+      consul_addr        = local.s.consul_addr
+      nomad_addr         = local.s.nomad_addr
+      sandbox_datacenter = local.s.sandbox_datacenter
+      sandbox_driver     = local.s.sandbox_driver
+      runner_args        = concat(local.s3_args, local.snapshot_region_args, local.s.runner_args)
       vault_role         = local.vault_names.scheduler
       vault_policies     = [local.vault_names.scheduler]
-      secrets_path       = "${var.kv_mount}/data/${local.secrets_rel.scheduler}"
-      nomad_role_path    = var.nomad_role_path
+      secrets_path       = "${local.s.kv_mount}/data/${local.secrets_rel.scheduler}"
+      nomad_role_path    = local.s.nomad_role_path
     })
     billing = merge(local.common, {
-      count          = var.billing_count
-      vault_addr     = var.vault_addr
+      count          = local.s.billing_count
+      vault_addr     = local.s.vault_addr
       vault_role     = local.vault_names.billing
       vault_policies = [local.vault_names.billing]
-      secrets_path   = "${var.kv_mount}/data/${local.secrets_rel.billing}"
+      secrets_path   = "${local.s.kv_mount}/data/${local.secrets_rel.billing}"
     })
   }
 
   # Vault policies: each role reads its region's secrets; the edge reads issuer keys (and issues mesh
   # certificates), the billing role manages issuer and admin keys, the scheduler mints its Nomad token.
   read_own = { for r in local.roles : r => <<-EOT
-    path "${var.kv_mount}/data/${local.secrets_rel[r]}" {
+    path "${local.s.kv_mount}/data/${local.secrets_rel[r]}" {
       capabilities = ["read"]
     }
   EOT
   }
   policies = {
     edge = join("", [local.read_own.edge, <<-EOT
-      path "${var.kv_mount}/data/warren/issuers/*" {
+      path "${local.s.kv_mount}/data/warren/issuers/*" {
         capabilities = ["read"]
       }
-      path "${var.kv_mount}/metadata/warren/issuers/*" {
+      path "${local.s.kv_mount}/metadata/warren/issuers/*" {
         capabilities = ["read"]
       }
     EOT
-      , var.mesh_pki_role == "" ? "" : <<-EOT
-      path "${var.mesh_pki_mount}/issue/${var.mesh_pki_role}" {
+      , local.s.mesh_pki_role == "" ? "" : <<-EOT
+      path "${local.s.mesh_pki_mount}/issue/${local.s.mesh_pki_role}" {
         capabilities = ["update"]
       }
     EOT
     ])
-    scheduler = join("", [local.read_own.scheduler, var.nomad_role_path == "" ? "" : <<-EOT
-      path "${var.nomad_role_path}" {
+    scheduler = join("", [local.read_own.scheduler, local.s.nomad_role_path == "" ? "" : <<-EOT
+      path "${local.s.nomad_role_path}" {
         capabilities = ["read"]
       }
     EOT
     ])
     billing = join("", [local.read_own.billing, <<-EOT
-      path "${var.kv_mount}/data/warren/issuers/*" {
+      path "${local.s.kv_mount}/data/warren/issuers/*" {
         capabilities = ["create", "read", "update"]
       }
-      path "${var.kv_mount}/metadata/warren/issuers/*" {
+      path "${local.s.kv_mount}/metadata/warren/issuers/*" {
         capabilities = ["read", "list", "update", "delete"]
       }
-      path "${var.kv_mount}/metadata/warren/issuers" {
+      path "${local.s.kv_mount}/metadata/warren/issuers" {
         capabilities = ["list"]
       }
-      path "${var.kv_mount}/data/warren/admin" {
+      path "${local.s.kv_mount}/data/warren/admin" {
         capabilities = ["create", "read", "update"]
       }
-      path "${var.kv_mount}/metadata/warren/admin" {
+      path "${local.s.kv_mount}/metadata/warren/admin" {
         capabilities = ["read"]
       }
     EOT

@@ -1,6 +1,6 @@
 output "jobspecs" {
   description = "the region's jobspecs by role (edge, scheduler, billing), rendered from jobs_dir with templatefile"
-  value       = { for r in local.roles : r => templatefile("${var.jobs_dir}/${r}.nomad.hcl", {}) }
+  value       = { for r in local.roles : r => templatefile("${local.s.jobs_dir}/${r}.nomad.hcl", {}) }
 }
 
 output "vars" {
@@ -27,5 +27,5 @@ output "vault_names" {
 
 output "secrets_paths" {
   description = "where each role's secrets (db, scheduler_key) are written, by role: <kv_mount>/warren/regions/<region>/<role> (KV v2, the path `vault kv put` takes)"
-  value       = { for r, rel in local.secrets_rel : r => "${var.kv_mount}/${rel}" }
+  value       = { for r, rel in local.secrets_rel : r => "${local.s.kv_mount}/${rel}" }
 }

@@ -3,29 +3,8 @@
 # identity, and (with consul_acls) the roles' Consul ACL policies in its datacenter.
 
 module "jobs" {
-  source = "../jobs"
-
-  region             = var.region
-  datacenters        = var.datacenters
-  sandbox_datacenter = var.sandbox_datacenter
-  public_url         = var.public_url
-  jobs_dir           = var.jobs_dir
-  warren_binary      = var.warren_binary
-  driver             = var.driver
-  sandbox_driver     = var.sandbox_driver
-  edge_count         = var.edge_count
-  billing_count      = var.billing_count
-  consul_addr        = var.consul_addr
-  nomad_addr         = var.nomad_addr
-  vault_addr         = var.vault_addr
-  vault_legacy_token = var.vault_legacy_token
-  kv_mount           = var.kv_mount
-  nomad_role_path    = var.nomad_role_path
-  mesh_pki_role      = var.mesh_pki_role
-  mesh_pki_mount     = var.mesh_pki_mount
-  bucket             = var.bucket
-  other_buckets      = var.other_buckets
-  runner_args        = var.runner_args
+  source   = "../jobs"
+  settings = var.settings
 }
 
 locals {
@@ -44,7 +23,7 @@ resource "vault_policy" "role" {
 # so the roles of two regions accept each other's identities unless each region's servers sign with their
 # own issuer and auth method (terraform/README.md, "Known limits").
 resource "vault_jwt_auth_backend_role" "role" {
-  for_each = var.vault_legacy_token ? toset([]) : local.roles
+  for_each = var.settings.vault_legacy_token ? toset([]) : local.roles
 
   backend         = var.jwt_auth_path
   role_name       = module.jobs.vault_names[each.key]
@@ -142,7 +121,7 @@ resource "consul_acl_policy" "role" {
     EOT
   } : {}
 
-  name        = "warren-${var.region}-${each.key}"
-  datacenters = [var.consul_datacenter]
+  name        = "warren-${var.settings.region}-${each.key}"
+  datacenters = [var.settings.consul_datacenter]
   rules       = each.value
 }

@@ -1,11 +1,11 @@
 output "edge_url" {
   description = "the region's public URL, as GET /v1/regions lists it"
-  value       = var.public_url
+  value       = var.settings.public_url
 }
 
 output "bucket" {
   description = "the region's snapshot bucket"
-  value       = var.bucket
+  value       = var.settings.bucket
 }
 
 output "secrets_paths" {

@@ -1,0 +1,74 @@
+variable "regions" {
+  description = "the Warren regions by name, each a Nomad region with its Consul datacenter, edges, scheduler and snapshot bucket (see ../../variables.tf)"
+  type = map(object({
+    public_url         = string                          # the region's load balancer: GET /v1/regions lists it
+    datacenters        = optional(list(string), ["dc1"]) # Nomad datacenters of the service jobs
+    sandbox_datacenter = optional(string, "dc1")         # Nomad datacenter of the sandboxes
+    consul_datacenter  = optional(string, "dc1")
+    consul_addr        = optional(string, "127.0.0.1:8500") # each node's Consul agent
+    nomad_addr         = optional(string, "http://127.0.0.1:4646")
+    vault_addr         = optional(string) # as the region's tasks reach Vault; default vault_address
+    driver             = optional(string, "exec")
+    sandbox_driver     = optional(string, "exec")
+    edge_count         = optional(number, 2)
+    billing_count      = optional(number, 2)
+    runner_args        = optional(list(string), [])
+    bucket = object({
+      name       = string
+      s3_region  = optional(string, "us-east-1")
+      endpoint   = optional(string, "") # empty: AWS
+      path_style = optional(bool, false)
+    })
+  }))
+
+  validation {
+    condition     = length(var.regions) > 0 && alltrue([for name, _ in var.regions : can(regex("^[a-z0-9][a-z0-9-]{0,62}$", name))])
+    error_message = "regions must name at least one region, each lower-case letters, digits and '-' (a Nomad region name)."
+  }
+  validation {
+    condition     = alltrue([for _, r in var.regions : can(regex("^https?://[^/?#@]+$", trimsuffix(r.public_url, "/")))])
+    error_message = "every region's public_url must be an http:// or https:// URL of a host (and port), without path, query or user."
+  }
+  validation {
+    condition     = alltrue([for _, r in var.regions : r.edge_count >= 1 && r.billing_count >= 1 && floor(r.edge_count) == r.edge_count && floor(r.billing_count) == r.billing_count])
+    error_message = "edge_count and billing_count must be whole numbers of at least 1."
+  }
+  validation {
+    condition     = alltrue([for _, r in var.regions : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", r.bucket.name))])
+    error_message = "every bucket name must be an S3 bucket name (3 to 63 lower-case letters, digits, '.' and '-')."
+  }
+}
+
+variable "vault_address" {
+  type        = string
+  description = "the Vault all regions share, the tasks' default Vault address"
+}
+
+variable "jobs_dir" {
+  type        = string
+  description = "the directory of edge.nomad.hcl, scheduler.nomad.hcl and billing.nomad.hcl"
+}
+
+variable "warren_binary" {
+  type = string
+}
+
+variable "vault_legacy_token" {
+  type = bool
+}
+
+variable "kv_mount" {
+  type = string
+}
+
+variable "nomad_role_path" {
+  type = string
+}
+
+variable "mesh_pki_role" {
+  type = string
+}
+
+variable "mesh_pki_mount" {
+  type = string
+}
