@@ -98,6 +98,11 @@ variable "nomad_jwks_url" {
 		if r.HCL2Vars["edge"]["vault_role"] != "warren-"+name+"-edge" || r.HCL2Vars["edge"]["vault_legacy_token"] != "false" {
 			t.Errorf("%s: edge Vault variables %v", name, r.HCL2Vars["edge"])
 		}
+		for _, role := range []string{"edge", "scheduler", "billing", "runner"} {
+			if !strings.Contains(r.Consul[role], "node_prefix \"\" {\n  policy = \"read\"\n}\n") {
+				t.Errorf("%s: Consul rules of %s: %q", name, role, r.Consul[role])
+			}
+		}
 		for other := range want {
 			if other != name && !strings.Contains(r.HCL2Vars["scheduler"]["runner_args"], "-snapshot-region="+other+"=s3://warren-snapshots-"+other) {
 				t.Errorf("%s: runner_args %s do not read %s's bucket", name, r.HCL2Vars["scheduler"]["runner_args"], other)
@@ -146,6 +151,7 @@ type rendered struct {
 	VaultPolicies map[string]string            `json:"vault_policies"`
 	VaultNames    map[string]string            `json:"vault_names"`
 	SecretsPaths  map[string]string            `json:"secrets_paths"`
+	Consul        map[string]string            `json:"consul_policies"`
 }
 
 // region is one Nomad region of the test with its Consul and what Terraform rendered for it.

@@ -8,6 +8,7 @@
 package ops_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"go/ast"
 	"go/parser"
@@ -223,6 +224,25 @@ func checkExpr(t *testing.T, where, expr string, code map[string]metric) (groupe
 	return groupedBy
 }
 
+// decode reads file (JSON, or YAML when it ends in .yml, refusing fields v does not have) into v.
+func decode(t *testing.T, file string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(file, ".yml") {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		err = dec.Decode(v)
+	} else {
+		err = json.Unmarshal(b, v)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
 // The code defines the metrics the files below are checked against (a guard against a scan that finds
 // nothing and so would pass nothing).
 func TestCodeMetricsFound(t *testing.T) {
@@ -243,10 +263,6 @@ func TestCodeMetricsFound(t *testing.T) {
 // Every query of the Grafana dashboard uses metrics and labels the code defines.
 func TestDashboard(t *testing.T) {
 	code := codeMetrics(t)
-	b, err := os.ReadFile("grafana-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var dash struct {
 		Title  string `json:"title"`
 		UID    string `json:"uid"`
@@ -259,9 +275,7 @@ func TestDashboard(t *testing.T) {
 			} `json:"targets"`
 		} `json:"panels"`
 	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("grafana-dashboard.json: %v", err)
-	}
+	decode(t, "grafana-dashboard.json", &dash)
 	if dash.Title == "" || dash.UID == "" {
 		t.Error("the dashboard has no title or uid")
 	}
@@ -292,10 +306,6 @@ func TestDashboard(t *testing.T) {
 // expression keeps, and has its runbook section in README.md.
 func TestAlerts(t *testing.T) {
 	code := codeMetrics(t)
-	b, err := os.ReadFile("alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var file struct {
 		Groups []struct {
 			Name  string `yaml:"name"`
@@ -308,11 +318,7 @@ func TestAlerts(t *testing.T) {
 			} `yaml:"rules"`
 		} `yaml:"groups"`
 	}
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&file); err != nil {
-		t.Fatalf("alerts.yml: %v", err)
-	}
+	decode(t, "alerts.yml", &file)
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -121,4 +121,14 @@ locals {
     EOT
     ])
   }
+
+  # Consul ACL rules of the roles: the edge reads the owners and finds the scheduler; the scheduler and billing
+  # register their services; runners (started by the scheduler) hold their owner keys with sessions and
+  # register themselves; every role reads the nodes. By role: rule kind => resource => policy.
+  consul_rules = { for role, rules in {
+    edge      = { key_prefix = { "warren/owners/" = "read" }, service_prefix = { "warren-" = "read" }, service = { "warren-edge" = "write" } }
+    scheduler = { key_prefix = { "warren/" = "write" }, service_prefix = { "warren-" = "read" }, service = { "warren-scheduler" = "write" }, session_prefix = { "" = "write" } }
+    billing   = { service = { "warren-billing" = "write" } }
+    runner    = { key_prefix = { "warren/" = "write" }, service_prefix = { "warren-runner-" = "write" }, session_prefix = { "" = "write" } }
+  } : role => merge(rules, { node_prefix = { "" = "read" } }) }
 }

@@ -29,3 +29,12 @@ output "secrets_paths" {
   description = "where each role's secrets (db, scheduler_key) are written, by role: <kv_mount>/warren/regions/<region>/<role> (KV v2, the path `vault kv put` takes)"
   value       = { for r, rel in local.secrets_rel : r => "${local.s.kv_mount}/${rel}" }
 }
+
+output "consul_policies" {
+  description = "the Consul ACL policy rules of the roles (edge, scheduler, billing, runner), by role"
+  value = { for role, kinds in local.consul_rules : role => join("", flatten([
+    for kind, resources in kinds : [
+      for name, policy in resources : "${kind} ${jsonencode(name)} {\n  policy = ${jsonencode(policy)}\n}\n"
+    ]
+  ])) }
+}

@@ -61,65 +61,10 @@ resource "nomad_job" "role" {
   depends_on = [vault_policy.role, vault_jwt_auth_backend_role.role]
 }
 
-# Consul ACL policies of the roles, valid in the region's datacenter: the edge reads the owners and finds the
-# scheduler; the scheduler and billing register their services; runners (started by the scheduler) hold their
-# owner keys with sessions and register themselves.
+# Consul ACL policies of the roles (edge, scheduler, billing, runner; modules/jobs renders them), valid in the
+# region's datacenter.
 resource "consul_acl_policy" "role" {
-  for_each = var.consul_acls ? {
-    edge      = <<-EOT
-      key_prefix "warren/owners/" {
-        policy = "read"
-      }
-      service_prefix "warren-" {
-        policy = "read"
-      }
-      service "warren-edge" {
-        policy = "write"
-      }
-      node_prefix "" {
-        policy = "read"
-      }
-    EOT
-    scheduler = <<-EOT
-      key_prefix "warren/" {
-        policy = "write"
-      }
-      service_prefix "warren-" {
-        policy = "read"
-      }
-      service "warren-scheduler" {
-        policy = "write"
-      }
-      session_prefix "" {
-        policy = "write"
-      }
-      node_prefix "" {
-        policy = "read"
-      }
-    EOT
-    billing   = <<-EOT
-      service "warren-billing" {
-        policy = "write"
-      }
-      node_prefix "" {
-        policy = "read"
-      }
-    EOT
-    runner    = <<-EOT
-      key_prefix "warren/" {
-        policy = "write"
-      }
-      service_prefix "warren-runner-" {
-        policy = "write"
-      }
-      session_prefix "" {
-        policy = "write"
-      }
-      node_prefix "" {
-        policy = "read"
-      }
-    EOT
-  } : {}
+  for_each = var.consul_acls ? module.jobs.consul_policies : {}
 
   name        = "warren-${var.settings.region}-${each.key}"
   datacenters = [var.settings.consul_datacenter]

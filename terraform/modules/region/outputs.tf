@@ -1,24 +1,10 @@
-output "edge_url" {
-  description = "the region's public URL, as GET /v1/regions lists it"
-  value       = var.settings.public_url
-}
-
-output "bucket" {
-  description = "the region's snapshot bucket"
-  value       = var.settings.bucket
-}
-
-output "secrets_paths" {
-  description = "where to write each role's secrets (vault kv put <path> db=... scheduler_key=...)"
-  value       = module.jobs.secrets_paths
-}
-
-output "vault_names" {
-  description = "the roles' Vault policies and JWT roles"
-  value       = module.jobs.vault_names
-}
-
-output "jobs" {
-  description = "the region's Nomad job ids by role"
-  value       = { for r, j in nomad_job.role : r => j.id }
+output "region" {
+  description = "the region: its public URL (edge_url, as GET /v1/regions lists it), snapshot bucket, where to write each role's secrets (secrets_paths: vault kv put <path> db=... scheduler_key=...), the roles' Vault policies and JWT roles (vault_names) and its Nomad job ids by role (jobs)"
+  value = {
+    edge_url      = var.settings.public_url
+    bucket        = var.settings.bucket
+    secrets_paths = module.jobs.secrets_paths
+    vault_names   = module.jobs.vault_names
+    jobs          = { for r, j in nomad_job.role : r => j.id }
+  }
 }
