@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -148,6 +149,7 @@ func TestRegionsValidation(t *testing.T) {
 type rendered struct {
 	Jobspecs      map[string]string            `json:"jobspecs"`
 	HCL2Vars      map[string]map[string]string `json:"hcl2_vars"`
+	Vars          map[string]map[string]any    `json:"vars"`
 	VaultPolicies map[string]string            `json:"vault_policies"`
 	VaultNames    map[string]string            `json:"vault_names"`
 	SecretsPaths  map[string]string            `json:"secrets_paths"`
@@ -206,6 +208,32 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(flagName) + `(\s|$)`).Match(runnerHelp) {
 				t.Errorf("runner_args of %s: warren runner has no flag %s", name, flagName)
 			}
+		}
+	}
+
+	// What templatefile renders is the job Nomad makes of the file itself, with the same variables.
+	parser, err := api.NewClient(&api.Config{Address: r1.ns.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range roles {
+		vars, _ := json.Marshal(r2.r.Vars[role])
+		file, err := os.ReadFile(filepath.Join("..", "jobs", role+".nomad.hcl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromFile, err := parser.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(file), Variables: string(vars)})
+		if err != nil {
+			t.Fatalf("parse jobs/%s.nomad.hcl: %v", role, err)
+		}
+		fromRender, err := parser.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: r2.r.Jobspecs[role], Variables: string(vars)})
+		if err != nil {
+			t.Fatalf("parse the rendered %s job: %v", role, err)
+		}
+		if !reflect.DeepEqual(fromFile, fromRender) {
+			a, _ := json.Marshal(fromFile)
+			b, _ := json.Marshal(fromRender)
+			t.Fatalf("the rendered %s job differs from the file's:\n%s\n%s", role, a, b)
 		}
 	}
 
