@@ -31,7 +31,6 @@ resource "vault_jwt_auth_backend" "nomad" {
   description        = "Nomad workload identities"
   jwks_url           = var.nomad_jwks_url
   jwt_supported_algs = ["RS256", "EdDSA"]
-  default_role       = ""
 
   lifecycle {
     precondition {
