@@ -43,6 +43,9 @@ import (
 //     pointed at a closed loopback port with every automatic use (auto-advertise, auto-join) off.
 //   - vault: off, unless NomadOptions.VaultAddr and VaultToken are given (then server and client use that
 //     Vault, e.g. a dev server with its root token, so jobs with vault blocks can be planned).
+//   - region: NomadOptions.Region, Nomad's "global" by default. Agents of different regions federate with
+//     Join (their servers gossip over Serf on loopback), after which a request naming another region, or a
+//     job whose region is another, is forwarded there.
 //
 // Lifecycle. A dev agent is ready (node registered, raw_exec healthy) in a few seconds, so every StartNomad
 // is an agent of its own, stopped in t.Cleanup; tests that share one use distinct job names. The agent is a

@@ -2,6 +2,7 @@ package testenv_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"strings"
@@ -39,5 +40,33 @@ func TestNomadStarts(t *testing.T) {
 	})
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("data directory %s left behind: %v", dir, err)
+	}
+}
+
+// Two agents of regions r1 and r2 federate with Join: each lists both regions and answers a request for the
+// other region's nodes with that region's node (forwarded).
+func TestNomadFederation(t *testing.T) {
+	r1 := testenv.StartNomad(t, testenv.NomadOptions{Region: "r1"})
+	r2 := testenv.StartNomad(t, testenv.NomadOptions{Region: "r2"})
+	r1.Join(t, r2)
+	for _, tc := range []struct {
+		via   *testenv.NomadServer
+		other *testenv.NomadServer
+		name  string
+	}{{r1, r2, "r2"}, {r2, r1, "r1"}} {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, tc.via.Addr()+"/v1/nodes?region="+tc.name, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodes []struct{ ID string }
+		err = json.NewDecoder(resp.Body).Decode(&nodes)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != 1 || nodes[0].ID != tc.other.NodeID() {
+			t.Fatalf("nodes of %s through the other agent: %+v, want %s", tc.name, nodes, tc.other.NodeID())
+		}
 	}
 }
