@@ -122,7 +122,7 @@ func TestRegionsValidation(t *testing.T) {
 		{"public_url path", `{ eu = { public_url = "https://eu.example.com/x?y", bucket = { name = "snaps-eu" } } }`, "without path, query or user"},
 		{"edge_count", `{ eu = { public_url = "https://eu.example.com", edge_count = 0, bucket = { name = "snaps-eu" } } }`, "edge_count and billing_count must be whole numbers"},
 		{"bucket", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "Snaps/EU" } } }`, "S3 bucket name"},
-		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, "bucket"},
+		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, `attribute "bucket" is required`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := renderRoot(t, `  regions            = `+tc.regions+`
