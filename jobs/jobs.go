@@ -1,7 +1,8 @@
 // Package jobs holds Warren's Nomad job specifications (HCL2), embedded so the binary carries exactly the
 // files in this directory: the per-user sandbox template that the scheduler's Nomad driver fills with
 // variables through Nomad's job-parse endpoint (so the reviewed file and what runs cannot drift), and the
-// service jobs of the long-running roles, which operators run with `nomad job run -var …`.
+// service jobs of the long-running roles, which operators run with `nomad job run -var …` or terraform/
+// renders for every region (the files are Terraform templates too; terraform/README.md).
 //
 // Every spec is checked against a real Nomad agent (`nomad job validate`, `nomad job plan`) in this
 // package's tests.
