@@ -25,6 +25,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/testenv"
 )
 
@@ -99,7 +101,7 @@ variable "nomad_jwks_url" {
 		if r.HCL2Vars["edge"]["vault_role"] != "warren-"+name+"-edge" || r.HCL2Vars["edge"]["vault_legacy_token"] != "false" {
 			t.Errorf("%s: edge Vault variables %v", name, r.HCL2Vars["edge"])
 		}
-		for _, role := range []string{"edge", "scheduler", "billing", "runner"} {
+		for _, role := range []string{"edge", "scheduler", "runner"} {
 			if !strings.Contains(r.Consul[role], "node_prefix \"\" {\n  policy = \"read\"\n}\n") {
 				t.Errorf("%s: Consul rules of %s: %q", name, role, r.Consul[role])
 			}
@@ -108,6 +110,112 @@ variable "nomad_jwks_url" {
 			if other != name && !strings.Contains(r.HCL2Vars["scheduler"]["runner_args"], "-snapshot-region="+other+"=s3://warren-snapshots-"+other) {
 				t.Errorf("%s: runner_args %s do not read %s's bucket", name, r.HCL2Vars["scheduler"]["runner_args"], other)
 			}
+		}
+	}
+}
+
+// The Consul ACL rules Terraform renders, as policies of a Consul that denies by default: a runner's token
+// holds its user's owner key (service, session, lock), the edge's and the scheduler's read it, and the
+// edge's can neither take an owner key nor write anything else.
+func TestConsulPolicies(t *testing.T) {
+	tf := testenv.Terraform(t)
+	cs := testenv.StartConsulACL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := renderRoot(t, `  regions            = { r1 = { public_url = "http://r1.warren.test", bucket = { name = "snapshots-r1" } } }
+  vault_address      = "http://127.0.0.1:8200"
+  warren_binary      = "/usr/local/bin/warren"
+  vault_legacy_token = true
+  kv_mount           = "secret"
+  nomad_role_path    = ""
+  mesh_pki_role      = ""
+  mesh_pki_mount     = "pki"`)
+	b, err := terraform(ctx, tf, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out renderOutputs
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("terraform output -json: %v\n%s", err, b)
+	}
+	tokens := map[string]string{}
+	for role, rules := range out.Regions.Value["r1"].Consul {
+		name := "warren-r1-" + role
+		consulDo(t, cs, http.MethodPut, "/v1/acl/policy", map[string]any{"Name": name, "Rules": rules}, nil)
+		var tok struct{ SecretID string }
+		consulDo(t, cs, http.MethodPut, "/v1/acl/token", map[string]any{"Policies": []map[string]string{{"Name": name}}}, &tok)
+		tokens[role] = tok.SecretID
+	}
+	for _, role := range []string{"edge", "scheduler", "runner"} {
+		if tokens[role] == "" {
+			t.Fatalf("no Consul policy rendered for %s: %v", role, out.Regions.Value["r1"].Consul)
+		}
+	}
+	reg := func(role string) *consul.Registry {
+		r, err := consul.New(consul.Config{Addr: cs.Addr(), Token: tokens[role]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close(context.Background()) })
+		return r
+	}
+	entry := registry.Entry{Issuer: "acme", User: "alice", Epoch: 1, Region: "r1", Alloc: "alloc-1", Addr: "127.0.0.1:7001", Key: "runner-key"}
+	lease, err := reg("runner").Hold(ctx, entry)
+	if err != nil {
+		t.Fatalf("the runner's token cannot hold its owner key: %v", err)
+	}
+	defer func() { _ = lease.Release(context.Background()) }()
+	for _, role := range []string{"edge", "scheduler"} {
+		got, err := reg(role).Lookup(ctx, entry.Issuer, entry.User)
+		if err != nil || got.Alloc != entry.Alloc || got.Key != entry.Key {
+			t.Errorf("the %s's token looks up %+v, %v; want the runner's entry", role, got, err)
+		}
+	}
+	// The attacks: an edge's token takes over a user, or writes elsewhere in Warren's keys.
+	edge := reg("edge")
+	stolen := entry
+	stolen.Epoch, stolen.Alloc, stolen.Addr = 2, "evil", "127.0.0.1:6666"
+	if err := edge.Register(ctx, stolen); err == nil || !strings.Contains(err.Error(), "Permission denied") {
+		t.Errorf("the edge's token registering an owner: %v, want Consul's permission denied", err)
+	}
+	if got, err := reg("scheduler").Lookup(ctx, entry.Issuer, entry.User); err != nil || got.Alloc != entry.Alloc {
+		t.Errorf("after the edge's attempt the owner is %+v, %v", got, err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+cs.Addr()+"/v1/kv/warren/warm/r1/evil", strings.NewReader("x"))
+	req.Header.Set("X-Consul-Token", tokens["edge"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("the edge's token writes warren/warm/: %s, want 403", resp.Status)
+	}
+}
+
+// consulDo sends a JSON request to Consul with its management token, fails t unless it succeeds, and decodes
+// the answer into out (unless nil).
+func consulDo(t *testing.T, cs *testenv.ConsulServer, method, path string, body, out any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(method, "http://"+cs.Addr()+path, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Consul-Token", cs.ManagementToken())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("consul %s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var msg bytes.Buffer
+	_, _ = msg.ReadFrom(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("consul %s %s: %s %s", method, path, resp.Status, msg.String())
+	}
+	if out != nil {
+		if err := json.Unmarshal(msg.Bytes(), out); err != nil {
+			t.Fatalf("consul %s %s: %v", method, path, err)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -35,6 +37,7 @@ type ConsulServer struct {
 	node  string
 	ports consulPorts
 	proc  proc
+	token string // with ACLs: the initial management token; "" without
 }
 
 type consulPorts struct{ http, serfLAN, serfWAN, server int }
@@ -46,9 +49,31 @@ var consulNodes atomic.Int64
 // `make tools`).
 func StartConsul(t testing.TB) *ConsulServer {
 	t.Helper()
+	return startConsul(t, "")
+}
+
+// StartConsulACL is StartConsul with ACLs enabled and denying what no token allows (default_policy deny),
+// as production runs Consul: ManagementToken may do anything (the agent uses it for itself too), anything
+// else needs a token of its own.
+func StartConsulACL(t testing.TB) *ConsulServer {
+	t.Helper()
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	h := hex.EncodeToString(b[:])
+	return startConsul(t, h[:8]+"-"+h[8:12]+"-"+h[12:16]+"-"+h[16:20]+"-"+h[20:])
+}
+
+// ManagementToken is the token of StartConsulACL's agent that may do anything; "" without ACLs.
+func (s *ConsulServer) ManagementToken() string { return s.token }
+
+func startConsul(t testing.TB, token string) *ConsulServer {
+	t.Helper()
 	s := &ConsulServer{
-		bin:  Binary(t, "consul"),
-		node: fmt.Sprintf("warren-test-%d-%d", os.Getpid(), consulNodes.Add(1)),
+		token: token,
+		bin:   Binary(t, "consul"),
+		node:  fmt.Sprintf("warren-test-%d-%d", os.Getpid(), consulNodes.Add(1)),
 		// SIGINT: the agent leaves and exits.
 		proc: proc{title: "Consul", stopSig: syscall.SIGINT, grace: 30 * time.Second},
 	}
@@ -106,6 +131,17 @@ func (s *ConsulServer) start() error {
 		"-hcl", `session_ttl_min = "1s"`,
 		"-hcl", `disable_update_check = true`,
 	)
+	if s.token != "" {
+		cmd.Args = append(cmd.Args, "-hcl", fmt.Sprintf(`acl {
+  enabled                  = true
+  default_policy           = "deny"
+  enable_token_persistence = false
+  tokens {
+    initial_management = %q
+    agent              = %q
+  }
+}`, s.token, s.token))
+	}
 	// No CONSUL_* variables of the caller's environment reach the agent.
 	cmd.Env = []string{"HOME=" + os.TempDir(), "PATH=/usr/bin:/bin", "TZ=UTC"}
 	cmd.Dir = os.TempDir()
@@ -129,7 +165,12 @@ func (s *ConsulServer) ready() error {
 		return errors.New("no leader yet")
 	}
 	var checks []struct{ CheckID, Status string }
-	if err := getJSON("http://"+s.Addr()+"/v1/health/node/"+s.node, &checks); err != nil {
+	url := "http://" + s.Addr() + "/v1/health/node/" + s.node
+	if s.token != "" {
+		// Without a token, ACLs filter the node's checks out of the answer.
+		url += "?token=" + s.token
+	}
+	if err := getJSON(url, &checks); err != nil {
 		return err
 	}
 	for _, c := range checks {

@@ -98,3 +98,18 @@ func TestConsulTwo(t *testing.T) {
 		t.Fatalf("the other agent: %d %v, want 404", code, err)
 	}
 }
+
+// StartConsulACL's agent denies what no token allows and lets its management token do anything.
+func TestConsulACL(t *testing.T) {
+	s := StartConsulACL(t)
+	if s.ManagementToken() == "" {
+		t.Fatal("no management token")
+	}
+	base := "http://" + s.Addr()
+	if code, body, err := consulDo(t, http.MethodPut, base+"/v1/kv/acl-test", "x"); err != nil || code != http.StatusForbidden {
+		t.Fatalf("anonymous KV write = %d %q, %v; want 403", code, body, err)
+	}
+	if code, body, err := consulDo(t, http.MethodPut, base+"/v1/kv/acl-test?token="+s.ManagementToken(), "x"); err != nil || code != http.StatusOK {
+		t.Fatalf("management KV write = %d %q, %v", code, body, err)
+	}
+}

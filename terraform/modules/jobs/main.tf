@@ -122,13 +122,14 @@ locals {
     ])
   }
 
-  # Consul ACL rules of the roles: the edge reads the owners and finds the scheduler; the scheduler and billing
-  # register their services; runners (started by the scheduler) hold their owner keys with sessions and
-  # register themselves; every role reads the nodes. By role: rule kind => resource => policy.
+  # Consul ACL rules of the tokens the processes use with -consul (Nomad registers the services with its own):
+  # the edge reads the owners (each user's runner and its key); the scheduler also claims warm runners and
+  # clears owners; runners hold their owner or warm keys with sessions and register themselves. Every role
+  # reads the nodes (sessions are bound to a node's health). The billing role uses no Consul. By role: rule
+  # kind => resource => policy.
   consul_rules = { for role, rules in {
-    edge      = { key_prefix = { "warren/owners/" = "read" }, service_prefix = { "warren-" = "read" }, service = { "warren-edge" = "write" } }
-    scheduler = { key_prefix = { "warren/" = "write" }, service_prefix = { "warren-" = "read" }, service = { "warren-scheduler" = "write" }, session_prefix = { "" = "write" } }
-    billing   = { service = { "warren-billing" = "write" } }
-    runner    = { key_prefix = { "warren/" = "write" }, service_prefix = { "warren-runner-" = "write" }, session_prefix = { "" = "write" } }
+    edge      = { key_prefix = { "warren/owners/" = "read" } }
+    scheduler = { key_prefix = { "warren/" = "write" }, session_prefix = { "" = "write" } }
+    runner    = { key_prefix = { "warren/" = "write" }, session_prefix = { "" = "write" }, service = { "warren-runner" = "write" } }
   } : role => merge(rules, { node_prefix = { "" = "read" } }) }
 }

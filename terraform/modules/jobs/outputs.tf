@@ -31,7 +31,7 @@ output "secrets_paths" {
 }
 
 output "consul_policies" {
-  description = "the Consul ACL policy rules of the roles (edge, scheduler, billing, runner), by role"
+  description = "the Consul ACL policy rules of the tokens edges, the scheduler and runners use with -consul, by role (edge, scheduler, runner)"
   value = { for role, kinds in local.consul_rules : role => join("", flatten([
     for kind, resources in kinds : [
       for name, policy in resources : "${kind} ${jsonencode(name)} {\n  policy = ${jsonencode(policy)}\n}\n"

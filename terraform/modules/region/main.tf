@@ -61,8 +61,8 @@ resource "nomad_job" "role" {
   depends_on = [vault_policy.role, vault_jwt_auth_backend_role.role]
 }
 
-# Consul ACL policies of the roles (edge, scheduler, billing, runner; modules/jobs renders them), valid in the
-# region's datacenter.
+# Consul ACL policies of the tokens edges, the scheduler and runners use with -consul (edge, scheduler, runner;
+# modules/jobs renders them), valid in the region's datacenter.
 resource "consul_acl_policy" "role" {
   for_each = var.consul_acls ? module.jobs.consul_policies : {}
 
