@@ -118,28 +118,12 @@ variable "nomad_jwks_url" {
 // holds its user's owner key (service, session, lock), the edge's and the scheduler's read it, and the
 // edge's can neither take an owner key nor write anything else.
 func TestConsulPolicies(t *testing.T) {
-	tf := testenv.Terraform(t)
 	cs := testenv.StartConsulACL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	root := renderRoot(t, `  regions            = { r1 = { public_url = "http://r1.warren.test", bucket = { name = "snapshots-r1" } } }
-  vault_address      = "http://127.0.0.1:8200"
-  warren_binary      = "/usr/local/bin/warren"
-  vault_legacy_token = true
-  kv_mount           = "secret"
-  nomad_role_path    = ""
-  mesh_pki_role      = ""
-  mesh_pki_mount     = "pki"`)
-	b, err := terraform(ctx, tf, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out renderOutputs
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("terraform output -json: %v\n%s", err, b)
-	}
+	out := renderTwo(t, ctx)
 	tokens := map[string]string{}
-	for role, rules := range out.Regions.Value["r1"].Consul {
+	for role, rules := range out["r1"].Consul {
 		name := "warren-r1-" + role
 		consulDo(t, cs, http.MethodPut, "/v1/acl/policy", map[string]any{"Name": name, "Rules": rules}, nil)
 		var tok struct{ SecretID string }
@@ -148,7 +132,7 @@ func TestConsulPolicies(t *testing.T) {
 	}
 	for _, role := range []string{"edge", "scheduler", "runner"} {
 		if tokens[role] == "" {
-			t.Fatalf("no Consul policy rendered for %s: %v", role, out.Regions.Value["r1"].Consul)
+			t.Fatalf("no Consul policy rendered for %s: %v", role, out["r1"].Consul)
 		}
 	}
 	reg := func(role string) *consul.Registry {
@@ -190,6 +174,105 @@ func TestConsulPolicies(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("the edge's token writes warren/warm/: %s, want 403", resp.Status)
+	}
+}
+
+// renderTwo renders regions r1 and r2 with plain settings (Nomad 1.6's Vault tokens, the mesh on).
+func renderTwo(t *testing.T, ctx context.Context) map[string]rendered {
+	t.Helper()
+	root := renderRoot(t, `  regions = {
+    r1 = { public_url = "http://r1.warren.test", bucket = { name = "snapshots-r1" } }
+    r2 = { public_url = "http://r2.warren.test", bucket = { name = "snapshots-r2" } }
+  }
+  vault_address      = "http://127.0.0.1:8200"
+  warren_binary      = "/usr/local/bin/warren"
+  vault_legacy_token = true
+  kv_mount           = "secret"
+  nomad_role_path    = "nomad/creds/warren-scheduler"
+  mesh_pki_role      = "warren-mesh"
+  mesh_pki_mount     = "pki"`)
+	b, err := terraform(ctx, testenv.Terraform(t), root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out renderOutputs
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("terraform output -json: %v\n%s", err, b)
+	}
+	return out.Regions.Value
+}
+
+// The Vault policies Terraform renders, on a real Vault: each role of a region reads its own secrets and no
+// other role's or region's; only billing writes issuer keys and the admin key; the edge reads issuer keys and
+// issues mesh certificates; the scheduler mints its Nomad token.
+func TestVaultPolicies(t *testing.T) {
+	vs := testenv.StartVault(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := renderTwo(t, ctx)
+	tokens := map[string]string{}
+	for region, r := range out {
+		for _, role := range roles {
+			vaultDo(t, vs, http.MethodPut, "/v1/sys/policies/acl/"+r.VaultNames[role], map[string]any{"policy": r.VaultPolicies[role]})
+			var tok struct {
+				Auth struct {
+					ClientToken string `json:"client_token"`
+				} `json:"auth"`
+			}
+			vaultDoOut(t, vs, http.MethodPost, "/v1/auth/token/create", map[string]any{"policies": []string{r.VaultNames[role]}, "no_default_policy": true}, &tok)
+			tokens[region+"/"+role] = tok.Auth.ClientToken
+			mount, rel, _ := strings.Cut(r.SecretsPaths[role], "/")
+			vaultDo(t, vs, http.MethodPut, "/v1/"+mount+"/data/"+rel, map[string]any{"data": map[string]string{"db": "postgres://" + region + "-" + role}})
+		}
+	}
+	for _, tc := range []struct {
+		token, method, path string
+		allowed             bool
+	}{
+		{"r1/edge", "GET", "secret/data/warren/regions/r1/edge", true},
+		{"r1/edge", "GET", "secret/data/warren/regions/r2/edge", false},
+		{"r1/edge", "GET", "secret/data/warren/regions/r1/scheduler", false},
+		{"r1/edge", "GET", "secret/data/warren/issuers/acme", true},
+		{"r1/edge", "GET", "secret/metadata/warren/issuers/acme", true},
+		{"r1/edge", "PUT", "secret/data/warren/issuers/acme", false},
+		{"r1/edge", "GET", "secret/data/warren/admin", false},
+		{"r1/edge", "PUT", "pki/issue/warren-mesh", true},
+		{"r1/edge", "PUT", "pki/issue/other-role", false},
+		{"r1/scheduler", "GET", "secret/data/warren/regions/r1/scheduler", true},
+		{"r1/scheduler", "GET", "secret/data/warren/regions/r1/edge", false},
+		{"r1/scheduler", "GET", "nomad/creds/warren-scheduler", true},
+		{"r1/scheduler", "GET", "secret/data/warren/issuers/acme", false},
+		{"r2/billing", "GET", "secret/data/warren/regions/r2/billing", true},
+		{"r2/billing", "GET", "secret/data/warren/regions/r1/billing", false},
+		{"r2/billing", "PUT", "secret/data/warren/issuers/acme", true},
+		{"r2/billing", "PUT", "secret/data/warren/admin", true},
+		{"r2/billing", "GET", "secret/data/warren/model", false},
+	} {
+		// sys/capabilities answers what a token may do on a path, without needing the path to exist.
+		var caps struct {
+			Capabilities []string `json:"capabilities"`
+		}
+		vaultDoOut(t, vs, http.MethodPost, "/v1/sys/capabilities", map[string]any{"token": tokens[tc.token], "paths": []string{tc.path}}, &caps)
+		need := map[string]string{"GET": "read", "PUT": "update"}[tc.method]
+		if tc.method == "PUT" && strings.Contains(tc.path, "/data/") {
+			need = "create"
+		}
+		if got := slices.Contains(caps.Capabilities, need); got != tc.allowed {
+			t.Errorf("%s %s %s: capabilities %v, want %s allowed=%v", tc.token, tc.method, tc.path, caps.Capabilities, need, tc.allowed)
+		}
+	}
+	// And for real: r1's edge reads its own secret and is refused r2's.
+	for path, want := range map[string]int{"/v1/secret/data/warren/regions/r1/edge": 200, "/v1/secret/data/warren/regions/r2/edge": 403} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, vs.Addr()+path, nil)
+		req.Header.Set("X-Vault-Token", tokens["r1/edge"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("r1's edge GET %s: %s, want %d", path, resp.Status, want)
+		}
 	}
 }
 
@@ -588,6 +671,12 @@ func allocSummary(allocs []*api.AllocationListStub) string {
 // vaultDo sends a JSON request to Vault with its root token and fails t unless it succeeds.
 func vaultDo(t *testing.T, vs *testenv.VaultServer, method, path string, body any) {
 	t.Helper()
+	vaultDoOut(t, vs, method, path, body, nil)
+}
+
+// vaultDoOut is vaultDo decoding the answer into out (unless nil).
+func vaultDoOut(t *testing.T, vs *testenv.VaultServer, method, path string, body, out any) {
+	t.Helper()
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequest(method, vs.Addr()+path, bytes.NewReader(b))
 	if err != nil {
@@ -599,10 +688,15 @@ func vaultDo(t *testing.T, vs *testenv.VaultServer, method, path string, body an
 		t.Fatalf("vault %s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
+	var msg bytes.Buffer
+	_, _ = msg.ReadFrom(resp.Body)
 	if resp.StatusCode/100 != 2 {
-		var msg bytes.Buffer
-		_, _ = msg.ReadFrom(resp.Body)
 		t.Fatalf("vault %s %s: %s %s", method, path, resp.Status, msg.String())
+	}
+	if out != nil {
+		if err := json.Unmarshal(msg.Bytes(), out); err != nil {
+			t.Fatalf("vault %s %s: %v", method, path, err)
+		}
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 // ports for HTTP, Serf LAN/WAN and server RPC, DNS and gRPC disabled. Two settings differ from a stock dev
 // agent: session_ttl_min is 1s (Consul's default minimum is 10s), so tests of session expiry and
 // self-fencing take seconds instead of half a minute, and the update check is off (no network here).
+// StartConsulACL's agent also has ACLs on, denying by default, with a random management token (which the
+// agent uses for itself too).
 //
 // Lifecycle. A dev agent starts in a second or two, so every StartConsul is a server of its own (no shared
 // server and no TestMain hook): tests that share one isolate themselves with a KV prefix of their own. The
