@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,22 +71,8 @@ variable "nomad_address" {
 variable "nomad_jwks_url" {
   type = string
 }
-` + renderRoot(t, `  regions            = var.regions
-  vault_address      = var.vault_address
-  warren_binary      = "/usr/local/bin/warren"
-  vault_legacy_token = false
-  kv_mount           = "secret"
-  nomad_role_path    = "nomad/creds/warren-scheduler"
-  mesh_pki_role      = var.mesh_pki_role
-  mesh_pki_mount     = "pki"`)
-	b, err := terraform(context.Background(), tf, root, t.TempDir(), "-var-file="+example)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out renderOutputs
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("terraform output -json: %v\n%s", err, b)
-	}
+` + renderRoot(t, "var.regions", "var.vault_address", "nomad/creds/warren-scheduler", "var.mesh_pki_role", false)
+	out := mustRender(t, context.Background(), tf, root, "-var-file="+example)
 	want := map[string]string{"eu-west": "https://eu-west.warren.example.com", "us-east": "https://us-east.warren.example.com"}
 	if len(out.Regions.Value) != len(want) {
 		t.Fatalf("rendered regions %v, want %v", out.Settings.Value, want)
@@ -165,41 +152,19 @@ func TestConsulPolicies(t *testing.T) {
 	if got, err := reg("scheduler").Lookup(ctx, entry.Issuer, entry.User); err != nil || got.Alloc != entry.Alloc {
 		t.Errorf("after the edge's attempt the owner is %+v, %v", got, err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+cs.Addr()+"/v1/kv/warren/warm/r1/evil", strings.NewReader("x"))
-	req.Header.Set("X-Consul-Token", tokens["edge"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("the edge's token writes warren/warm/: %s, want 403", resp.Status)
+	if code, answer := call(t, http.MethodPut, "http://"+cs.Addr()+"/v1/kv/warren/warm/r1/evil", "X-Consul-Token", tokens["edge"], "x"); code != http.StatusForbidden {
+		t.Errorf("the edge's token writes warren/warm/: %d %s, want 403", code, answer)
 	}
 }
 
 // renderTwo renders regions r1 and r2 with plain settings (Nomad 1.6's Vault tokens, the mesh on).
 func renderTwo(t *testing.T, ctx context.Context) map[string]rendered {
 	t.Helper()
-	root := renderRoot(t, `  regions = {
+	root := renderRoot(t, `{
     r1 = { public_url = "http://r1.warren.test", bucket = { name = "snapshots-r1" } }
     r2 = { public_url = "http://r2.warren.test", bucket = { name = "snapshots-r2" } }
-  }
-  vault_address      = "http://127.0.0.1:8200"
-  warren_binary      = "/usr/local/bin/warren"
-  vault_legacy_token = true
-  kv_mount           = "secret"
-  nomad_role_path    = "nomad/creds/warren-scheduler"
-  mesh_pki_role      = "warren-mesh"
-  mesh_pki_mount     = "pki"`)
-	b, err := terraform(ctx, testenv.Terraform(t), root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out renderOutputs
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("terraform output -json: %v\n%s", err, b)
-	}
-	return out.Regions.Value
+  }`, `"http://127.0.0.1:8200"`, "nomad/creds/warren-scheduler", `"warren-mesh"`, true)
+	return mustRender(t, ctx, testenv.Terraform(t), root).Regions.Value
 }
 
 // The Vault policies Terraform renders, on a real Vault: each role of a region reads its own secrets and no
@@ -263,15 +228,8 @@ func TestVaultPolicies(t *testing.T) {
 	}
 	// And for real: r1's edge reads its own secret and is refused r2's.
 	for path, want := range map[string]int{"/v1/secret/data/warren/regions/r1/edge": 200, "/v1/secret/data/warren/regions/r2/edge": 403} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, vs.Addr()+path, nil)
-		req.Header.Set("X-Vault-Token", tokens["r1/edge"])
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("r1's edge GET %s: %s, want %d", path, resp.Status, want)
+		if code, answer := call(t, http.MethodGet, vs.Addr()+path, "X-Vault-Token", tokens["r1/edge"], nil); code != want {
+			t.Errorf("r1's edge GET %s: %d %s, want %d", path, code, answer, want)
 		}
 	}
 }
@@ -280,27 +238,7 @@ func TestVaultPolicies(t *testing.T) {
 // the answer into out (unless nil).
 func consulDo(t *testing.T, cs *testenv.ConsulServer, method, path string, body, out any) {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequest(method, "http://"+cs.Addr()+path, bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Consul-Token", cs.ManagementToken())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("consul %s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var msg bytes.Buffer
-	_, _ = msg.ReadFrom(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("consul %s %s: %s %s", method, path, resp.Status, msg.String())
-	}
-	if out != nil {
-		if err := json.Unmarshal(msg.Bytes(), out); err != nil {
-			t.Fatalf("consul %s %s: %v", method, path, err)
-		}
-	}
+	mustCall(t, method, "http://"+cs.Addr()+path, "X-Consul-Token", cs.ManagementToken(), body, out)
 }
 
 // A map of regions Warren cannot run is refused at plan time, with the check's message.
@@ -316,14 +254,7 @@ func TestRegionsValidation(t *testing.T) {
 		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, `attribute "bucket" is required`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := renderRoot(t, `  regions            = `+tc.regions+`
-  vault_address      = "https://vault.example.com:8200"
-  warren_binary      = "/usr/local/bin/warren"
-  vault_legacy_token = false
-  kv_mount           = "secret"
-  nomad_role_path    = ""
-  mesh_pki_role      = ""
-  mesh_pki_mount     = "pki"`)
+			root := renderRoot(t, tc.regions, `"https://vault.example.com:8200"`, "", `""`, false)
 			_, err := terraform(context.Background(), tf, root, t.TempDir())
 			if err == nil {
 				t.Fatalf("regions %s accepted", tc.regions)
@@ -380,7 +311,7 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 	r1, r2 := regions["r1"], regions["r2"]
 	r1.ns.Join(t, r2.ns)
 
-	render(t, ctx, tf, warren, vs.Addr(), regions)
+	render(t, ctx, tf, vs.Addr(), regions)
 
 	// Each region's runners write to its bucket and read the other's, with flags warren runner has.
 	runnerHelp, _ := exec.Command(warren, "runner", "-h").CombinedOutput()
@@ -526,8 +457,9 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 
 // renderRoot is a root module doing what terraform/main.tf does without its providers: modules/settings
 // checks and derives the regions' settings, modules/jobs renders each region. Its outputs are "regions"
-// (what modules/jobs renders, by region) and "settings".
-func renderRoot(t *testing.T, settings string) string {
+// (what modules/jobs renders, by region) and "settings". regions, vaultAddress and meshPKIRole are HCL
+// expressions; the jobs run the warren binary the tests build; Warren's secrets are in Vault's mount secret/.
+func renderRoot(t *testing.T, regions, vaultAddress, nomadRolePath, meshPKIRole string, legacyToken bool) string {
 	t.Helper()
 	modules, err := filepath.Abs("modules")
 	if err != nil {
@@ -538,9 +470,16 @@ func renderRoot(t *testing.T, settings string) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf(`module "settings" {
-  source   = %q
-  jobs_dir = %q
-%s
+  source             = %q
+  jobs_dir           = %q
+  regions            = %s
+  vault_address      = %s
+  warren_binary      = %q
+  vault_legacy_token = %t
+  kv_mount           = "secret"
+  nomad_role_path    = %q
+  mesh_pki_role      = %s
+  mesh_pki_mount     = "pki"
 }
 
 module "jobs" {
@@ -556,7 +495,8 @@ output "regions" {
 output "settings" {
   value = module.settings.regions
 }
-`, filepath.Join(modules, "settings"), jobsDir, settings, filepath.Join(modules, "jobs"))
+`, filepath.Join(modules, "settings"), jobsDir, regions, vaultAddress, testenv.WarrenBinary(t), legacyToken, nomadRolePath, meshPKIRole,
+		filepath.Join(modules, "jobs"))
 }
 
 // terraform runs `terraform init` and `apply` (nothing to create: no providers) on root in a directory of
@@ -582,6 +522,20 @@ func terraform(ctx context.Context, tf, root string, dir string, args ...string)
 	return outputs, nil
 }
 
+// mustRender runs terraform on root (renderRoot's) and returns its outputs, failing t on any error.
+func mustRender(t *testing.T, ctx context.Context, tf, root string, args ...string) renderOutputs {
+	t.Helper()
+	b, err := terraform(ctx, tf, root, t.TempDir(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out renderOutputs
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("terraform output -json: %v\n%s", err, b)
+	}
+	return out
+}
+
 // renderOutputs is terraform output -json of renderRoot.
 type renderOutputs struct {
 	Regions struct {
@@ -594,7 +548,7 @@ type renderOutputs struct {
 
 // render renders the regions' jobs for the test's servers: what terraform/main.tf would give its providers
 // for a map of regions r1 and r2, each with its own Consul and Nomad.
-func render(t *testing.T, ctx context.Context, tf, warren, vaultAddr string, regions map[string]*region) {
+func render(t *testing.T, ctx context.Context, tf, vaultAddr string, regions map[string]*region) {
 	t.Helper()
 	var regionsHCL strings.Builder
 	for _, rg := range regions {
@@ -610,23 +564,9 @@ func render(t *testing.T, ctx context.Context, tf, warren, vaultAddr string, reg
     }
 `, rg.name, rg.name, rg.cs.Addr(), rg.ns.Addr(), rg.name)
 	}
-	root := renderRoot(t, fmt.Sprintf(`  regions = {
-%s  }
-  vault_address      = %q
-  warren_binary      = %q
-  vault_legacy_token = true # Nomad 1.6
-  kv_mount           = "secret"
-  nomad_role_path    = "" # no Nomad ACLs here
-  mesh_pki_role      = ""
-  mesh_pki_mount     = "pki"`, regionsHCL.String(), vaultAddr, warren))
-	b, err := terraform(ctx, tf, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out renderOutputs
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("terraform output -json: %v\n%s", err, b)
-	}
+	// Nomad 1.6: Vault tokens from the servers; no Nomad ACLs here, so no Nomad token; no mesh.
+	root := renderRoot(t, "{\n"+regionsHCL.String()+"  }", strconv.Quote(vaultAddr), "", `""`, true)
+	out := mustRender(t, ctx, tf, root)
 	for name, rg := range regions {
 		rg.r = out.Regions.Value[name]
 		for _, role := range roles {
@@ -677,25 +617,44 @@ func vaultDo(t *testing.T, vs *testenv.VaultServer, method, path string, body an
 // vaultDoOut is vaultDo decoding the answer into out (unless nil).
 func vaultDoOut(t *testing.T, vs *testenv.VaultServer, method, path string, body, out any) {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequest(method, vs.Addr()+path, bytes.NewReader(b))
+	mustCall(t, method, vs.Addr()+path, "X-Vault-Token", vs.RootToken(), body, out)
+}
+
+// call sends method url with the header and body (JSON, or a string as it is) and returns the status code and
+// the answer; it fails t only when the request cannot be made.
+func call(t *testing.T, method, url, header, token string, body any) (int, []byte) {
+	t.Helper()
+	var b []byte
+	if str, ok := body.(string); ok {
+		b = []byte(str)
+	} else if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	req, err := http.NewRequest(method, url, bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("X-Vault-Token", vs.RootToken())
+	req.Header.Set(header, token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("vault %s %s: %v", method, path, err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
-	var msg bytes.Buffer
-	_, _ = msg.ReadFrom(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("vault %s %s: %s %s", method, path, resp.Status, msg.String())
+	var answer bytes.Buffer
+	_, _ = answer.ReadFrom(resp.Body)
+	return resp.StatusCode, answer.Bytes()
+}
+
+// mustCall is call failing t unless the answer is a success, decoded into out (unless nil).
+func mustCall(t *testing.T, method, url, header, token string, body, out any) {
+	t.Helper()
+	code, answer := call(t, method, url, header, token, body)
+	if code/100 != 2 {
+		t.Fatalf("%s %s: %d %s", method, url, code, answer)
 	}
 	if out != nil {
-		if err := json.Unmarshal(msg.Bytes(), out); err != nil {
-			t.Fatalf("vault %s %s: %v", method, path, err)
+		if err := json.Unmarshal(answer, out); err != nil {
+			t.Fatalf("%s %s: %v\n%s", method, url, err, answer)
 		}
 	}
 }
