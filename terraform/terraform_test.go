@@ -212,13 +212,14 @@ func TestVaultPolicies(t *testing.T) {
 		{"r2/billing", "PUT", "secret/data/warren/issuers/acme", true},
 		{"r2/billing", "PUT", "secret/data/warren/admin", true},
 		{"r2/billing", "GET", "secret/data/warren/model", false},
+		{"r2/billing", "DELETE", "secret/metadata/warren/issuers/acme", false},
 	} {
 		// sys/capabilities answers what a token may do on a path, without needing the path to exist.
 		var caps struct {
 			Capabilities []string `json:"capabilities"`
 		}
 		vaultDoOut(t, vs, http.MethodPost, "/v1/sys/capabilities", map[string]any{"token": tokens[tc.token], "paths": []string{tc.path}}, &caps)
-		need := map[string]string{"GET": "read", "PUT": "update"}[tc.method]
+		need := map[string]string{"GET": "read", "PUT": "update", "DELETE": "delete"}[tc.method]
 		if tc.method == "PUT" && strings.Contains(tc.path, "/data/") {
 			need = "create"
 		}

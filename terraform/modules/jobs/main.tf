@@ -73,8 +73,9 @@ locals {
     })
   }
 
-  # Vault policies: each role reads its region's secrets; the edge reads issuer keys (and issues mesh
-  # certificates), the billing role manages issuer and admin keys, the scheduler mints its Nomad token.
+  # Vault policies, what internal/secrets/vault and internal/mesh do and no more: each role reads its region's
+  # secrets; the edge reads issuer keys (versions and metadata) and issues mesh certificates; the billing role
+  # writes issuer keys (new versions, check-and-set) and the admin key; the scheduler mints its Nomad token.
   read_own = { for r in local.roles : r => <<-EOT
     path "${local.s.kv_mount}/data/${local.secrets_rel[r]}" {
       capabilities = ["read"]
@@ -107,10 +108,7 @@ locals {
         capabilities = ["create", "read", "update"]
       }
       path "${local.s.kv_mount}/metadata/warren/issuers/*" {
-        capabilities = ["read", "list", "update", "delete"]
-      }
-      path "${local.s.kv_mount}/metadata/warren/issuers" {
-        capabilities = ["list"]
+        capabilities = ["read"]
       }
       path "${local.s.kv_mount}/data/warren/admin" {
         capabilities = ["create", "read", "update"]
