@@ -71,7 +71,7 @@ variable "nomad_address" {
 variable "nomad_jwks_url" {
   type = string
 }
-` + renderRoot(t, "var.regions", "var.vault_address", "nomad/creds/warren-scheduler", "var.mesh_pki_role", false)
+` + renderRoot(t, "var.regions", "var.vault_address", "/usr/local/bin/warren", "nomad/creds/warren-scheduler", "var.mesh_pki_role", false)
 	out := mustRender(t, context.Background(), tf, root, "-var-file="+example)
 	want := map[string]string{"eu-west": "https://eu-west.warren.example.com", "us-east": "https://us-east.warren.example.com"}
 	if len(out.Regions.Value) != len(want) {
@@ -163,7 +163,7 @@ func renderTwo(t *testing.T, ctx context.Context) map[string]rendered {
 	root := renderRoot(t, `{
     r1 = { public_url = "http://r1.warren.test", bucket = { name = "snapshots-r1" } }
     r2 = { public_url = "http://r2.warren.test", bucket = { name = "snapshots-r2" } }
-  }`, `"http://127.0.0.1:8200"`, "nomad/creds/warren-scheduler", `"warren-mesh"`, true)
+  }`, `"http://127.0.0.1:8200"`, "/usr/local/bin/warren", "nomad/creds/warren-scheduler", `"warren-mesh"`, true)
 	return mustRender(t, ctx, testenv.Terraform(t), root).Regions.Value
 }
 
@@ -255,7 +255,7 @@ func TestRegionsValidation(t *testing.T) {
 		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, `attribute "bucket" is required`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := renderRoot(t, tc.regions, `"https://vault.example.com:8200"`, "", `""`, false)
+			root := renderRoot(t, tc.regions, `"https://vault.example.com:8200"`, "/usr/local/bin/warren", "", `""`, false)
 			_, err := terraform(context.Background(), tf, root, t.TempDir())
 			if err == nil {
 				t.Fatalf("regions %s accepted", tc.regions)
@@ -459,8 +459,8 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 // renderRoot is a root module doing what terraform/main.tf does without its providers: modules/settings
 // checks and derives the regions' settings, modules/jobs renders each region. Its outputs are "regions"
 // (what modules/jobs renders, by region) and "settings". regions, vaultAddress and meshPKIRole are HCL
-// expressions; the jobs run the warren binary the tests build; Warren's secrets are in Vault's mount secret/.
-func renderRoot(t *testing.T, regions, vaultAddress, nomadRolePath, meshPKIRole string, legacyToken bool) string {
+// expressions; the jobs run warren (a path); Warren's secrets are in Vault's mount secret/.
+func renderRoot(t *testing.T, regions, vaultAddress, warren, nomadRolePath, meshPKIRole string, legacyToken bool) string {
 	t.Helper()
 	modules, err := filepath.Abs("modules")
 	if err != nil {
@@ -496,7 +496,7 @@ output "regions" {
 output "settings" {
   value = module.settings.regions
 }
-`, filepath.Join(modules, "settings"), jobsDir, regions, vaultAddress, testenv.WarrenBinary(t), legacyToken, nomadRolePath, meshPKIRole,
+`, filepath.Join(modules, "settings"), jobsDir, regions, vaultAddress, warren, legacyToken, nomadRolePath, meshPKIRole,
 		filepath.Join(modules, "jobs"))
 }
 
@@ -566,7 +566,7 @@ func render(t *testing.T, ctx context.Context, tf, vaultAddr string, regions map
 `, rg.name, rg.name, rg.cs.Addr(), rg.ns.Addr(), rg.name)
 	}
 	// Nomad 1.6: Vault tokens from the servers; no Nomad ACLs here, so no Nomad token; no mesh.
-	root := renderRoot(t, "{\n"+regionsHCL.String()+"  }", strconv.Quote(vaultAddr), "", `""`, true)
+	root := renderRoot(t, "{\n"+regionsHCL.String()+"  }", strconv.Quote(vaultAddr), testenv.WarrenBinary(t), "", `""`, true)
 	out := mustRender(t, ctx, tf, root)
 	for name, rg := range regions {
 		rg.r = out.Regions.Value[name]
