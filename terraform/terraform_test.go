@@ -1,9 +1,10 @@
 // Package terraform_test checks terraform/ with the real Terraform `make tools` builds. The registry that
 // serves the hashicorp/nomad, consul and vault providers is not reachable here, so the root module cannot be
-// initialised; its part that has no provider, modules/jobs (the jobs and Vault policies of a region, which
-// modules/region applies as they are), is rendered by real Terraform for two regions, and what it renders is
-// applied by hand as the providers would: the policies and secrets to a real Vault, the jobs to two federated
-// Nomad 1.6.1 agents (regions r1 and r2) through r1's, where they run the real warren binary.
+// initialised; its parts that have no provider, modules/settings (the map of regions, checked) and
+// modules/jobs (the jobs, Vault policies and Consul ACL rules of a region, which modules/region applies as
+// they are), are rendered by real Terraform, and what they render is applied by hand as the providers would:
+// the policies to a real Vault and a real Consul that denies by default, the jobs to two federated Nomad
+// 1.6.1 agents (regions r1 and r2) through r1's, where they run the real warren binary.
 package terraform_test
 
 import (
@@ -108,8 +109,7 @@ func TestConsulPolicies(t *testing.T) {
 	cs := testenv.StartConsulACL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out := renderTwo(t, ctx)
-	tokens := map[string]string{}
+	out, tokens := renderTwo(t), map[string]string{}
 	for role, rules := range out["r1"].Consul {
 		name := "warren-r1-" + role
 		consulDo(t, cs, http.MethodPut, "/v1/acl/policy", map[string]any{"Name": name, "Rules": rules}, nil)
@@ -158,13 +158,13 @@ func TestConsulPolicies(t *testing.T) {
 }
 
 // renderTwo renders regions r1 and r2 with plain settings (Nomad 1.6's Vault tokens, the mesh on).
-func renderTwo(t *testing.T, ctx context.Context) map[string]rendered {
+func renderTwo(t *testing.T) map[string]rendered {
 	t.Helper()
 	root := renderRoot(t, `{
     r1 = { public_url = "http://r1.warren.test", bucket = { name = "snapshots-r1" } }
     r2 = { public_url = "http://r2.warren.test", bucket = { name = "snapshots-r2" } }
   }`, `"http://127.0.0.1:8200"`, "/usr/local/bin/warren", "nomad/creds/warren-scheduler", `"warren-mesh"`, true)
-	return mustRender(t, ctx, testenv.Terraform(t), root).Regions.Value
+	return mustRender(t, t.Context(), testenv.Terraform(t), root).Regions.Value
 }
 
 // The Vault policies Terraform renders, on a real Vault: each role of a region reads its own secrets and no
@@ -172,10 +172,7 @@ func renderTwo(t *testing.T, ctx context.Context) map[string]rendered {
 // issues mesh certificates; the scheduler mints its Nomad token.
 func TestVaultPolicies(t *testing.T) {
 	vs := testenv.StartVault(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out := renderTwo(t, ctx)
-	tokens := map[string]string{}
+	out, tokens := renderTwo(t), map[string]string{}
 	for region, r := range out {
 		for _, role := range roles {
 			vaultDo(t, vs, http.MethodPut, "/v1/sys/policies/acl/"+r.VaultNames[role], map[string]any{"policy": r.VaultPolicies[role]})
