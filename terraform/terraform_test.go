@@ -123,7 +123,7 @@ func TestConsulPolicies(t *testing.T) {
 		}
 	}
 	reg := func(role string) *consul.Registry {
-		r, err := consul.New(consul.Config{Addr: cs.Addr(), Token: tokens[role]})
+		r, err := consul.New(consul.Config{Addr: cs.Addr(), Token: tokens[role], Watch: role == "edge"}) // edges watch the owners
 		if err != nil {
 			t.Fatal(err)
 		}
