@@ -5,6 +5,10 @@
 // The metrics are read from the source (every prometheus.New* call of the module's non-test Go files), not
 // from a running registry: a registry's Gather leaves out a vector until one of its label combinations has
 // been used, so a scrape cannot tell a metric nobody has counted yet from one that does not exist.
+//
+// The queries are checked lightly, not parsed as PromQL (brackets balance, functions are known ones, ranges
+// are durations): the one PromQL parser served here, github.com/prometheus/prometheus, would raise go.mod's
+// go version and upgrade modules the roles share for the sake of a test.
 package ops_test
 
 import (
@@ -157,17 +161,57 @@ func stringList(e ast.Expr) []string {
 }
 
 var (
-	metricRef  = regexp.MustCompile(`\bwarren_[a-z0-9_]+\b`)
-	grouping   = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
-	selector   = regexp.MustCompile(`\bwarren_[a-z0-9_]+\s*\{([^}]*)\}`)
-	matcher    = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
-	labelsRef  = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+	metricRef = regexp.MustCompile(`\bwarren_[a-z0-9_]+\b`)
+	grouping  = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	selector  = regexp.MustCompile(`\bwarren_[a-z0-9_]+\s*\{([^}]*)\}`)
+	matcher   = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	labelsRef = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+	call      = regexp.MustCompile(`\b([a-zA-Z_][a-zA-Z0-9_]*)\s*\(`)
+	rangeSel  = regexp.MustCompile(`\[([^\]]*)\]`)
+	duration  = regexp.MustCompile(`^(\d+[smhdw])+$|^\$__(rate_interval|range|interval)$`)
+	// The PromQL functions, aggregations and grouping keywords the files may use (a misspelt one fails).
+	promqlCalls = []string{"sum", "max", "min", "avg", "count", "rate", "irate", "increase", "delta", "deriv",
+		"histogram_quantile", "max_over_time", "min_over_time", "avg_over_time", "absent", "clamp_min", "by", "without"}
 	targetLbls = []string{"instance", "job"} // added by Prometheus to every scraped series
 )
 
 // checkExpr checks one PromQL expression against the code's metrics and returns the labels it groups by.
 func checkExpr(t *testing.T, where, expr string, code map[string]metric) (groupedBy []string) {
 	t.Helper()
+	depth := map[rune]int{}
+	for _, r := range expr {
+		switch r {
+		case '(', '[', '{':
+			depth[r]++
+		case ')':
+			depth['(']--
+		case ']':
+			depth['[']--
+		case '}':
+			depth['{']--
+		}
+		for _, d := range depth {
+			if d < 0 {
+				t.Errorf("%s: %q closes a bracket it did not open", where, expr)
+				return nil
+			}
+		}
+	}
+	for open, d := range depth {
+		if d != 0 {
+			t.Errorf("%s: %q leaves %c unclosed", where, expr, open)
+		}
+	}
+	for _, c := range call.FindAllStringSubmatch(expr, -1) {
+		if !slices.Contains(promqlCalls, c[1]) {
+			t.Errorf("%s: %q calls %s, not a PromQL function this check knows", where, expr, c[1])
+		}
+	}
+	for _, r := range rangeSel.FindAllStringSubmatch(expr, -1) {
+		if !duration.MatchString(r[1]) {
+			t.Errorf("%s: %q has range [%s], not a duration", where, expr, r[1])
+		}
+	}
 	names := metricRef.FindAllString(expr, -1)
 	if len(names) == 0 {
 		t.Errorf("%s: %q uses no Warren metric", where, expr)
