@@ -175,6 +175,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		Agent:      r.cfg.Agent,
 		Logger:     r.log.With("component", "agent"),
 		ReadyExtra: extra,
+		Metrics:    r.metrics.reg,
 	})
 	r.hub = hub
 	// Request contexts derive from work, not from ctx, so that shutdown decides when in-flight work ends.

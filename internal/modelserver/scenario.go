@@ -1,6 +1,7 @@
 package modelserver
 
 import (
+	"encoding/json"
 	"path"
 	"regexp"
 	"sort"
@@ -128,10 +129,12 @@ func Scenarios() []string {
 var (
 	createRe = regexp.MustCompile(`(?is)^create\s+(\S+)\s+containing\s+(.*)$`)
 	runRe    = regexp.MustCompile(`(?is)^run\s+(.+)$`)
+	callRe   = regexp.MustCompile(`(?is)^call\s+([A-Za-z0-9_-]{1,128})(?:\s+(\{.*\}))?$`)
 )
 
 // auto reads the prompt: "create <path> containing <text>" writes a file, "run <command>" runs a command,
-// anything else is echoed back.
+// "call <tool> [<JSON object>]" calls any tool by name (an MCP tool such as mcp__srv__echo) with that
+// input, anything else is echoed back.
 func auto(c conversation) reply {
 	if c.step > 0 {
 		return text(doneText)
@@ -143,6 +146,13 @@ func auto(c conversation) reply {
 	if m := runRe.FindStringSubmatch(prompt); m != nil {
 		cmd := strings.TrimSpace(m[1])
 		return toolUse(bashTool(cmd, "Run the requested command"))
+	}
+	if m := callRe.FindStringSubmatch(prompt); m != nil {
+		input := map[string]any{}
+		if m[2] != "" && json.Unmarshal([]byte(m[2]), &input) != nil {
+			return text("You said: " + prompt)
+		}
+		return toolUse(replyBlock{name: m[1], input: input})
 	}
 	return text("You said: " + prompt)
 }

@@ -66,15 +66,6 @@ type PingPayload struct {
 	Timestamp int64 `json:"timestamp"`
 }
 
-// ToolResultPayload answers a tool_call.
-type ToolResultPayload struct {
-	CallID string `json:"callId"`
-	Result struct {
-		Content []json.RawMessage `json:"content"`
-		IsError bool              `json:"isError,omitempty"`
-	} `json:"result"`
-}
-
 // ParseClientMessage decodes and validates one client frame. Every failure is an *Error with code
 // invalid_argument or payload_too_large; nothing is partially applied.
 func ParseClientMessage(b []byte) (ClientMessage, error) {
@@ -122,7 +113,11 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 			return ClientMessage{}, Errorf(InvalidArgument, "unknown control action %q", c.Action)
 		}
 	case TypeToolResult:
-		var p ToolResultPayload
+		// Only the envelope here: the runner checks the result itself (ParseToolResult) and answers a bad
+		// one with an error while the call stays pending and the connection open.
+		var p struct {
+			CallID string `json:"callId"`
+		}
 		if err := json.Unmarshal(m.Payload, &p); err != nil || p.CallID == "" {
 			return ClientMessage{}, Errorf(InvalidArgument, "tool_result needs payload.callId")
 		}

@@ -93,26 +93,6 @@ type ThinkingConfig struct {
 	BudgetTokens int    `json:"budgetTokens,omitempty"`
 }
 
-// MCPTool is a tool executed by the client (docs/PROTOCOL.md#host-tools: not wired to the agent yet).
-type MCPTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
-	ExecuteIn   string          `json:"executeIn,omitempty"`
-}
-
-// MCPServer is one entry of SessionOptions.mcpServers.
-type MCPServer struct {
-	Name    string            `json:"name"`
-	Version string            `json:"version,omitempty"`
-	Tools   []MCPTool         `json:"tools,omitempty"`
-	Type    string            `json:"type,omitempty"`
-	URL     string            `json:"url,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
-	Command string            `json:"command,omitempty"`
-	Args    []string          `json:"args,omitempty"`
-}
-
 // SessionOptions is the init payload (docs/PROTOCOL.md#session-options); every field is optional.
 type SessionOptions struct {
 	Model             string          `json:"model,omitempty"`
@@ -149,10 +129,11 @@ type SessionOptions struct {
 	SessionID string `json:"sessionId,omitempty"`
 	// ResumeSessionAt resumes SessionID's transcript only up to this message uuid (the CLI's
 	// --resume-session-at).
-	ResumeSessionAt string      `json:"resumeSessionAt,omitempty"`
-	ForkSession     bool        `json:"forkSession,omitempty"`
-	Continue        bool        `json:"continue,omitempty"`
-	MCPServers      []MCPServer `json:"mcpServers,omitempty"`
+	ResumeSessionAt string `json:"resumeSessionAt,omitempty"`
+	ForkSession     bool   `json:"forkSession,omitempty"`
+	Continue        bool   `json:"continue,omitempty"`
+	// MCPServers are client tools and MCP servers given to the agent (docs/PROTOCOL.md#host-tools).
+	MCPServers MCPServerList `json:"mcpServers,omitempty"`
 	// Warren extensions.
 	LastSeq *int64 `json:"lastSeq,omitempty"`
 	Role    string `json:"role,omitempty"` // "host" for possession mode (docs/PROTOCOL.md#host-tools)
@@ -163,7 +144,7 @@ type SessionOptions struct {
 var unsupportedOptions = map[string]string{
 	"hooks":                      "hook callbacks run in a local SDK host; the agent runs in Warren's sandbox",
 	"canUseTool":                 "permission callbacks run in a local SDK host; use permissionMode, allowedTools and disallowedTools",
-	"permissionPromptToolName":   "permission prompts need client tools, which are not supported yet",
+	"permissionPromptToolName":   "permission prompts are not supported; use permissionMode, allowedTools and disallowedTools",
 	"settings":                   "inline settings could change the agent's environment, credentials and hooks, which Warren sets",
 	"sandbox":                    "the agent always runs in Warren's own sandbox",
 	"plugins":                    "plugins are not supported",
@@ -215,13 +196,6 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 	for _, k := range keys {
 		v := fields[k]
 		switch {
-		case k == "mcpServers":
-			// Client tools and client MCP servers are not wired to the agent yet (docs/PROTOCOL.md#host-tools).
-			if t := string(bytes.TrimSpace(v)); t != "null" && t != "[]" && t != "{}" {
-				return o, Errorf(InvalidArgument, "session option mcpServers is not supported yet: client tools and MCP servers are not wired to the agent")
-			}
-			delete(fields, k)
-			rewrite = true
 		case slices.Contains(sessionOptionNames, k):
 		case k == "resume":
 			// The Agent SDK's name for the session to resume.
@@ -406,6 +380,9 @@ func (o SessionOptions) Validate() error {
 		if d == "" || len(d) > 4096 || strings.HasPrefix(d, "-") || strings.ContainsFunc(d, isControl) {
 			return Errorf(InvalidArgument, "session option additionalDirectories: invalid directory %q", d)
 		}
+	}
+	if err := validateMCPServers(o.MCPServers); err != nil {
+		return err
 	}
 	if o.PersistSession != nil && !*o.PersistSession {
 		return Errorf(InvalidArgument, "session option persistSession false is not supported: Warren keeps every session's transcript to resume it")

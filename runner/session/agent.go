@@ -29,6 +29,9 @@ type Turn struct {
 	// Meta is what the connection that sent the prompt carries (see MetaConn): in the runner, the grant of
 	// the token that connection was admitted with.
 	Meta any
+	// Tools runs the turn's calls of client tools (tools declared in the session's mcpServers that the
+	// client executes); set by the hub.
+	Tools ToolCaller
 }
 
 // Checker is implemented by agents that validate a connection's session options before the session is

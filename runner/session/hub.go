@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -58,6 +60,10 @@ type Config struct {
 	MaxLive int
 	// InitTimeout is how long a new connection may take to send init (default 30s).
 	InitTimeout time.Duration
+	// ToolTimeout is how long a client tool call waits for its tool_result (default DefaultToolTimeout).
+	ToolTimeout time.Duration
+	// Metrics, when set, registers the hub's metrics (client tool calls).
+	Metrics prometheus.Registerer
 }
 
 // errTooSlow closes a connection whose client fell more than its queue behind.
@@ -87,6 +93,8 @@ type Hub struct {
 	turnClosed bool
 	turns      sync.WaitGroup
 	running    atomic.Int64
+
+	tools *toolMetrics
 }
 
 // NewHub returns a Hub; Close it to stop its turns.
@@ -112,8 +120,12 @@ func NewHub(cfg Config) *Hub {
 	if cfg.InitTimeout <= 0 {
 		cfg.InitTimeout = 30 * time.Second
 	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = DefaultToolTimeout
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, sessions: make(map[string]*conversation)}
+	return &Hub{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, sessions: make(map[string]*conversation),
+		tools: newToolMetrics(cfg.Metrics)}
 }
 
 // RunningTurns is the number of turns in progress.
@@ -198,7 +210,7 @@ func (h *Hub) serve(ctx context.Context, c Conn) error {
 	sess.mu.Unlock()
 	log := h.log.With("session", sess.id)
 	defer sess.detach(sub)
-	h.handshake(sess, sub, checked.Model)
+	h.handshake(sess, sub, checked.Model, opts.LastSeq)
 	log.Debug("agent client attached", "last_seq", opts.LastSeq)
 
 	stopWrite := make(chan struct{})
@@ -306,8 +318,9 @@ func (h *Hub) evictLocked() bool {
 }
 
 // handshake answers init on this connection: session_info initializing (new sessions only), control ready
-// {sessionId, region, model}, then session_info with the session's current state.
-func (h *Hub) handshake(s *conversation, sub *subscriber, model string) {
+// {sessionId, region, model}, then session_info with the session's current state, and the pending tool
+// calls the attach did not replay.
+func (h *Hub) handshake(s *conversation, sub *subscriber, model string, lastSeq *int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state == wire.StateInitializing {
@@ -318,6 +331,7 @@ func (h *Hub) handshake(s *conversation, sub *subscriber, model string) {
 		"sessionId": s.id, "region": h.cfg.Region, "model": cmp.Or(model, s.model()),
 	})))
 	s.sendToLocked(sub, sessionInfo(s.id, s.state))
+	s.resendPendingLocked(sub, lastSeq)
 }
 
 // readyData merges ReadyExtra under the handshake's own keys.
@@ -401,7 +415,7 @@ func (h *Hub) readLoop(ctx context.Context, c Conn, s *conversation, sub *subscr
 		case wire.TypeUser:
 			h.startTurn(s, sub, m)
 		case wire.TypeToolResult:
-			s.sendTo(sub, wire.ErrorMessage(wire.Errorf(wire.InvalidArgument, "no tool call is pending")))
+			h.toolResult(s, sub, m.Payload)
 		case wire.TypeControl:
 			cp, _ := m.Control() // validated by ParseClientMessage
 			switch cp.Action {
@@ -459,7 +473,7 @@ func (h *Hub) beginLocked(s *conversation, sub *subscriber, m wire.ClientMessage
 	s.emitLocked(sessionInfo(s.id, wire.StateProcessing))
 	h.turns.Add(1)
 	h.running.Add(1)
-	turn := Turn{SessionID: s.id, Options: s.opts, Message: m, Meta: sub.meta}
+	turn := Turn{SessionID: s.id, Options: s.opts, Message: m, Meta: sub.meta, Tools: sessionTools{h: h, s: s}}
 	go h.runTurn(ctx, s, turn)
 }
 

@@ -41,9 +41,11 @@ type conversation struct {
 	maxHist    int
 	maxBytes   int
 	subs       map[*subscriber]struct{}
-	turnCancel context.CancelFunc // non-nil while a turn runs
-	queued     []queuedTurn       // prompts waiting for the running turn
-	used       uint64             // hub tick of the last attach; guarded by the hub's mu
+	turnCancel context.CancelFunc      // non-nil while a turn runs
+	queued     []queuedTurn            // prompts waiting for the running turn
+	pending    map[string]*pendingCall // client tool calls waiting for their tool_result
+	answered   []string                // ids of the last calls that ended, oldest first
+	used       uint64                  // hub tick of the last attach; guarded by the hub's mu
 }
 
 func newConversation(id string, opts wire.SessionOptions, maxHist, maxBytes int) *conversation {

@@ -61,7 +61,8 @@ func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage
 	if perm.Tools != nil {
 		allowed := func(rule string) bool { return slices.Contains(perm.Tools, toolName(rule)) }
 		if o.Tools == nil {
-			o.Tools = uniqueNames(perm.Tools)
+			// --tools names built-in tools; MCP tools the token lists are bounded by checkMCP instead.
+			o.Tools = slices.DeleteFunc(uniqueNames(perm.Tools), isMCPName)
 		} else {
 			o.Tools = slices.DeleteFunc(slices.Clone(o.Tools), func(t string) bool { return !allowed(t) })
 		}
@@ -86,6 +87,16 @@ func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage
 	}
 	if err := checkAgents(o.Agents, perm); err != nil {
 		return o, err
+	}
+	if err := checkMCP(o.MCPServers, perm); err != nil {
+		return o, err
+	}
+	for _, s := range o.MCPServers {
+		// Client tools are allowed by default (the token's permissions were checked above): the client
+		// runs them and decides itself.
+		if rule := "mcp__" + s.Name; s.Kind() == wire.MCPClient && !slices.Contains(o.AllowedTools, rule) {
+			o.AllowedTools = append(slices.Clone(o.AllowedTools), rule)
+		}
 	}
 	for _, b := range o.Betas {
 		if allowBeta == nil || !allowBeta(b) {
@@ -123,6 +134,63 @@ func checkAgents(agents map[string]wire.AgentDefinition, perm Permissions) error
 	return nil
 }
 
+func isMCPName(name string) bool { return strings.HasPrefix(name, "mcp__") }
+
+// checkMCP refuses MCP servers the token's permissions do not allow: a server blockedTools names as a
+// whole (mcp__<server> or mcp__<server>__*), a client tool it blocks, and, when the token lists the tools
+// the agent may use, a client tool it does not list (itself or its server) or a stdio/http/sse server it
+// does not list as a whole (its tools are not known in advance). Tools of an allowed server that
+// blockedTools names one by one stay disallowed (--disallowedTools), which no client option can undo.
+func checkMCP(servers []wire.MCPServer, perm Permissions) error {
+	for i, s := range servers {
+		whole := []string{"mcp__" + s.Name, "mcp__" + s.Name + "__*"}
+		names := func(list []string, extra ...string) bool {
+			for _, n := range append(whole, extra...) {
+				if slices.Contains(list, n) {
+					return true
+				}
+			}
+			return false
+		}
+		if names(perm.BlockedTools) {
+			return wire.Errorf(wire.InvalidArgument, "session option mcpServers[%d]: server %s is blocked by this token", i, s.Name)
+		}
+		if s.Kind() != wire.MCPClient {
+			if perm.Tools != nil && !names(perm.Tools) {
+				return wire.Errorf(wire.InvalidArgument, "session option mcpServers[%d]: this token lists the tools the agent may use, and mcp__%s is not among them", i, s.Name)
+			}
+			continue
+		}
+		for j, t := range s.Tools {
+			full := s.ToolName(t.Name)
+			if slices.Contains(perm.BlockedTools, full) {
+				return wire.Errorf(wire.InvalidArgument, "session option mcpServers[%d].tools[%d]: %s is blocked by this token", i, j, full)
+			}
+			if perm.Tools != nil && !names(perm.Tools, full) {
+				return wire.Errorf(wire.InvalidArgument, "session option mcpServers[%d].tools[%d]: this token lists the tools the agent may use, and %s is not among them", i, j, full)
+			}
+		}
+	}
+	return nil
+}
+
+// mergeMCPServers is the mcpServers of the token's sdkConfig followed by the client's: the token's servers
+// are always there, and a client server may not take one's name.
+func mergeMCPServers(client []wire.MCPServer, sdk json.RawMessage) (json.RawMessage, error) {
+	var token wire.MCPServerList
+	if err := json.Unmarshal(sdk, &token); err != nil {
+		return sdk, nil // refused with the sdkConfig's own error when decoded
+	}
+	merged := slices.Clone([]wire.MCPServer(token))
+	for _, c := range client {
+		if slices.ContainsFunc(token, func(t wire.MCPServer) bool { return t.Name == c.Name }) {
+			return nil, wire.Errorf(wire.InvalidArgument, "session option mcpServers: server %s is the token's; choose another name", c.Name)
+		}
+		merged = append(merged, c)
+	}
+	return json.Marshal(merged)
+}
+
 // overlay returns client with every field present in sdk replaced (keys of sdkIgnored excepted). Going
 // through JSON gives a deep copy, so nothing the hub holds is modified; the result is decoded and
 // validated like an init payload, so sdkConfig can neither smuggle in an option nor have one dropped.
@@ -139,7 +207,13 @@ func overlay(client wire.SessionOptions, sdk map[string]json.RawMessage) (wire.S
 		return client, fmt.Errorf("decode session options: %w", err)
 	}
 	for k, v := range sdk {
-		if !slices.Contains(sdkIgnored, k) {
+		switch {
+		case k == "mcpServers":
+			// Added to the client's rather than replacing them.
+			if m[k], err = mergeMCPServers(client.MCPServers, v); err != nil {
+				return client, err
+			}
+		case !slices.Contains(sdkIgnored, k):
 			m[k] = v
 		}
 	}
@@ -292,6 +366,9 @@ func cliArgs(o wire.SessionOptions, l launch) []string {
 	}
 	for _, d := range o.AdditionalDirectories {
 		a = append(a, "--add-dir="+d)
+	}
+	if cfg := mcpConfig(o.MCPServers); cfg != "" {
+		a = append(a, "--mcp-config="+cfg)
 	}
 	if o.StrictMCPConfig {
 		a = append(a, "--strict-mcp-config")

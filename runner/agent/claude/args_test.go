@@ -325,7 +325,7 @@ func TestParseSDKConfig(t *testing.T) {
 			t.Errorf("parseSDKConfig(%q) = %v", s, err)
 		}
 	}
-	for _, s := range []string{"[]", `{"maxTurns":"many"}`, "{", `{"frobnicate":true}`, `{"settings":"{}"}`, `{"mcpServers":{"s":{"command":"x"}}}`} {
+	for _, s := range []string{"[]", `{"maxTurns":"many"}`, "{", `{"frobnicate":true}`, `{"settings":"{}"}`, `{"mcpServers":{"s":{"type":"ws"}}}`} {
 		if _, err := parseSDKConfig(json.RawMessage(s)); err == nil {
 			t.Errorf("parseSDKConfig(%q) accepted", s)
 		}

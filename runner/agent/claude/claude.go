@@ -279,6 +279,9 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 	}
 	p := s.proc
 	drainStale(p, log)
+	if turn.Tools != nil {
+		defer p.bridge.begin(ctx, turn.Tools)()
+	}
 	t := &turnRun{d: d, s: s, p: p, log: log, emit: emit, start: time.Now()}
 	if err := p.write(input, writeTimeout); err != nil {
 		return t.exited(fmt.Errorf("write the prompt: %w", err))
@@ -439,7 +442,7 @@ func (d *Driver) start(s *agentSession, opts wire.SessionOptions, pinned bool, l
 	if opts.EnableFileCheckpointing {
 		spec.Env["CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING"] = "true"
 	}
-	p, err := startCLI(d.life, d.sb, spec, log)
+	p, err := startCLI(d.life, d.sb, spec, opts.MCPServers, log)
 	if err != nil {
 		if d.cfg.Release != nil {
 			d.cfg.Release(s.id, apiKey)
@@ -496,13 +499,19 @@ func userLine(m wire.ClientMessage, cliID string) ([]byte, error) {
 	return b, nil
 }
 
-// drainStale discards output left over from an earlier turn (lines the CLI wrote after its result).
+// drainStale discards output left over from an earlier turn (lines the CLI wrote after its result),
+// answering the control requests among them so the CLI never waits for an answer.
 func drainStale(p *cliProc, log *slog.Logger) {
 	for {
 		select {
 		case l, ok := <-p.lines:
 			if !ok {
 				return
+			}
+			var ev event
+			if json.Unmarshal(l, &ev) == nil && ev.Type == "control_request" {
+				p.control(l, ev, log)
+				continue
 			}
 			log.Debug("discarding agent output written between turns", "bytes", len(l))
 		default:
@@ -527,6 +536,9 @@ type event struct {
 	Type      string `json:"type"`
 	Subtype   string `json:"subtype"`
 	RequestID string `json:"request_id"`
+	Request   struct {
+		Subtype string `json:"subtype"`
+	} `json:"request"`
 }
 
 // relay emits the CLI's events until the turn's result. On interrupt it asks the CLI to stop (a
@@ -598,14 +610,7 @@ func (t *turnRun) handle(line []byte) (done bool, err error) {
 	case "control_response":
 		return false, nil // the answer to our interrupt
 	case "control_request":
-		// Requests for an SDK host (permission prompts, hooks, MCP): Warren configures none of them, so
-		// refuse rather than leave the CLI waiting.
-		resp, _ := json.Marshal(map[string]any{"type": "control_response", "response": map[string]any{
-			"subtype": "error", "request_id": ev.RequestID, "error": "not supported by this host",
-		}})
-		if err := t.p.write(resp, time.Second); err != nil {
-			t.log.Debug("cannot answer the agent's control request", "err", err)
-		}
+		t.p.control(line, ev, t.log)
 		return false, nil
 	case "result":
 		t.emit(t.decorate(line))

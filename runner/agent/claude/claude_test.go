@@ -142,11 +142,17 @@ func run(t *testing.T, ctx context.Context, d *Driver, id string, opts wire.Sess
 // runWatch is run calling watch with each event as it is emitted.
 func runWatch(t *testing.T, ctx context.Context, d *Driver, id string, opts wire.SessionOptions, prompt string, watch func(map[string]any)) turnResult {
 	t.Helper()
+	return runTurn(t, ctx, d, session.Turn{SessionID: id, Options: opts, Message: userMessage(prompt)}, prompt, watch)
+}
+
+// runTurn runs turn (whose prompt is prompt) like runWatch.
+func runTurn(t *testing.T, ctx context.Context, d *Driver, turn session.Turn, prompt string, watch func(map[string]any)) turnResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var tr turnResult
 	start := time.Now()
-	tr.err = d.Run(ctx, session.Turn{SessionID: id, Options: opts, Message: userMessage(prompt)}, func(ev []byte) {
+	tr.err = d.Run(ctx, turn, func(ev []byte) {
 		var m map[string]any
 		if err := json.Unmarshal(ev, &m); err != nil {
 			t.Errorf("emitted a non-JSON event %q", ev)

@@ -58,7 +58,7 @@ func (d *Driver) probeModels() map[string]string {
 	args := []string{"-p", "--input-format=stream-json", "--output-format=stream-json", "--verbose",
 		"--no-session-persistence", "--permission-mode=" + DefaultPermissionMode}
 	// The probe never calls the model: an unroutable endpoint and a dummy key.
-	p, err := startCLI(ctx, d.sb, d.spec(args, nil, "http://127.0.0.1:9", "warren-model-probe"), d.log)
+	p, err := startCLI(ctx, d.sb, d.spec(args, nil, "http://127.0.0.1:9", "warren-model-probe"), nil, d.log)
 	if err != nil {
 		d.log.Warn("cannot ask the agent for its models", "err", err)
 		return nil

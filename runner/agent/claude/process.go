@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
@@ -39,15 +40,20 @@ type cliProc struct {
 
 	tailMu sync.Mutex
 	tail   []byte
+
+	writeMu sync.Mutex // one line at a time on stdin: turns and tool call answers write concurrently
+	bridge  *mcpBridge // answers the CLI's mcp_message requests for client tools
 }
 
-// startCLI starts the CLI in the sandbox; lifetime ends the process when it is cancelled.
-func startCLI(lifetime context.Context, sb *isolate.Sandbox, spec isolate.ProcessSpec, log *slog.Logger) (*cliProc, error) {
+// startCLI starts the CLI in the sandbox; lifetime ends the process when it is cancelled. servers are the
+// session's MCP servers: the client tool servers among them are answered by the process's bridge.
+func startCLI(lifetime context.Context, sb *isolate.Sandbox, spec isolate.ProcessSpec, servers []wire.MCPServer, log *slog.Logger) (*cliProc, error) {
 	p, err := sb.Start(lifetime, spec)
 	if err != nil {
 		return nil, err
 	}
 	c := &cliProc{p: p, log: log.With("pid", p.Pid()), lines: make(chan []byte, lineQueue), stop: make(chan struct{})}
+	c.bridge = newMCPBridge(servers, func(line []byte) error { return c.write(line, bridgeWriteTimeout) }, c.log)
 	c.wg.Go(c.readStdout)
 	c.wg.Go(c.readStderr)
 	return c, nil
@@ -150,8 +156,23 @@ func (c *cliProc) stderrTail() string {
 	return string(c.tail)
 }
 
+// control answers a control_request line of the CLI: mcp_message goes to the bridge; requests for the other
+// features of an SDK host (permission prompts, hooks) are refused, since Warren configures none of them,
+// rather than leave the CLI waiting.
+func (c *cliProc) control(line []byte, ev event, log *slog.Logger) {
+	if ev.Request.Subtype == "mcp_message" {
+		c.bridge.handle(line)
+		return
+	}
+	if err := c.write(controlError(truncate(ev.RequestID, maxRequestID), "not supported by this host"), time.Second); err != nil {
+		log.Debug("cannot answer the agent's control request", "err", err)
+	}
+}
+
 // write writes one line to stdin, giving up after timeout (a CLI that stopped reading).
 func (c *cliProc) write(line []byte, timeout time.Duration) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	if err := c.p.Stdin.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
 		return err
 	}

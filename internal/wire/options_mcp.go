@@ -1,0 +1,258 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// MCP server kinds (docs/PROTOCOL.md#host-tools). A client entry declares tools the client executes; the
+// others are MCP servers the agent's CLI starts (stdio, inside the sandbox) or reaches (http, sse, under the
+// sandbox's egress policy).
+const (
+	MCPClient = "client"
+	MCPStdio  = "stdio"
+	MCPHTTP   = "http"
+	MCPSSE    = "sse"
+)
+
+// MCPTool is a tool executed by the client: the agent sees it as mcp__<server>__<name>.
+type MCPTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	// ExecuteIn is "client" (the default); "host" (possession mode) is not supported.
+	ExecuteIn string `json:"executeIn,omitempty"`
+}
+
+// MCPServer is one entry of SessionOptions.mcpServers. Type is "client" (or "sdk", or absent with tools),
+// "stdio" (or absent with a command), "http" or "sse"; Kind says which.
+type MCPServer struct {
+	Name    string            `json:"name"`
+	Version string            `json:"version,omitempty"`
+	Tools   []MCPTool         `json:"tools,omitempty"`
+	Type    string            `json:"type,omitempty"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+}
+
+// Kind is the server's kind (MCPClient, MCPStdio, MCPHTTP, MCPSSE), or "" when its type is unknown.
+func (s MCPServer) Kind() string {
+	switch s.Type {
+	case "", MCPClient, "sdk":
+		switch {
+		case s.Type == "" && s.Command != "":
+			return MCPStdio
+		case s.Type == "" && s.URL != "":
+			return ""
+		}
+		return MCPClient
+	case MCPStdio, MCPHTTP, MCPSSE:
+		return s.Type
+	}
+	return ""
+}
+
+// ToolName is the name the agent calls a client tool by.
+func (s MCPServer) ToolName(tool string) string { return "mcp__" + s.Name + "__" + tool }
+
+// MCPServerList is SessionOptions.mcpServers: a list of entries with names, or, as the Agent SDK writes
+// it, an object keyed by server name (an entry's name, when given, must be its key). It encodes as a list.
+type MCPServerList []MCPServer
+
+func (l *MCPServerList) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '{' {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			return err
+		}
+		out := make(MCPServerList, 0, len(m))
+		for _, name := range sortedKeys(m) {
+			var s MCPServer
+			if err := DecodeStrict(m[name], &s); err != nil {
+				return Errorf(InvalidArgument, "session option mcpServers.%s: %s", name, strings.TrimPrefix(err.Error(), "json: "))
+			}
+			if s.Name != "" && s.Name != name {
+				return Errorf(InvalidArgument, "session option mcpServers.%s.name: %q is not its key", name, s.Name)
+			}
+			s.Name = name
+			out = append(out, s)
+		}
+		*l = out
+		return nil
+	}
+	var list []MCPServer
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&list); err != nil {
+		return err
+	}
+	*l = list
+	return nil
+}
+
+// Bounds of mcpServers: they become one CLI argument (--mcp-config) and, for client tools, the tool list
+// the runner serves to the agent.
+const (
+	MaxMCPServers     = 16
+	MaxMCPTools       = 64 // per client server
+	maxMCPName        = 64
+	maxMCPDescription = 4 << 10
+	maxMCPSchema      = 64 << 10
+	maxMCPArgs        = 64
+	maxMCPArg         = 4 << 10
+	maxMCPEnv         = 64
+	maxMCPHeaders     = 32
+	maxMCPHeader      = 8 << 10
+	maxMCPURL         = 2 << 10
+)
+
+var (
+	mcpNamePattern   = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	envNamePattern   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+	headerNameRegexp = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+)
+
+// validateMCPServers checks every entry: names, kinds, the fields each kind takes and their bounds. Errors
+// are invalid_argument naming the field (mcpServers[i].field).
+func validateMCPServers(list []MCPServer) error {
+	if len(list) > MaxMCPServers {
+		return Errorf(InvalidArgument, "session option mcpServers: at most %d servers", MaxMCPServers)
+	}
+	for i, s := range list {
+		if err := s.validate(fmt.Sprintf("mcpServers[%d]", i)); err != nil {
+			return err
+		}
+		for _, o := range list[:i] {
+			if o.Name == s.Name {
+				return Errorf(InvalidArgument, "session option mcpServers[%d].name: %q is declared twice", i, s.Name)
+			}
+		}
+	}
+	if b, _ := json.Marshal(list); len(list) > 0 && len(b) > MaxOptionArg {
+		return Errorf(InvalidArgument, "session option mcpServers exceeds %d bytes encoded", MaxOptionArg)
+	}
+	return nil
+}
+
+func (s MCPServer) validate(f string) error {
+	bad := func(field, format string, args ...any) error {
+		return Errorf(InvalidArgument, "session option %s.%s: %s", f, field, fmt.Sprintf(format, args...))
+	}
+	if !mcpNamePattern.MatchString(s.Name) {
+		return bad("name", "%q must be 1 to %d characters of [a-zA-Z0-9_-]", s.Name, maxMCPName)
+	}
+	if len(s.Version) > maxOptionString || strings.ContainsFunc(s.Version, isControl) {
+		return bad("version", "at most %d bytes without control characters", maxOptionString)
+	}
+	kind := s.Kind()
+	if kind == "" {
+		return bad("type", "%q is not one of client, sdk, stdio, http, sse (an entry with a url needs type http or sse)", s.Type)
+	}
+	// Each kind takes its own fields only: a field another kind reads is refused, never ignored.
+	present := map[string]bool{"tools": len(s.Tools) > 0, "command": s.Command != "", "args": len(s.Args) > 0,
+		"env": len(s.Env) > 0, "url": s.URL != "", "headers": len(s.Headers) > 0}
+	takes := map[string][]string{MCPClient: {"tools"}, MCPStdio: {"command", "args", "env"}, MCPHTTP: {"url", "headers"}, MCPSSE: {"url", "headers"}}[kind]
+	for _, field := range []string{"tools", "command", "args", "env", "url", "headers"} {
+		if present[field] && !slices.Contains(takes, field) {
+			return bad(field, "not a field of a %s server", kind)
+		}
+	}
+	switch kind {
+	case MCPClient:
+		return s.validateTools(f)
+	case MCPStdio:
+		if s.Command == "" || len(s.Command) > maxMCPArg || strings.ContainsFunc(s.Command, isControl) {
+			return bad("command", "must be 1 to %d bytes without control characters", maxMCPArg)
+		}
+		if len(s.Args) > maxMCPArgs {
+			return bad("args", "at most %d arguments", maxMCPArgs)
+		}
+		for j, a := range s.Args {
+			if len(a) > maxMCPArg || strings.IndexByte(a, 0) >= 0 {
+				return bad(fmt.Sprintf("args[%d]", j), "at most %d bytes without NUL", maxMCPArg)
+			}
+		}
+		if len(s.Env) > maxMCPEnv {
+			return bad("env", "at most %d variables", maxMCPEnv)
+		}
+		for _, k := range sortedKeys(s.Env) {
+			if !envNamePattern.MatchString(k) || len(s.Env[k]) > maxMCPArg || strings.IndexByte(s.Env[k], 0) >= 0 {
+				return bad("env."+k, "names are [A-Za-z_][A-Za-z0-9_]*, values at most %d bytes without NUL", maxMCPArg)
+			}
+		}
+	default: // http, sse
+		u, err := url.Parse(s.URL)
+		if s.URL == "" || len(s.URL) > maxMCPURL || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			strings.ContainsFunc(s.URL, isControl) {
+			return bad("url", "must be an http or https URL of at most %d bytes", maxMCPURL)
+		}
+		if len(s.Headers) > maxMCPHeaders {
+			return bad("headers", "at most %d headers", maxMCPHeaders)
+		}
+		for _, k := range sortedKeys(s.Headers) {
+			if v := s.Headers[k]; !headerNameRegexp.MatchString(k) || len(v) > maxMCPHeader || strings.ContainsFunc(v, isControl) {
+				return bad("headers."+k, "names are HTTP tokens, values at most %d bytes without control characters", maxMCPHeader)
+			}
+		}
+	}
+	return nil
+}
+
+func (s MCPServer) validateTools(f string) error {
+	if len(s.Tools) == 0 || len(s.Tools) > MaxMCPTools {
+		return Errorf(InvalidArgument, "session option %s.tools: a client server declares 1 to %d tools", f, MaxMCPTools)
+	}
+	for j, t := range s.Tools {
+		tf := fmt.Sprintf("%s.tools[%d]", f, j)
+		if !mcpNamePattern.MatchString(t.Name) {
+			return Errorf(InvalidArgument, "session option %s.name: %q must be 1 to %d characters of [a-zA-Z0-9_-]", tf, t.Name, maxMCPName)
+		}
+		for _, o := range s.Tools[:j] {
+			if o.Name == t.Name {
+				return Errorf(InvalidArgument, "session option %s.name: %q is declared twice", tf, t.Name)
+			}
+		}
+		if len(t.Description) > maxMCPDescription || strings.IndexByte(t.Description, 0) >= 0 {
+			return Errorf(InvalidArgument, "session option %s.description: at most %d bytes without NUL", tf, maxMCPDescription)
+		}
+		if sch := bytes.TrimSpace(t.InputSchema); len(sch) > 0 && string(sch) != "null" {
+			if sch[0] != '{' || len(sch) > maxMCPSchema {
+				return Errorf(InvalidArgument, "session option %s.inputSchema: a JSON Schema object of at most %d bytes", tf, maxMCPSchema)
+			}
+		}
+		switch t.ExecuteIn {
+		case "", MCPClient:
+		case "host":
+			return Errorf(InvalidArgument, "session option %s.executeIn: host tools (possession mode) are not supported", tf)
+		default:
+			return Errorf(InvalidArgument, "session option %s.executeIn: %q is not client", tf, t.ExecuteIn)
+		}
+	}
+	return nil
+}
+
+// ToolSchema is the tool's input schema as the agent is given it: {"type":"object"} when none was declared.
+func (t MCPTool) ToolSchema() json.RawMessage {
+	if sch := bytes.TrimSpace(t.InputSchema); len(sch) > 0 && string(sch) != "null" {
+		return sch
+	}
+	return json.RawMessage(`{"type":"object"}`)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,190 @@
+package wire
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestMCPServersAccepted: both forms (a list with names, the Agent SDK's object keyed by name) and every
+// kind decode to the same entries.
+func TestMCPServersAccepted(t *testing.T) {
+	o, err := DecodeSessionOptions(json.RawMessage(`{"mcpServers":{
+		"app":{"type":"sdk","tools":[{"name":"lookup","description":"d","inputSchema":{"type":"object"}}]},
+		"files":{"command":"python3","args":["srv.py"],"env":{"A_B":"1"}},
+		"web":{"type":"http","url":"https://mcp.example.com/x","headers":{"Authorization":"Bearer t"}},
+		"ev":{"type":"sse","url":"http://mcp.example.com/sse"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, s := range o.MCPServers {
+		kinds[s.Name] = s.Kind()
+	}
+	want := map[string]string{"app": MCPClient, "files": MCPStdio, "web": MCPHTTP, "ev": MCPSSE}
+	for n, k := range want {
+		if kinds[n] != k {
+			t.Errorf("server %s: kind %q, want %q (all: %v)", n, kinds[n], k, kinds)
+		}
+	}
+	l, err := DecodeSessionOptions(json.RawMessage(`{"mcpServers":[{"name":"app","tools":[{"name":"lookup","executeIn":"client"}]}]}`))
+	if err != nil || len(l.MCPServers) != 1 || l.MCPServers[0].Kind() != MCPClient || l.MCPServers[0].ToolName("lookup") != "mcp__app__lookup" {
+		t.Fatalf("list form: %+v, %v", l.MCPServers, err)
+	}
+	// The list survives the JSON round trip the sdkConfig overlay makes.
+	b, _ := json.Marshal(o)
+	back, err := DecodeSessionOptions(b)
+	if err != nil || len(back.MCPServers) != 4 {
+		t.Fatalf("round trip: %v %+v", err, back.MCPServers)
+	}
+}
+
+// TestMCPServersRefused: hostile configs are invalid_argument naming the field.
+func TestMCPServersRefused(t *testing.T) {
+	many := `{"mcpServers":[`
+	for i := range MaxMCPServers + 1 {
+		if i > 0 {
+			many += ","
+		}
+		many += `{"name":"s` + strings.Repeat("x", i) + `","command":"c"}`
+	}
+	many += `]}`
+	tools := `{"mcpServers":[{"name":"s","tools":[`
+	for i := range MaxMCPTools + 1 {
+		if i > 0 {
+			tools += ","
+		}
+		tools += `{"name":"t` + strings.Repeat("x", i%60) + string(rune('a'+i/60)) + `"}`
+	}
+	tools += `]}]}`
+	big := strings.Repeat("x", maxMCPArg+1)
+	cases := map[string]string{
+		many:  "mcpServers: at most",
+		tools: "mcpServers[0].tools",
+		`{"mcpServers":[{"name":"a b","command":"x"}]}`:                                            "mcpServers[0].name",
+		`{"mcpServers":[{"name":"a/../b","command":"x"}]}`:                                         "mcpServers[0].name",
+		`{"mcpServers":[{"name":"","command":"x"}]}`:                                               "mcpServers[0].name",
+		`{"mcpServers":[{"name":"a","command":"x"},{"name":"a","command":"y"}]}`:                   "mcpServers[1].name",
+		`{"mcpServers":{"a":{"name":"b","command":"x"}}}`:                                          "mcpServers.a.name",
+		`{"mcpServers":[{"name":"a","type":"ws","url":"ws://x"}]}`:                                 "mcpServers[0].type",
+		`{"mcpServers":[{"name":"a","url":"http://x"}]}`:                                           "mcpServers[0].type",
+		`{"mcpServers":[{"name":"a","type":"http","url":"file:///etc/passwd"}]}`:                   "mcpServers[0].url",
+		`{"mcpServers":[{"name":"a","type":"sse","url":"javascript:alert(1)"}]}`:                   "mcpServers[0].url",
+		`{"mcpServers":[{"name":"a","type":"http","url":"http://x","command":"sh"}]}`:              "mcpServers[0].command",
+		`{"mcpServers":[{"name":"a","type":"http","url":"http://x","headers":{"A\nB":"v"}}]}`:      "mcpServers[0].headers",
+		`{"mcpServers":[{"name":"a","type":"http","url":"http://x","headers":{"A":"v\r\nX: y"}}]}`: "mcpServers[0].headers.A",
+		`{"mcpServers":[{"name":"a","type":"stdio"}]}`:                                             "mcpServers[0].command",
+		`{"mcpServers":[{"name":"a","command":"x\u0000y"}]}`:                                       "mcpServers[0].command",
+		`{"mcpServers":[{"name":"a","command":"x","args":["` + big + `"]}]}`:                       "mcpServers[0].args[0]",
+		`{"mcpServers":[{"name":"a","command":"x","env":{"A=B":"v"}}]}`:                            "mcpServers[0].env.A=B",
+		`{"mcpServers":[{"name":"a","command":"x","tools":[{"name":"t"}]}]}`:                       "mcpServers[0].tools",
+		`{"mcpServers":[{"name":"a"}]}`:                                                            "mcpServers[0].tools",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t"}],"url":"http://x"}]}`:                    "mcpServers[0]",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t t"}]}]}`:                                   "mcpServers[0].tools[0].name",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t"},{"name":"t"}]}]}`:                        "mcpServers[0].tools[1].name",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t","inputSchema":"x"}]}]}`:                   "mcpServers[0].tools[0].inputSchema",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t","executeIn":"host"}]}]}`:                  "mcpServers[0].tools[0].executeIn",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t","frobnicate":1}]}]}`:                      "frobnicate",
+		`{"mcpServers":{"a":{"command":"x","cwd":"/"}}}`:                                           "mcpServers.a",
+		`{"mcpServers":"x"}`: "mcpServers",
+	}
+	for in, name := range cases {
+		_, err := DecodeSessionOptions(json.RawMessage(in))
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), name) {
+			t.Errorf("DecodeSessionOptions(%.120s) = %v, want invalid_argument naming %q", in, err, name)
+		}
+	}
+}
+
+func TestParseToolResult(t *testing.T) {
+	good := `{"callId":"call_1","result":{"content":[{"type":"text","text":"hi"},{"type":"image","data":"aGk=","mimeType":"image/png"},
+		{"type":"resource","resource":{"uri":"file:///a","text":"x"}},{"type":"resource_link","uri":"file:///b","name":"b","annotations":{}}],"isError":true}}`
+	p, err := ParseToolResult(json.RawMessage(good))
+	if err != nil || p.CallID != "call_1" || len(p.Result.Content) != 4 || !p.Result.IsError {
+		t.Fatalf("ParseToolResult = %+v, %v", p, err)
+	}
+	if _, err := ParseToolResult(json.RawMessage(`{"callId":"c","result":{"content":[]}}`)); err != nil {
+		t.Errorf("empty content: %v", err)
+	}
+	huge := `{"callId":"c","result":{"content":[{"type":"text","text":"` + strings.Repeat("x", MaxToolResultBytes) + `"}]}}`
+	if _, err := ParseToolResult(json.RawMessage(huge)); CodeOf(err) != PayloadTooLarge {
+		t.Errorf("oversize result: %v, want payload_too_large", err)
+	}
+	for in, name := range map[string]string{
+		`{"callId":"c"}`:                                                          "content",
+		`{"callId":"c","result":{}}`:                                              "content",
+		`{"callId":"c","result":{"content":"x"}}`:                                 "result",
+		`{"callId":"c","result":{"content":[1]}}`:                                 "content[0]",
+		`{"callId":"c","result":{"content":[{"type":"text"}]}}`:                   "content[0]",
+		`{"callId":"c","result":{"content":[{"type":"text","text":1}]}}`:          "content[0]",
+		`{"callId":"c","result":{"content":[{"type":"video","url":"x"}]}}`:        "content[0]",
+		`{"callId":"c","result":{"content":[{"type":"resource","resource":{}}]}}`: "content[0]",
+		`{"callId":"c","result":{"content":[],"frob":1}}`:                         "frob",
+		`{"callId":"c","result":{"content":[],"structuredContent":[1]}}`:          "structuredContent",
+		`{"callId":"../x","result":{"content":[]}}`:                               "callId",
+		`{"callId":"c","result":{"content":[]},"x":1}`:                            "payload",
+		`[]`: "payload",
+	} {
+		_, err := ParseToolResult(json.RawMessage(in))
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), name) {
+			t.Errorf("ParseToolResult(%s) = %v, want invalid_argument naming %q", in, err, name)
+		}
+	}
+}
+
+func FuzzParseToolResult(f *testing.F) {
+	for _, s := range []string{
+		`{"callId":"c","result":{"content":[{"type":"text","text":"hi"}],"isError":false}}`,
+		`{"callId":"c","result":{"content":[{"type":"resource","resource":{"uri":"u","blob":"eA=="}}]}}`,
+		`{"callId":"c","result":{"content":[],"structuredContent":{"a":1}}}`,
+		`{"callId":"","result":null}`, `null`, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParseToolResult(b)
+		if err != nil {
+			if c := CodeOf(err); c != InvalidArgument && c != PayloadTooLarge {
+				t.Fatalf("error with code %s: %v", c, err)
+			}
+			return
+		}
+		// What parses re-encodes and parses again to the same result.
+		out, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseToolResult(out); err != nil && CodeOf(err) != PayloadTooLarge {
+			t.Fatalf("re-parse of %s: %v", out, err)
+		}
+	})
+}
+
+func FuzzDecodeMCPServers(f *testing.F) {
+	for _, s := range []string{
+		`{"mcpServers":{"a":{"command":"x","args":["y"],"env":{"K":"v"}}}}`,
+		`{"mcpServers":[{"name":"b","tools":[{"name":"t","inputSchema":{"type":"object"}}]}]}`,
+		`{"mcpServers":[{"name":"c","type":"http","url":"https://x/y","headers":{"H":"v"}}]}`,
+		`{"mcpServers":null}`, `{"mcpServers":[{}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o, err := DecodeSessionOptions(b)
+		if err != nil {
+			if CodeOf(err) != InvalidArgument {
+				t.Fatalf("error with code %s: %v", CodeOf(err), err)
+			}
+			return
+		}
+		for _, s := range o.MCPServers {
+			if s.Kind() == "" || !mcpNamePattern.MatchString(s.Name) {
+				t.Fatalf("accepted server %+v", s)
+			}
+		}
+		out, _ := json.Marshal(o)
+		if _, err := DecodeSessionOptions(out); err != nil {
+			t.Fatalf("re-decode of %s: %v", out, err)
+		}
+	})
+}

@@ -1,0 +1,158 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+)
+
+// Client tools on the agent channel (docs/PROTOCOL.md#host-tools): the runner sends tool_call when the
+// agent calls a tool the client declared in mcpServers, and the client answers with tool_result.
+
+// ToolCallPayload is the payload of a tool_call message.
+type ToolCallPayload struct {
+	CallID string `json:"callId"`
+	// ToolName is the name the agent called: mcp__<server>__<tool>.
+	ToolName string          `json:"toolName"`
+	Input    json.RawMessage `json:"input"`
+	// ToolUseID is the agent's tool_use block id, when the CLI says it.
+	ToolUseID string `json:"toolUseId,omitempty"`
+	// TimeoutMs is how long the runner waits for the answer.
+	TimeoutMs int64 `json:"timeoutMs"`
+}
+
+// ToolCallMessage encodes {"type":"tool_call","payload":p}.
+func ToolCallMessage(p ToolCallPayload) []byte {
+	if len(p.Input) == 0 {
+		p.Input = json.RawMessage("{}")
+	}
+	return mustJSON(map[string]any{"type": TypeToolCall, "payload": p})
+}
+
+// ToolResult is a client tool's result: MCP content blocks, as an MCP server's tools/call answers.
+type ToolResult struct {
+	Content           []json.RawMessage `json:"content"`
+	IsError           bool              `json:"isError,omitempty"`
+	StructuredContent json.RawMessage   `json:"structuredContent,omitempty"`
+}
+
+// ToolResultPayload answers a tool_call.
+type ToolResultPayload struct {
+	CallID string     `json:"callId"`
+	Result ToolResult `json:"result"`
+}
+
+// Bounds of a tool_result (docs/PROTOCOL.md#host-tools).
+const (
+	// MaxToolResultBytes bounds a tool_result's payload as received; a larger one is payload_too_large.
+	MaxToolResultBytes = 1 << 20
+	// MaxToolResultBlocks bounds its content blocks.
+	MaxToolResultBlocks = 256
+)
+
+var callIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidCallID reports whether id has the shape of a call id.
+func ValidCallID(id string) bool { return callIDPattern.MatchString(id) }
+
+// contentTypes are the MCP content block types a tool result may carry, with the string fields each needs.
+var contentTypes = map[string][]string{
+	"text":          {"text"},
+	"image":         {"data", "mimeType"},
+	"audio":         {"data", "mimeType"},
+	"resource_link": {"uri", "name"},
+	"resource":      nil, // {"resource": {uri, text | blob}}, checked below
+}
+
+// ParseToolResult decodes and validates the payload of a tool_result. Failures are *Error values:
+// payload_too_large over MaxToolResultBytes, invalid_argument for anything malformed (naming the field).
+// Unknown fields of the payload and of the result are refused; content blocks keep their own extra fields
+// (annotations, _meta) as they are.
+func ParseToolResult(payload json.RawMessage) (ToolResultPayload, error) {
+	var p ToolResultPayload
+	if len(payload) > MaxToolResultBytes {
+		return p, Errorf(PayloadTooLarge, "tool_result of %d bytes exceeds the %d byte limit", len(payload), MaxToolResultBytes)
+	}
+	var env struct {
+		CallID string          `json:"callId"`
+		Result json.RawMessage `json:"result"`
+	}
+	if err := DecodeStrict(payload, &env); err != nil {
+		return p, Errorf(InvalidArgument, "tool_result payload must be {callId, result}: %s", trimJSONErr(err))
+	}
+	if !ValidCallID(env.CallID) {
+		return p, Errorf(InvalidArgument, "tool_result payload.callId must be 1 to 128 characters of [A-Za-z0-9_-]")
+	}
+	p.CallID = env.CallID
+	var r struct {
+		Content           *[]json.RawMessage `json:"content"`
+		IsError           bool               `json:"isError"`
+		StructuredContent json.RawMessage    `json:"structuredContent"`
+	}
+	if err := DecodeStrict(env.Result, &r); err != nil || r.Content == nil {
+		msg := "content is required"
+		if err != nil {
+			msg = trimJSONErr(err)
+		}
+		return ToolResultPayload{}, Errorf(InvalidArgument, "tool_result payload.result must be {content: [blocks], isError?, structuredContent?}: %s", msg)
+	}
+	if len(*r.Content) > MaxToolResultBlocks {
+		return ToolResultPayload{}, Errorf(InvalidArgument, "tool_result payload.result.content: at most %d blocks", MaxToolResultBlocks)
+	}
+	for i, b := range *r.Content {
+		if err := checkContentBlock(b); err != nil {
+			return ToolResultPayload{}, Errorf(InvalidArgument, "tool_result payload.result.content[%d]: %s", i, err.Message)
+		}
+	}
+	if sc := bytes.TrimSpace(r.StructuredContent); len(sc) > 0 && string(sc) != "null" && sc[0] != '{' {
+		return ToolResultPayload{}, Errorf(InvalidArgument, "tool_result payload.result.structuredContent must be an object")
+	}
+	p.Result = ToolResult{Content: *r.Content, IsError: r.IsError, StructuredContent: r.StructuredContent}
+	return p, nil
+}
+
+func checkContentBlock(b json.RawMessage) *Error {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil || fields == nil {
+		return Errorf(InvalidArgument, "a content block must be an object")
+	}
+	var typ string
+	if json.Unmarshal(fields["type"], &typ) != nil {
+		return Errorf(InvalidArgument, "a content block needs a string type")
+	}
+	need, ok := contentTypes[typ]
+	if !ok {
+		return Errorf(InvalidArgument, "content block type %q is not one of text, image, audio, resource, resource_link", typ)
+	}
+	for _, f := range need {
+		var s string
+		if json.Unmarshal(fields[f], &s) != nil {
+			return Errorf(InvalidArgument, "a %s block needs a string %s", typ, f)
+		}
+	}
+	if typ == "resource" {
+		var res struct {
+			URI  *string `json:"uri"`
+			Text *string `json:"text"`
+			Blob *string `json:"blob"`
+		}
+		if json.Unmarshal(fields["resource"], &res) != nil || res.URI == nil || (res.Text == nil) == (res.Blob == nil) {
+			return Errorf(InvalidArgument, "a resource block needs resource {uri, text or blob}")
+		}
+	}
+	return nil
+}
+
+// ErrorToolResult is the result the agent gets when a client tool call fails (timeout, refused call).
+func ErrorToolResult(msg string) ToolResult {
+	b, _ := json.Marshal(map[string]string{"type": "text", "text": msg})
+	return ToolResult{Content: []json.RawMessage{b}, IsError: true}
+}
+
+func trimJSONErr(err error) string {
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return string(bytes.TrimPrefix([]byte(s), []byte("json: ")))
+}

@@ -1,0 +1,190 @@
+package claude
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/session"
+)
+
+// recordingTools is a session.ToolCaller that answers every call with result and records it.
+type recordingTools struct {
+	mu     sync.Mutex
+	calls  []session.ToolCall
+	result wire.ToolResult
+}
+
+func (r *recordingTools) CallTool(_ context.Context, c session.ToolCall) wire.ToolResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, c)
+	return r.result
+}
+
+func textResult(text string) wire.ToolResult {
+	b, _ := json.Marshal(map[string]string{"type": "text", "text": text})
+	return wire.ToolResult{Content: []json.RawMessage{b}}
+}
+
+var lookupServer = wire.MCPServer{Name: "app", Tools: []wire.MCPTool{{
+	Name: "lookup", Description: "Looks a word up", InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`),
+}}}
+
+// lastToolResult is the tool_result block of the last model request, encoded.
+func lastToolResult(t *testing.T, r *rig) string {
+	t.Helper()
+	reqs := mainRequests(r.ms)
+	if len(reqs) < 2 {
+		t.Fatalf("%d model requests, want the tool call's and the one after it", len(reqs))
+	}
+	last := reqs[len(reqs)-1].Messages
+	msg := string(last[len(last)-1])
+	if !strings.Contains(msg, `"tool_result"`) {
+		t.Fatalf("the last model request does not end with a tool_result: %s", msg)
+	}
+	return msg
+}
+
+// TestClientToolThroughTheBridge: the real CLI sees a client tool as mcp__app__lookup, calls it through
+// the runner's MCP bridge, and the client's answer is the tool_result of the next model request; an error
+// result reaches the model as an error.
+func TestClientToolThroughTheBridge(t *testing.T) {
+	r := newRig(t)
+	d := r.driver(t, "", nil)
+	opts := wire.SessionOptions{MCPServers: wire.MCPServerList{lookupServer}}
+	tools := &recordingTools{result: textResult("LOOKUP-ANSWER-42")}
+	id := session.NewID()
+	tr := runTurn(t, context.Background(), d, session.Turn{SessionID: id, Options: opts, Message: userMessage(`call mcp__app__lookup {"q":"warren"}`), Tools: tools}, "call", nil)
+	mustSucceed(t, tr)
+	if init := tr.events[0]; !containsAny(init["tools"].([]any), "mcp__app__lookup") {
+		t.Fatalf("init tools %v lack mcp__app__lookup", init["tools"])
+	}
+	if len(tools.calls) != 1 || tools.calls[0].Name != "mcp__app__lookup" || !strings.Contains(string(tools.calls[0].Input), `"warren"`) ||
+		!strings.HasPrefix(tools.calls[0].ToolUseID, "toolu_") {
+		t.Fatalf("calls %+v", tools.calls)
+	}
+	if msg := lastToolResult(t, r); !strings.Contains(msg, "LOOKUP-ANSWER-42") || strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("tool_result sent to the model: %s", msg)
+	}
+
+	// The same process, next turn: a failed call (what a timeout gives) is an error result for the model.
+	tools.result = wire.ErrorToolResult("the client did not answer in time")
+	mustSucceed(t, runTurn(t, context.Background(), d, session.Turn{SessionID: id, Options: opts, Message: userMessage(`call mcp__app__lookup {"q":"again"}`), Tools: tools}, "call", nil))
+	if msg := lastToolResult(t, r); !strings.Contains(msg, "did not answer in time") || !strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("error tool_result sent to the model: %s", msg)
+	}
+	if d.processCount() != 1 {
+		t.Errorf("%d processes, want the session's one", d.processCount())
+	}
+}
+
+// TestStdioMCPServer: a stdio MCP server given in mcpServers runs inside the sandbox; the model calls its
+// tool and the server's answer reaches the next model request.
+func TestStdioMCPServer(t *testing.T) {
+	r := newRig(t)
+	script := testenv.ShoutMCPServer(t, r.ws)
+	d := r.driver(t, "", nil)
+	opts := wire.SessionOptions{MCPServers: wire.MCPServerList{{Name: "loud", Command: "python3", Args: []string{"/workspace/" + script}}}}
+	tr := run(t, context.Background(), d, session.NewID(), opts, `call mcp__loud__shout {"text":"hello"}`)
+	mustSucceed(t, tr)
+	if msg := lastToolResult(t, r); !strings.Contains(msg, "stdio-mcp:HELLO!") {
+		t.Fatalf("tool_result sent to the model: %s", msg)
+	}
+}
+
+// TestMCPPermissions: the token's permissions bind MCP servers: a blocked server or tool is refused before
+// any process starts, a server the token's sdkConfig declares is always there and cannot be replaced, and
+// a blocked tool of an allowed server stays disallowed.
+func TestMCPPermissions(t *testing.T) {
+	client := wire.MCPServerList{lookupServer}
+	for name, c := range map[string]struct {
+		perm Permissions
+		sdk  string
+		want string // "" accepted
+	}{
+		"blocked server":          {perm: Permissions{BlockedTools: []string{"mcp__app"}}, want: "blocked by this token"},
+		"blocked server wildcard": {perm: Permissions{BlockedTools: []string{"mcp__app__*"}}, want: "blocked by this token"},
+		"blocked tool":            {perm: Permissions{BlockedTools: []string{"mcp__app__lookup"}}, want: "mcp__app__lookup is blocked"},
+		"tools list without it":   {perm: Permissions{Tools: []string{"Read"}}, want: "not among them"},
+		"tools list with it":      {perm: Permissions{Tools: []string{"Read", "mcp__app__lookup"}}},
+		"tools list with server":  {perm: Permissions{Tools: []string{"mcp__app"}}},
+		"token's server name":     {sdk: `{"mcpServers":{"app":{"command":"x"}}}`, want: "is the token's"},
+		"token's server added":    {sdk: `{"mcpServers":{"tok":{"command":"x"}}}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sdk, err := parseSDKConfig(json.RawMessage(c.sdk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := effectiveOptions(wire.SessionOptions{MCPServers: client}, sdk, c.perm, "", nil)
+			if c.want != "" {
+				if wire.CodeOf(err) != wire.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("effectiveOptions = %v, want invalid_argument with %q", err, c.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := strings.Join(cliArgs(o, launch{SessionID: "s"}), " ")
+			if !strings.Contains(args, `"app":{"name":"app","type":"sdk"}`) || !strings.Contains(args, "--allowedTools=mcp__app") {
+				t.Errorf("args %s: want the client server as an sdk server, allowed", args)
+			}
+			if c.sdk != "" && !strings.Contains(args, `"tok":{"args":[],"command":"x","type":"stdio"}`) {
+				t.Errorf("args %s: want the token's server", args)
+			}
+			for _, a := range cliArgs(o, launch{SessionID: "s"}) {
+				if strings.HasPrefix(a, "--tools=") && strings.Contains(a, "mcp__") {
+					t.Errorf("%s: --tools names built-in tools only", a)
+				}
+			}
+		})
+	}
+	// A blocked tool of an allowed external server stays in --disallowedTools whatever the client allows.
+	o, err := effectiveOptions(wire.SessionOptions{AllowedTools: []string{"mcp__ext__rm"}, MCPServers: wire.MCPServerList{{Name: "ext", Type: "http", URL: "https://mcp.example.com"}}},
+		nil, Permissions{BlockedTools: []string{"mcp__ext__rm"}}, "", nil)
+	if err != nil || !strings.Contains(strings.Join(cliArgs(o, launch{SessionID: "s"}), " "), "--disallowedTools=mcp__ext__rm") || len(o.AllowedTools) != 0 {
+		t.Fatalf("blocked tool of an external server: %v %+v", err, o)
+	}
+}
+
+func FuzzParseMCPRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"control_request","request_id":"r1","request":{"subtype":"mcp_message","server_name":"app","message":{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"lookup","arguments":{"q":"x"},"_meta":{"claudecode/toolUseId":"toolu_1"}}}}}`,
+		`{"type":"control_request","request_id":"r2","request":{"subtype":"mcp_message","server_name":"app","message":{"jsonrpc":"2.0","method":"notifications/initialized"}}}`,
+		`{"type":"control_request","request_id":"r3","request":{"subtype":"mcp_message","server_name":"app","message":{"id":"a","method":"tools/list"}}}`,
+		`{"type":"control_request","request_id":"r4","request":{"subtype":"mcp_message","message":{"id":{},"method":"x"}}}`,
+		`{"type":"control_request"}`, `null`, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		req, err := parseMCPRequest(line)
+		if err != nil {
+			return
+		}
+		if req.RequestID == "" || len(req.RequestID) > maxRequestID || req.Message.Method == "" {
+			t.Fatalf("accepted %+v", req)
+		}
+		if id := req.Message.ID; len(id) > 0 && !json.Valid(id) {
+			t.Fatalf("invalid id %q", id)
+		}
+		// Whatever is accepted gets an answer that is one line of valid JSON.
+		b := &mcpBridge{servers: map[string]wire.MCPServer{"app": lookupServer}, log: slog.New(slog.DiscardHandler)}
+		var out [][]byte
+		b.write = func(l []byte) error { out = append(out, l); return nil }
+		b.handle(line)
+		b.calls.Wait()
+		for _, l := range out {
+			if !json.Valid(l) || strings.Contains(string(l), "\n") {
+				t.Fatalf("answer %q", l)
+			}
+		}
+	})
+}

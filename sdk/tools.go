@@ -1,0 +1,123 @@
+package warren
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// Client tools (docs/PROTOCOL.md#host-tools): tools the application executes itself, which the agent in the
+// sandbox calls as MCP tools named mcp__<server>__<tool>. Declare them in SessionOptions.MCPServers with
+// ToolServer.MCPServer, and answer the tool_call events with Session.HandleToolCall:
+//
+//	srv := &warren.ToolServer{Name: "app", Tools: []warren.Tool{{
+//		Name: "lookup", Description: "Looks a customer up",
+//		InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}}}`),
+//		Handler: func(ctx context.Context, input json.RawMessage) (warren.ToolResult, error) {
+//			return warren.TextResult("found"), nil
+//		},
+//	}}}
+//	s, _ := c.Dial(ctx, &warren.SessionOptions{MCPServers: warren.MCPServerList{srv.MCPServer()}})
+//	for ev, err := range s.Prompt(ctx, "look customer 7 up") {
+//		if handled, err := s.HandleToolCall(ctx, ev, srv); handled || err != nil { ... }
+//	}
+
+// ToolResult is what a client tool answers: MCP content blocks ({"type":"text","text":...}, images,
+// resources), and whether the call failed. At most wire.MaxToolResultBytes encoded.
+type ToolResult = wire.ToolResult
+
+// MCPServerList is SessionOptions.MCPServers.
+type MCPServerList = wire.MCPServerList
+
+// ToolHandler runs one call of a client tool with the input the agent gave (a JSON object). An error
+// becomes an error result carrying its message.
+type ToolHandler func(ctx context.Context, input json.RawMessage) (ToolResult, error)
+
+// Tool is one client tool.
+type Tool struct {
+	Name        string // [a-zA-Z0-9_-], at most 64
+	Description string
+	// InputSchema is the JSON Schema of the input; nil accepts any object.
+	InputSchema json.RawMessage
+	Handler     ToolHandler
+}
+
+// ToolServer groups client tools under one MCP server name.
+type ToolServer struct {
+	Name    string // [a-zA-Z0-9_-], at most 64
+	Version string
+	Tools   []Tool
+}
+
+// MCPServer is the server's entry for SessionOptions.MCPServers.
+func (t *ToolServer) MCPServer() wire.MCPServer {
+	s := wire.MCPServer{Name: t.Name, Version: t.Version, Type: wire.MCPClient}
+	for _, tool := range t.Tools {
+		s.Tools = append(s.Tools, wire.MCPTool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema})
+	}
+	return s
+}
+
+// lookup finds the tool the agent called by its full name (mcp__<server>__<tool>).
+func (t *ToolServer) lookup(name string) (Tool, bool) {
+	rest, ok := strings.CutPrefix(name, "mcp__"+t.Name+"__")
+	if !ok {
+		return Tool{}, false
+	}
+	for _, tool := range t.Tools {
+		if tool.Name == rest {
+			return tool, true
+		}
+	}
+	return Tool{}, false
+}
+
+// TextResult is a result of one text block.
+func TextResult(text string) ToolResult {
+	b, _ := json.Marshal(map[string]string{"type": "text", "text": text})
+	return ToolResult{Content: []json.RawMessage{b}}
+}
+
+// ErrorResult is a failed call's result, saying why.
+func ErrorResult(msg string) ToolResult { return wire.ErrorToolResult(msg) }
+
+// HandleToolCall answers ev when it is a tool_call of a tool one of servers declares: it runs the tool's
+// handler (in this goroutine) and sends its result, an error result when the handler fails. handled is
+// false for any other event, and for a call of a tool none of servers declares (the application may answer
+// it itself with SendToolResult). err is a failure to send the result. The first answer to a call wins
+// (another client of the session may have answered it first: that answer is refused with conflict).
+func (s *Session) HandleToolCall(ctx context.Context, ev Event, servers ...*ToolServer) (handled bool, err error) {
+	call, ok := ev.ToolCall()
+	if !ok {
+		return false, nil
+	}
+	for _, srv := range servers {
+		tool, ok := srv.lookup(call.ToolName)
+		if !ok {
+			continue
+		}
+		res, herr := runTool(ctx, tool, call.Input)
+		if herr != nil {
+			res = ErrorResult(herr.Error())
+		}
+		if err := s.SendToolResult(ctx, call.CallID, res.Content, res.IsError); err != nil {
+			return true, fmt.Errorf("warren: answer tool call %s (%s): %w", call.CallID, call.ToolName, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// runTool runs a handler; a missing one is an error.
+func runTool(ctx context.Context, tool Tool, input json.RawMessage) (ToolResult, error) {
+	if tool.Handler == nil {
+		return ToolResult{}, fmt.Errorf("tool %s has no handler", tool.Name)
+	}
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	return tool.Handler(ctx, input)
+}
