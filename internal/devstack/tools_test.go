@@ -27,20 +27,14 @@ func toolStack(t *testing.T) (*devstack.Stack, *modelserver.Server) {
 	return agentStack(t, agentOpts{apiKey: "sk-warren-tools-test", upstream: url}), ms
 }
 
-// lastToolResult is the last message of the last model request, which must be the tool_result the model
-// is given.
+// lastToolResult is the last message the model was given: after a tool call, its tool_result.
 func lastToolResult(t *testing.T, ms *modelserver.Server) string {
 	t.Helper()
-	reqs := mainRequests(ms)
-	if len(reqs) < 2 {
-		t.Fatalf("%d model requests, want the tool call's and the one after it", len(reqs))
+	msg, n := ms.LastMessage()
+	if n < 2 || !strings.Contains(string(msg), `"tool_result"`) {
+		t.Fatalf("%d model requests, the last ending with %s: want a tool_result after the tool call", n, msg)
 	}
-	msgs := reqs[len(reqs)-1].Messages
-	last := string(msgs[len(msgs)-1])
-	if !strings.Contains(last, `"tool_result"`) {
-		t.Fatalf("the last model request does not end with a tool_result: %s", last)
-	}
-	return last
+	return string(msg)
 }
 
 // lookupServer is a client tool server whose one tool answers "E2E-TOOL-ANSWER:<q>".

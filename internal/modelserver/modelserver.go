@@ -196,6 +196,24 @@ func (s *Server) Requests() []Request {
 	return out
 }
 
+// LastMessage is the last entry of "messages" of the last main request (Request.Main), as sent (nil when
+// there is none), and how many main requests were recorded: after a tool call, the tool_result the model
+// was given.
+func (s *Server) LastMessage() (json.RawMessage, int) {
+	var last json.RawMessage
+	n := 0
+	for _, r := range s.Requests() {
+		if r.Main {
+			n++
+			last = nil
+			if len(r.Messages) > 0 {
+				last = r.Messages[len(r.Messages)-1]
+			}
+		}
+	}
+	return last, n
+}
+
 // Reset forgets the recorded requests and the pending faults.
 func (s *Server) Reset() {
 	s.mu.Lock()

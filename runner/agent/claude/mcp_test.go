@@ -36,19 +36,14 @@ var lookupServer = wire.MCPServer{Name: "app", Tools: []wire.MCPTool{{
 	Name: "lookup", Description: "Looks a word up", InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`),
 }}}
 
-// lastToolResult is the tool_result block of the last model request, encoded.
+// lastToolResult is the last message the model was given: after a tool call, its tool_result.
 func lastToolResult(t *testing.T, r *rig) string {
 	t.Helper()
-	reqs := mainRequests(r.ms)
-	if len(reqs) < 2 {
-		t.Fatalf("%d model requests, want the tool call's and the one after it", len(reqs))
+	msg, n := r.ms.LastMessage()
+	if n < 2 || !strings.Contains(string(msg), `"tool_result"`) {
+		t.Fatalf("%d model requests, the last ending with %s: want a tool_result after the tool call", n, msg)
 	}
-	last := reqs[len(reqs)-1].Messages
-	msg := string(last[len(last)-1])
-	if !strings.Contains(msg, `"tool_result"`) {
-		t.Fatalf("the last model request does not end with a tool_result: %s", msg)
-	}
-	return msg
+	return string(msg)
 }
 
 // TestClientToolThroughTheBridge: the real CLI sees a client tool as mcp__app__lookup, calls it through
