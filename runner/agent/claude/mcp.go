@@ -68,6 +68,10 @@ type rpcMessage struct {
 	Params json.RawMessage `json:"params,omitempty"`
 }
 
+// MaxToolInput bounds the input of a client tool call: a larger one is refused with an error result and
+// never sent to the client (a tool_call must fit the client's frames, wire.MaxFrame).
+const MaxToolInput = 1 << 20
+
 // maxRequestID bounds the control request id the bridge echoes back.
 const maxRequestID = 256
 
@@ -224,6 +228,11 @@ func (b *mcpBridge) call(req mcpRequest, srv wire.MCPServer) {
 	}
 	if a := bytes.TrimSpace(p.Arguments); len(a) == 0 || a[0] != '{' {
 		p.Arguments = json.RawMessage("{}")
+	}
+	if len(p.Arguments) > MaxToolInput {
+		// It would not fit the client's frames; the agent is told, the client never sees it.
+		b.reply(mcpReply(req.RequestID, req.Message.ID, wire.ErrorToolResult(fmt.Sprintf("the input of %s exceeds %d bytes", srv.ToolName(p.Name), MaxToolInput))))
+		return
 	}
 	if !wire.ValidCallID(p.Meta.ToolUseID) {
 		p.Meta.ToolUseID = ""

@@ -149,6 +149,45 @@ func TestMCPPermissions(t *testing.T) {
 	}
 }
 
+// TestBridgeRefusesHostileCalls: calls the CLI could be made to send (it runs in the tenant's sandbox) are
+// answered without reaching the client: an undeclared tool, an oversize input, a server that is not a
+// client server, a call between turns, a malformed message.
+func TestBridgeRefusesHostileCalls(t *testing.T) {
+	tools := &recordingTools{result: textResult("ok")}
+	var out []string
+	b := newMCPBridge([]wire.MCPServer{lookupServer, {Name: "ext", Command: "x"}}, func(l []byte) error { out = append(out, string(l)); return nil }, slog.New(slog.DiscardHandler))
+	req := func(server, msg string) string {
+		return `{"type":"control_request","request_id":"r","request":{"subtype":"mcp_message","server_name":"` + server + `","message":` + msg + `}}`
+	}
+	call := func(name, args string) string {
+		return req("app", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`","arguments":`+args+`}}`)
+	}
+	end := b.begin(context.Background(), tools)
+	for line, want := range map[string]string{
+		call("rm", `{}`): `"isError":true`,
+		call("lookup", `{"q":"`+strings.Repeat("x", MaxToolInput)+`"}`):  "exceeds",
+		req("ext", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`):     `"subtype":"error"`,
+		req("app", `{"jsonrpc":"2.0","id":{},"method":"tools/list"}`):    `"subtype":"error"`,
+		req("app", `{"jsonrpc":"2.0","id":1,"method":"resources/list"}`): `-32601`,
+		req("app", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`):     `"inputSchema":{"type":"object","properties":{"q":{"type":"string"}}}`,
+	} {
+		out = nil
+		b.handle([]byte(line))
+		if len(out) != 1 || !strings.Contains(out[0], want) || !strings.Contains(out[0], `"request_id":"r"`) {
+			t.Errorf("%.100s: answered %.300q, want one answer with %s", line, out, want)
+		}
+	}
+	end()
+	out = nil
+	b.handle([]byte(call("lookup", `{"q":"between turns"}`)))
+	if len(out) != 1 || !strings.Contains(out[0], "no turn is running") {
+		t.Errorf("call between turns: %q", out)
+	}
+	if len(tools.calls) != 0 {
+		t.Errorf("refused calls reached the client: %+v", tools.calls)
+	}
+}
+
 func FuzzParseMCPRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"control_request","request_id":"r1","request":{"subtype":"mcp_message","server_name":"app","message":{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"lookup","arguments":{"q":"x"},"_meta":{"claudecode/toolUseId":"toolu_1"}}}}}`,
