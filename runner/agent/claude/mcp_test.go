@@ -3,6 +3,7 @@ package claude
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -76,6 +77,44 @@ func TestClientToolThroughTheBridge(t *testing.T) {
 	}
 	if d.processCount() != 1 {
 		t.Errorf("%d processes, want the session's one", d.processCount())
+	}
+}
+
+// blockingTools is a session.ToolCaller that never answers: it signals the call and waits for its end.
+type blockingTools struct{ called chan struct{} }
+
+func (b blockingTools) CallTool(ctx context.Context, _ session.ToolCall) wire.ToolResult {
+	close(b.called)
+	<-ctx.Done()
+	return wire.ErrorToolResult("cancelled")
+}
+
+// TestClientToolInterrupted: interrupting a turn that waits for a client tool ends the call and the turn
+// (the CLI's own result, not a kill), and the process takes the next turn with the conversation.
+func TestClientToolInterrupted(t *testing.T) {
+	r := newRig(t)
+	d := r.driver(t, "", nil)
+	opts := wire.SessionOptions{MCPServers: wire.MCPServerList{lookupServer}}
+	id := session.NewID()
+	ctx, cancel := context.WithCancel(context.Background())
+	tools := blockingTools{called: make(chan struct{})}
+	go func() {
+		<-tools.called
+		cancel()
+	}()
+	tr := runTurn(t, ctx, d, session.Turn{SessionID: id, Options: opts, Message: userMessage(`call mcp__app__lookup {"q":"stuck"}`), Tools: tools}, "call", nil)
+	if !errors.Is(tr.err, context.Canceled) {
+		t.Fatalf("interrupted turn returned %v", tr.err)
+	}
+	tr.result(t)
+	pid := d.pid(id)
+	if pid == 0 {
+		t.Fatal("the interrupt killed the process; the CLI should have ended the turn itself")
+	}
+	mustSucceed(t, run(t, context.Background(), d, id, opts, "are you there"))
+	reqs := mainRequests(r.ms)
+	if text := messagesText(reqs[len(reqs)-1]); !strings.Contains(text, "are you there") || !strings.Contains(text, "stuck") || d.pid(id) != pid {
+		t.Errorf("next turn: pid %d (was %d), model given %.500s", d.pid(id), pid, text)
 	}
 }
 

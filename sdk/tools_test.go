@@ -1,0 +1,86 @@
+package warren
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// TestHandleToolCall: a declared tool's handler answers its tool_call (a handler error as an error
+// result); a tool nobody declared is left to the application; the declaration passes init's validation.
+func TestHandleToolCall(t *testing.T) {
+	srv := &ToolServer{Name: "app", Tools: []Tool{
+		{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`), Handler: func(_ context.Context, in json.RawMessage) (ToolResult, error) {
+			return TextResult("echo:" + string(in)), nil
+		}},
+		{Name: "fail", Handler: func(context.Context, json.RawMessage) (ToolResult, error) {
+			return ToolResult{}, errors.New("no such customer")
+		}},
+	}}
+	if _, err := wire.DecodeSessionOptions(mustMarshal(t, SessionOptions{MCPServers: MCPServerList{srv.MCPServer()}})); err != nil {
+		t.Fatalf("the declaration is refused: %v", err)
+	}
+	answers := make(chan map[string]any, 3)
+	edge := fakeEdge(t, func(ctx context.Context, c *websocket.Conn, _ *http.Request) {
+		readMsg(ctx, t, c) // init
+		ready(ctx, t, c, 1)
+		for i, call := range []string{
+			`{"callId":"c1","toolName":"mcp__app__echo","input":{"q":1}}`,
+			`{"callId":"c2","toolName":"mcp__app__fail","input":{}}`,
+			`{"callId":"c3","toolName":"mcp__other__echo","input":{}}`,
+		} {
+			send(ctx, t, c, int64(i+2), []byte(`{"type":"tool_call","payload":`+call+`}`))
+		}
+		for range 2 {
+			answers <- readMsg(ctx, t, c)
+		}
+		expectClose(ctx, t, c)
+	})
+	s, err := dial(t, edge, &SessionOptions{MCPServers: MCPServerList{srv.MCPServer()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var handled []bool
+	for len(handled) < 3 {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != wire.TypeToolCall {
+			continue
+		}
+		h, err := s.HandleToolCall(ctx, ev, srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handled = append(handled, h)
+	}
+	if handled[0] != true || handled[1] != true || handled[2] != false {
+		t.Errorf("handled %v, want the declared tools only", handled)
+	}
+	first, second := payload(<-answers), payload(<-answers)
+	if b, _ := json.Marshal(first); first["callId"] != "c1" || !strings.Contains(string(b), `echo:{\"q\":1}`) || strings.Contains(string(b), "isError") {
+		t.Errorf("answer to c1: %s", b)
+	}
+	if b, _ := json.Marshal(second); second["callId"] != "c2" || !strings.Contains(string(b), "no such customer") || !strings.Contains(string(b), `"isError":true`) {
+		t.Errorf("answer to c2: %s", b)
+	}
+	_ = s.Close()
+}
+
+func mustMarshal(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
