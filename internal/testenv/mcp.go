@@ -1,9 +1,15 @@
 package testenv
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -54,4 +60,72 @@ func NeedPython3(t testing.TB) {
 	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
 		t.Fatalf("python3 is needed in /usr/bin for the stdio MCP server: apt-get install python3: %v", err)
 	}
+}
+
+// HTTPMCPServer is a minimal MCP server over streamable HTTP on loopback (POST /mcp answers JSON-RPC with
+// JSON; GET and DELETE are 405, so the client keeps no stream) with the same shout tool as ShoutMCPScript,
+// tagged "http-mcp:". Auths lists the Authorization header of every request it got.
+type HTTPMCPServer struct {
+	URL string // the endpoint, http://127.0.0.1:PORT/mcp
+
+	mu    sync.Mutex
+	auths []string
+}
+
+// Auths is the Authorization header of each request received, in order.
+func (s *HTTPMCPServer) Auths() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.auths...)
+}
+
+// StartHTTPMCPServer starts an HTTPMCPServer until the test ends.
+func StartHTTPMCPServer(t testing.TB) *HTTPMCPServer {
+	t.Helper()
+	s := &HTTPMCPServer{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.auths = append(s.auths, r.Header.Get("Authorization"))
+		s.mu.Unlock()
+		if r.URL.Path != "/mcp" || r.Method != http.MethodPost {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+				Arguments       struct {
+					Text string `json:"text"`
+				} `json:"arguments"`
+			} `json:"params"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&msg); err != nil {
+			http.Error(w, "bad JSON-RPC", http.StatusBadRequest)
+			return
+		}
+		if len(msg.ID) == 0 {
+			w.WriteHeader(http.StatusAccepted) // a notification
+			return
+		}
+		out := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
+		switch msg.Method {
+		case "initialize":
+			out["result"] = map[string]any{"protocolVersion": msg.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}},
+				"serverInfo": map[string]any{"name": "shout-http", "version": "1.0.0"}}
+		case "tools/list":
+			out["result"] = map[string]any{"tools": []any{map[string]any{"name": "shout", "description": "Shouts the text back",
+				"inputSchema": map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}}}}
+		case "tools/call":
+			out["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": "http-mcp:" + strings.ToUpper(msg.Params.Arguments.Text) + "!"}}}
+		default:
+			out["error"] = map[string]any{"code": -32601, "message": "method not found"}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL + "/mcp"
+	return s
 }

@@ -34,6 +34,7 @@ type rig struct {
 	cli, bwrap, ws, home string
 	ms                   *modelserver.Server
 	url                  string
+	forward              []string // more loopback URLs the sandbox reaches (the model server's always)
 }
 
 func TestMain(m *testing.M) {
@@ -67,7 +68,7 @@ func (r *rig) driver(t *testing.T, scenario string, mut func(*Config)) *Driver {
 	t.Helper()
 	cfg := Config{
 		CLIPath: r.cli, Workspace: r.ws, Home: r.home, Bwrap: r.bwrap,
-		Sandbox:  isolatetest.New(t, r.ws, []string{r.url}, r.home),
+		Sandbox:  isolatetest.New(t, r.ws, append([]string{r.url}, r.forward...), r.home),
 		Endpoint: func(id string) (string, string, error) { return r.url, token(id), nil },
 		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}

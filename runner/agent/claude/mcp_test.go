@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,40 @@ func TestStdioMCPServer(t *testing.T) {
 	mustSucceed(t, tr)
 	if msg := lastToolResult(t, r); !strings.Contains(msg, "stdio-mcp:HELLO!") {
 		t.Fatalf("tool_result sent to the model: %s", msg)
+	}
+}
+
+// TestHTTPMCPServer: an http MCP server is reached from inside the sandbox under its egress policy: one the
+// sandbox may reach (here a forwarded loopback port) answers the model's call, with the configured headers;
+// one on the host's loopback, which no sandbox reaches, gets no request and its tool does not exist for
+// the agent.
+func TestHTTPMCPServer(t *testing.T) {
+	r := newRig(t)
+	near, far := testenv.StartHTTPMCPServer(t), testenv.StartHTTPMCPServer(t)
+	r.forward = []string{near.URL}
+	d := r.driver(t, "", nil)
+	opts := wire.SessionOptions{MCPServers: wire.MCPServerList{
+		{Name: "web", Type: wire.MCPHTTP, URL: near.URL, Headers: map[string]string{"Authorization": "Bearer mcp-secret"}},
+		{Name: "far", Type: wire.MCPHTTP, URL: far.URL},
+	}}
+	id := session.NewID()
+	mustSucceed(t, run(t, context.Background(), d, id, opts, `call mcp__web__shout {"text":"net"}`))
+	if msg := lastToolResult(t, r); !strings.Contains(msg, "http-mcp:NET!") {
+		t.Fatalf("tool_result sent to the model: %s", msg)
+	}
+	if auths := near.Auths(); len(auths) == 0 || auths[0] != "Bearer mcp-secret" {
+		t.Errorf("the server got Authorization %q", auths)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the sandbox shares the host's network, so the egress half is not tried")
+		return
+	}
+	mustSucceed(t, run(t, context.Background(), d, id, opts, `call mcp__far__shout {"text":"out"}`))
+	if msg := lastToolResult(t, r); strings.Contains(msg, "http-mcp:") || !strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("a server on the host's loopback answered from inside the sandbox: %s", msg)
+	}
+	if n := len(far.Auths()); n != 0 {
+		t.Fatalf("the host's loopback server got %d requests from inside the sandbox", n)
 	}
 }
 
