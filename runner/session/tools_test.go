@@ -254,3 +254,30 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// loopAgent calls the client tool b.N times in one turn.
+type loopAgent struct{ n int }
+
+func (a loopAgent) Run(ctx context.Context, turn Turn, emit func([]byte)) error {
+	for range a.n {
+		turn.Tools.CallTool(ctx, ToolCall{Name: "mcp__app__lookup", Input: json.RawMessage(`{}`)})
+	}
+	return nil
+}
+
+// BenchmarkToolCallRoundTrip: one client tool call through the hub: tool_call out, tool_result parsed and
+// matched, the agent resumed (in-memory transport; no CLI, no network).
+func BenchmarkToolCallRoundTrip(b *testing.B) {
+	h := newHub(b, Config{Agent: loopAgent{n: b.N}, History: 100})
+	p, _ := serve(b, h)
+	initSession(b, p, `{}`)
+	b.ResetTimer()
+	p.send(`{"type":"user","message":{"role":"user","content":"go"}}`)
+	for answered := 0; answered < b.N; {
+		m := p.recv(b)
+		if m["type"] == wire.TypeToolCall {
+			p.send(toolResultMsg(payload(m)["callId"].(string), "ok"))
+			answered++
+		}
+	}
+}
