@@ -225,7 +225,7 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 			if reason, ok := unsupportedOptions[k]; ok {
 				return o, Errorf(InvalidArgument, "session option %s is not supported: %s", k, reason)
 			}
-			return o, Errorf(InvalidArgument, "unknown session option %q", k)
+			return o, Errorf(InvalidArgument, "unknown session option %q", clip(k))
 		}
 	}
 	if rewrite {
@@ -261,10 +261,9 @@ func optionError(err error) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
-		return Errorf(InvalidArgument, "session option %s: %s is not a valid %s", te.Field, te.Value, te.Type)
+		return Errorf(InvalidArgument, "session option %s: %s is not a valid %s", clip(te.Field), te.Value, te.Type)
 	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	return Errorf(InvalidArgument, "session options: %s", msg)
+	return Errorf(InvalidArgument, "session options: %s", trimJSONErr(err))
 }
 
 // Bounds of session options: they are tenant input and end up on the CLI's command line and in its

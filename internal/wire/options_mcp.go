@@ -78,10 +78,10 @@ func (l *MCPServerList) UnmarshalJSON(b []byte) error {
 		for _, name := range sortedKeys(m) {
 			var s MCPServer
 			if err := DecodeStrict(m[name], &s); err != nil {
-				return Errorf(InvalidArgument, "session option mcpServers.%s: %s", name, strings.TrimPrefix(err.Error(), "json: "))
+				return Errorf(InvalidArgument, "session option mcpServers.%s: %s", clip(name), trimJSONErr(err))
 			}
 			if s.Name != "" && s.Name != name {
-				return Errorf(InvalidArgument, "session option mcpServers.%s.name: %q is not its key", name, s.Name)
+				return Errorf(InvalidArgument, "session option mcpServers.%s.name: %q is not its key", clip(name), clip(s.Name))
 			}
 			s.Name = name
 			out = append(out, s)
@@ -133,7 +133,7 @@ func validateMCPServers(list []MCPServer) error {
 		}
 		for _, o := range list[:i] {
 			if o.Name == s.Name {
-				return Errorf(InvalidArgument, "session option mcpServers[%d].name: %q is declared twice", i, s.Name)
+				return Errorf(InvalidArgument, "session option mcpServers[%d].name: %q is declared twice", i, clip(s.Name))
 			}
 		}
 	}
@@ -148,14 +148,14 @@ func (s MCPServer) validate(f string) error {
 		return Errorf(InvalidArgument, "session option %s.%s: %s", f, field, fmt.Sprintf(format, args...))
 	}
 	if !mcpNamePattern.MatchString(s.Name) {
-		return bad("name", "%q must be 1 to %d characters of [a-zA-Z0-9_-]", s.Name, maxMCPName)
+		return bad("name", "%q must be 1 to %d characters of [a-zA-Z0-9_-]", clip(s.Name), maxMCPName)
 	}
 	if len(s.Version) > maxOptionString || strings.ContainsFunc(s.Version, isControl) {
 		return bad("version", "at most %d bytes without control characters", maxOptionString)
 	}
 	kind := s.Kind()
 	if kind == "" {
-		return bad("type", "%q is not one of client, sdk, stdio, http, sse (an entry with a url needs type http or sse)", s.Type)
+		return bad("type", "%q is not one of client, sdk, stdio, http, sse (an entry with a url needs type http or sse)", clip(s.Type))
 	}
 	// Each kind takes its own fields only: a field another kind reads is refused, never ignored.
 	present := map[string]bool{"tools": len(s.Tools) > 0, "command": s.Command != "", "args": len(s.Args) > 0,
@@ -186,7 +186,7 @@ func (s MCPServer) validate(f string) error {
 		}
 		for _, k := range sortedKeys(s.Env) {
 			if !envNamePattern.MatchString(k) || len(s.Env[k]) > maxMCPArg || strings.IndexByte(s.Env[k], 0) >= 0 {
-				return bad("env."+k, "names are [A-Za-z_][A-Za-z0-9_]*, values at most %d bytes without NUL", maxMCPArg)
+				return bad("env."+clip(k), "names are [A-Za-z_][A-Za-z0-9_]*, values at most %d bytes without NUL", maxMCPArg)
 			}
 		}
 	default: // http, sse
@@ -200,7 +200,7 @@ func (s MCPServer) validate(f string) error {
 		}
 		for _, k := range sortedKeys(s.Headers) {
 			if v := s.Headers[k]; !headerNameRegexp.MatchString(k) || len(v) > maxMCPHeader || strings.ContainsFunc(v, isControl) {
-				return bad("headers."+k, "names are HTTP tokens, values at most %d bytes without control characters", maxMCPHeader)
+				return bad("headers."+clip(k), "names are HTTP tokens, values at most %d bytes without control characters", maxMCPHeader)
 			}
 		}
 	}
@@ -214,11 +214,11 @@ func (s MCPServer) validateTools(f string) error {
 	for j, t := range s.Tools {
 		tf := fmt.Sprintf("%s.tools[%d]", f, j)
 		if !mcpNamePattern.MatchString(t.Name) {
-			return Errorf(InvalidArgument, "session option %s.name: %q must be 1 to %d characters of [a-zA-Z0-9_-]", tf, t.Name, maxMCPName)
+			return Errorf(InvalidArgument, "session option %s.name: %q must be 1 to %d characters of [a-zA-Z0-9_-]", tf, clip(t.Name), maxMCPName)
 		}
 		for _, o := range s.Tools[:j] {
 			if o.Name == t.Name {
-				return Errorf(InvalidArgument, "session option %s.name: %q is declared twice", tf, t.Name)
+				return Errorf(InvalidArgument, "session option %s.name: %q is declared twice", tf, clip(t.Name))
 			}
 		}
 		if len(t.Description) > maxMCPDescription || strings.IndexByte(t.Description, 0) >= 0 {
@@ -234,7 +234,7 @@ func (s MCPServer) validateTools(f string) error {
 		case "host":
 			return Errorf(InvalidArgument, "session option %s.executeIn: host tools (possession mode) are not supported", tf)
 		default:
-			return Errorf(InvalidArgument, "session option %s.executeIn: %q is not client", tf, t.ExecuteIn)
+			return Errorf(InvalidArgument, "session option %s.executeIn: %q is not client", tf, clip(t.ExecuteIn))
 		}
 	}
 	return nil
@@ -246,6 +246,14 @@ func (t MCPTool) ToolSchema() json.RawMessage {
 		return sch
 	}
 	return json.RawMessage(`{"type":"object"}`)
+}
+
+// clip shortens a tenant's string quoted in an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return strings.ToValidUTF8(s[:64], "") + "…"
+	}
+	return s
 }
 
 func sortedKeys[V any](m map[string]V) []string {

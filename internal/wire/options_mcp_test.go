@@ -188,3 +188,22 @@ func FuzzDecodeMCPServers(f *testing.F) {
 		}
 	})
 }
+
+// TestMCPErrorsAreBounded: a hostile name is not echoed whole in the error.
+func TestMCPErrorsAreBounded(t *testing.T) {
+	long := strings.Repeat("n", 1<<20)
+	for _, in := range []string{
+		`{"mcpServers":[{"name":"` + long + `","command":"x"}]}`,
+		`{"mcpServers":{"` + long + `":{"frob":1}}}`,
+		`{"mcpServers":[{"name":"a","command":"x","env":{"` + long + `-":"v"}}]}`,
+		`{"mcpServers":[{"name":"a","tools":[{"name":"` + long + `"}]}]}`,
+		`{"mcpServers":[{"name":"a","type":"` + long + `"}]}`,
+		`{"mcpServers":[{"name":"a","` + long + `":1}]}`,
+		`{"` + long + `":1}`,
+	} {
+		_, err := DecodeSessionOptions(json.RawMessage(in))
+		if CodeOf(err) != InvalidArgument || len(err.Error()) > 1000 {
+			t.Errorf("error of %d bytes: %.200v", len(err.Error()), err)
+		}
+	}
+}
