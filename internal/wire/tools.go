@@ -122,12 +122,12 @@ func checkContentBlock(b json.RawMessage) *Error {
 	}
 	need, ok := contentTypes[typ]
 	if !ok {
-		return Errorf(InvalidArgument, "content block type %q is not one of text, image, audio, resource, resource_link", typ)
+		return Errorf(InvalidArgument, "content block type %q is not one of text, image, audio, resource, resource_link", clip(typ))
 	}
 	for _, f := range need {
 		var s string
 		if json.Unmarshal(fields[f], &s) != nil {
-			return Errorf(InvalidArgument, "a %s block needs a string %s", typ, f)
+			return Errorf(InvalidArgument, "a %s block needs a string %s", clip(typ), f)
 		}
 	}
 	if typ == "resource" {
