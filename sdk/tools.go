@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -43,6 +44,9 @@ type Tool struct {
 	// InputSchema is the JSON Schema of the input; nil accepts any object.
 	InputSchema json.RawMessage
 	Handler     ToolHandler
+	// Timeout is how long the runner waits for this tool's answer (1 s to 30 min; 0: its default, 5 min).
+	// Past it the agent gets an error result and the session an error event with code timeout.
+	Timeout time.Duration
 }
 
 // ToolServer groups client tools under one MCP server name.
@@ -56,7 +60,8 @@ type ToolServer struct {
 func (t *ToolServer) MCPServer() wire.MCPServer {
 	s := wire.MCPServer{Name: t.Name, Version: t.Version, Type: wire.MCPClient}
 	for _, tool := range t.Tools {
-		s.Tools = append(s.Tools, wire.MCPTool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema})
+		s.Tools = append(s.Tools, wire.MCPTool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema,
+			TimeoutMs: tool.Timeout.Milliseconds()})
 	}
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/modelserver"
@@ -220,6 +221,59 @@ func TestClientToolsEndToEnd(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(calls, ",") != "alpha,beta,gamma" {
 		t.Errorf("handler calls %v", calls)
+	}
+}
+
+// TestClientToolTimeoutEndToEnd: a client that never answers: past the tool's timeout the client gets an
+// error event with code timeout naming the call, the agent an error result (the next model request's
+// tool_result), and the turn ends normally; a late answer is then a conflict.
+func TestClientToolTimeoutEndToEnd(t *testing.T) {
+	st, ms := toolStack(t)
+	ctx := agentCtx(t)
+	srv := &warren.ToolServer{Name: "slow", Tools: []warren.Tool{{Name: "wait", Timeout: time.Second}}}
+	s, err := client(t, st, "val", withBudget(5_000_000)).Dial(ctx, &warren.SessionOptions{MCPServers: warren.MCPServerList{srv.MCPServer()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Send(ctx, `call mcp__slow__wait {}`); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		call     warren.ToolCall
+		timedOut *warren.Error
+	)
+	evs := untilResult(t, ctx, s, func(ev warren.Event) {
+		if c, ok := ev.ToolCall(); ok {
+			call = c
+		}
+		if e := ev.Err(); e != nil {
+			timedOut = e
+		}
+	})
+	if call.CallID == "" || timedOut == nil || timedOut.Code != wire.Timeout || !strings.Contains(timedOut.Message, call.CallID) {
+		t.Fatalf("call %+v, error %v: want a timeout error naming the call", call, timedOut)
+	}
+	if r, _ := evs[len(evs)-1].Result(); r.IsError {
+		t.Fatalf("the turn failed: %+v", r)
+	}
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "did not answer") || !strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("tool_result given to the model: %s", msg)
+	}
+	if err := s.SendToolResult(ctx, call.CallID, warren.TextResult("late").Content, false); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := ev.Err(); e != nil {
+			if e.Code != wire.Conflict {
+				t.Fatalf("late answer: %v, want conflict", e)
+			}
+			break
+		}
 	}
 }
 

@@ -27,7 +27,16 @@ type MCPTool struct {
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 	// ExecuteIn is "client" (the default); "host" (possession mode) is not supported.
 	ExecuteIn string `json:"executeIn,omitempty"`
+	// TimeoutMs is how long a call waits for the client's answer (Warren extension; MinToolTimeoutMs to
+	// MaxToolTimeoutMs; 0: the runner's default, 5 minutes).
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 }
+
+// Bounds of MCPTool.TimeoutMs.
+const (
+	MinToolTimeoutMs = 1000
+	MaxToolTimeoutMs = 30 * 60 * 1000
+)
 
 // MCPServer is one entry of SessionOptions.mcpServers. Type is "client" (or "sdk", or absent with tools),
 // "stdio" (or absent with a command), "http" or "sse"; Kind says which.
@@ -228,6 +237,9 @@ func (s MCPServer) validateTools(f string) error {
 			if sch[0] != '{' || len(sch) > maxMCPSchema {
 				return Errorf(InvalidArgument, "session option %s.inputSchema: a JSON Schema object of at most %d bytes", tf, maxMCPSchema)
 			}
+		}
+		if t.TimeoutMs != 0 && (t.TimeoutMs < MinToolTimeoutMs || t.TimeoutMs > MaxToolTimeoutMs) {
+			return Errorf(InvalidArgument, "session option %s.timeoutMs: from %d to %d", tf, MinToolTimeoutMs, MaxToolTimeoutMs)
 		}
 		switch t.ExecuteIn {
 		case "", MCPClient:

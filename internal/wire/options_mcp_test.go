@@ -85,6 +85,8 @@ func TestMCPServersRefused(t *testing.T) {
 		`{"mcpServers":[{"name":"a","tools":[{"name":"t","inputSchema":"x"}]}]}`:                   "mcpServers[0].tools[0].inputSchema",
 		`{"mcpServers":[{"name":"a","tools":[{"name":"t","executeIn":"host"}]}]}`:                  "mcpServers[0].tools[0].executeIn",
 		`{"mcpServers":[{"name":"a","tools":[{"name":"t","frobnicate":1}]}]}`:                      "frobnicate",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t","timeoutMs":10}]}]}`:                      "mcpServers[0].tools[0].timeoutMs",
+		`{"mcpServers":[{"name":"a","tools":[{"name":"t","timeoutMs":1900000}]}]}`:                 "mcpServers[0].tools[0].timeoutMs",
 		`{"mcpServers":{"a":{"command":"x","cwd":"/"}}}`:                                           "mcpServers.a",
 		`{"mcpServers":"x"}`: "mcpServers",
 	}

@@ -31,6 +31,8 @@ type ToolCall struct {
 	Input json.RawMessage
 	// ToolUseID is the agent's tool_use id, when known.
 	ToolUseID string
+	// Timeout is how long the call waits for its answer; 0 is the hub's ToolTimeout.
+	Timeout time.Duration
 }
 
 const (
@@ -125,10 +127,14 @@ func (t sessionTools) CallTool(ctx context.Context, call ToolCall) wire.ToolResu
 		h.tools.calls.WithLabelValues(outcome).Inc()
 		h.tools.latency.Observe(time.Since(start).Seconds())
 	}
+	timeout := call.Timeout
+	if timeout <= 0 {
+		timeout = h.cfg.ToolTimeout
+	}
 	pc := &pendingCall{id: newCallID(), result: make(chan wire.ToolResult, 1)}
 	pc.frame = wire.ToolCallMessage(wire.ToolCallPayload{
 		CallID: pc.id, ToolName: call.Name, Input: call.Input, ToolUseID: call.ToolUseID,
-		TimeoutMs: h.cfg.ToolTimeout.Milliseconds(),
+		TimeoutMs: timeout.Milliseconds(),
 	})
 	log := h.log.With("session", s.id, "call", pc.id, "tool", call.Name)
 
@@ -151,7 +157,7 @@ func (t sessionTools) CallTool(ctx context.Context, call ToolCall) wire.ToolResu
 	s.mu.Unlock()
 	log.Debug("client tool call sent")
 
-	timer := time.NewTimer(h.cfg.ToolTimeout)
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var outcome string
 	select {
@@ -180,7 +186,7 @@ func (t sessionTools) CallTool(ctx context.Context, call ToolCall) wire.ToolResu
 	var msg string
 	switch outcome {
 	case outcomeTimeout:
-		msg = "the client did not answer tool call " + pc.id + " (" + call.Name + ") within " + h.cfg.ToolTimeout.String()
+		msg = "the client did not answer tool call " + pc.id + " (" + call.Name + ") within " + timeout.String()
 		s.emitLocked(wire.ErrorMessage(wire.Errorf(wire.Timeout, "%s", msg).
 			WithDetails(map[string]any{"callId": pc.id, "toolName": call.Name})))
 	default:

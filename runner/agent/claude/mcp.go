@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -218,11 +219,8 @@ func (b *mcpBridge) call(req mcpRequest, srv wire.MCPServer) {
 		b.reply(mcpRPCError(req.RequestID, req.Message.ID, -32602, "invalid tools/call params"))
 		return
 	}
-	known := false
-	for _, t := range srv.Tools {
-		known = known || t.Name == p.Name
-	}
-	if !known {
+	i := slices.IndexFunc(srv.Tools, func(t wire.MCPTool) bool { return t.Name == p.Name })
+	if i < 0 {
 		b.reply(mcpReply(req.RequestID, req.Message.ID, wire.ErrorToolResult("unknown tool "+truncate(p.Name, 64))))
 		return
 	}
@@ -249,7 +247,8 @@ func (b *mcpBridge) call(req mcpRequest, srv wire.MCPServer) {
 	}
 	go func() {
 		defer b.calls.Done()
-		r := caller.CallTool(ctx, session.ToolCall{Name: srv.ToolName(p.Name), Input: p.Arguments, ToolUseID: p.Meta.ToolUseID})
+		r := caller.CallTool(ctx, session.ToolCall{Name: srv.ToolName(p.Name), Input: p.Arguments, ToolUseID: p.Meta.ToolUseID,
+			Timeout: time.Duration(srv.Tools[i].TimeoutMs) * time.Millisecond})
 		b.reply(mcpReply(req.RequestID, req.Message.ID, r))
 	}()
 }
