@@ -75,6 +75,20 @@ func untilResult(t *testing.T, ctx context.Context, s *warren.Session, each func
 	}
 }
 
+// nextError reads s until an error event and returns its error.
+func nextError(t *testing.T, ctx context.Context, s *warren.Session) *warren.Error {
+	t.Helper()
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := ev.Err(); e != nil {
+			return e
+		}
+	}
+}
+
 func sawState(evs []warren.Event, state string) bool {
 	for _, ev := range evs {
 		if info, ok := ev.SessionInfo(); ok && info.State == state {
@@ -144,7 +158,6 @@ func TestClientToolsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	var conflict *warren.Error
 	untilResult(t, ctx, a, func(ev warren.Event) {
 		if call, ok := ev.ToolCall(); ok {
 			if err := a.SendToolResult(ctx, call.CallID, warren.TextResult("too late").Content, false); err != nil {
@@ -152,14 +165,8 @@ func TestClientToolsEndToEnd(t *testing.T) {
 			}
 		}
 	})
-	for conflict == nil { // the answer to a's late tool_result may come after the turn's result
-		ev, err := a.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conflict = ev.Err()
-	}
-	if conflict.Code != wire.Conflict {
+	// The answer to a's late tool_result may come after the turn's result.
+	if conflict := nextError(t, ctx, a); conflict.Code != wire.Conflict {
 		t.Fatalf("late answer: %v, want conflict", conflict)
 	}
 	if msg := lastToolResult(t, ms); !strings.Contains(msg, "E2E-TOOL-ANSWER:beta") || strings.Contains(msg, "too late") {
@@ -184,17 +191,8 @@ func TestClientToolsEndToEnd(t *testing.T) {
 		"callId": pending.CallID, "result": map[string]any{"content": []any{map[string]any{"type": "script", "src": "x"}}}}}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		ev, err := a.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e := ev.Err(); e != nil {
-			if e.Code != wire.InvalidArgument || !strings.Contains(e.Message, "content[0]") {
-				t.Fatalf("hostile answer: %v, want invalid_argument naming content[0]", e)
-			}
-			break
-		}
+	if e := nextError(t, ctx, a); e.Code != wire.InvalidArgument || !strings.Contains(e.Message, "content[0]") {
+		t.Fatalf("hostile answer: %v, want invalid_argument naming content[0]", e)
 	}
 	_ = a.Close()
 	back, err := c.Dial(ctx, &warren.SessionOptions{SessionID: a.ID()})
@@ -263,17 +261,8 @@ func TestClientToolTimeoutEndToEnd(t *testing.T) {
 	if err := s.SendToolResult(ctx, call.CallID, warren.TextResult("late").Content, false); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		ev, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e := ev.Err(); e != nil {
-			if e.Code != wire.Conflict {
-				t.Fatalf("late answer: %v, want conflict", e)
-			}
-			break
-		}
+	if e := nextError(t, ctx, s); e.Code != wire.Conflict {
+		t.Fatalf("late answer: %v, want conflict", e)
 	}
 }
 
