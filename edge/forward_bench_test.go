@@ -2,63 +2,151 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/billing"
 )
 
-// BenchmarkForwardExec is one exec (a tiny streamed answer) on loopback, in one run: straight to the runner,
-// through the edge of the runner's region (a), and through another region's edge (b) forwarded over the mesh
-// to a's edge. Each reports p50 and p99 per request; the difference between two is what a hop adds.
+// BenchmarkHops is what each hop adds, in one run on loopback: a ping (one message echoed on an open agent
+// channel) and an exec (one REST request with a tiny streamed answer), straight to the runner, through the
+// edge of the runner's region (a), and through another region's edge (b) forwarded over the mesh to a's
+// edge; with 1 and with 500 sessions at once (a user each, each doing its requests one after the other).
+// Each reports p50 and p99 per request; the difference between two targets is what a hop adds.
 //
-//	go test ./edge -run XXX -bench ForwardExec -benchtime 2000x
-func BenchmarkForwardExec(bm *testing.B) {
+//	go test ./edge -run XXX -bench Hops -benchtime 2000x
+func BenchmarkHops(bm *testing.B) {
 	rn := newMeshRunner(bm)
 	close(rn.release)
 	a, b, _ := twoRegions(bm, rn, live)
-	// a admits as b does (the same issuer and quota), so edge and forwarded differ by the hop alone.
-	if _, err := a.ledger.PutIssuer(context.Background(), "acme", ""); err != nil {
-		bm.Fatal(err)
+	ctx := context.Background()
+	for _, r := range []*meshRegion{a, b} { // both admit as the other does, so targets differ by hops alone
+		if _, err := r.ledger.PutIssuer(ctx, "acme", ""); err != nil && r == a {
+			bm.Fatal(err)
+		}
+		cur, _ := r.ledger.GetQuota(ctx, billing.QuotaKey{Issuer: "acme"})
+		if _, err := r.ledger.PutQuota(ctx, billing.QuotaKey{Issuer: "acme"}, billing.Quota{AIMicros: -1, ComputeSeconds: -1,
+			Window: billing.Day, MaxConcurrentSessions: 5, SandboxQuota: billing.SandboxQuota{MaxProcesses: 77}}, cur.Revision); err != nil {
+			bm.Fatal(err)
+		}
 	}
-	if _, err := a.ledger.PutQuota(context.Background(), billing.QuotaKey{Issuer: "acme"}, billing.Quota{AIMicros: -1, ComputeSeconds: -1,
-		Window: billing.Day, MaxConcurrentSessions: 5, SandboxQuota: billing.SandboxQuota{MaxProcesses: 77}}, 0); err != nil {
-		bm.Fatal(err)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1000}}
+	targets := []struct{ name, url string }{{"direct", rn.url}, {"edge", a.url}, {"forwarded", b.url}}
+	auth := func(target string, user int) string {
+		if target == "direct" {
+			return "Bearer runner-key"
+		}
+		return fmt.Sprintf("Bearer user%d", user)
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	exec := func(url, auth string) {
+	exec := func(url, auth string) error {
 		req, _ := http.NewRequest("POST", url+"/v1/sandbox/exec", strings.NewReader("x"))
 		req.Header.Set("Authorization", auth)
 		resp, err := client.Do(req)
 		if err != nil {
-			bm.Fatal(err)
+			return err
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK || !strings.HasSuffix(string(body), "data: 0\n\n") {
-			bm.Fatalf("%s: %d %q %v", url, resp.StatusCode, body, err)
+			return fmt.Errorf("%s: %d %q %v", url, resp.StatusCode, body, err)
 		}
+		return nil
 	}
-	for _, c := range []struct{ name, url, auth string }{
-		{"direct", rn.url, "Bearer runner-key"},
-		{"edge", a.url, "Bearer alice"},
-		{"forwarded", b.url, "Bearer alice"},
-	} {
-		bm.Run(c.name, func(bm *testing.B) {
-			exec(c.url, c.auth) // warm: connections, mesh handshake, caches
-			lat := make([]time.Duration, 0, bm.N)
-			for bm.Loop() {
-				start := time.Now()
-				exec(c.url, c.auth)
-				lat = append(lat, time.Since(start))
-			}
-			slices.Sort(lat)
-			bm.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			bm.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	dial := func(target, url string, user int) (*websocket.Conn, error) {
+		path := "/ws"
+		if target == "direct" {
+			path = "/v1/agent"
+		}
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(url, "http")+path, &websocket.DialOptions{
+			HTTPHeader: http.Header{"Authorization": {auth(target, user)}}, HTTPClient: client,
 		})
+		return c, err
+	}
+	ping := func(c *websocket.Conn) error {
+		if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"user","message":{"role":"user","content":"ping"}}`)); err != nil {
+			return err
+		}
+		_, data, err := c.Read(ctx)
+		if err == nil && !strings.Contains(string(data), `"content":"ping"`) {
+			err = fmt.Errorf("echo %s", data)
+		}
+		return err
+	}
+	for _, kind := range []string{"ping", "exec"} {
+		for _, sessions := range []int{1, 500} {
+			for _, tg := range targets {
+				bm.Run(fmt.Sprintf("%s/sessions=%d/%s", kind, sessions, tg.name), func(bm *testing.B) {
+					// One worker per session; each first opens its channel (ping) or warms its connection
+					// (exec), then does its share of the b.N requests.
+					conns := make([]*websocket.Conn, sessions)
+					for i := range sessions {
+						var err error
+						if kind == "ping" {
+							if conns[i], err = dial(tg.name, tg.url, i); err == nil {
+								err = ping(conns[i])
+							}
+						} else {
+							err = exec(tg.url, auth(tg.name, i))
+						}
+						if err != nil {
+							bm.Fatal(err)
+						}
+					}
+					defer func() {
+						for _, c := range conns {
+							if c != nil {
+								c.Close(websocket.StatusNormalClosure, "")
+							}
+						}
+					}()
+					lat := make([][]time.Duration, sessions)
+					errs := make(chan error, sessions)
+					bm.ResetTimer()
+					var wg sync.WaitGroup
+					for i := range sessions {
+						share := bm.N / sessions
+						if i < bm.N%sessions {
+							share++
+						}
+						wg.Go(func() {
+							for range share {
+								start := time.Now()
+								var err error
+								if kind == "ping" {
+									err = ping(conns[i])
+								} else {
+									err = exec(tg.url, auth(tg.name, i))
+								}
+								if err != nil {
+									errs <- err
+									return
+								}
+								lat[i] = append(lat[i], time.Since(start))
+							}
+						})
+					}
+					wg.Wait()
+					bm.StopTimer()
+					close(errs)
+					if err := <-errs; err != nil {
+						bm.Fatal(err)
+					}
+					all := slices.Concat(lat...)
+					slices.Sort(all)
+					bm.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+					bm.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+				})
+			}
+		}
 	}
 }

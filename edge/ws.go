@@ -182,10 +182,25 @@ func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc 
 			return
 		}
 		e.m.frames.WithLabelValues("to_client").Inc()
-		if err := c.Write(ctx, typ, data); err != nil {
+		if err := writeClient(ctx, c, typ, data); err != nil {
+			if ctx.Err() == nil {
+				a.log.Info("client dropped: it stopped reading", "err", err)
+			}
 			return
 		}
 	}
+}
+
+// clientWriteTimeout is how long a client may leave a message unread before the edge drops it (it resumes
+// with lastSeq): a client that stops reading holds no runner output, and, forwarded, no more of the mesh
+// connection's flow-control window, for longer.
+var clientWriteTimeout = 30 * time.Second
+
+// writeClient writes one message to the client, bounded by clientWriteTimeout.
+func writeClient(ctx context.Context, c msgConn, typ websocket.MessageType, data []byte) error {
+	wctx, cancel := context.WithTimeout(ctx, clientWriteTimeout)
+	defer cancel()
+	return c.Write(wctx, typ, data)
 }
 
 // closeWith sends err as an error message, then closes with its close code. Internal causes are logged.

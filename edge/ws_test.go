@@ -1,9 +1,11 @@
 package edge
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -44,5 +46,30 @@ func TestCloseReasonIsJSON(t *testing.T) {
 	long := wire.Errorf(wire.Unavailable, "%0200d", 0)
 	if got := wire.CloseReason(long); got != string(wire.Unavailable) {
 		t.Fatalf("an oversize reason is %q, want the code", got)
+	}
+}
+
+// stalledConn is a client that never reads: every write blocks until its context ends.
+type stalledConn struct{ msgConn }
+
+func (stalledConn) Write(ctx context.Context, _ websocket.MessageType, _ []byte) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A client that stops reading is dropped after clientWriteTimeout: the relay does not wait on it forever,
+// holding the runner's output (and, forwarded, the mesh connection's window).
+func TestStalledClientIsDropped(t *testing.T) {
+	defer func(d time.Duration) { clientWriteTimeout = d }(clientWriteTimeout)
+	clientWriteTimeout = 50 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- writeClient(context.Background(), stalledConn{}, websocket.MessageText, []byte("{}")) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("write to a stalled client: %v, want the write deadline", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a write to a client that never reads did not end")
 	}
 }

@@ -24,10 +24,12 @@ const (
 	DefaultIdleTimeout       = 30 * time.Second
 	DefaultHandshakeTimeout  = 5 * time.Second
 	DefaultHeaderTimeout     = 5 * time.Second
-	DefaultMaxStreamsPerPeer = 256
+	DefaultMaxStreamsPerPeer = 4096
 	DefaultMaxConnsPerPeer   = 4
 	DefaultStreamWindow      = 1 << 20
-	DefaultConnectionWindow  = 16 << 20
+	DefaultConnectionWindow  = 64 << 20
+	// initialStreamWindow is a new stream's receive window before quic-go's auto-tuning grows it.
+	initialStreamWindow = 64 << 10
 	// MaxWindow bounds StreamWindow and ConnectionWindow.
 	MaxWindow = 1 << 30
 )
@@ -169,10 +171,12 @@ func New(cfg Config) (*Node, error) {
 
 func (n *Node) quicConfig(incomingStreams int64) *quic.Config {
 	return &quic.Config{
-		HandshakeIdleTimeout:           n.cfg.HandshakeTimeout,
-		MaxIdleTimeout:                 n.cfg.IdleTimeout,
-		KeepAlivePeriod:                n.cfg.KeepAlive,
-		InitialStreamReceiveWindow:     min(n.cfg.StreamWindow, 512<<10),
+		HandshakeIdleTimeout: n.cfg.HandshakeTimeout,
+		MaxIdleTimeout:       n.cfg.IdleTimeout,
+		KeepAlivePeriod:      n.cfg.KeepAlive,
+		// A stream starts with a small window, grown up to StreamWindow while its reader keeps up: a stream
+		// whose reader stalls (a client that stops reading) holds little of the connection's window.
+		InitialStreamReceiveWindow:     min(n.cfg.StreamWindow, initialStreamWindow),
 		MaxStreamReceiveWindow:         n.cfg.StreamWindow,
 		InitialConnectionReceiveWindow: min(n.cfg.ConnectionWindow, 512<<10),
 		MaxConnectionReceiveWindow:     n.cfg.ConnectionWindow,
