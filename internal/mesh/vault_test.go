@@ -17,31 +17,8 @@ import (
 func vaultPKI(t *testing.T) *vaultapi.Client {
 	t.Helper()
 	srv := testenv.StartVault(t)
-	cfg := vaultapi.DefaultConfig()
-	cfg.Address = srv.Addr()
-	c, err := vaultapi.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.SetToken(srv.RootToken())
-	ctx := testCtx(t)
-	if err := c.Sys().MountWithContext(ctx, "pki", &vaultapi.MountInput{
-		Type: "pki", Config: vaultapi.MountConfigInput{MaxLeaseTTL: "87600h"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for path, data := range map[string]map[string]any{
-		"pki/root/generate/internal": {"common_name": "warren mesh test root", "ttl": "87600h", "key_type": "ec"},
-		"pki/roles/edge": {
-			"allowed_uri_sans": "urn:warren:region:*", "require_cn": false, "key_type": "ec", "key_bits": 256,
-			"server_flag": true, "client_flag": true, "max_ttl": "72h", "ttl": "24h",
-		},
-	} {
-		if _, err := c.Logical().WriteWithContext(ctx, path, data); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-	}
-	return c
+	srv.MountMeshPKI(t, "pki", "edge")
+	return srv.Client(t)
 }
 
 // Two edges with certificates from Vault's PKI engine connect and exchange data; a renewal issues a new

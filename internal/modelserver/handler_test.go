@@ -297,6 +297,10 @@ func TestLong(t *testing.T) {
 	if words := len(strings.Fields(m.blocks[0]["text"].(string))); words != 200 {
 		t.Errorf("%d words", words)
 	}
+	// auto streams the same answer to modelserver.LongPrompt.
+	if a := streamMessage(t, s, "auto", body(t, true, userText(modelserver.LongPrompt))); a.blocks[0]["text"] != m.blocks[0]["text"] {
+		t.Errorf("auto answered %q to %q", a.blocks[0]["text"], modelserver.LongPrompt)
+	}
 	if n := len(m.names); n < 200 {
 		t.Errorf("%d events, want one per word", n)
 	}

@@ -91,16 +91,7 @@ var scenarios = map[string]func(c conversation) reply{
 		}
 		return text(doneText)
 	},
-	"long": func(conversation) reply {
-		var b strings.Builder
-		for i := range longWords {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(longSentence[i%len(longSentence)])
-		}
-		return reply{blocks: []replyBlock{{text: b.String()}}, slow: true}
-	},
+	"long": long,
 	"huge_usage": func(conversation) reply {
 		r := text("This short answer reports an enormous usage.")
 		r.outputTokens = HugeOutputTokens
@@ -110,6 +101,22 @@ var scenarios = map[string]func(c conversation) reply{
 
 // HugeOutputTokens is the output_tokens the "huge_usage" scenario reports.
 const HugeOutputTokens = 5_000_000
+
+// long streams longWords words, one per delta, slowly.
+func long(conversation) reply {
+	var b strings.Builder
+	for i := range longWords {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(longSentence[i%len(longSentence)])
+	}
+	return reply{blocks: []replyBlock{{text: b.String()}}, slow: true}
+}
+
+// LongPrompt makes "auto" answer as "long" does, so that one server can stream a long answer to one
+// conversation and script the others.
+const LongPrompt = "tell me a long story"
 
 // longWords is how many words (one delta each) the "long" scenario streams.
 const longWords = 200
@@ -134,7 +141,7 @@ var (
 
 // auto reads the prompt: "create <path> containing <text>" writes a file, "run <command>" runs a command,
 // "call <tool> [<JSON object>]" calls any tool by name (an MCP tool such as mcp__srv__echo) with that
-// input, anything else is echoed back.
+// input, LongPrompt streams the "long" answer, anything else is echoed back.
 func auto(c conversation) reply {
 	if c.step > 0 {
 		return text(doneText)
@@ -153,6 +160,9 @@ func auto(c conversation) reply {
 			return text("You said: " + prompt)
 		}
 		return toolUse(replyBlock{name: m[1], input: input})
+	}
+	if strings.EqualFold(prompt, LongPrompt) {
+		return long(c)
 	}
 	return text("You said: " + prompt)
 }

@@ -16,6 +16,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/warren-mesh/warren/internal/registry/consul"
+	"github.com/warren-mesh/warren/internal/stacktest"
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/scheduler"
 )
@@ -23,7 +24,7 @@ import (
 // runnerProc is a `warren runner -consul` started by hand, as Nomad would.
 type runnerProc struct {
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *stacktest.SyncBuffer
 	exited chan error
 }
 
@@ -33,7 +34,7 @@ func startRunner(t *testing.T, bin, consulAddr string, epoch int64, alloc string
 	cmd := exec.Command(bin, "runner", "-issuer", "acme", "-user", "fenced", "-epoch", fmt.Sprint(epoch),
 		"-alloc", alloc, "-consul", consulAddr, "-workspace", filepath.Join(dir, "ws"), "-state-dir", filepath.Join(dir, "state"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &runnerProc{cmd: cmd, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &runnerProc{cmd: cmd, logs: &stacktest.SyncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.logs
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -56,7 +57,7 @@ func startRunner(t *testing.T, bin, consulAddr string, epoch int64, alloc string
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {
-			t.Logf("runner epoch %d log:\n%s", epoch, tail(p.logs.String(), 4000))
+			t.Logf("runner epoch %d log:\n%s", epoch, stacktest.Tail(p.logs.String(), 4000))
 		}
 	})
 	select {
@@ -92,7 +93,7 @@ func TestRunnerFencesItself(t *testing.T) {
 	case err := <-old.exited:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || !strings.Contains(old.logs.String(), "fenced") {
-			t.Fatalf("old runner exited with %v; want a non-zero exit saying it fenced itself:\n%s", err, tail(old.logs.String(), 2000))
+			t.Fatalf("old runner exited with %v; want a non-zero exit saying it fenced itself:\n%s", err, stacktest.Tail(old.logs.String(), 2000))
 		}
 	case <-ctx.Done():
 		t.Fatal("the runner of epoch 1 kept running after epoch 2 took its lock")

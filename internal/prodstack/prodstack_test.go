@@ -1,19 +1,11 @@
 package prodstack_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,9 +15,8 @@ import (
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/secrets"
-	"github.com/warren-mesh/warren/internal/secrets/vault"
+	"github.com/warren-mesh/warren/internal/stacktest"
 	"github.com/warren-mesh/warren/internal/testenv"
-	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/runner/snapshot"
 	"github.com/warren-mesh/warren/scheduler"
 	warren "github.com/warren-mesh/warren/sdk"
@@ -35,106 +26,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// role is one `warren <role>` process.
-type role struct {
-	name string
-	cmd  *exec.Cmd
-	addr string
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-// startRole runs `warren <name> args...` with env and waits for its ready line.
-func startRole(t *testing.T, bin, name string, env []string, args ...string) *role {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{name}, args...)...)
-	cmd.Dir = t.TempDir() // what a role keeps in its working directory (the scheduler's spool) goes there
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	r := &role{name: name, cmd: cmd, logs: &syncBuffer{}}
-	cmd.Stderr = r.logs
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start warren %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("warren %s log:\n%s", name, tail(r.logs.String(), 8000))
-		}
-	})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			var l struct{ Event, Addr string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Event == "ready" {
-				ready <- l.Addr
-			}
-		}
-	}()
-	select {
-	case r.addr = <-ready:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("warren %s did not become ready:\n%s", name, tail(r.logs.String(), 4000))
-	}
-	return r
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func turn(t *testing.T, ctx context.Context, s *warren.Session, prompt string) *warren.ResultEvent {
-	t.Helper()
-	for ev, err := range s.Prompt(ctx, prompt) {
-		if err != nil {
-			t.Fatalf("prompt %q: %v", prompt, err)
-		}
-		if r, ok := ev.Result(); ok {
-			return r
-		}
-	}
-	t.Fatalf("prompt %q: no result", prompt)
-	return nil
-}
-
 // topology is the production topology on this machine: the real servers and the roles as processes.
 type topology struct {
 	vs      *testenv.VaultServer
@@ -143,9 +34,9 @@ type topology struct {
 	s3      *testenv.S3Server
 	bucket  string
 	model   *modelserver.Server
-	billing *role
-	sched   *role
-	edges   []*role
+	billing *stacktest.Billing
+	sched   *stacktest.Role
+	edges   []*stacktest.Role
 	reg     *consul.Registry
 	key     secrets.Key // issuer acme's HMAC key, created through the billing API
 	admin   func(method, path, body string) []byte
@@ -172,21 +63,10 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 	}
 	t.Cleanup(func() { _ = tp.model.Close() })
 
-	// The operator seeds Vault with the billing API's admin key.
-	keys, err := vault.New(ctx, vault.Config{Addr: tp.vs.Addr(), Token: tp.vs.RootToken()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = keys.Close() })
-	adminKey, _, err := keys.EnsureAdminKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	const schedKey = "scheduler-key-for-the-prod-e2e-test"
-	vaultEnv := []string{"VAULT_TOKEN=" + tp.vs.RootToken()}
-	tp.billing = startRole(t, bin, "billing", vaultEnv, "-listen", "127.0.0.1:0", "-vault", tp.vs.Addr(), "-db", dsn)
-	tp.sched = startRole(t, bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + schedKey, "NOMAD_ADDR=" + tp.ns.Addr()},
+	vaultEnv := stacktest.VaultEnv(tp.vs)
+	tp.billing = stacktest.StartBilling(t, ctx, bin, tp.vs, dsn)
+	tp.sched = stacktest.StartRole(t, bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + schedKey, "NOMAD_ADDR=" + tp.ns.Addr()},
 		"-listen", "127.0.0.1:0", "-region", "r1", "-consul", tp.cs.Addr(), "-db", dsn, "-nomad", tp.ns.Addr(),
 		"-runner-binary", bin, "-nomad-driver", "raw_exec", "-warm-pool", fmt.Sprint(warm), "-runner-memory", "512", "-kill-timeout", "40s",
 		"-runner-arg=-claude-cli="+cli, "-runner-arg=-model-upstream="+upstream,
@@ -195,41 +75,14 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 		"-runner-env=WARREN_MODEL_API_KEY=scripted", "-runner-env=AWS_ACCESS_KEY_ID="+tp.s3.AccessKey(),
 		"-runner-env=AWS_SECRET_ACCESS_KEY="+tp.s3.SecretKey())
 	for range edges {
-		tp.edges = append(tp.edges, startRole(t, bin, "edge", append(vaultEnv, "WARREN_SCHEDULER_KEY="+schedKey),
+		tp.edges = append(tp.edges, stacktest.StartRole(t, bin, "edge", append(vaultEnv, "WARREN_SCHEDULER_KEY="+schedKey),
 			"-listen", "127.0.0.1:0", "-region", "r1", "-vault", tp.vs.Addr(), "-consul", tp.cs.Addr(), "-db", dsn,
-			"-scheduler", "http://"+tp.sched.addr))
+			"-scheduler", "http://"+tp.sched.Addr))
 	}
 
 	// A platform team registers its issuer through the billing API; the key lands in Vault.
-	tp.admin = func(method, path, body string) []byte {
-		req, _ := http.NewRequestWithContext(ctx, method, "http://"+tp.billing.addr+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+adminKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s = %d %s", method, path, resp.StatusCode, b)
-		}
-		return b
-	}
-	tp.admin(http.MethodPut, "/v1/issuers/acme", `{"name":"Acme"}`)
-	var k struct{ Kid, Secret string }
-	if err := json.Unmarshal(tp.admin(http.MethodPost, "/v1/issuers/acme/keys", ``), &k); err != nil {
-		t.Fatal(err)
-	}
-	// The secret is a text secret the customer's JWT library signs with as given (its UTF-8 bytes).
-	if !secrets.ValidTextSecret(k.Secret) {
-		t.Fatalf("the admin API answered a %d-char secret that is not a wsk_ text secret", len(k.Secret))
-	}
-	secret := []byte(k.Secret)
-	if got, err := keys.IssuerKeys(ctx, "acme"); err != nil || got[0].ID != k.Kid || got[0].Form != secrets.FormText {
-		t.Fatalf("Vault has %+v, %v; want key %s", got, err, k.Kid)
-	}
-	tp.key = secrets.Key{ID: k.Kid, Secret: secret}
+	tp.admin = func(method, path, body string) []byte { return tp.billing.Admin(t, ctx, method, path, body) }
+	tp.key = tp.billing.RegisterIssuer(t, ctx, "acme")
 	if tp.reg, err = consul.New(consul.Config{Addr: tp.cs.Addr()}); err != nil {
 		t.Fatal(err)
 	}
@@ -240,13 +93,8 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 // client is user's SDK client through edge i.
 func (tp *topology) client(t *testing.T, i int, user string) *warren.Client {
 	t.Helper()
-	tok, err := token.Mint(tp.key, token.Claims{Issuer: "acme", Subject: user,
-		ExpiresAt: time.Now().Add(time.Hour), HasBudget: true,
-		Budget: token.Budget{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: "lifetime"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := warren.New("http://"+tp.edges[i].addr, tok)
+	tok := stacktest.Mint(t, tp.key, "acme", user)
+	c, err := warren.New("http://"+tp.edges[i].Addr, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +115,7 @@ func TestProductionTopology(t *testing.T) {
 	var err error
 
 	// The scheduler keeps one warm runner started in Nomad ahead of demand.
-	waitFor(t, 60*time.Second, "the warm pool to fill", func() bool {
+	stacktest.WaitFor(t, 60*time.Second, "the warm pool to fill", func() bool {
 		n, err := reg.CountWarm(ctx, "r1")
 		return err == nil && n == 1
 	})
@@ -278,7 +126,7 @@ func TestProductionTopology(t *testing.T) {
 		t.Fatalf("dial: %v", err)
 	}
 	sid := s.ID()
-	if r := turn(t, ctx, s, "create plan.txt containing step one"); r.IsError {
+	if r := stacktest.Turn(t, ctx, s, "create plan.txt containing step one"); r.IsError {
 		t.Fatalf("turn 1: %+v", r)
 	}
 	e1, err := reg.Lookup(ctx, "acme", "ada")
@@ -291,7 +139,7 @@ func TestProductionTopology(t *testing.T) {
 	}
 	// The Nomad client reports task states in batches: the runner may serve before Nomad says "running".
 	var alloc1 *nomadapi.Allocation
-	waitFor(t, 30*time.Second, "Nomad to report the runner's allocation running", func() bool {
+	stacktest.WaitFor(t, 30*time.Second, "Nomad to report the runner's allocation running", func() bool {
 		alloc1, _, err = nc.Allocations().Info(e1.Alloc, nil)
 		if err != nil {
 			t.Fatalf("Nomad allocation %q of the registered runner: %v", e1.Alloc, err)
@@ -305,11 +153,11 @@ func TestProductionTopology(t *testing.T) {
 	_ = s.Close()
 
 	// Idle: the runner snapshots to S3 and exits; its lock goes, the job is stopped.
-	waitFor(t, 90*time.Second, "the sandbox to sleep", func() bool {
+	stacktest.WaitFor(t, 90*time.Second, "the sandbox to sleep", func() bool {
 		_, err := reg.Lookup(ctx, "acme", "ada")
 		return errors.Is(err, registry.ErrNotFound)
 	})
-	waitFor(t, 60*time.Second, "the sleeping sandbox's job to be stopped", func() bool {
+	stacktest.WaitFor(t, 60*time.Second, "the sleeping sandbox's job to be stopped", func() bool {
 		job, _, err := nc.Jobs().Info(alloc1.JobID, nil)
 		return err != nil || (job.Stop != nil && *job.Stop) || (job.Status != nil && *job.Status == "dead")
 	})
@@ -338,7 +186,7 @@ func TestProductionTopology(t *testing.T) {
 		t.Fatalf("plan.txt after wake = %q, %v", b, err)
 	}
 	before := len(model.Requests())
-	if r := turn(t, ctx, s2, "and then?"); r.IsError {
+	if r := stacktest.Turn(t, ctx, s2, "and then?"); r.IsError {
 		t.Fatalf("turn after wake: %+v", r)
 	}
 	found := false
@@ -379,7 +227,7 @@ func TestSessionCapAcrossEdgeProcesses(t *testing.T) {
 		t.Fatalf("second session through edge B: %v, want concurrency_limit", err)
 	}
 	_ = s1.Close()
-	waitFor(t, 30*time.Second, "edge B to admit once A's lease is released", func() bool {
+	stacktest.WaitFor(t, 30*time.Second, "edge B to admit once A's lease is released", func() bool {
 		s, err := b.Dial(ctx, nil)
 		if err == nil {
 			_ = s.Close()

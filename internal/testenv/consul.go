@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -33,10 +35,16 @@ import (
 // the same node name, but an empty catalog, KV store and session table. Tests of recovery register again
 // after Start.
 
+// ConsulOptions configures StartConsulWith.
+type ConsulOptions struct {
+	Datacenter string // the agent's datacenter; empty: Consul's default, dc1
+}
+
 // ConsulServer is a Consul dev agent that a test owns. Methods may be called from one goroutine at a time.
 type ConsulServer struct {
 	bin   string
 	node  string
+	opts  ConsulOptions
 	ports consulPorts
 	proc  proc
 	token string // with ACLs: the initial management token; "" without
@@ -51,7 +59,7 @@ var consulNodes atomic.Int64
 // `make tools`).
 func StartConsul(t testing.TB) *ConsulServer {
 	t.Helper()
-	return startConsul(t, "")
+	return startConsul(t, "", ConsulOptions{})
 }
 
 // StartConsulACL is StartConsul with ACLs enabled and denying what no token allows (default_policy deny),
@@ -64,16 +72,24 @@ func StartConsulACL(t testing.TB) *ConsulServer {
 		t.Fatal(err)
 	}
 	h := hex.EncodeToString(b[:])
-	return startConsul(t, h[:8]+"-"+h[8:12]+"-"+h[12:16]+"-"+h[16:20]+"-"+h[20:])
+	return startConsul(t, h[:8]+"-"+h[8:12]+"-"+h[12:16]+"-"+h[16:20]+"-"+h[20:], ConsulOptions{})
 }
 
 // ManagementToken is the token of StartConsulACL's agent that may do anything; "" without ACLs.
 func (s *ConsulServer) ManagementToken() string { return s.token }
 
-func startConsul(t testing.TB, token string) *ConsulServer {
+// StartConsulWith is StartConsul with options: an agent of its own datacenter, say, to join to another's
+// over the WAN (JoinWAN).
+func StartConsulWith(t testing.TB, opts ConsulOptions) *ConsulServer {
+	t.Helper()
+	return startConsul(t, "", opts)
+}
+
+func startConsul(t testing.TB, token string, opts ConsulOptions) *ConsulServer {
 	t.Helper()
 	s := &ConsulServer{
 		token: token,
+		opts:  opts,
 		bin:   Binary(t, "consul"),
 		node:  fmt.Sprintf("warren-test-%d-%d", os.Getpid(), consulNodes.Add(1)),
 		// SIGINT: the agent leaves and exits.
@@ -109,6 +125,45 @@ func (s *ConsulServer) Stop(t testing.TB) {
 	s.proc.stopOrFatal(t)
 }
 
+// Kill kills the agent (SIGKILL) as a crashed machine or a partition would end it: it does not leave its
+// cluster. Start brings up a new, empty agent on the same ports.
+func (s *ConsulServer) Kill(t testing.TB) {
+	t.Helper()
+	s.proc.kill()
+}
+
+// Datacenter is the agent's datacenter.
+func (s *ConsulServer) Datacenter() string { return cmp.Or(s.opts.Datacenter, "dc1") }
+
+// WANAddr is the agent's Serf WAN address, 127.0.0.1:port, which servers of other datacenters join.
+func (s *ConsulServer) WANAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.serfWAN))
+}
+
+// JoinWAN joins the agent to other's datacenter over the WAN (WAN federation) and waits until each lists
+// the other's datacenter.
+func (s *ConsulServer) JoinWAN(t testing.TB, other *ConsulServer) {
+	t.Helper()
+	if err := putJSON("http://"+s.Addr()+"/v1/agent/join/"+other.WANAddr()+"?wan=1", nil); err != nil {
+		t.Fatalf("Consul WAN join %s to %s: %v", s.Datacenter(), other.Datacenter(), err)
+	}
+	for _, c := range []struct{ a, b *ConsulServer }{{s, other}, {other, s}} {
+		err := c.a.proc.poll(30*time.Second, 50*time.Millisecond, func() error {
+			var dcs []string
+			if err := getJSON("http://"+c.a.Addr()+"/v1/catalog/datacenters", &dcs); err != nil {
+				return err
+			}
+			if !slices.Contains(dcs, c.b.Datacenter()) {
+				return fmt.Errorf("datacenters %v: no %s yet", dcs, c.b.Datacenter())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Consul WAN federation of %s and %s: %v", s.Datacenter(), other.Datacenter(), err)
+		}
+	}
+}
+
 // Start starts a stopped agent again on the same ports and waits until it is leader. It is a new, empty dev
 // agent (see the file comment).
 func (s *ConsulServer) Start(t testing.TB) {
@@ -120,6 +175,7 @@ func (s *ConsulServer) Start(t testing.TB) {
 func (s *ConsulServer) start() error {
 	cmd := exec.Command(s.bin, "agent", "-dev",
 		"-node="+s.node,
+		"-datacenter="+s.Datacenter(),
 		"-bind=127.0.0.1",
 		"-client=127.0.0.1",
 		"-http-port="+strconv.Itoa(s.ports.http),

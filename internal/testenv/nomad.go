@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -62,6 +63,7 @@ type NomadOptions struct {
 	ConsulAddr string // host:port of a Consul agent for Nomad's Consul integration; empty: none
 	VaultAddr  string // Vault URL for Nomad's Vault integration (with VaultToken); empty: off
 	VaultToken string // a token Nomad's servers derive task tokens from (a dev server's root token)
+	Datacenter string // the agent's (and its client node's) datacenter; empty: Nomad's default, "dc1"
 }
 
 // NomadServer is a Nomad dev agent that a test owns. Methods may be called from one goroutine at a time.
@@ -161,6 +163,17 @@ func (s *NomadServer) Stop(t testing.TB) {
 	s.proc.stopOrFatal(t)
 }
 
+// Kill kills the agent (SIGKILL), as a crashed machine would end it: unlike Stop, its allocations are not
+// stopped, and the task processes go on running (Nomad's executors are separate processes) until they exit
+// by themselves. A dev agent keeps nothing across a kill, so there is no Start.
+func (s *NomadServer) Kill(t testing.TB) {
+	t.Helper()
+	s.proc.kill()
+}
+
+// Datacenter is the agent's (and its client node's) datacenter.
+func (s *NomadServer) Datacenter() string { return cmp.Or(s.opts.Datacenter, "dc1") }
+
 // Output is the tail of the agent's log (warnings and errors), for test failure messages.
 func (s *NomadServer) Output() string { return s.proc.logTail() }
 
@@ -221,6 +234,7 @@ func (s *NomadServer) config() string {
 	}
 	return fmt.Sprintf(`data_dir             = %q
 region               = %q
+datacenter           = %q
 bind_addr            = "127.0.0.1"
 log_level            = "WARN"
 disable_update_check = true
@@ -257,7 +271,7 @@ plugin "raw_exec" {
 %s
 
 %s
-`, filepath.Join(s.dir, nomadDataDir), s.region(), s.ports.http, s.ports.rpc, s.ports.serf, consul, vault)
+`, filepath.Join(s.dir, nomadDataDir), s.region(), s.Datacenter(), s.ports.http, s.ports.rpc, s.ports.serf, consul, vault)
 }
 
 // start runs the dev agent as a child of the test binary and waits until it is ready.

@@ -113,6 +113,16 @@ func (p *proc) stop() error {
 	}
 }
 
+// kill kills the process (SIGKILL), as a crash would end it, and waits for it to exit. Killing a process
+// that is not running does nothing.
+func (p *proc) kill() {
+	if !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // awaitReady calls probe every interval until it succeeds, the process exits, or timeout passes. A process
 // that is not ready is stopped, and the error ends with what it wrote to its log.
 func (p *proc) awaitReady(timeout, interval time.Duration, probe func() error) error {
@@ -272,6 +282,28 @@ func getJSON(url string, v any) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if v == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// putJSON PUTs to url with probeClient (no body) and decodes its 200 answer into v; with v nil the body is
+// ignored.
+func putJSON(url string, v any) error {
+	req, err := http.NewRequest(http.MethodPut, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("PUT %s: %s %s", url, resp.Status, bytes.TrimSpace(b))
 	}
 	if v == nil {
 		return nil

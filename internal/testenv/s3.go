@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -52,12 +53,25 @@ const (
 // directory). Skips under -short; fails when versitygw is missing (`make tools` builds it).
 func StartS3(t testing.TB) *S3Server {
 	t.Helper()
+	return StartS3With(t, S3Options{})
+}
+
+// S3Options configures StartS3With.
+type S3Options struct {
+	// AccessKey and SecretKey are the root user's credentials; empty: random ones. Servers given the same
+	// stand for buckets one set of credentials reaches (one account's buckets in two regions).
+	AccessKey, SecretKey string
+}
+
+// StartS3With is StartS3 with options.
+func StartS3With(t testing.TB, opts S3Options) *S3Server {
+	t.Helper()
 	dir := t.TempDir()
 	s := &S3Server{
 		bin:    Binary(t, "versitygw"),
 		dir:    dir,
-		access: "warren" + randomHex(t, 8),
-		secret: randomHex(t, 20),
+		access: cmp.Or(opts.AccessKey, "warren"+randomHex(t, 8)),
+		secret: cmp.Or(opts.SecretKey, randomHex(t, 20)),
 		proc: proc{
 			title:   "versitygw",
 			stopSig: syscall.SIGTERM,

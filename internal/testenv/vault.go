@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	vaultapi "github.com/hashicorp/vault/api"
 )
 
 // This file starts Vault (the Secrets port's production store, docs/ARCHITECTURE.md#ports-and-adapters) as `vault server -dev`: the
@@ -57,6 +60,48 @@ func (s *VaultServer) Addr() string {
 
 // RootToken is the dev server's root token; it stays the same across Stop and Start.
 func (s *VaultServer) RootToken() string { return s.token }
+
+// Client is a Vault API client of the root token.
+func (s *VaultServer) Client(t testing.TB) *vaultapi.Client {
+	t.Helper()
+	cfg := vaultapi.DefaultConfig()
+	cfg.Address = s.Addr()
+	c, err := vaultapi.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetToken(s.token)
+	return c
+}
+
+// MountMeshPKI mounts a PKI engine at mount with a generated root and a role that issues the mesh's edge
+// certificates (docs/ARCHITECTURE.md#regions): EC P-256, client and server use, any region's URI SAN
+// urn:warren:region:<region> and nothing else, 24 h by default.
+func (s *VaultServer) MountMeshPKI(t testing.TB, mount, role string) {
+	t.Helper()
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Sys().MountWithContext(ctx, mount, &vaultapi.MountInput{
+		Type: "pki", Config: vaultapi.MountConfigInput{MaxLeaseTTL: "87600h"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		path string
+		data map[string]any
+	}{
+		{mount + "/root/generate/internal", map[string]any{"common_name": "warren mesh test root", "ttl": "87600h", "key_type": "ec"}},
+		{mount + "/roles/" + role, map[string]any{
+			"allowed_uri_sans": "urn:warren:region:*", "require_cn": false, "key_type": "ec", "key_bits": 256,
+			"server_flag": true, "client_flag": true, "max_ttl": "72h", "ttl": "24h",
+		}},
+	} {
+		if _, err := c.Logical().WriteWithContext(ctx, w.path, w.data); err != nil {
+			t.Fatalf("Vault %s: %v", w.path, err)
+		}
+	}
+}
 
 // Running reports whether the server process is up.
 func (s *VaultServer) Running() bool { return s.proc.running() }

@@ -1,0 +1,225 @@
+// Package stacktest holds what the tests of the production topology (internal/prodstack, one region) and
+// of two regions (internal/multiregion) share: `warren <role>` processes, the billing role with an issuer
+// registered through its API, tokens, waits and agent turns. It is for tests only.
+package stacktest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/secrets/vault"
+	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/internal/token"
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+// Role is one `warren <role>` process.
+type Role struct {
+	Name string
+	Addr string // the address of its ready line
+	Cmd  *exec.Cmd
+	Logs *SyncBuffer // its stderr
+
+	exited chan struct{}
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// StartRole runs `warren <name> args...` (bin: testenv.WarrenBinary) with env added to the test's
+// environment, in a temporary working directory of its own, and waits for its ready line. The process is
+// stopped (SIGTERM, then SIGKILL after 20 s) when t ends, and its log shown when t failed.
+func StartRole(t testing.TB, bin, name string, env []string, args ...string) *Role {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{name}, args...)...)
+	cmd.Dir = t.TempDir() // what a role keeps in its working directory (the scheduler's spool) goes there
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	r := &Role{Name: name, Cmd: cmd, Logs: &SyncBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = r.Logs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start warren %s: %v", name, err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var l struct{ Event, Addr string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Event == "ready" {
+				ready <- l.Addr
+			}
+		}
+		_ = cmd.Wait()
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		r.Stop(20 * time.Second)
+		if t.Failed() {
+			t.Logf("warren %s log:\n%s", name, Tail(r.Logs.String(), 8000))
+		}
+	})
+	select {
+	case r.Addr = <-ready:
+	case <-r.exited:
+		t.Fatalf("warren %s exited before it was ready:\n%s", name, Tail(r.Logs.String(), 4000))
+	case <-time.After(60 * time.Second):
+		t.Fatalf("warren %s did not become ready:\n%s", name, Tail(r.Logs.String(), 4000))
+	}
+	return r
+}
+
+// Stop asks the role to stop (SIGTERM) and kills it after grace; it returns once the process has exited.
+func (r *Role) Stop(grace time.Duration) {
+	_ = r.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(grace):
+		r.Kill()
+	}
+}
+
+// Kill kills the role (SIGKILL), as a crash would end it, and waits until it has exited.
+func (r *Role) Kill() {
+	_ = r.Cmd.Process.Kill()
+	<-r.exited
+}
+
+// Tail is the last n bytes of s.
+func Tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// WaitFor polls ok every 100 ms until it holds, failing t after d.
+func WaitFor(t testing.TB, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Turn prompts the session and returns the turn's result, failing t on an error or a turn without one.
+func Turn(t testing.TB, ctx context.Context, s *warren.Session, prompt string) *warren.ResultEvent {
+	t.Helper()
+	for ev, err := range s.Prompt(ctx, prompt) {
+		if err != nil {
+			t.Fatalf("prompt %q: %v", prompt, err)
+		}
+		if r, ok := ev.Result(); ok {
+			return r
+		}
+	}
+	t.Fatalf("prompt %q: no result", prompt)
+	return nil
+}
+
+// Billing is a `warren billing` process over Vault and the database, with the admin key an operator
+// seeded in Vault.
+type Billing struct {
+	*Role
+	Keys     *vault.Store // Vault as the roles see it
+	adminKey string
+}
+
+// StartBilling seeds Vault with the billing API's admin key and starts `warren billing` over vs and the
+// database dsn.
+func StartBilling(t testing.TB, ctx context.Context, bin string, vs *testenv.VaultServer, dsn string) *Billing {
+	t.Helper()
+	keys, err := vault.New(ctx, vault.Config{Addr: vs.Addr(), Token: vs.RootToken()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = keys.Close() })
+	adminKey, _, err := keys.EnsureAdminKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := StartRole(t, bin, "billing", VaultEnv(vs), "-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn)
+	return &Billing{Role: r, Keys: keys, adminKey: adminKey}
+}
+
+// VaultEnv is the environment of a role that logs in to vs with its root token.
+func VaultEnv(vs *testenv.VaultServer) []string { return []string{"VAULT_TOKEN=" + vs.RootToken()} }
+
+// Admin calls the billing API with the admin key and returns the body of its 2xx answer.
+func (b *Billing) Admin(t testing.TB, ctx context.Context, method, path, body string) []byte {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, method, "http://"+b.Addr+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+b.adminKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s = %d %s", method, path, resp.StatusCode, out)
+	}
+	return out
+}
+
+// RegisterIssuer registers issuer iss through the billing API, as a platform team does, rotates its first
+// key and returns it; it checks that the key is a text secret and that it landed in Vault.
+func (b *Billing) RegisterIssuer(t testing.TB, ctx context.Context, iss string) secrets.Key {
+	t.Helper()
+	b.Admin(t, ctx, http.MethodPut, "/v1/issuers/"+iss, `{"name":"`+iss+`"}`)
+	var k struct{ Kid, Secret string }
+	if err := json.Unmarshal(b.Admin(t, ctx, http.MethodPost, "/v1/issuers/"+iss+"/keys", ``), &k); err != nil {
+		t.Fatal(err)
+	}
+	// The secret is a text secret the customer's JWT library signs with as given (its UTF-8 bytes).
+	if !secrets.ValidTextSecret(k.Secret) {
+		t.Fatalf("the admin API answered a %d-char secret that is not a wsk_ text secret", len(k.Secret))
+	}
+	if got, err := b.Keys.IssuerKeys(ctx, iss); err != nil || got[0].ID != k.Kid || got[0].Form != secrets.FormText {
+		t.Fatalf("Vault has %+v, %v; want key %s", got, err, k.Kid)
+	}
+	return secrets.Key{ID: k.Kid, Secret: []byte(k.Secret)}
+}
+
+// Mint is a token of user under key's issuer iss, valid for an hour, with $5 and an hour of compute for
+// its lifetime.
+func Mint(t testing.TB, key secrets.Key, iss, user string) string {
+	t.Helper()
+	tok, err := token.Mint(key, token.Claims{Issuer: iss, Subject: user,
+		ExpiresAt: time.Now().Add(time.Hour), HasBudget: true,
+		Budget: token.Budget{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: "lifetime"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
