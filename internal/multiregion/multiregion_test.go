@@ -1,0 +1,420 @@
+package multiregion_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	blobs3 "github.com/warren-mesh/warren/internal/blob/s3"
+	"github.com/warren-mesh/warren/internal/cockroachdb"
+	"github.com/warren-mesh/warren/internal/modelserver"
+	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/registry/consul"
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/stacktest"
+	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/runner/snapshot"
+	"github.com/warren-mesh/warren/scheduler"
+	schedcockroach "github.com/warren-mesh/warren/scheduler/cockroach"
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const (
+	issuer   = "acme"
+	leaseTTL = 10 * time.Second // scheduler -lease-ttl: the minimum
+	// startTimeout is the scheduler's -start-timeout: a claim's first lease is this plus the TTL.
+	startTimeout = 20 * time.Second
+)
+
+// region is one region's servers and roles.
+type region struct {
+	name     string
+	cs       *testenv.ConsulServer
+	ns       *testenv.NomadServer
+	nomad    *nomadapi.Client
+	s3       *testenv.S3Server
+	bucket   string
+	sched    *stacktest.Role
+	edge     *stacktest.Role
+	edgeEnv  []string
+	edgeArgs []string
+	relay    *relay
+	reg      *consul.Registry // the region's Consul as a test reads it
+}
+
+// topology is two regions, a and b, over one Vault and one PostgreSQL.
+type topology struct {
+	bin        string
+	vs         *testenv.VaultServer
+	pool       *pgxpool.Pool
+	placements *schedcockroach.Placements
+	model      *modelserver.Server
+	billing    *stacktest.Billing
+	key        secrets.Key
+	a, b       *region
+}
+
+func startTopology(t *testing.T, ctx context.Context) *topology {
+	t.Helper()
+	cli := testenv.ClaudeCLI(t)
+	tp := &topology{bin: testenv.WarrenBinary(t)}
+	dsn := testenv.PostgreSQL(t)
+	tp.vs = testenv.StartVault(t)
+	tp.vs.MountMeshPKI(t, "pki", "edge") // the mesh's certificates, as in production
+	tp.model = modelserver.New(modelserver.Options{Delay: 30 * time.Millisecond})
+	upstream, err := tp.model.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.model.Close() })
+	if tp.pool, err = cockroachdb.Open(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tp.pool.Close)
+	tp.billing = stacktest.StartBilling(t, ctx, tp.bin, tp.vs, dsn)
+	tp.key = tp.billing.RegisterIssuer(t, ctx, issuer)
+	// No cap on sessions and generous connect rates: the cases connect a lot, from both regions.
+	tp.billing.Admin(t, ctx, http.MethodPut, "/v1/quotas/"+issuer, `{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime",`+
+		`"max_concurrent_sessions":-1,"max_issuer_sessions":-1,"connects_per_minute":100000,"issuer_connects_per_minute":100000,`+
+		`"prompts_per_minute":100000,"issuer_prompts_per_minute":100000,"revision":0}`)
+
+	// The servers of each region; one S3 account reaches both regions' buckets.
+	tp.a, tp.b = &region{name: "a"}, &region{name: "b"}
+	for i, r := range []*region{tp.a, tp.b} {
+		r.cs = testenv.StartConsulWith(t, testenv.ConsulOptions{Datacenter: "dc-" + r.name})
+		r.ns = testenv.StartNomad(t, testenv.NomadOptions{ConsulAddr: r.cs.Addr(), Region: r.name, Datacenter: "dc-" + r.name})
+		if r.nomad, err = nomadapi.NewClient(&nomadapi.Config{Address: r.ns.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		opts := testenv.S3Options{}
+		if i == 1 {
+			opts = testenv.S3Options{AccessKey: tp.a.s3.AccessKey(), SecretKey: tp.a.s3.SecretKey()}
+		}
+		r.s3 = testenv.StartS3With(t, opts)
+		r.bucket = r.s3.CreateBucket(t)
+		if r.reg, err = consul.New(consul.Config{Addr: r.cs.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.reg.Close(context.Background()) })
+	}
+	tp.a.cs.JoinWAN(t, tp.b.cs)
+	tp.a.ns.Join(t, tp.b.ns)
+
+	for _, r := range []*region{tp.a, tp.b} {
+		other := tp.other(r)
+		key := "scheduler-key-of-region-" + r.name + "-for-tests"
+		r.sched = stacktest.StartRole(t, tp.bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + key, "NOMAD_ADDR=" + r.ns.Addr()},
+			"-listen", "127.0.0.1:0", "-region", r.name, "-consul", r.cs.Addr(), "-db", dsn, "-nomad", r.ns.Addr(),
+			"-datacenter", r.ns.Datacenter(), "-lease-ttl", leaseTTL.String(), "-start-timeout", startTimeout.String(),
+			"-runner-binary", tp.bin, "-nomad-driver", "raw_exec", "-runner-memory", "512", "-kill-timeout", "40s",
+			"-runner-arg=-claude-cli="+cli, "-runner-arg=-model-upstream="+upstream,
+			"-runner-arg=-default-model=claude-sonnet-4-5", "-runner-arg=-db="+dsn, "-runner-arg=-idle-timeout=3s",
+			"-runner-arg=-s3-endpoint="+r.s3.Endpoint(), "-runner-arg=-s3-bucket="+r.bucket, "-runner-arg=-s3-path-style",
+			"-runner-arg=-snapshot-region="+other.name+"=s3://"+other.bucket+"?endpoint="+other.s3.Endpoint()+"&path-style=true",
+			"-runner-env=WARREN_MODEL_API_KEY=scripted", "-runner-env=AWS_ACCESS_KEY_ID="+r.s3.AccessKey(),
+			"-runner-env=AWS_SECRET_ACCESS_KEY="+r.s3.SecretKey())
+		r.relay = startRelay(t)
+		r.edgeEnv = append(stacktest.VaultEnv(tp.vs), "WARREN_SCHEDULER_KEY="+key)
+		r.edgeArgs = []string{"-listen", "127.0.0.1:0", "-region", r.name, "-vault", tp.vs.Addr(), "-consul", r.cs.Addr(), "-db", dsn,
+			"-scheduler", "http://" + r.sched.Addr, "-public-url", r.relay.URL(), "-edge-id", "edge-" + r.name,
+			"-mesh-listen", "127.0.0.1:0", "-mesh-pki-role", "edge", "-mesh-pki-mount", "pki"}
+		tp.startEdge(t, r)
+	}
+	// Each edge lists both regions (its directory cache is refreshed every 2 s).
+	for _, r := range []*region{tp.a, tp.b} {
+		stacktest.WaitFor(t, 30*time.Second, "edge "+r.name+" to list both regions", func() bool {
+			rs, err := tp.client(t, r, "probe").Regions(ctx)
+			return err == nil && len(rs.Regions) == 2
+		})
+	}
+	tp.placements, err = schedcockroach.New(ctx, schedcockroach.Config{Pool: tp.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+func (tp *topology) other(r *region) *region {
+	if r == tp.a {
+		return tp.b
+	}
+	return tp.a
+}
+
+// startEdge starts (or starts again) region r's edge behind its relay.
+func (tp *topology) startEdge(t *testing.T, r *region) {
+	t.Helper()
+	r.edge = stacktest.StartRole(t, tp.bin, "edge", r.edgeEnv, r.edgeArgs...)
+	r.relay.setTarget(r.edge.Addr)
+}
+
+// client is user's SDK client through region r's relay.
+func (tp *topology) client(t *testing.T, r *region, user string, opts ...warren.Option) *warren.Client {
+	t.Helper()
+	c, err := warren.New(r.relay.URL(), stacktest.Mint(t, tp.key, issuer, user), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (tp *topology) placement(t *testing.T, ctx context.Context, user string) scheduler.Placement {
+	t.Helper()
+	p, err := tp.placements.Get(ctx, issuer, user)
+	if err != nil {
+		t.Fatalf("placement of %s: %v", user, err)
+	}
+	return p
+}
+
+// owner checks the registries: user's runner is registered in region r's Consul at epoch, and not in the
+// other region's.
+func (tp *topology) owner(t *testing.T, ctx context.Context, r *region, user string, epoch int64) registry.Entry {
+	t.Helper()
+	e, err := r.reg.Lookup(ctx, issuer, user)
+	if err != nil || e.Epoch != epoch {
+		t.Fatalf("region %s's registry has %s at %+v, %v; want epoch %d", r.name, user, e, err, epoch)
+	}
+	if o, err := tp.other(r).reg.Lookup(ctx, issuer, user); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("region %s's registry has %s too: %+v, %v", tp.other(r).name, user, o, err)
+	}
+	return e
+}
+
+// jobs lists the Nomad jobs of user's sandbox in region r, one per epoch started there.
+func (tp *topology) jobs(t *testing.T, r *region, user string) []string {
+	t.Helper()
+	js, _, err := r.nomad.Jobs().PrefixList("sandbox-" + scheduler.SandboxID(issuer, user))
+	if err != nil {
+		t.Fatalf("Nomad jobs of region %s: %v", r.name, err)
+	}
+	var ids []string
+	for _, j := range js {
+		ids = append(ids, j.ID)
+	}
+	return ids
+}
+
+// latest is the latest snapshot of user's sandbox in region r's bucket (ok false: none).
+func (tp *topology) latest(t *testing.T, ctx context.Context, r *region, user string) (snapshot.Manifest, bool) {
+	t.Helper()
+	store, err := blobs3.New(ctx, blobs3.Config{Endpoint: r.s3.Endpoint(), Region: r.s3.Region(), Bucket: r.bucket,
+		AccessKey: r.s3.AccessKey(), SecretKey: r.s3.SecretKey(), PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + scheduler.SandboxID(issuer, user),
+		Region: r.name, Dirs: map[string]string{"workspace": t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := snaps.Latest(ctx)
+	if err != nil {
+		t.Fatalf("latest snapshot of %s in region %s: %v", user, r.name, err)
+	}
+	return m, ok
+}
+
+// usage is the ledger's record of user: its usage events by key and its holds.
+func (tp *topology) usage(t *testing.T, ctx context.Context, user string) (events []string, aiMicros int64, holds int) {
+	t.Helper()
+	rows, err := tp.pool.Query(ctx, `SELECT key, ai_micros FROM usage_events WHERE issuer = $1 AND "user" = $2 ORDER BY key`, issuer, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var ai int64
+		if err := rows.Scan(&k, &ai); err != nil {
+			t.Fatal(err)
+		}
+		events, aiMicros = append(events, k), aiMicros+ai
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.pool.QueryRow(ctx, `SELECT count(*) FROM holds WHERE issuer = $1 AND "user" = $2`, issuer, user).Scan(&holds); err != nil {
+		t.Fatal(err)
+	}
+	return events, aiMicros, holds
+}
+
+// metric is the sum of the samples of a counter on an edge whose labels include every one of labels.
+func metric(t *testing.T, r *region, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + r.edge.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, name+"{") {
+			continue
+		}
+		if slices.ContainsFunc(labels, func(x string) bool { return !strings.Contains(l, x) }) {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", l, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// requestsWith counts the agent loop's model requests after from whose body contains s.
+func (tp *topology) requestsWith(from int, s string) int {
+	n := 0
+	for _, r := range tp.model.Requests()[from:] {
+		if r.Main && strings.Contains(string(r.Body), s) {
+			n++
+		}
+	}
+	return n
+}
+
+func dial(t *testing.T, ctx context.Context, c *warren.Client, opts *warren.SessionOptions) *warren.Session {
+	t.Helper()
+	s, err := c.Dial(ctx, opts)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func turnOK(t *testing.T, ctx context.Context, s *warren.Session, prompt string) {
+	t.Helper()
+	if r := stacktest.Turn(t, ctx, s, prompt); r.IsError {
+		t.Fatalf("turn %q: %+v", prompt, r)
+	}
+}
+
+// TestTwoRegions runs the cases of issue #10 item 8 on one two-region topology, in order: each leaves the
+// topology as the next expects (the last takes region a down).
+func TestTwoRegions(t *testing.T) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	tp := startTopology(t, ctx)
+	t.Logf("two regions up in %s", time.Since(start).Round(time.Millisecond))
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, context.Context, *topology)
+	}{
+		{"NearestFollowsDelay", testNearest},
+		{"ForwardToOwner", testForward},
+	} {
+		if !t.Run(c.name, func(t *testing.T) { c.run(t, ctx, tp) }) {
+			return // the later cases build on the earlier ones' topology
+		}
+	}
+}
+
+// testNearest: the SDK's nearest-edge choice follows the relays' delays, with hysteresis: a region only a
+// little faster does not move a client, a clearly faster one does.
+func testNearest(t *testing.T, ctx context.Context, tp *topology) {
+	defer tp.a.relay.setDelay(0)
+	defer tp.b.relay.setDelay(0)
+	// a is far (80 ms round trip), b near (4 ms): Nearest, seeded with a, picks b.
+	tp.a.relay.setDelay(40 * time.Millisecond)
+	tp.b.relay.setDelay(2 * time.Millisecond)
+	c, probes, err := warren.Nearest(ctx, tp.a.relay.URL(), stacktest.Mint(t, tp.key, issuer, "nina"), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	median := func(ps []warren.Probe, name string) time.Duration {
+		i := slices.IndexFunc(ps, func(p warren.Probe) bool { return p.Region.Name == name })
+		if i < 0 || ps[i].Err != nil {
+			t.Fatalf("no probe of region %s: %+v", name, ps)
+		}
+		return ps[i].Median()
+	}
+	t.Logf("a far: a %v, b %v", median(probes, "a"), median(probes, "b"))
+	if c.URL() != tp.b.relay.URL() || median(probes, "a") < 80*time.Millisecond {
+		t.Fatalf("Nearest chose %s with probes a %v b %v; want b (%s)", c.URL(), median(probes, "a"), median(probes, "b"), tp.b.relay.URL())
+	}
+	rs, err := c.Regions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a becomes a little nearer than b (20 ms against 26 ms): not clearly better, the client stays on b.
+	tp.a.relay.setDelay(10 * time.Millisecond)
+	tp.b.relay.setDelay(13 * time.Millisecond)
+	probes = warren.ProbeRegions(ctx, nil, rs.Regions, 5)
+	t.Logf("a slightly nearer: a %v, b %v", median(probes, "a"), median(probes, "b"))
+	if got := (warren.Hysteresis{}).Choose("b", probes); got != "b" {
+		t.Fatalf("hysteresis moved the client to %s for a %v against b %v", got, median(probes, "a"), median(probes, "b"))
+	}
+	// a becomes clearly nearer (2 ms against 80 ms): the client moves to a.
+	tp.a.relay.setDelay(1 * time.Millisecond)
+	tp.b.relay.setDelay(40 * time.Millisecond)
+	probes = warren.ProbeRegions(ctx, nil, rs.Regions, 5)
+	t.Logf("a clearly nearer: a %v, b %v", median(probes, "a"), median(probes, "b"))
+	if got := (warren.Hysteresis{}).Choose("b", probes); got != "a" {
+		t.Fatalf("hysteresis kept the client on %s for a %v against b %v", got, median(probes, "a"), median(probes, "b"))
+	}
+}
+
+// testForward: a user whose sandbox runs in region a connects through region b's edge: b forwards over the
+// mesh to a's edge, the turn completes on the one runner in a, and nothing is claimed or started in b.
+func testForward(t *testing.T, ctx context.Context, tp *topology) {
+	const user = "ann"
+	sa := dial(t, ctx, tp.client(t, tp.a, user), nil)
+	turnOK(t, ctx, sa, "create a.txt containing from a")
+	p := tp.placement(t, ctx, user)
+	if p.Region != "a" || p.Epoch != 1 || p.State != scheduler.StateRunning {
+		t.Fatalf("placement after a's turn: %+v; want running in a at epoch 1", p)
+	}
+	e := tp.owner(t, ctx, tp.a, user, 1)
+
+	before := metric(t, tp.b, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`)
+	cb := tp.client(t, tp.b, user)
+	sb := dial(t, ctx, cb, nil)
+	turnOK(t, ctx, sb, "create b.txt containing through b")
+	if got, err := cb.Sandbox().ReadFile(ctx, "b.txt"); err != nil || string(got) != "through b" {
+		t.Fatalf("b.txt through b's edge: %q, %v", got, err)
+	}
+	if got, err := tp.client(t, tp.a, user).Sandbox().ReadFile(ctx, "b.txt"); err != nil || string(got) != "through b" {
+		t.Fatalf("b.txt through a's edge: %q, %v", got, err)
+	}
+	if n := metric(t, tp.b, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`); n != before+1 {
+		t.Fatalf("b's edge forwarded %v agent channels to a, want %v", n, before+1)
+	}
+	if sb.Region() != "a" {
+		t.Fatalf("the forwarded session says region %q, want a (where the runner is)", sb.Region())
+	}
+	// Still one runner: the same placement, registration and allocation; no job in b.
+	if p2 := tp.placement(t, ctx, user); p2.Region != "a" || p2.Epoch != 1 || p2.Alloc != p.Alloc {
+		t.Fatalf("placement after the forwarded turn: %+v; was %+v", p2, p)
+	}
+	if e2 := tp.owner(t, ctx, tp.a, user, 1); e2.Alloc != e.Alloc {
+		t.Fatalf("registered allocation %s, was %s", e2.Alloc, e.Alloc)
+	}
+	if ja, jb := tp.jobs(t, tp.a, user), tp.jobs(t, tp.b, user); len(ja) != 1 || len(jb) != 0 {
+		t.Fatalf("sandbox jobs: a %v, b %v; want one in a", ja, jb)
+	}
+	// The ledger settled both turns' model calls against the user, once each, and holds nothing back.
+	stacktest.WaitFor(t, 10*time.Second, "the holds to settle", func() bool {
+		_, _, holds := tp.usage(t, ctx, user)
+		return holds == 0
+	})
+	if ev, ai, _ := tp.usage(t, ctx, user); ai <= 0 || !slices.ContainsFunc(ev, func(k string) bool { return strings.HasPrefix(k, "ai/") }) {
+		t.Fatalf("ledger of %s: events %v, %d µ$; want the turns' model usage", user, ev, ai)
+	}
+}
