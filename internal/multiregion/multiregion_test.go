@@ -319,6 +319,7 @@ func TestTwoRegions(t *testing.T) {
 	}{
 		{"NearestFollowsDelay", testNearest},
 		{"ForwardToOwner", testForward},
+		{"ResumeAsleepInOtherRegion", testResume},
 	} {
 		if !t.Run(c.name, func(t *testing.T) { c.run(t, ctx, tp) }) {
 			return // the later cases build on the earlier ones' topology
@@ -416,5 +417,57 @@ func testForward(t *testing.T, ctx context.Context, tp *topology) {
 	})
 	if ev, ai, _ := tp.usage(t, ctx, user); ai <= 0 || !slices.ContainsFunc(ev, func(k string) bool { return strings.HasPrefix(k, "ai/") }) {
 		t.Fatalf("ledger of %s: events %v, %d µ$; want the turns' model usage", user, ev, ai)
+	}
+}
+
+// testResume: a's sandbox sleeps (snapshot in a's bucket, job stopped); the user connects through b: the
+// sandbox resumes in b under the next epoch from a's snapshot, files and conversation intact, and b's
+// runner writes its snapshots to b's bucket only.
+func testResume(t *testing.T, ctx context.Context, tp *topology) {
+	const user = "ben"
+	ca := tp.client(t, tp.a, user)
+	sa := dial(t, ctx, ca, nil)
+	sid := sa.ID()
+	turnOK(t, ctx, sa, "create plan.txt containing step one")
+	tp.owner(t, ctx, tp.a, user, 1)
+	_ = sa.Close()
+	stacktest.WaitFor(t, 90*time.Second, "the sandbox to sleep", func() bool {
+		p, err := tp.placements.Get(ctx, issuer, user)
+		return err == nil && p.State == scheduler.StateAsleep
+	})
+	m1, ok := tp.latest(t, ctx, tp.a, user)
+	if !ok || m1.Epoch != 1 || m1.Region != "a" {
+		t.Fatalf("a's bucket after sleep: %+v, %v; want a snapshot of epoch 1", m1, ok)
+	}
+	if _, err := tp.a.reg.Lookup(ctx, issuer, user); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a's registry still has the sleeping sandbox: %v", err)
+	}
+
+	cb := tp.client(t, tp.b, user)
+	sb := dial(t, ctx, cb, &warren.SessionOptions{SessionID: sid})
+	if got, err := cb.Sandbox().ReadFile(ctx, "plan.txt"); err != nil || string(got) != "step one" {
+		t.Fatalf("plan.txt after the resume in b: %q, %v", got, err)
+	}
+	from := len(tp.model.Requests())
+	turnOK(t, ctx, sb, "and then?")
+	if tp.requestsWith(from, "create plan.txt containing step one") == 0 {
+		t.Fatal("the conversation resumed in b lost the turn taken in a")
+	}
+	p := tp.placement(t, ctx, user)
+	if p.Region != "b" || p.Epoch != 2 || p.State != scheduler.StateRunning {
+		t.Fatalf("placement after the resume: %+v; want running in b at epoch 2", p)
+	}
+	tp.owner(t, ctx, tp.b, user, 2)
+	// The sleeping sandbox's job in a is gone; b runs epoch 2's.
+	if ja, jb := tp.jobs(t, tp.a, user), tp.jobs(t, tp.b, user); len(ja) != 0 || len(jb) != 1 || !strings.HasSuffix(jb[0], "-e2") {
+		t.Fatalf("sandbox jobs: a %v, b %v; want epoch 2's in b alone", ja, jb)
+	}
+	// b's runner snapshots to b's bucket (after the turn); a's bucket keeps epoch 1's as it was.
+	stacktest.WaitFor(t, 30*time.Second, "b's snapshot of epoch 2", func() bool {
+		m, ok := tp.latest(t, ctx, tp.b, user)
+		return ok && m.Epoch == 2 && m.Region == "b"
+	})
+	if m, ok := tp.latest(t, ctx, tp.a, user); !ok || m.Epoch != m1.Epoch || m.Seq != m1.Seq {
+		t.Fatalf("a's bucket now has %+v, %v; want epoch 1's snapshot %d unchanged", m, ok, m1.Seq)
 	}
 }
