@@ -3,11 +3,15 @@ package multiregion_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,6 +230,25 @@ func (tp *topology) latest(t *testing.T, ctx context.Context, r *region, user st
 	return m, ok
 }
 
+// manifests lists the snapshot manifests of user's sandbox in region r's bucket, as versitygw keeps them
+// on disk (<epoch>-<seq>.json): every commit, retained or not yet collected.
+func (tp *topology) manifests(t *testing.T, r *region, user string) []string {
+	t.Helper()
+	dir := filepath.Join(r.s3.DataDir(), r.bucket, "sandboxes", scheduler.SandboxID(issuer, user), "manifests")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 // usage is the ledger's record of user: its usage events by key and its holds.
 func (tp *topology) usage(t *testing.T, ctx context.Context, user string) (events []string, aiMicros int64, holds int) {
 	t.Helper()
@@ -250,10 +273,11 @@ func (tp *topology) usage(t *testing.T, ctx context.Context, user string) (event
 	return events, aiMicros, holds
 }
 
-// metric is the sum of the samples of a counter on an edge whose labels include every one of labels.
-func metric(t *testing.T, r *region, name string, labels ...string) float64 {
+// metric is the sum of the samples of a counter of the role at base whose labels include every one of
+// labels.
+func metric(t *testing.T, base, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + r.edge.Addr + "/metrics")
+	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,6 +299,16 @@ func metric(t *testing.T, r *region, name string, labels ...string) float64 {
 		sum += v
 	}
 	return sum
+}
+
+// starts sums the schedulers' sandbox starts of an outcome ("ok", "owned", "error").
+func (tp *topology) starts(t *testing.T, outcome string) float64 {
+	t.Helper()
+	n := 0.0
+	for _, r := range []*region{tp.a, tp.b} {
+		n += metric(t, "http://"+r.sched.Addr, "warren_sandbox_starts_total", `outcome="`+outcome+`"`)
+	}
+	return n
 }
 
 // requestsWith counts the agent loop's model requests after from whose body contains s.
@@ -320,6 +354,7 @@ func TestTwoRegions(t *testing.T) {
 		{"NearestFollowsDelay", testNearest},
 		{"ForwardToOwner", testForward},
 		{"ResumeAsleepInOtherRegion", testResume},
+		{"RaceAcrossRegions", testRace},
 	} {
 		if !t.Run(c.name, func(t *testing.T) { c.run(t, ctx, tp) }) {
 			return // the later cases build on the earlier ones' topology
@@ -384,7 +419,7 @@ func testForward(t *testing.T, ctx context.Context, tp *topology) {
 	}
 	e := tp.owner(t, ctx, tp.a, user, 1)
 
-	before := metric(t, tp.b, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`)
+	before := metric(t, "http://"+tp.b.edge.Addr, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`)
 	cb := tp.client(t, tp.b, user)
 	sb := dial(t, ctx, cb, nil)
 	turnOK(t, ctx, sb, "create b.txt containing through b")
@@ -394,7 +429,7 @@ func testForward(t *testing.T, ctx context.Context, tp *topology) {
 	if got, err := tp.client(t, tp.a, user).Sandbox().ReadFile(ctx, "b.txt"); err != nil || string(got) != "through b" {
 		t.Fatalf("b.txt through a's edge: %q, %v", got, err)
 	}
-	if n := metric(t, tp.b, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`); n != before+1 {
+	if n := metric(t, "http://"+tp.b.edge.Addr, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`); n != before+1 {
 		t.Fatalf("b's edge forwarded %v agent channels to a, want %v", n, before+1)
 	}
 	if sb.Region() != "a" {
@@ -469,5 +504,63 @@ func testResume(t *testing.T, ctx context.Context, tp *topology) {
 	})
 	if m, ok := tp.latest(t, ctx, tp.a, user); !ok || m.Epoch != m1.Epoch || m.Seq != m1.Seq {
 		t.Fatalf("a's bucket now has %+v, %v; want epoch 1's snapshot %d unchanged", m, ok, m1.Seq)
+	}
+}
+
+// testRace: 100 connects of one new user at once, half through each region's edge (requests of the
+// sandbox API: each is admitted and asks its region's scheduler for the user's runner as an agent channel
+// does; a sandbox holds at most two live agent sessions): exactly one claim wins (epoch 1, one start, one runner, one registration), every connect is served (the
+// other region's forward to the winner), and the only snapshots are the owner's, in its region's bucket: no
+// stale commit anywhere.
+func testRace(t *testing.T, ctx context.Context, tp *topology) {
+	const user, n = "cat", 100
+	ok0, owned0 := tp.starts(t, "ok"), tp.starts(t, "owned")
+	clients := []*warren.Client{tp.client(t, tp.a, user), tp.client(t, tp.b, user)}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-gate
+			if _, err := clients[i%2].Sandbox().List(ctx, "."); err != nil {
+				errs[i] = fmt.Errorf("connect %d through %s: %w", i, clients[i%2].URL(), err)
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("connects refused: %v", err)
+	}
+	p := tp.placement(t, ctx, user)
+	if p.Epoch != 1 {
+		t.Fatalf("placement after the race: %+v; want one claim (epoch 1)", p)
+	}
+	owner := tp.a
+	if p.Region == "b" {
+		owner = tp.b
+	}
+	tp.owner(t, ctx, owner, user, 1)
+	if jo, jx := tp.jobs(t, owner, user), tp.jobs(t, tp.other(owner), user); len(jo) != 1 || len(jx) != 0 {
+		t.Fatalf("sandbox jobs: owner %s %v, other %v; want one", owner.name, jo, jx)
+	}
+	ok, owned := tp.starts(t, "ok")-ok0, tp.starts(t, "owned")-owned0
+	t.Logf("%d connects: served in %s; starts ok %v, refused as owned elsewhere %v", n, owner.name, ok, owned)
+	if ok != 1 || owned < 1 {
+		t.Fatalf("%v sandbox starts for one user, want 1; %v refused as owned elsewhere, want at least one (the other region's)", ok, owned)
+	}
+
+	// A turn through the other region (forwarded) makes the owner snapshot; every commit in either bucket
+	// is the owner's.
+	s := dial(t, ctx, tp.client(t, tp.other(owner), user), nil)
+	turnOK(t, ctx, s, "create race.txt containing one owner")
+	stacktest.WaitFor(t, 30*time.Second, "the owner's snapshot", func() bool { return len(tp.manifests(t, owner, user)) > 0 })
+	for _, m := range tp.manifests(t, owner, user) {
+		if !strings.HasPrefix(m, "1-") {
+			t.Fatalf("manifest %s in the owner's bucket: not epoch 1's", m)
+		}
+	}
+	if ms := tp.manifests(t, tp.other(owner), user); len(ms) != 0 {
+		t.Fatalf("manifests %v in region %s's bucket, which never owned %s", ms, tp.other(owner).name, user)
 	}
 }
