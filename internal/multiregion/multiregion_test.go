@@ -355,6 +355,7 @@ func TestTwoRegions(t *testing.T) {
 		{"ForwardToOwner", testForward},
 		{"ResumeAsleepInOtherRegion", testResume},
 		{"RaceAcrossRegions", testRace},
+		{"FailoverWhenEdgeDies", testFailover},
 	} {
 		if !t.Run(c.name, func(t *testing.T) { c.run(t, ctx, tp) }) {
 			return // the later cases build on the earlier ones' topology
@@ -389,9 +390,10 @@ func testNearest(t *testing.T, ctx context.Context, tp *topology) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// a becomes a little nearer than b (20 ms against 26 ms): not clearly better, the client stays on b.
-	tp.a.relay.setDelay(10 * time.Millisecond)
-	tp.b.relay.setDelay(13 * time.Millisecond)
+	// a becomes a little nearer than b (60 ms against 66 ms): not clearly better (by 10 ms and to below 2/3),
+	// the client stays on b. (Round trips long enough that the machine's noise cannot make a clearly better.)
+	tp.a.relay.setDelay(30 * time.Millisecond)
+	tp.b.relay.setDelay(33 * time.Millisecond)
 	probes = warren.ProbeRegions(ctx, nil, rs.Regions, 5)
 	t.Logf("a slightly nearer: a %v, b %v", median(probes, "a"), median(probes, "b"))
 	if got := (warren.Hysteresis{}).Choose("b", probes); got != "b" {
@@ -563,4 +565,101 @@ func testRace(t *testing.T, ctx context.Context, tp *topology) {
 	if ms := tp.manifests(t, tp.other(owner), user); len(ms) != 0 {
 		t.Fatalf("manifests %v in region %s's bucket, which never owned %s", ms, tp.other(owner).name, user)
 	}
+}
+
+// testFailover: a user whose sandbox runs in b connects through a's edge (forwarded to b) with Failover to
+// b's; a's edge is killed while the turn streams; the SDK resumes through b and the reader sees the turn
+// to its result with every message once and in order: seqs strictly increase, the only gap is b's
+// handshake (ready and session_info, not delivered), and the deltas add up to the assistant's text.
+func testFailover(t *testing.T, ctx context.Context, tp *topology) {
+	const user = "dan"
+	if _, err := tp.client(t, tp.b, user).Sandbox().List(ctx, "."); err != nil {
+		t.Fatal(err)
+	}
+	p := tp.placement(t, ctx, user)
+	if p.Region != "b" {
+		t.Fatalf("placement %+v; want b", p)
+	}
+	events := make(chan warren.FailoverEvent, 16)
+	c := tp.client(t, tp.a, user, warren.WithFailover(warren.Failover{
+		Edges: []string{tp.b.relay.URL()}, MinBackoff: 10 * time.Millisecond,
+		OnEvent: func(ev warren.FailoverEvent) { t.Logf("failover: %v", ev); events <- ev },
+	}))
+	s := dial(t, ctx, c, &warren.SessionOptions{IncludePartialMessages: true})
+	if err := s.Send(ctx, modelserver.LongPrompt); err != nil {
+		t.Fatal(err)
+	}
+	var got []warren.Event
+	var deltas, text strings.Builder
+	nDeltas, killedAt := 0, int64(0)
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next after %d events (a's edge killed at seq %d): %v", len(got), killedAt, err)
+		}
+		got = append(got, ev)
+		if se, ok := ev.StreamEvent(); ok {
+			if d, ok := se.TextDelta(); ok {
+				deltas.WriteString(d)
+				nDeltas++
+				if nDeltas == 5 {
+					killedAt = ev.Seq
+					tp.a.edge.Kill() // mid-turn: 195 deltas to go
+				}
+			}
+		}
+		if m, ok := ev.Assistant(); ok {
+			text.WriteString(m.Text())
+		}
+		if r, ok := ev.Result(); ok {
+			if r.IsError {
+				t.Fatalf("result: %s", ev.Raw)
+			}
+			break
+		}
+	}
+	if killedAt == 0 {
+		t.Fatal("the turn streamed no text deltas")
+	}
+	if s.Reconnects() != 1 || s.Edge() != tp.b.relay.URL() {
+		t.Fatalf("reconnects %d, edge %s; want 1 through b (%s)", s.Reconnects(), s.Edge(), tp.b.relay.URL())
+	}
+	var lost, re warren.FailoverEvent
+	for lost.Kind == "" || re.Kind == "" {
+		switch ev := <-events; ev.Kind {
+		case warren.FailoverLost:
+			lost = ev
+		case warren.FailoverReconnected:
+			re = ev
+		}
+	}
+	if lost.Edge != tp.a.relay.URL() || re.Edge != tp.b.relay.URL() || re.LastSeq < killedAt {
+		t.Fatalf("lost %v, reconnected %v (killed at seq %d)", lost, re, killedAt)
+	}
+	gaps := int64(0)
+	for i := 1; i < len(got); i++ {
+		d := got[i].Seq - got[i-1].Seq
+		if d <= 0 {
+			t.Fatalf("seq %d after %d: a message duplicated or out of order", got[i].Seq, got[i-1].Seq)
+		}
+		gaps += d - 1
+	}
+	if gaps != 2 {
+		t.Fatalf("%d seqs missing from the stream, want 2 (b's ready and session_info)", gaps)
+	}
+	if nDeltas != 200 || deltas.String() != text.String() {
+		t.Fatalf("%d text deltas %q\nassistant text %q", nDeltas, deltas.String(), text.String())
+	}
+	// Still the one runner in b.
+	if p2 := tp.placement(t, ctx, user); p2.Region != "b" || p2.Epoch != p.Epoch || p2.Alloc != p.Alloc {
+		t.Fatalf("placement after the failover: %+v; was %+v", p2, p)
+	}
+	tp.owner(t, ctx, tp.b, user, p.Epoch)
+
+	// a's edge comes back (the next case needs it), behind the same relay.
+	tp.startEdge(t, tp.a)
+	stacktest.WaitFor(t, 30*time.Second, "a's edge to serve again", func() bool {
+		_, err := tp.client(t, tp.a, "probe").Regions(ctx)
+		return err == nil
+	})
 }
