@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ type region struct {
 
 // topology is two regions, a and b, over one Vault and one PostgreSQL.
 type topology struct {
+	root       *testing.T // the test the topology lives as long as
 	bin        string
 	vs         *testenv.VaultServer
 	pool       *pgxpool.Pool
@@ -72,7 +74,7 @@ type topology struct {
 func startTopology(t *testing.T, ctx context.Context) *topology {
 	t.Helper()
 	cli := testenv.ClaudeCLI(t)
-	tp := &topology{bin: testenv.WarrenBinary(t)}
+	tp := &topology{root: t, bin: testenv.WarrenBinary(t)}
 	dsn := testenv.PostgreSQL(t)
 	tp.vs = testenv.StartVault(t)
 	tp.vs.MountMeshPKI(t, "pki", "edge") // the mesh's certificates, as in production
@@ -156,10 +158,10 @@ func (tp *topology) other(r *region) *region {
 	return tp.a
 }
 
-// startEdge starts (or starts again) region r's edge behind its relay.
+// startEdge starts (or starts again) region r's edge behind its relay; it runs as long as the topology.
 func (tp *topology) startEdge(t *testing.T, r *region) {
 	t.Helper()
-	r.edge = stacktest.StartRole(t, tp.bin, "edge", r.edgeEnv, r.edgeArgs...)
+	r.edge = stacktest.StartRoleFor(t, tp.root, tp.bin, "edge", r.edgeEnv, r.edgeArgs...)
 	r.relay.setTarget(r.edge.Addr)
 }
 
@@ -356,6 +358,7 @@ func TestTwoRegions(t *testing.T) {
 		{"ResumeAsleepInOtherRegion", testResume},
 		{"RaceAcrossRegions", testRace},
 		{"FailoverWhenEdgeDies", testFailover},
+		{"RegionDown", testRegionDown},
 	} {
 		if !t.Run(c.name, func(t *testing.T) { c.run(t, ctx, tp) }) {
 			return // the later cases build on the earlier ones' topology
@@ -662,4 +665,161 @@ func testFailover(t *testing.T, ctx context.Context, tp *topology) {
 		_, err := tp.client(t, tp.a, "probe").Regions(ctx)
 		return err == nil
 	})
+}
+
+// runnerPIDs are the pids of the `warren runner` processes serving user in region at epoch, found by their
+// command lines (Nomad started them; the test owns the whole tree).
+func runnerPIDs(t *testing.T, user, region string, epoch int64) []int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]string{{"-user", user}, {"-region", region}, {"-epoch", strconv.FormatInt(epoch, 10)}}
+	var pids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) < 2 || args[1] != "runner" {
+			continue
+		}
+		match := true
+		for _, w := range want {
+			i := slices.Index(args, w[0])
+			match = match && i >= 0 && i+1 < len(args) && args[i+1] == w[1]
+		}
+		if match {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// exited reports whether process pid has ended (gone, or a zombie not yet reaped).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && strings.HasPrefix(rest, "Z")
+}
+
+// testRegionDown: region a dies whole (Consul, Nomad, edge and scheduler killed; its runner frozen, as by
+// a partition) while the user's sandbox runs there. Once the lease has lapsed the user resumes in b from
+// a's last snapshot (a's S3 still answers). When a comes back (its Consul again, the runner thawed), the
+// old runner writes nothing: no snapshot commit in either bucket, no ledger write; it stops by itself.
+func testRegionDown(t *testing.T, ctx context.Context, tp *topology) {
+	const user = "eve"
+	sa := dial(t, ctx, tp.client(t, tp.a, user), nil)
+	sid := sa.ID()
+	turnOK(t, ctx, sa, "create keep.txt containing before the outage")
+	p1 := tp.placement(t, ctx, user)
+	if p1.Region != "a" || p1.Epoch != 1 {
+		t.Fatalf("placement %+v; want a, epoch 1", p1)
+	}
+	stacktest.WaitFor(t, 30*time.Second, "the turn's snapshot in a's bucket", func() bool {
+		m, ok := tp.latest(t, ctx, tp.a, user)
+		return ok && m.Epoch == 1
+	})
+	pids := runnerPIDs(t, user, "a", 1)
+	if len(pids) != 1 {
+		t.Fatalf("runner processes of %s in a: %v, want one", user, pids)
+	}
+	old := pids[0]
+	t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
+	if err := syscall.Kill(old, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	downAt := time.Now()
+	tp.a.edge.Kill()
+	tp.a.sched.Kill()
+	tp.a.ns.Kill(t)
+	tp.a.cs.Kill(t)
+	_ = sa.Close()
+
+	// Through b: refused (a holds the lease, and has no edge to forward to) until the lease lapses, then
+	// claimed in b under epoch 2 and restored from a's snapshot.
+	cb := tp.client(t, tp.b, user)
+	var sb *warren.Session
+	refusals := 0
+	stacktest.WaitFor(t, startTimeout+leaseTTL+time.Minute, "the user to resume in b", func() bool {
+		var err error
+		if sb, err = cb.Dial(ctx, &warren.SessionOptions{SessionID: sid}); err != nil {
+			if !warren.IsCode(err, warren.CodeUnavailable) {
+				t.Fatalf("connect through b while a is down: %v; want unavailable until the lease lapses", err)
+			}
+			refusals++
+			time.Sleep(500 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+	t.Cleanup(func() { _ = sb.Close() })
+	t.Logf("resumed in b %s after a went down (%d refusals meanwhile)", time.Since(downAt).Round(time.Millisecond), refusals)
+	if got, err := cb.Sandbox().ReadFile(ctx, "keep.txt"); err != nil || string(got) != "before the outage" {
+		t.Fatalf("keep.txt after the resume in b: %q, %v", got, err)
+	}
+	from := len(tp.model.Requests())
+	turnOK(t, ctx, sb, "and after?")
+	if tp.requestsWith(from, "create keep.txt containing before the outage") == 0 {
+		t.Fatal("the conversation resumed in b lost the turn taken in a")
+	}
+	if p := tp.placement(t, ctx, user); p.Region != "b" || p.Epoch != 2 {
+		t.Fatalf("placement after the resume: %+v; want b, epoch 2", p)
+	}
+	if e, err := tp.b.reg.Lookup(ctx, issuer, user); err != nil || e.Epoch != 2 {
+		t.Fatalf("b's registry: %+v, %v; want epoch 2", e, err)
+	}
+	stacktest.WaitFor(t, 30*time.Second, "b's snapshot of epoch 2", func() bool {
+		m, ok := tp.latest(t, ctx, tp.b, user)
+		return ok && m.Epoch == 2
+	})
+
+	// a comes back: its Consul (empty, as after a loss) and the frozen runner.
+	manifestsA, manifestsB := tp.manifests(t, tp.a, user), tp.manifests(t, tp.b, user)
+	compute2 := "compute/" + scheduler.SandboxID(issuer, user) + "/2/"
+	notB := func(ev []string) []string {
+		return slices.DeleteFunc(ev, func(k string) bool { return strings.HasPrefix(k, compute2) })
+	}
+	events, ai, holds := tp.usage(t, ctx, user)
+	events = notB(events)
+	tp.a.cs.Start(t)
+	if err := syscall.Kill(old, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.WaitFor(t, time.Minute, "a's old runner to stop by itself", func() bool { return exited(old) })
+	// Its log (Nomad's, left on disk) says why: the lease lapsed, and its final snapshot was refused by the
+	// newer epoch in b's bucket; the one commit it made is the one before the outage.
+	logPath := filepath.Join(tp.a.ns.DataDir(), "data", "alloc", p1.Alloc, "alloc", "logs", "runner.stderr.0")
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatalf("the old runner's log: %v", err)
+	}
+	log := string(b)
+	if !strings.Contains(log, "placement lease not renewed") || !strings.Contains(log, `"msg":"snapshot fenced`) ||
+		strings.Count(log, `"msg":"snapshot committed"`) != len(manifestsA) {
+		t.Fatalf("the old runner's log does not show a lapsed lease and a fenced final snapshot:\n%s", stacktest.Tail(log, 4000))
+	}
+	if got := tp.manifests(t, tp.a, user); !slices.Equal(got, manifestsA) {
+		t.Fatalf("a's bucket: manifests %v after the old runner came back, were %v", got, manifestsA)
+	}
+	if got := tp.manifests(t, tp.b, user); !slices.Equal(got, manifestsB) {
+		t.Fatalf("b's bucket: manifests %v after the old runner came back, were %v", got, manifestsB)
+	}
+	if m, ok := tp.latest(t, ctx, tp.b, user); !ok || m.Epoch != 2 {
+		t.Fatalf("b's latest %+v, %v; want epoch 2's", m, ok)
+	}
+	ev2, ai2, holds2 := tp.usage(t, ctx, user)
+	if ev2 = notB(ev2); !slices.Equal(ev2, events) || ai2 != ai || holds2 != holds {
+		t.Fatalf("the ledger changed after the old runner came back: events %v (were %v), %d µ$ (was %d), %d holds (were %d)",
+			ev2, events, ai2, ai, holds2, holds)
+	}
+	if p := tp.placement(t, ctx, user); p.Region != "b" || p.Epoch != 2 {
+		t.Fatalf("placement after a came back: %+v; want b, epoch 2", p)
+	}
 }

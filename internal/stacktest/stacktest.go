@@ -54,8 +54,14 @@ func (s *SyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // stopped (SIGTERM, then SIGKILL after 20 s) when t ends, and its log shown when t failed.
 func StartRole(t testing.TB, bin, name string, env []string, args ...string) *Role {
 	t.Helper()
+	return StartRoleFor(t, t, bin, name, env, args...)
+}
+
+// StartRoleFor is StartRole from a subtest t for a role that outlives it: owner (a parent test) stops it.
+func StartRoleFor(t, owner testing.TB, bin, name string, env []string, args ...string) *Role {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{name}, args...)...)
-	cmd.Dir = t.TempDir() // what a role keeps in its working directory (the scheduler's spool) goes there
+	cmd.Dir = owner.TempDir() // what a role keeps in its working directory (the scheduler's spool) goes there
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	r := &Role{Name: name, Cmd: cmd, Logs: &SyncBuffer{}, exited: make(chan struct{})}
@@ -79,9 +85,9 @@ func StartRole(t testing.TB, bin, name string, env []string, args ...string) *Ro
 		_ = cmd.Wait()
 		close(r.exited)
 	}()
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		r.Stop(20 * time.Second)
-		if t.Failed() {
+		if owner.Failed() {
 			t.Logf("warren %s log:\n%s", name, Tail(r.Logs.String(), 8000))
 		}
 	})
