@@ -3,13 +3,13 @@ package devstack_test
 import (
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/modelserver"
+	"github.com/warren-mesh/warren/internal/stacktest"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -97,68 +97,11 @@ func TestFailoverAcrossEdgesMidTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got []warren.Event
-	var deltas, text strings.Builder
-	nDeltas, killedAt := 0, int64(0)
-	for {
-		ev, err := s.Next(ctx)
-		if err != nil {
-			t.Fatalf("Next after %d events (killed at seq %d): %v", len(got), killedAt, err)
-		}
-		got = append(got, ev)
-		if se, ok := ev.StreamEvent(); ok {
-			if d, ok := se.TextDelta(); ok {
-				deltas.WriteString(d)
-				nDeltas++
-				if nDeltas == 5 {
-					killedAt = ev.Seq
-					a.kill() // mid-turn: 195 deltas to go
-				}
-			}
-		}
-		if m, ok := ev.Assistant(); ok {
-			text.WriteString(m.Text())
-		}
-		if r, ok := ev.Result(); ok {
-			if r.IsError {
-				t.Fatalf("result: %s", ev.Raw)
-			}
-			break
-		}
-	}
-	if killedAt == 0 {
-		t.Fatal("the turn streamed no text deltas")
-	}
+	killedAt := stacktest.KilledTurn(t, ctx, s, 2, a.kill)
 	if s.Reconnects() != 1 || s.Edge() != b.url {
 		t.Fatalf("reconnects %d, edge %s; want 1 through %s", s.Reconnects(), s.Edge(), b.url)
 	}
-	var lost, re warren.FailoverEvent
-	for lost.Kind == "" || re.Kind == "" {
-		switch ev := <-events; ev.Kind {
-		case warren.FailoverLost:
-			lost = ev
-		case warren.FailoverReconnected:
-			re = ev
-		}
-	}
-	if lost.Edge != a.url || re.Edge != b.url || re.LastSeq < killedAt {
-		t.Fatalf("lost %v, reconnected %v (killed at seq %d)", lost, re, killedAt)
-	}
-
-	gaps := int64(0)
-	for i := 1; i < len(got); i++ {
-		d := got[i].Seq - got[i-1].Seq
-		if d <= 0 {
-			t.Fatalf("seq %d after %d: a message duplicated or out of order", got[i].Seq, got[i-1].Seq)
-		}
-		gaps += d - 1
-	}
-	if gaps != 2 {
-		t.Fatalf("%d seqs missing from the stream, want 2 (B's ready and session_info)", gaps)
-	}
-	if nDeltas != 200 || deltas.String() != text.String() {
-		t.Fatalf("%d text deltas %q\nassistant text %q", nDeltas, deltas.String(), text.String())
-	}
+	stacktest.LostAndReconnected(t, events, a.url, b.url, killedAt)
 	if _, err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping through B: %v", err)
 	}

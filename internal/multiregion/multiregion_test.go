@@ -185,12 +185,15 @@ func (tp *topology) placement(t *testing.T, ctx context.Context, user string) sc
 }
 
 // owner checks the registries: user's runner is registered in region r's Consul at epoch, and not in the
-// other region's.
+// other region's (when that one's Consul runs).
 func (tp *topology) owner(t *testing.T, ctx context.Context, r *region, user string, epoch int64) registry.Entry {
 	t.Helper()
 	e, err := r.reg.Lookup(ctx, issuer, user)
 	if err != nil || e.Epoch != epoch {
 		t.Fatalf("region %s's registry has %s at %+v, %v; want epoch %d", r.name, user, e, err, epoch)
+	}
+	if !tp.other(r).cs.Running() {
+		return e
 	}
 	if o, err := tp.other(r).reg.Lookup(ctx, issuer, user); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("region %s's registry has %s too: %+v, %v", tp.other(r).name, user, o, err)
@@ -311,6 +314,29 @@ func (tp *topology) starts(t *testing.T, outcome string) float64 {
 		n += metric(t, "http://"+r.sched.Addr, "warren_sandbox_starts_total", `outcome="`+outcome+`"`)
 	}
 	return n
+}
+
+// resumedInB checks user's sandbox, resumed in b from epoch 1 in a through session s of client c: the file
+// written in a by "create <file> containing <content>" is there, the next turn's model request carries that
+// earlier turn, the placement and b's registry are at epoch 2 in b, and b's runner snapshots to b's bucket.
+func (tp *topology) resumedInB(t *testing.T, ctx context.Context, c *warren.Client, s *warren.Session, user, file, content string) {
+	t.Helper()
+	if got, err := c.Sandbox().ReadFile(ctx, file); err != nil || string(got) != content {
+		t.Fatalf("%s after the resume in b: %q, %v", file, got, err)
+	}
+	from := len(tp.model.Requests())
+	turnOK(t, ctx, s, "and then?")
+	if tp.requestsWith(from, "create "+file+" containing "+content) == 0 {
+		t.Fatal("the conversation resumed in b lost the turn taken in a")
+	}
+	if p := tp.placement(t, ctx, user); p.Region != "b" || p.Epoch != 2 || p.State != scheduler.StateRunning {
+		t.Fatalf("placement after the resume: %+v; want running in b at epoch 2", p)
+	}
+	tp.owner(t, ctx, tp.b, user, 2)
+	stacktest.WaitFor(t, 30*time.Second, "b's snapshot of epoch 2", func() bool {
+		m, ok := tp.latest(t, ctx, tp.b, user)
+		return ok && m.Epoch == 2 && m.Region == "b"
+	})
 }
 
 // requestsWith counts the agent loop's model requests after from whose body contains s.
@@ -484,29 +510,12 @@ func testResume(t *testing.T, ctx context.Context, tp *topology) {
 	}
 
 	cb := tp.client(t, tp.b, user)
-	sb := dial(t, ctx, cb, &warren.SessionOptions{SessionID: sid})
-	if got, err := cb.Sandbox().ReadFile(ctx, "plan.txt"); err != nil || string(got) != "step one" {
-		t.Fatalf("plan.txt after the resume in b: %q, %v", got, err)
-	}
-	from := len(tp.model.Requests())
-	turnOK(t, ctx, sb, "and then?")
-	if tp.requestsWith(from, "create plan.txt containing step one") == 0 {
-		t.Fatal("the conversation resumed in b lost the turn taken in a")
-	}
-	p := tp.placement(t, ctx, user)
-	if p.Region != "b" || p.Epoch != 2 || p.State != scheduler.StateRunning {
-		t.Fatalf("placement after the resume: %+v; want running in b at epoch 2", p)
-	}
-	tp.owner(t, ctx, tp.b, user, 2)
+	tp.resumedInB(t, ctx, cb, dial(t, ctx, cb, &warren.SessionOptions{SessionID: sid}), user, "plan.txt", "step one")
 	// The sleeping sandbox's job in a is gone; b runs epoch 2's.
 	if ja, jb := tp.jobs(t, tp.a, user), tp.jobs(t, tp.b, user); len(ja) != 0 || len(jb) != 1 || !strings.HasSuffix(jb[0], "-e2") {
 		t.Fatalf("sandbox jobs: a %v, b %v; want epoch 2's in b alone", ja, jb)
 	}
-	// b's runner snapshots to b's bucket (after the turn); a's bucket keeps epoch 1's as it was.
-	stacktest.WaitFor(t, 30*time.Second, "b's snapshot of epoch 2", func() bool {
-		m, ok := tp.latest(t, ctx, tp.b, user)
-		return ok && m.Epoch == 2 && m.Region == "b"
-	})
+	// a's bucket keeps epoch 1's snapshot as it was.
 	if m, ok := tp.latest(t, ctx, tp.a, user); !ok || m.Epoch != m1.Epoch || m.Seq != m1.Seq {
 		t.Fatalf("a's bucket now has %+v, %v; want epoch 1's snapshot %d unchanged", m, ok, m1.Seq)
 	}
@@ -592,67 +601,11 @@ func testFailover(t *testing.T, ctx context.Context, tp *topology) {
 	if err := s.Send(ctx, modelserver.LongPrompt); err != nil {
 		t.Fatal(err)
 	}
-	var got []warren.Event
-	var deltas, text strings.Builder
-	nDeltas, killedAt := 0, int64(0)
-	for {
-		ev, err := s.Next(ctx)
-		if err != nil {
-			t.Fatalf("Next after %d events (a's edge killed at seq %d): %v", len(got), killedAt, err)
-		}
-		got = append(got, ev)
-		if se, ok := ev.StreamEvent(); ok {
-			if d, ok := se.TextDelta(); ok {
-				deltas.WriteString(d)
-				nDeltas++
-				if nDeltas == 5 {
-					killedAt = ev.Seq
-					tp.a.edge.Kill() // mid-turn: 195 deltas to go
-				}
-			}
-		}
-		if m, ok := ev.Assistant(); ok {
-			text.WriteString(m.Text())
-		}
-		if r, ok := ev.Result(); ok {
-			if r.IsError {
-				t.Fatalf("result: %s", ev.Raw)
-			}
-			break
-		}
-	}
-	if killedAt == 0 {
-		t.Fatal("the turn streamed no text deltas")
-	}
+	killedAt := stacktest.KilledTurn(t, ctx, s, 2, tp.a.edge.Kill)
 	if s.Reconnects() != 1 || s.Edge() != tp.b.relay.URL() {
 		t.Fatalf("reconnects %d, edge %s; want 1 through b (%s)", s.Reconnects(), s.Edge(), tp.b.relay.URL())
 	}
-	var lost, re warren.FailoverEvent
-	for lost.Kind == "" || re.Kind == "" {
-		switch ev := <-events; ev.Kind {
-		case warren.FailoverLost:
-			lost = ev
-		case warren.FailoverReconnected:
-			re = ev
-		}
-	}
-	if lost.Edge != tp.a.relay.URL() || re.Edge != tp.b.relay.URL() || re.LastSeq < killedAt {
-		t.Fatalf("lost %v, reconnected %v (killed at seq %d)", lost, re, killedAt)
-	}
-	gaps := int64(0)
-	for i := 1; i < len(got); i++ {
-		d := got[i].Seq - got[i-1].Seq
-		if d <= 0 {
-			t.Fatalf("seq %d after %d: a message duplicated or out of order", got[i].Seq, got[i-1].Seq)
-		}
-		gaps += d - 1
-	}
-	if gaps != 2 {
-		t.Fatalf("%d seqs missing from the stream, want 2 (b's ready and session_info)", gaps)
-	}
-	if nDeltas != 200 || deltas.String() != text.String() {
-		t.Fatalf("%d text deltas %q\nassistant text %q", nDeltas, deltas.String(), text.String())
-	}
+	stacktest.LostAndReconnected(t, events, tp.a.relay.URL(), tp.b.relay.URL(), killedAt)
 	// Still the one runner in b.
 	if p2 := tp.placement(t, ctx, user); p2.Region != "b" || p2.Epoch != p.Epoch || p2.Alloc != p.Alloc {
 		t.Fatalf("placement after the failover: %+v; was %+v", p2, p)
@@ -735,6 +688,7 @@ func testRegionDown(t *testing.T, ctx context.Context, tp *topology) {
 	if err := syscall.Kill(old, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	lease := tp.placement(t, ctx, user).Lease // a lower bound: a's scheduler may renew it once more
 	downAt := time.Now()
 	tp.a.edge.Kill()
 	tp.a.sched.Kill()
@@ -760,25 +714,11 @@ func testRegionDown(t *testing.T, ctx context.Context, tp *topology) {
 		return true
 	})
 	t.Cleanup(func() { _ = sb.Close() })
+	if time.Now().Before(lease) {
+		t.Fatalf("resumed in b before a's lease (until %s) lapsed", lease)
+	}
 	t.Logf("resumed in b %s after a went down (%d refusals meanwhile)", time.Since(downAt).Round(time.Millisecond), refusals)
-	if got, err := cb.Sandbox().ReadFile(ctx, "keep.txt"); err != nil || string(got) != "before the outage" {
-		t.Fatalf("keep.txt after the resume in b: %q, %v", got, err)
-	}
-	from := len(tp.model.Requests())
-	turnOK(t, ctx, sb, "and after?")
-	if tp.requestsWith(from, "create keep.txt containing before the outage") == 0 {
-		t.Fatal("the conversation resumed in b lost the turn taken in a")
-	}
-	if p := tp.placement(t, ctx, user); p.Region != "b" || p.Epoch != 2 {
-		t.Fatalf("placement after the resume: %+v; want b, epoch 2", p)
-	}
-	if e, err := tp.b.reg.Lookup(ctx, issuer, user); err != nil || e.Epoch != 2 {
-		t.Fatalf("b's registry: %+v, %v; want epoch 2", e, err)
-	}
-	stacktest.WaitFor(t, 30*time.Second, "b's snapshot of epoch 2", func() bool {
-		m, ok := tp.latest(t, ctx, tp.b, user)
-		return ok && m.Epoch == 2
-	})
+	tp.resumedInB(t, ctx, cb, sb, user, "keep.txt", "before the outage")
 
 	// a comes back: its Consul (empty, as after a loss) and the frozen runner.
 	manifestsA, manifestsB := tp.manifests(t, tp.a, user), tp.manifests(t, tp.b, user)

@@ -229,3 +229,78 @@ func Mint(t testing.TB, key secrets.Key, iss, user string) string {
 	}
 	return tok
 }
+
+// KilledTurn reads the turn just sent on s — a long streamed answer (modelserver.LongPrompt or the "long"
+// scenario, with SessionOptions.IncludePartialMessages) — to its result, calling kill once after the fifth
+// text delta, and checks that the reader saw it whole across whatever kill broke: seqs strictly increase
+// (nothing repeated or out of order), exactly gaps seqs are missing (the reconnect's handshake, which is
+// not delivered), and the 200 deltas add up to the assistant's text. It returns the seq at which kill ran.
+func KilledTurn(t testing.TB, ctx context.Context, s *warren.Session, gaps int64, kill func()) (killedAt int64) {
+	t.Helper()
+	var got []warren.Event
+	var deltas, text strings.Builder
+	nDeltas := 0
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next after %d events (killed at seq %d): %v", len(got), killedAt, err)
+		}
+		got = append(got, ev)
+		if se, ok := ev.StreamEvent(); ok {
+			if d, ok := se.TextDelta(); ok {
+				deltas.WriteString(d)
+				nDeltas++
+				if nDeltas == 5 {
+					killedAt = ev.Seq
+					kill() // mid-turn: 195 deltas to go
+				}
+			}
+		}
+		if m, ok := ev.Assistant(); ok {
+			text.WriteString(m.Text())
+		}
+		if r, ok := ev.Result(); ok {
+			if r.IsError {
+				t.Fatalf("result: %s", ev.Raw)
+			}
+			break
+		}
+	}
+	if killedAt == 0 {
+		t.Fatal("the turn streamed no text deltas")
+	}
+	missing := int64(0)
+	for i := 1; i < len(got); i++ {
+		d := got[i].Seq - got[i-1].Seq
+		if d <= 0 {
+			t.Fatalf("seq %d after %d: a message duplicated or out of order", got[i].Seq, got[i-1].Seq)
+		}
+		missing += d - 1
+	}
+	if missing != gaps {
+		t.Fatalf("%d seqs missing from the stream, want %d (the reconnect's ready and session_info)", missing, gaps)
+	}
+	if nDeltas != 200 || deltas.String() != text.String() {
+		t.Fatalf("%d text deltas %q\nassistant text %q", nDeltas, deltas.String(), text.String())
+	}
+	return killedAt
+}
+
+// LostAndReconnected reads a session's failover events (Failover.OnEvent sent them on events) until it has
+// seen a lost and a reconnected one, and checks them: the connection to lost was lost, the session
+// reconnected through reached, after the seq killedAt or later.
+func LostAndReconnected(t testing.TB, events <-chan warren.FailoverEvent, lost, reached string, killedAt int64) {
+	t.Helper()
+	var l, re warren.FailoverEvent
+	for l.Kind == "" || re.Kind == "" {
+		switch ev := <-events; ev.Kind {
+		case warren.FailoverLost:
+			l = ev
+		case warren.FailoverReconnected:
+			re = ev
+		}
+	}
+	if l.Edge != lost || re.Edge != reached || re.LastSeq < killedAt {
+		t.Fatalf("lost %v, reconnected %v (killed at seq %d); want lost %s, reconnected through %s", l, re, killedAt, lost, reached)
+	}
+}
