@@ -164,11 +164,21 @@ func (s *NomadServer) Stop(t testing.TB) {
 }
 
 // Kill kills the agent (SIGKILL), as a crashed machine would end it: unlike Stop, its allocations are not
-// stopped, and the task processes go on running (Nomad's executors are separate processes) until they exit
-// by themselves. A dev agent keeps nothing across a kill, so there is no Start.
+// stopped, and the task processes go on running (Nomad's executors and log collectors are separate
+// processes, and outlive their agent) until t ends, when they are killed with everything below them. A dev
+// agent keeps nothing across a kill, so there is no Start.
 func (s *NomadServer) Kill(t testing.TB) {
 	t.Helper()
+	if !s.proc.running() {
+		return
+	}
+	plugins := children(s.proc.cmd.Process.Pid)
 	s.proc.kill()
+	t.Cleanup(func() {
+		for _, p := range plugins {
+			killTree(p)
+		}
+	})
 }
 
 // Datacenter is the agent's (and its client node's) datacenter.

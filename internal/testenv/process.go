@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -121,6 +122,59 @@ func (p *proc) kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.exited
+}
+
+// procID names a process across pid reuse: its pid and its start time (field 22 of /proc/pid/stat).
+type procID struct {
+	pid   int
+	start string
+}
+
+// procStat reads pid's parent and start time from /proc.
+func procStat(pid int) (ppid int, start string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, "", false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, "", false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[19], err == nil
+}
+
+// children lists the processes whose parent is pid.
+func children(pid int) []procID {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []procID
+	for _, d := range dirs {
+		c, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if ppid, start, ok := procStat(c); ok && ppid == pid {
+			out = append(out, procID{c, start})
+		}
+	}
+	return out
+}
+
+// killTree kills p and every process below it (SIGKILL), unless p's pid now names another process.
+func killTree(p procID) {
+	if _, start, ok := procStat(p.pid); !ok || start != p.start {
+		return
+	}
+	_ = syscall.Kill(p.pid, syscall.SIGSTOP) // no new children meanwhile
+	for _, c := range children(p.pid) {
+		killTree(c)
+	}
+	_ = syscall.Kill(p.pid, syscall.SIGKILL)
 }
 
 // awaitReady calls probe every interval until it succeeds, the process exits, or timeout passes. A process

@@ -126,3 +126,46 @@ func TestSweepStale(t *testing.T) {
 		t.Fatalf("sweep removed the directory of a running test binary: %v", err)
 	}
 }
+
+// killTree kills a process and its descendants, found through /proc, and leaves a pid that names another
+// process alone.
+func TestKillTree(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 300 & sleep 300 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	var kids []procID
+	for deadline := time.Now().Add(10 * time.Second); len(kids) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("children of sh: %v, want the two sleeps", kids)
+		}
+		time.Sleep(10 * time.Millisecond)
+		kids = children(cmd.Process.Pid)
+	}
+	_, start, ok := procStat(cmd.Process.Pid)
+	if !ok {
+		t.Fatal("no /proc stat of sh")
+	}
+	killTree(procID{cmd.Process.Pid, start + "0"}) // another process's start time: nothing happens
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)); err != nil || !strings.Contains(string(b), ") S ") {
+		t.Fatalf("sh after killTree of another process: %q, %v; want it sleeping", b, err)
+	}
+	killTree(procID{cmd.Process.Pid, start})
+	<-done
+	for _, k := range kids {
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if _, _, ok := procStat(k.pid); !ok {
+				break
+			}
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k.pid)); strings.Contains(string(b), ") Z ") {
+				break // killed, waiting for init to reap it
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("child %d of sh outlived killTree", k.pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
