@@ -419,23 +419,22 @@ func testNearest(t *testing.T, ctx context.Context, tp *topology) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A client on b probes again with one-way delays da and db; it should then be on want.
+	choose := func(what string, da, db time.Duration, want string) {
+		t.Helper()
+		tp.a.relay.setDelay(da)
+		tp.b.relay.setDelay(db)
+		probes := warren.ProbeRegions(ctx, nil, rs.Regions, 5)
+		t.Logf("%s: a %v, b %v", what, median(probes, "a"), median(probes, "b"))
+		if got := (warren.Hysteresis{}).Choose("b", probes); got != want {
+			t.Fatalf("%s: hysteresis put the client on %s for a %v against b %v; want %s", what, got, median(probes, "a"), median(probes, "b"), want)
+		}
+	}
 	// a becomes a little nearer than b (60 ms against 66 ms): not clearly better (by 10 ms and to below 2/3),
 	// the client stays on b. (Round trips long enough that the machine's noise cannot make a clearly better.)
-	tp.a.relay.setDelay(30 * time.Millisecond)
-	tp.b.relay.setDelay(33 * time.Millisecond)
-	probes = warren.ProbeRegions(ctx, nil, rs.Regions, 5)
-	t.Logf("a slightly nearer: a %v, b %v", median(probes, "a"), median(probes, "b"))
-	if got := (warren.Hysteresis{}).Choose("b", probes); got != "b" {
-		t.Fatalf("hysteresis moved the client to %s for a %v against b %v", got, median(probes, "a"), median(probes, "b"))
-	}
+	choose("a slightly nearer", 30*time.Millisecond, 33*time.Millisecond, "b")
 	// a becomes clearly nearer (2 ms against 80 ms): the client moves to a.
-	tp.a.relay.setDelay(1 * time.Millisecond)
-	tp.b.relay.setDelay(40 * time.Millisecond)
-	probes = warren.ProbeRegions(ctx, nil, rs.Regions, 5)
-	t.Logf("a clearly nearer: a %v, b %v", median(probes, "a"), median(probes, "b"))
-	if got := (warren.Hysteresis{}).Choose("b", probes); got != "a" {
-		t.Fatalf("hysteresis kept the client on %s for a %v against b %v", got, median(probes, "a"), median(probes, "b"))
-	}
+	choose("a clearly nearer", time.Millisecond, 40*time.Millisecond, "a")
 }
 
 // testForward: a user whose sandbox runs in region a connects through region b's edge: b forwards over the
