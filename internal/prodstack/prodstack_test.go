@@ -239,10 +239,16 @@ func TestSessionCapAcrossEdgeProcesses(t *testing.T) {
 	// issuer across both edges.
 	tp.admin(http.MethodPut, "/v1/quotas/acme",
 		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":-1,"max_issuer_sessions":1,"revision":0}`)
-	s2, err := tp.client(t, 0, "cy").Dial(ctx, nil)
-	if err != nil {
-		t.Fatalf("cy through edge A: %v", err)
-	}
+	// bo's last session is released by edge B after its client closed it, not before Close returns: until
+	// then it is the issuer's one session.
+	var s2 *warren.Session
+	stacktest.WaitFor(t, 30*time.Second, "cy admitted through edge A once bo's session is released", func() bool {
+		s2, err = tp.client(t, 0, "cy").Dial(ctx, nil)
+		if err != nil && !warren.IsCode(err, warren.CodeConcurrencyLimit) {
+			t.Fatalf("cy through edge A: %v", err)
+		}
+		return err == nil
+	})
 	if _, err := tp.client(t, 1, "di").Dial(ctx, nil); !warren.IsCode(err, warren.CodeConcurrencyLimit) {
 		t.Fatalf("di through edge B while cy holds the issuer's one session: %v, want concurrency_limit", err)
 	}
