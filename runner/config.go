@@ -97,6 +97,14 @@ type Config struct {
 	// IdleTimeout: with no client attached, no turn running and no command running for that long, the
 	// runner snapshots and exits (the sandbox sleeps). 0 disables.
 	IdleTimeout time.Duration
+	// ProcessKeepAwake is the operator's cap on how long background processes keep an otherwise idle
+	// sandbox awake: while one runs and the last request is less than this ago, the sandbox does not sleep
+	// (default 24h; negative: processes never keep it awake). When it sleeps, its processes are killed.
+	ProcessKeepAwake time.Duration
+	// MaxProcesses bounds the background processes running at once (default 16); as many exited ones are
+	// kept for listing. ProcessLogBytes bounds the output kept of each (default 1 MiB).
+	MaxProcesses    int
+	ProcessLogBytes int64
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -121,13 +129,16 @@ type ModelConfig struct {
 
 // Defaults.
 const (
-	DefaultListen          = "127.0.0.1:0"
-	DefaultExecTimeout     = 60 * time.Second
-	DefaultMaxExecTimeout  = 10 * time.Minute
-	DefaultOutputCap       = 1 << 20
-	DefaultStreamOutputCap = 16 << 20
-	DefaultMaxFileSize     = 256 << 20
-	DefaultShutdownTimeout = 10 * time.Second
+	DefaultListen           = "127.0.0.1:0"
+	DefaultExecTimeout      = 60 * time.Second
+	DefaultMaxExecTimeout   = 10 * time.Minute
+	DefaultOutputCap        = 1 << 20
+	DefaultStreamOutputCap  = 16 << 20
+	DefaultMaxFileSize      = 256 << 20
+	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultProcessKeepAwake = 24 * time.Hour
+	DefaultMaxProcesses     = 16
+	DefaultProcessLogBytes  = 1 << 20
 )
 
 // withDefaults fills zero values and checks the fields that need no I/O.
@@ -168,6 +179,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.ProcessKeepAwake == 0 {
+		c.ProcessKeepAwake = DefaultProcessKeepAwake
+	}
+	if c.MaxProcesses == 0 {
+		c.MaxProcesses = DefaultMaxProcesses
+	}
+	if c.ProcessLogBytes == 0 {
+		c.ProcessLogBytes = DefaultProcessLogBytes
+	}
 	if c.Agent == nil && c.Model == nil {
 		c.Agent = session.NoAgent{}
 	}
@@ -192,6 +212,8 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.DefaultExecTimeout <= c.MaxExecTimeout, "the default exec timeout exceeds the maximum")
 	check(c.OutputCap > 0 && c.StreamOutputCap > 0 && c.MaxFileSize > 0, "caps must be positive")
 	check(c.ShutdownTimeout > 0, "shutdown timeout must be positive")
+	check(c.MaxProcesses > 0 && c.MaxProcesses <= 1024, "max processes must be 1 to 1024")
+	check(c.ProcessLogBytes > 0, "process log bytes must be positive")
 	check(len(c.SnapshotRegions) == 0 || c.Snapshots != nil, "other regions' snapshot stores need this region's (Snapshots)")
 	if len(errs) > 0 {
 		return c, fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))

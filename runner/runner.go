@@ -59,6 +59,7 @@ type Runner struct {
 	stop       func(cause error) // ends Run (idle sleep, fencing); set by Run
 	hub        *session.Hub
 	lease      leaseWatch
+	procs      *procTable // background processes
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -82,6 +83,7 @@ func New(cfg Config) (*Runner, error) {
 		func() float64 { return float64(r.clients.Load()) },
 		func() float64 { return float64(r.running.Load()) },
 	)
+	r.procs = newProcTable(r)
 	if cfg.Snapshots != nil {
 		if err := r.buildSnapshots(); err != nil {
 			r.parts.release()
@@ -181,7 +183,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// Request contexts derive from work, not from ctx, so that shutdown decides when in-flight work ends.
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
-	a := &api{r: r, root: root, hub: hub}
+	a := &api{r: r, root: root, hub: hub, procs: r.procs, work: work}
 	srv := &http.Server{
 		Handler:           a.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -207,7 +209,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		r.idleLoop(gctx, func() bool {
-			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0
+			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0 ||
+				r.procs.keepAwake(r.cfg.Now())
 		})
 		return nil
 	})
@@ -244,6 +247,9 @@ func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.C
 		errs = append(errs, fmt.Errorf("close agent connections: %w", ctx.Err()))
 	}
 	if err := hub.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.procs.close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

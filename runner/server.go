@@ -25,7 +25,9 @@ type api struct {
 	r     *Runner
 	root  *workspace.Root
 	hub   *session.Hub
-	conns sync.WaitGroup // agent WebSocket handlers, which http.Server.Shutdown does not wait for
+	procs *procTable
+	work  context.Context // the runner's work: background processes live as long as it
+	conns sync.WaitGroup  // agent WebSocket handlers, which http.Server.Shutdown does not wait for
 }
 
 // routes: every route but /healthz requires the bearer key, including unknown paths (an unauthenticated
@@ -39,6 +41,7 @@ func (a *api) routes() http.Handler {
 		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
 	}))
 	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
+	a.procRoutes(mux)
 	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))
 	mux.Handle("/v1/lease", a.keyed(methods{http.MethodPut: a.putLease}))
 	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

@@ -39,6 +39,7 @@ type sandboxInit struct {
 	known chan struct{} // closed once pidfd is set, or bwrap closed its info pipe without a usable report
 	mu    sync.Mutex
 	pidfd int // -1: unknown or released
+	pid   int // the init's host pid while pidfd is set
 }
 
 // checkPidfd tells whether this kernel lets the runner use pidfds (pidfd_open, Linux ≥ 5.3, not denied by
@@ -117,7 +118,7 @@ func (si *sandboxInit) read(r *os.File, bwrapPid int) {
 		return
 	}
 	si.mu.Lock()
-	si.pidfd = fd
+	si.pidfd, si.pid = fd, info.ChildPid
 	si.mu.Unlock()
 }
 

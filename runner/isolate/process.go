@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -209,4 +211,82 @@ func (p *Process) Close() error {
 		p.Stderr.Close()
 	})
 	return err
+}
+
+// Signal sends sig to the program the process runs, the way a terminal would: under bubblewrap to the
+// process group of the sandbox's first program (the child of its init, which bwrap's --new-session made a
+// group leader), in insecure mode to the process group. SIGKILL is Kill: the whole tree. Signalling a
+// process that has exited is not an error.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		return p.Kill()
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	si := p.box.init
+	if si == nil {
+		if err := syscall.Kill(-p.cmd.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("signal process group %d: %w", p.cmd.pid, err)
+		}
+		return nil
+	}
+	select {
+	case <-si.known:
+	case <-time.After(initWait):
+	}
+	si.mu.Lock() // the pidfd keeps the init from being released (settle) while its child is looked up
+	defer si.mu.Unlock()
+	if si.pidfd < 0 {
+		return nil // gone
+	}
+	child := childOf(si.pid)
+	if child <= 0 {
+		return nil // the program has exited; the init follows
+	}
+	target := child
+	if pgid, err := unix.Getpgid(child); err == nil && pgid == child {
+		target = -child
+	}
+	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %d: %w", child, err)
+	}
+	return nil
+}
+
+// childOf returns a child of pid (the sandbox's init has one: the program it runs), 0 if none.
+func childOf(pid int) int {
+	p := strconv.Itoa(pid)
+	if b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children"); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				return c
+			}
+		}
+		return 0
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := stat(c); ok && ppid == pid {
+			return c
+		}
+	}
+	return 0
+}
+
+// Listening reports whether a TCP socket (IPv4 or IPv6) listens on port in the process's network
+// namespace, which is the sandbox's: what a program inside it reaches at localhost:port.
+func (p *Process) Listening(port uint16) bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	return listening(p.cmd.pid, []uint16{port})
 }

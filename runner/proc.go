@@ -1,0 +1,370 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/isolate"
+)
+
+// Background processes (docs/PROTOCOL.md#processes). A process is started with isolate.Sandbox.Start, the
+// same launching code and boundary as exec; it belongs to the runner, not to the request that started it,
+// so it outlives the client, and it ends with the sandbox (shutdown kills every process tree). The table
+// keeps at most MaxProcesses running processes and as many exited ones (the oldest exited record is dropped
+// to make room), each with a log of at most ProcessLogBytes.
+
+// Why the runner ended a process (wire.ProcInfo.Ended).
+const (
+	endedKilled        = "killed"
+	endedSandbox       = "sandbox_stopped"
+	endedWorkspaceFull = "workspace_full"
+)
+
+// drainWait bounds how long a process's output is read after it exited (a descendant that escaped its
+// group in insecure mode may hold the pipes).
+const drainWait = 2 * time.Second
+
+// procTable holds the sandbox's background processes.
+type procTable struct {
+	r  *Runner
+	mu sync.Mutex
+	// procs in start order.
+	procs  []*proc
+	closed bool
+
+	starts *prometheus.CounterVec
+}
+
+// proc is one background process.
+type proc struct {
+	id      string
+	command string
+	args    []string
+	cwd     string
+	started time.Time
+	p       *isolate.Process
+	log     *procLog
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed once exited and drained
+
+	stdin chan struct{} // one writer at a time (a token)
+
+	mu          sync.Mutex
+	ended       time.Time
+	exitCode    int
+	why         string
+	stdinClosed bool
+}
+
+func newProcTable(r *Runner) *procTable {
+	t := &procTable{r: r, starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warren_runner_process_starts_total",
+		Help: "Background processes started, by outcome (ok, refused, error).",
+	}, []string{"outcome"})}
+	r.metrics.reg.MustRegister(t.starts, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warren_runner_processes_running",
+		Help: "Background processes running now.",
+	}, func() float64 { return float64(t.running()) }))
+	return t
+}
+
+// running counts the processes that have not exited.
+func (t *procTable) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, p := range t.procs {
+		if !p.exited() {
+			n++
+		}
+	}
+	return n
+}
+
+// start validates req and starts it. ctx is the runner's lifetime: the process dies when it ends.
+func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
+	p, err := t.startLocked(ctx, dir, req)
+	switch {
+	case err == nil:
+		t.starts.WithLabelValues(outcomeOK).Inc()
+	case wire.CodeOf(err) == wire.Internal:
+		t.starts.WithLabelValues(outcomeError).Inc()
+	default:
+		t.starts.WithLabelValues("refused").Inc()
+	}
+	return p, err
+}
+
+func (t *procTable) startLocked(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, wire.Errorf(wire.Unavailable, "the sandbox is stopping")
+	}
+	limit := t.r.cfg.MaxProcesses
+	running, oldestExited := 0, -1
+	for i, p := range t.procs {
+		if !p.exited() {
+			running++
+		} else if oldestExited < 0 {
+			oldestExited = i
+		}
+	}
+	if running >= limit {
+		return nil, wire.Errorf(wire.ResourceExhausted, "%d background processes are already running in this sandbox (the runner's -max-processes)", limit).
+			WithDetails(map[string]any{"limit": limit})
+	}
+	if err := t.r.disk.check(); err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithCancelCause(ctx)
+	ip, err := t.r.sandbox.Start(pctx, isolate.ProcessSpec{Command: req.Command, Args: req.Args, Dir: dir, Env: req.Env})
+	if err != nil {
+		cancel(nil)
+		if wire.CodeOf(err) == wire.Internal {
+			err = fmt.Errorf("start process: %w", err)
+		}
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	p := &proc{
+		id: hex.EncodeToString(b[:]), command: req.Command, args: req.Args, cwd: dir, started: t.r.cfg.Now(),
+		p: ip, log: newProcLog(t.r.cfg.ProcessLogBytes), cancel: cancel, done: make(chan struct{}),
+		stdin: make(chan struct{}, 1),
+	}
+	p.stdin <- struct{}{}
+	if len(t.procs) >= 2*limit && oldestExited >= 0 {
+		t.procs = append(t.procs[:oldestExited], t.procs[oldestExited+1:]...)
+	}
+	t.procs = append(t.procs, p)
+	go t.r.disk.watch(pctx, cancel)
+	go p.supervise(pctx, t.r)
+	t.r.log.Info("process started", "process", p.id)
+	return p, nil
+}
+
+// supervise copies the output into the log, kills the tree when ctx ends, and records the exit.
+func (p *proc) supervise(ctx context.Context, r *Runner) {
+	var readers sync.WaitGroup
+	for stream, f := range map[string]*os.File{wire.EventStdout: p.p.Stdout, wire.EventStderr: p.p.Stderr} {
+		readers.Go(func() {
+			var u utf8Stream
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := f.Read(buf)
+				if n > 0 {
+					p.log.write(stream, u.next(buf[:n]))
+				}
+				if err != nil {
+					p.log.write(stream, u.flush())
+					return
+				}
+			}
+		})
+	}
+	stop := context.AfterFunc(ctx, func() { _ = p.p.Kill() })
+	code, _ := p.p.Wait(context.Background())
+	stop()
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainWait):
+	}
+	_ = p.p.Close() // closes our ends: a reader still blocked returns
+	<-drained
+	p.log.close()
+	p.mu.Lock()
+	p.ended, p.exitCode = r.cfg.Now(), code
+	if p.why == "" && ctx.Err() != nil {
+		p.why = endedSandbox
+		if errors.Is(context.Cause(ctx), ErrWorkspaceFull) {
+			p.why = endedWorkspaceFull
+		}
+	}
+	p.mu.Unlock()
+	p.cancel(nil)
+	close(p.done)
+	r.log.Info("process exited", "process", p.id, "exit_code", code, "ended", p.why)
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// info describes the process now.
+func (p *proc) info() wire.ProcInfo {
+	start, end := p.log.bounds()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in := wire.ProcInfo{
+		ID: p.id, Command: p.command, Args: p.args, Cwd: p.cwd, Status: wire.ProcRunning,
+		StartedAt: p.started.UTC().Format(time.RFC3339Nano), LogStart: start, LogEnd: end, StdinClosed: p.stdinClosed,
+	}
+	if in.Cwd == "" {
+		in.Cwd = "."
+	}
+	if p.exited() {
+		code := p.exitCode
+		in.Status, in.ExitCode, in.Ended = wire.ProcExited, &code, p.why
+		in.EndedAt = p.ended.UTC().Format(time.RFC3339Nano)
+	}
+	return in
+}
+
+// signalNumbers maps wire.ProcSignals to Linux signals.
+var signalNumbers = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "TERM": syscall.SIGTERM, "CONT": syscall.SIGCONT,
+	"STOP": syscall.SIGSTOP, "WINCH": syscall.SIGWINCH,
+}
+
+// signal sends a signal named by wire.ParseSignal.
+func (p *proc) signal(name string) error {
+	sig, ok := signalNumbers[name]
+	if !ok {
+		return wire.Errorf(wire.InvalidArgument, "signal %s is not supported", name)
+	}
+	if sig == syscall.SIGKILL {
+		p.mu.Lock()
+		if p.why == "" && !p.exited() {
+			p.why = endedKilled
+		}
+		p.mu.Unlock()
+	}
+	if err := p.p.Signal(sig); err != nil {
+		return fmt.Errorf("process %s: %w", p.id, err)
+	}
+	return nil
+}
+
+// writeStdin writes b to the process's stdin, then closes it when closeAfter. One write at a time; a write
+// the process does not read blocks until ctx ends.
+func (p *proc) writeStdin(ctx context.Context, b []byte, closeAfter bool) error {
+	select {
+	case <-p.stdin:
+	case <-ctx.Done():
+		return wire.Wrap(wire.Unavailable, context.Cause(ctx), "the request ended while another write to stdin was pending")
+	}
+	defer func() { p.stdin <- struct{}{} }()
+	p.mu.Lock()
+	closed := p.stdinClosed
+	p.mu.Unlock()
+	if closed {
+		return wire.Errorf(wire.Conflict, "stdin of process %s is closed", p.id)
+	}
+	if p.exited() {
+		return wire.Errorf(wire.Conflict, "process %s has exited", p.id)
+	}
+	if len(b) > 0 {
+		stop := context.AfterFunc(ctx, func() { _ = p.p.Stdin.SetWriteDeadline(time.Now()) })
+		_, err := p.p.Stdin.Write(b)
+		stop()
+		_ = p.p.Stdin.SetWriteDeadline(time.Time{})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return wire.Wrap(wire.Unavailable, err, "the request ended before the process read its input")
+		case err != nil:
+			return wire.Wrap(wire.Conflict, err, "the process no longer reads its stdin")
+		}
+	}
+	if closeAfter {
+		p.mu.Lock()
+		p.stdinClosed = true
+		p.mu.Unlock()
+		_ = p.p.Stdin.Close()
+	}
+	return nil
+}
+
+// get finds a process by id.
+func (t *procTable) get(id string) (*proc, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.procs {
+		if p.id == id {
+			return p, nil
+		}
+	}
+	return nil, wire.Errorf(wire.NotFound, "no process %q in this sandbox", truncateID(id))
+}
+
+// list describes every process, oldest first.
+func (t *procTable) list() []wire.ProcInfo {
+	t.mu.Lock()
+	procs := append([]*proc(nil), t.procs...)
+	t.mu.Unlock()
+	out := make([]wire.ProcInfo, 0, len(procs))
+	for _, p := range procs {
+		out = append(out, p.info())
+	}
+	return out
+}
+
+// remove forgets an exited process; a running one is a conflict.
+func (t *procTable) remove(id string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, p := range t.procs {
+		if p.id != id {
+			continue
+		}
+		if !p.exited() {
+			return wire.Errorf(wire.Conflict, "process %s is running: signal it first", id)
+		}
+		t.procs = append(t.procs[:i], t.procs[i+1:]...)
+		return nil
+	}
+	return wire.Errorf(wire.NotFound, "no process %q in this sandbox", truncateID(id))
+}
+
+// close refuses new processes and kills every running one, waiting (until ctx ends) for them to exit.
+func (t *procTable) close(ctx context.Context) error {
+	t.mu.Lock()
+	t.closed = true
+	procs := append([]*proc(nil), t.procs...)
+	t.mu.Unlock()
+	for _, p := range procs {
+		p.cancel(ErrShuttingDown)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return fmt.Errorf("stop background processes: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// keepAwake reports whether running processes keep the sandbox awake now: while one runs and the last
+// request is less than ProcessKeepAwake ago.
+func (t *procTable) keepAwake(now time.Time) bool {
+	if t.r.cfg.ProcessKeepAwake < 0 || t.running() == 0 {
+		return false
+	}
+	return now.Sub(time.Unix(0, t.r.lastActive.Load())) < t.r.cfg.ProcessKeepAwake
+}
+
+func truncateID(id string) string {
+	if len(id) > 64 {
+		return id[:64] + "..."
+	}
+	return id
+}

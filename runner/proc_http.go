@@ -1,0 +1,321 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// Routes of the background process API (docs/PROTOCOL.md#processes):
+//
+//	POST   /v1/sandbox/procs              start (wire.ProcStartRequest) → 201 wire.ProcInfo
+//	GET    /v1/sandbox/procs              list → wire.ProcList
+//	GET    /v1/sandbox/procs/{id}         → wire.ProcInfo
+//	DELETE /v1/sandbox/procs/{id}         forget an exited process → 204
+//	POST   /v1/sandbox/procs/{id}/signal  wire.ProcSignalRequest → wire.ProcInfo
+//	POST   /v1/sandbox/procs/{id}/stdin   raw bytes [?close=true] → 204
+//	GET    /v1/sandbox/procs/{id}/logs    [?offset=N] → wire.ProcLogs, or SSE with Accept: text/event-stream
+//	POST   /v1/sandbox/procs/{id}/wait    wire.ProcWaitRequest → wire.ProcWaitResult
+
+// procKeepAlive is how often an idle logs stream sends an SSE comment, so proxies do not close it.
+const procKeepAlive = 15 * time.Second
+
+// procPoll is how often a wait for a port looks at the sandbox's listening sockets.
+const procPoll = 50 * time.Millisecond
+
+func (a *api) procRoutes(mux *http.ServeMux) {
+	mux.Handle("/v1/sandbox/procs", a.auth(methods{http.MethodGet: a.listProcs, http.MethodPost: a.startProc}))
+	mux.Handle("/v1/sandbox/procs/", a.auth(http.HandlerFunc(a.procRoute)))
+}
+
+func (a *api) procRoute(w http.ResponseWriter, req *http.Request) {
+	rest := strings.TrimPrefix(req.URL.Path, "/v1/sandbox/procs/")
+	id, action, _ := strings.Cut(rest, "/")
+	var h http.Handler
+	switch action {
+	case "":
+		h = methods{http.MethodGet: a.getProc, http.MethodDelete: a.deleteProc}
+	case "signal":
+		h = methods{http.MethodPost: a.signalProc}
+	case "stdin":
+		h = methods{http.MethodPost: a.procStdin}
+	case "logs":
+		h = methods{http.MethodGet: a.procLogs}
+	case "wait":
+		h = methods{http.MethodPost: a.waitProc}
+	default:
+		a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
+		return
+	}
+	req.SetPathValue("id", id)
+	h.ServeHTTP(w, req)
+}
+
+// procOf finds the request's process, answering not_found itself.
+func (a *api) procOf(w http.ResponseWriter, req *http.Request) (*proc, bool) {
+	p, err := a.procs.get(req.PathValue("id"))
+	if err != nil {
+		a.fail(w, req, err)
+		return nil, false
+	}
+	return p, true
+}
+
+func (a *api) startProc(w http.ResponseWriter, req *http.Request) {
+	pr, err := wire.DecodeProcStart(req.Body)
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	dir, err := a.root.Dir(pr.Cwd)
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	p, err := a.procs.start(a.work, dir, pr)
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	a.logger(req).Info("process started by request", "process", p.id)
+	writeJSON(w, http.StatusCreated, p.info())
+}
+
+func (a *api) listProcs(w http.ResponseWriter, req *http.Request) {
+	writeJSON(w, http.StatusOK, wire.ProcList{Procs: a.procs.list()})
+}
+
+func (a *api) getProc(w http.ResponseWriter, req *http.Request) {
+	if p, ok := a.procOf(w, req); ok {
+		writeJSON(w, http.StatusOK, p.info())
+	}
+}
+
+func (a *api) deleteProc(w http.ResponseWriter, req *http.Request) {
+	if err := a.procs.remove(req.PathValue("id")); err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) signalProc(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.procOf(w, req)
+	if !ok {
+		return
+	}
+	var sr wire.ProcSignalRequest
+	if err := wire.DecodeBody(req.Body, "signal request", &sr); err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	name, err := wire.ParseSignal(sr.Signal)
+	if err == nil {
+		err = p.signal(name)
+	}
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	a.logger(req).Info("process signalled", "process", p.id, "signal", name)
+	writeJSON(w, http.StatusOK, p.info())
+}
+
+func (a *api) procStdin(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.procOf(w, req)
+	if !ok {
+		return
+	}
+	closeAfter, err := boolQuery(req, "close")
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(req.Body, wire.MaxProcStdinWrite+1))
+	if err != nil {
+		a.fail(w, req, wire.Wrap(wire.InvalidArgument, err, "stdin body could not be read"))
+		return
+	}
+	if len(b) > wire.MaxProcStdinWrite {
+		a.fail(w, req, wire.Errorf(wire.PayloadTooLarge, "one write to stdin is at most %d bytes", wire.MaxProcStdinWrite))
+		return
+	}
+	if err := p.writeStdin(req.Context(), b, closeAfter); err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// boolQuery reads an optional true/false query parameter.
+func boolQuery(req *http.Request, name string) (bool, error) {
+	v := req.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, wire.Errorf(wire.InvalidArgument, "%s must be true or false", name)
+	}
+	return b, nil
+}
+
+// procLogs answers the kept output from ?offset= (default 0) as JSON, or with Accept: text/event-stream
+// streams it: stdout and stderr events (data wire.ProcChunk) as output arrives, then one exit event (data
+// wire.ProcInfo) once the process has exited and its output is complete. The stream ends when the client
+// leaves; the process does not.
+func (a *api) procLogs(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.procOf(w, req)
+	if !ok {
+		return
+	}
+	var off int64
+	if v := req.URL.Query().Get("offset"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			a.fail(w, req, wire.Errorf(wire.InvalidArgument, "offset must be a non-negative integer"))
+			return
+		}
+		off = n
+	}
+	if !strings.Contains(req.Header.Get("Accept"), "text/event-stream") {
+		chunks, next, _, _ := p.log.since(off)
+		start, _ := p.log.bounds()
+		if chunks == nil {
+			chunks = []wire.ProcChunk{}
+		}
+		writeJSON(w, http.StatusOK, wire.ProcLogs{Start: max(off, start), Next: next, Chunks: chunks})
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	ping := time.NewTicker(procKeepAlive)
+	defer ping.Stop()
+	for {
+		chunks, next, closed, wake := p.log.since(off)
+		for _, c := range chunks {
+			writeEvent(w, c.Stream, c)
+		}
+		off = next
+		if closed {
+			writeEvent(w, wire.EventExit, p.info())
+			_ = rc.Flush()
+			return
+		}
+		if len(chunks) > 0 {
+			_ = rc.Flush()
+		}
+		select {
+		case <-wake:
+		case <-ping.C:
+			_, _ = io.WriteString(w, ": keep-alive\n\n")
+			_ = rc.Flush()
+		case <-req.Context().Done():
+			return
+		}
+	}
+}
+
+// waitProc waits, up to the request's timeout (default the runner's exec timeout, at most its maximum),
+// for the process to exit, a port to listen or a log line to match. A process that exits before a port
+// listens or a line matches is conflict; a timeout is timeout. Either way the process runs on.
+func (a *api) waitProc(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.procOf(w, req)
+	if !ok {
+		return
+	}
+	wr, match, err := wire.DecodeProcWait(req.Body)
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	timeout := a.r.cfg.DefaultExecTimeout
+	if wr.TimeoutMs > 0 {
+		timeout = min(time.Duration(min(wr.TimeoutMs, a.r.cfg.MaxExecTimeout.Milliseconds()))*time.Millisecond, a.r.cfg.MaxExecTimeout)
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), timeout)
+	defer cancel()
+	var res wire.ProcWaitResult
+	switch wr.For {
+	case wire.WaitExit:
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	case wire.WaitPort:
+		err = waitPort(ctx, p, uint16(wr.Port))
+	case wire.WaitLog:
+		res.Line, res.Offset, err = waitLog(ctx, p, wr.Offset, match)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && req.Context().Err() == nil:
+		err = wire.Errorf(wire.Timeout, "process %s: the wait for %s timed out after %s", p.id, wr.For, timeout)
+	case err != nil && req.Context().Err() != nil:
+		err = wire.Wrap(wire.Unavailable, err, "the request ended")
+	}
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	res.Proc = p.info()
+	writeJSON(w, http.StatusOK, res)
+}
+
+func waitPort(ctx context.Context, p *proc, port uint16) error {
+	t := time.NewTicker(procPoll)
+	defer t.Stop()
+	for {
+		if p.p.Listening(port) {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return exitedBefore(p, "port "+strconv.Itoa(int(port))+" listened")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func waitLog(ctx context.Context, p *proc, off int64, match func(string) bool) (string, int64, error) {
+	m := &lineMatcher{match: match}
+	for {
+		chunks, next, closed, wake := p.log.since(off)
+		for _, c := range chunks {
+			if line, at, ok := m.feed(c); ok {
+				return line, at, nil
+			}
+		}
+		off = next
+		if closed {
+			if line, at, ok := m.flush(); ok {
+				return line, at, nil
+			}
+			return "", 0, exitedBefore(p, "a line matched")
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return "", 0, ctx.Err()
+		}
+	}
+}
+
+func exitedBefore(p *proc, what string) error {
+	in := p.info()
+	return wire.Errorf(wire.Conflict, "process %s exited before %s", p.id, what).
+		WithDetails(map[string]any{"exitCode": *in.ExitCode})
+}
