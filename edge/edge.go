@@ -143,7 +143,8 @@ func New(cfg Config) (*Edge, error) {
 	return e, nil
 }
 
-// Handler is the edge's HTTP handler: /ws (and /ws/), /v1/sandbox/*, /v1/regions, /healthz, /readyz.
+// Handler is the edge's HTTP handler: /ws (and /ws/), /v1/sandbox/*, /v1/sessions[/*], /v1/regions, /healthz,
+// /readyz.
 func (e *Edge) Handler() http.Handler { return e.withRequestID(e.mux) }
 
 func (e *Edge) routes() {
@@ -151,6 +152,8 @@ func (e *Edge) routes() {
 	mux.HandleFunc("GET /ws", e.serveWS)
 	mux.HandleFunc("GET /ws/{$}", e.serveWS) // a trailing slash is the same endpoint
 	mux.Handle("/v1/sandbox/", http.HandlerFunc(e.serveSandbox))
+	mux.Handle("/v1/sessions", http.HandlerFunc(e.serveSandbox))
+	mux.Handle("/v1/sessions/", http.HandlerFunc(e.serveSandbox))
 	mux.HandleFunc("GET /v1/regions", e.serveRegions)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -17,7 +17,7 @@ type proxyTarget struct {
 	entry registry.Entry
 }
 
-// serveSandbox relays /v1/sandbox/* to the user's runner: same path and query, the runner's key instead of
+// serveSandbox relays /v1/sandbox/* and /v1/sessions[/*] (relayedPath) to the user's runner: same path and query, the runner's key instead of
 // the user's token, bodies streamed both ways (exec output and file bodies are never buffered whole).
 func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -80,6 +80,10 @@ func routeLabel(path string) string {
 		return "files_list"
 	case strings.HasPrefix(path, "/v1/sandbox/files"):
 		return "files"
+	case path == "/v1/sandbox/procs" || strings.HasPrefix(path, "/v1/sandbox/procs/"):
+		return "procs"
+	case path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/"):
+		return "sessions"
 	default:
 		return "other"
 	}
@@ -102,4 +106,10 @@ func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// relayedPath reports whether a path is one the edge relays to the user's runner (and forwards across
+// regions): the sandbox API and the session listing.
+func relayedPath(path string) bool {
+	return strings.HasPrefix(path, "/v1/sandbox/") || path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/")
 }

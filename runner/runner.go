@@ -59,7 +59,8 @@ type Runner struct {
 	stop       func(cause error) // ends Run (idle sleep, fencing); set by Run
 	hub        *session.Hub
 	lease      leaseWatch
-	procs      *procTable // background processes
+	procs      *procTable    // background processes
+	sessions   *sessionIndex // the session listing
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -84,6 +85,7 @@ func New(cfg Config) (*Runner, error) {
 		func() float64 { return float64(r.running.Load()) },
 	)
 	r.procs = newProcTable(r)
+	r.sessions = newSessionIndex(r)
 	if cfg.Snapshots != nil {
 		if err := r.buildSnapshots(); err != nil {
 			r.parts.release()
