@@ -75,3 +75,67 @@ print "ready on %d\n"; while (my $l = <STDIN>) { print "echo: $l" } sleep 1000;`
 		t.Fatalf("unknown process: %v", err)
 	}
 }
+
+// Two conversations through the edge with the real Claude Code CLI, then the listing: both, with their
+// first prompts, times and cost; a live one cannot be deleted; a closed one is deleted, after which it is
+// neither listed nor resumable.
+func TestSessionListingAndDelete(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	ctx := agentCtx(t)
+	c := client(t, st, "sessions", withBudget(5_000_000))
+	prompts := []string{"first conversation: say hi", "second conversation: say bye"}
+	var ids []string
+	var live *warren.Session
+	for i, p := range prompts {
+		s, err := c.Dial(ctx, &warren.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, res := turn(t, ctx, s, p); res.IsError {
+			t.Fatalf("turn %q failed: %+v", p, res)
+		}
+		ids = append(ids, s.ID())
+		if i == 0 {
+			s.Close()
+		} else {
+			live = s
+		}
+	}
+	list, err := c.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Fatalf("sessions %+v, want 2", list)
+	}
+	byID := map[string]warren.SessionSummary{}
+	for _, s := range list {
+		byID[s.ID] = s
+	}
+	for i, id := range ids {
+		s, ok := byID[id]
+		if !ok || s.FirstPrompt != prompts[i] || s.Created == "" || s.LastTurn < s.Created || s.CostMicros <= 0 {
+			t.Fatalf("session %s: %+v (listing %+v)", id, s, list)
+		}
+		if s.Live != (i == 1) {
+			t.Fatalf("session %s live = %v", id, s.Live)
+		}
+	}
+	if err := c.DeleteSession(ctx, ids[1]); !warren.IsCode(err, wire.Conflict) {
+		t.Fatalf("deleting the live session: %v", err)
+	}
+	live.Close()
+	if err := c.DeleteSession(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSession(ctx, ids[0]); !warren.IsCode(err, wire.NotFound) {
+		t.Fatalf("deleting it again: %v", err)
+	}
+	list, err = c.Sessions(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != ids[1] {
+		t.Fatalf("after the delete: %+v, %v", list, err)
+	}
+	if _, err := c.Dial(ctx, &warren.SessionOptions{SessionID: ids[0]}); !warren.IsCode(err, wire.NotFound) {
+		t.Fatalf("resuming the deleted session: %v", err)
+	}
+}
