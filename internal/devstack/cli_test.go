@@ -60,6 +60,36 @@ func TestCLITour(t *testing.T) {
 	if _, stderr, code := run("", "files", "get", "docs/in.txt"); code == 0 || !strings.Contains(stderr, "not") {
 		t.Fatalf("get removed file: %q %d", stderr, code)
 	}
+	// A background process: started, fed, waited on, followed, killed, listed.
+	id, stderr, code := run("", "proc", "start", "-env", "GREETING=hello", "--", "echo $GREETING; cat; sleep 1000")
+	id = strings.TrimSpace(id)
+	if code != 0 || id == "" {
+		t.Fatalf("proc start: %q %q %d", id, stderr, code)
+	}
+	if out, stderr, code := run("", "proc", "wait", "-log", "hello", id); out != "hello\n" || code != 0 {
+		t.Fatalf("proc wait -log: %q %q %d", out, stderr, code)
+	}
+	if _, stderr, code := run("fed\n", "proc", "stdin", "-close", id); code != 0 {
+		t.Fatalf("proc stdin: %q %d", stderr, code)
+	}
+	if out, _, code := run("", "proc", "wait", "-log", "^fed$", "-regex", id); out != "fed\n" || code != 0 {
+		t.Fatalf("proc wait -regex: %q %d", out, code)
+	}
+	if _, stderr, code := run("", "proc", "kill", id); code != 0 {
+		t.Fatalf("proc kill: %q %d", stderr, code)
+	}
+	if out, stderr, code := run("", "proc", "logs", "-f", "-offset", "6", id); out != "fed\n" || !strings.Contains(stderr, "exited with 137") || code != 0 {
+		t.Fatalf("proc logs -f: %q %q %d", out, stderr, code)
+	}
+	if out, _, _ := run("", "proc", "ls"); !strings.Contains(out, id) || !strings.Contains(out, "137 (killed)") {
+		t.Fatalf("proc ls: %q", out)
+	}
+	if _, stderr, code := run("", "proc", "signal", id, "SEGV"); code == 0 || !strings.Contains(stderr, "SEGV") {
+		t.Fatalf("proc signal SEGV: %q %d", stderr, code)
+	}
+	if out, _, code := run("", "sessions"); code != 0 || !strings.HasPrefix(out, "ID") {
+		t.Fatalf("sessions: %q %d", out, code)
+	}
 	t.Setenv("TOUR_TOKEN", "garbage")
 	if _, stderr, code := run("", "exec", "--", "true"); code == 0 || !strings.Contains(stderr, "warren token") {
 		t.Fatalf("bad token message: %q %d", stderr, code)
