@@ -107,7 +107,6 @@ func positional(fs *flag.FlagSet, args []string, n int, what string) ([]string, 
 	return pos, nil
 }
 
-
 func procStart(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("proc", "start [-cwd DIR] [-env K=V]... COMMAND [ARG...]", cf, stderr)
 	cwd := fs.String("cwd", "", "working `DIR`ectory, relative to the workspace root")
