@@ -184,7 +184,6 @@ func (p *proc) supervise(ctx context.Context, r *Runner) {
 	}
 	_ = p.p.Close() // closes our ends: a reader still blocked returns
 	<-drained
-	p.log.close()
 	p.mu.Lock()
 	p.ended, p.exitCode = r.cfg.Now(), code
 	if p.why == "" && ctx.Err() != nil {
@@ -196,6 +195,8 @@ func (p *proc) supervise(ctx context.Context, r *Runner) {
 	p.mu.Unlock()
 	p.cancel(nil)
 	close(p.done)
+	// Closed after done, so that whoever sees the end of the output sees the exit status too.
+	p.log.close()
 	r.log.Info("process exited", "process", p.id, "exit_code", code, "ended", p.why)
 }
 

@@ -87,8 +87,15 @@ func joinChunks(cs []wire.ProcChunk) string {
 // it), takes stdin, its logs are read from an offset and followed live, a signal ends it, and it is listed
 // with its exit status afterwards.
 func TestProcessLifecycle(t *testing.T) {
-	h := startRunner(t)
-	const port = 18765
+	t.Run("bwrap", func(t *testing.T) { testProcessLifecycle(t, 18765) })
+	// Insecure mode (no bubblewrap) signals the process group and sees the host's network.
+	t.Run("insecure", func(t *testing.T) {
+		testProcessLifecycle(t, 18767, func(c *runner.Config) { c.Insecure = true })
+	})
+}
+
+func testProcessLifecycle(t *testing.T, port int, mods ...func(*runner.Config)) {
+	h := startRunner(t, mods...)
 	p := h.startProc(t, echoServer(port))
 
 	res := h.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitPort, Port: port, TimeoutMs: 30000})

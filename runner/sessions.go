@@ -79,14 +79,12 @@ type transcript struct {
 // transcripts finds the transcripts, newest first, at most wire.MaxSessionList.
 func (x *sessionIndex) transcripts(root *os.Root) []transcript {
 	var out []transcript
-	slugs, _ := fs.ReadDir(root.FS(), "projects")
-	for _, slug := range slugs {
+	for _, slug := range readDirN(root, "projects") {
 		if !slug.IsDir() {
 			continue
 		}
 		dir := path.Join("projects", slug.Name())
-		ents, _ := fs.ReadDir(root.FS(), dir)
-		for _, e := range ents {
+		for _, e := range readDirN(root, dir) {
 			id, ok := strings.CutSuffix(e.Name(), ".jsonl")
 			if !ok || !session.ValidID(id) || !e.Type().IsRegular() {
 				continue
@@ -102,6 +100,20 @@ func (x *sessionIndex) transcripts(root *os.Root) []transcript {
 		return cmp.Or(b.fi.ModTime().Compare(a.fi.ModTime()), strings.Compare(a.id, b.id))
 	})
 	return out[:min(len(out), wire.MaxSessionList)]
+}
+
+// maxDirEntries bounds the entries read of one directory of the agent's home (the tenant can fill it).
+const maxDirEntries = 4096
+
+// readDirN reads at most maxDirEntries entries of dir under root, in no particular order.
+func readDirN(root *os.Root, dir string) []fs.DirEntry {
+	f, err := root.Open(dir)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	ents, _ := f.ReadDir(maxDirEntries)
+	return ents
 }
 
 // list describes the sessions, most recently active first.
@@ -282,8 +294,7 @@ func (x *sessionIndex) remove(hub *session.Hub, id string) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var found []string
-	slugs, _ := fs.ReadDir(root.FS(), "projects")
-	for _, slug := range slugs {
+	for _, slug := range readDirN(root, "projects") {
 		rel := path.Join("projects", slug.Name(), id+".jsonl")
 		if fi, err := root.Lstat(rel); err == nil && fi.Mode().IsRegular() {
 			found = append(found, path.Join("projects", slug.Name()))

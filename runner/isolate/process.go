@@ -246,11 +246,22 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	if child <= 0 {
 		return nil // the program has exited; the init follows
 	}
-	target := child
-	if pgid, err := unix.Getpgid(child); err == nil && pgid == child {
-		target = -child
+	// The pidfd pins the child: once it is checked to be the init's, its pid (and so its group while it
+	// leads one) cannot name another process.
+	fd, err := unix.PidfdOpen(child, 0)
+	if err != nil {
+		return nil // gone
 	}
-	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+	defer unix.Close(fd)
+	if ppid, _, ok := stat(child); !ok || ppid != si.pid {
+		return nil
+	}
+	if pgid, perr := unix.Getpgid(child); perr == nil && pgid == child {
+		err = syscall.Kill(-child, sig)
+	} else {
+		err = unix.PidfdSendSignal(fd, sig, nil, 0)
+	}
+	if err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal %d: %w", child, err)
 	}
 	return nil
