@@ -155,13 +155,7 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 	spec.Stdout = chunkWriter{ctx: ctx, event: wire.EventStdout, ch: chunks}
 	spec.Stderr = chunkWriter{ctx: ctx, event: wire.EventStderr, ch: chunks}
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
+	rc := startEvents(w)
 
 	type outcome struct {
 		res isolate.Result
@@ -225,6 +219,19 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 			return
 		}
 	}
+}
+
+// startEvents commits to a stream of server-sent events (200, not cached, not buffered by proxies) and
+// returns the controller that flushes it.
+func startEvents(w http.ResponseWriter) *http.ResponseController {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	return rc
 }
 
 // writeEvent writes one server-sent event. JSON never contains a raw newline, so data is one line.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/warren-mesh/warren/internal/testenv"
 )
 
 // docs/sandbox-openapi.json and the runner (whose paths the edge relays unchanged) describe the same API:
@@ -17,9 +19,8 @@ func TestSandboxOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		OpenAPI string                               `json:"openapi"`
-		Paths   map[string]map[string]any            `json:"paths"`
-		Comp    map[string]map[string]map[string]any `json:"components"`
+		OpenAPI string                    `json:"openapi"`
+		Paths   map[string]map[string]any `json:"paths"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
@@ -50,26 +51,5 @@ func TestSandboxOpenAPIMatchesRoutes(t *testing.T) {
 	if resp := h.do(t, http.MethodPut, "/v1/sandbox/procs/x/wait", nil); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("PUT wait: %d", resp.StatusCode)
 	}
-	var walk func(v any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if ref, ok := v["$ref"].(string); ok {
-				parts := strings.Split(strings.TrimPrefix(ref, "#/components/"), "/")
-				if len(parts) != 2 || doc.Comp[parts[0]][parts[1]] == nil {
-					t.Errorf("dangling $ref %q", ref)
-				}
-			}
-			for _, x := range v {
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(x)
-			}
-		}
-	}
-	var all any
-	_ = json.Unmarshal(b, &all)
-	walk(all)
+	testenv.OpenAPIRefs(t, b)
 }

@@ -193,13 +193,7 @@ func (a *api) procLogs(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusOK, wire.ProcLogs{Start: max(off, start), Next: next, Chunks: chunks})
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
+	rc := startEvents(w)
 	ping := time.NewTicker(procKeepAlive)
 	defer ping.Stop()
 	for {

@@ -3,10 +3,6 @@ package warren
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"iter"
 	"net/http"
 	"net/url"
@@ -148,38 +144,26 @@ func (s *Sandbox) FollowProcessLogs(ctx context.Context, id string, offset int64
 			return
 		}
 		defer resp.Body.Close()
-		sse := newSSEReader(resp.Body)
-		for {
-			ev, err := sse.Next()
-			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("warren: logs stream ended before the exit event: %w", io.ErrUnexpectedEOF)
-			}
-			if err != nil {
-				if ctx.Err() != nil {
-					err = ctx.Err()
-				}
-				yield(ProcLogEvent{}, err)
-				return
-			}
+		err = eachEvent(ctx, resp.Body, "logs stream", func(ev sseEvent) (bool, error) {
 			switch ev.Event {
 			case wire.EventStdout, wire.EventStderr:
 				var c ProcChunk
-				if err := json.Unmarshal([]byte(ev.Data), &c); err != nil {
-					yield(ProcLogEvent{}, fmt.Errorf("warren: malformed %s event: %w", ev.Event, err))
-					return
+				if err := decodeSSE(ev, &c); err != nil {
+					return false, err
 				}
-				if !yield(ProcLogEvent{Chunk: &c}, nil) {
-					return
-				}
+				return yield(ProcLogEvent{Chunk: &c}, nil), nil
 			case wire.EventExit:
 				var in ProcInfo
-				if err := json.Unmarshal([]byte(ev.Data), &in); err != nil {
-					yield(ProcLogEvent{}, fmt.Errorf("warren: malformed exit event: %w", err))
-					return
+				if err := decodeSSE(ev, &in); err != nil {
+					return false, err
 				}
 				yield(ProcLogEvent{Exit: &in}, nil)
-				return
+				return false, nil
 			}
+			return true, nil
+		})
+		if err != nil {
+			yield(ProcLogEvent{}, err)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -79,46 +78,32 @@ func (s *Sandbox) ExecStream(ctx context.Context, req ExecRequest) iter.Seq2[Exe
 			execResultEvents(resp.Body, yield)
 			return
 		}
-		sse := newSSEReader(resp.Body)
-		for {
-			ev, err := sse.Next()
-			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("warren: exec stream ended before the exit event: %w", io.ErrUnexpectedEOF)
-			}
-			if err != nil {
-				if ctx.Err() != nil {
-					err = ctx.Err()
-				}
-				yield(ExecEvent{}, err)
-				return
-			}
+		err = eachEvent(ctx, resp.Body, "exec stream", func(ev sseEvent) (bool, error) {
 			switch ev.Event {
 			case wire.EventStdout, wire.EventStderr:
 				var ch wire.ExecChunk
-				if err := json.Unmarshal([]byte(ev.Data), &ch); err != nil {
-					yield(ExecEvent{}, fmt.Errorf("warren: malformed %s event: %w", ev.Event, err))
-					return
+				if err := decodeSSE(ev, &ch); err != nil {
+					return false, err
 				}
-				if !yield(ExecEvent{Kind: ev.Event, Data: ch.Data}, nil) {
-					return
-				}
+				return yield(ExecEvent{Kind: ev.Event, Data: ch.Data}, nil), nil
 			case wire.EventExit:
 				var r ExecResult
-				if err := json.Unmarshal([]byte(ev.Data), &r); err != nil {
-					yield(ExecEvent{}, fmt.Errorf("warren: malformed exit event: %w", err))
-					return
+				if err := decodeSSE(ev, &r); err != nil {
+					return false, err
 				}
 				yield(ExecEvent{Kind: ExecExit, Result: &r}, nil)
-				return
+				return false, nil
 			case wire.EventError:
 				var we Error
 				if err := json.Unmarshal([]byte(ev.Data), &we); err != nil || we.Code == "" {
 					we = Error{Code: wire.Internal, Message: "exec failed: " + ev.Data}
 				}
-				yield(ExecEvent{}, &we)
-				return
+				return false, &we
 			}
-			// Other events (keep-alives, future additions) are skipped.
+			return true, nil // other events (keep-alives, future additions) are skipped
+		})
+		if err != nil {
+			yield(ExecEvent{}, err)
 		}
 	}
 }

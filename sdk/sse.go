@@ -3,6 +3,10 @@ package warren
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 )
 
@@ -115,4 +119,34 @@ func (p *sseReader) readLine() ([]byte, error) {
 		}
 		p.line = append(p.line, c)
 	}
+}
+
+// eachEvent hands the events of a text/event-stream body to handle until handle answers false or an
+// error. A stream that ends before that is an error wrapping io.ErrUnexpectedEOF that names what ended; a
+// read that fails because ctx ended is ctx's error.
+func eachEvent(ctx context.Context, body io.Reader, what string, handle func(sseEvent) (bool, error)) error {
+	sse := newSSEReader(body)
+	for {
+		ev, err := sse.Next()
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("warren: %s ended before the exit event: %w", what, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return err
+		}
+		if more, err := handle(ev); err != nil || !more {
+			return err
+		}
+	}
+}
+
+// decodeSSE decodes an event's JSON data into v.
+func decodeSSE(ev sseEvent, v any) error {
+	if err := json.Unmarshal([]byte(ev.Data), v); err != nil {
+		return fmt.Errorf("warren: malformed %s event: %w", ev.Event, err)
+	}
+	return nil
 }

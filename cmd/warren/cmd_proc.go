@@ -94,17 +94,18 @@ func subFlags(group, usage string, cf *clientFlags, stderr io.Writer) *flag.Flag
 	return fs
 }
 
-// positional parses a subcommand that takes flags and exactly n positional arguments.
-func positional(fs *flag.FlagSet, args []string, n int, what string) ([]string, error) {
+// connect parses a subcommand's flags and exactly n positional arguments, then makes the client.
+func connect(fs *flag.FlagSet, cf *clientFlags, args []string, n int, what string) ([]string, *warren.Client, error) {
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(pos) != n {
 		fs.Usage()
-		return nil, fmt.Errorf("want %s", what)
+		return nil, nil, fmt.Errorf("want %s", what)
 	}
-	return pos, nil
+	c, err := cf.client()
+	return pos, c, err
 }
 
 func procStart(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
@@ -145,10 +146,7 @@ func procStart(ctx context.Context, cf *clientFlags, args []string, stdout, stde
 func procList(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("proc", "ls [-json]", cf, stderr)
 	asJSON := fs.Bool("json", false, "print the processes as JSON")
-	if _, err := positional(fs, args, 0, "no arguments"); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	_, c, err := connect(fs, cf, args, 0, "no arguments")
 	if err != nil {
 		return err
 	}
@@ -180,11 +178,7 @@ func procList(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 
 func procGet(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("proc", "get ID", cf, stderr)
-	pos, err := positional(fs, args, 1, "one process ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	pos, c, err := connect(fs, cf, args, 1, "one process ID")
 	if err != nil {
 		return err
 	}
@@ -199,11 +193,7 @@ func procLogs(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 	fs := subFlags("proc", "logs [-f] [-offset N] ID", cf, stderr)
 	follow := fs.Bool("f", false, "follow the output until the process exits")
 	offset := fs.Int64("offset", 0, "start at byte `N` of the output")
-	pos, err := positional(fs, args, 1, "one process ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	pos, c, err := connect(fs, cf, args, 1, "one process ID")
 	if err != nil {
 		return err
 	}
@@ -246,7 +236,7 @@ func procWait(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 	pattern := fs.String("log", "", "wait until a line of the output contains `PATTERN`")
 	regex := fs.Bool("regex", false, "PATTERN is a regular expression (RE2)")
 	timeout := fs.Duration("timeout", 0, "give up after this long (default: the runner's exec timeout)")
-	pos, err := positional(fs, args, 1, "one process ID")
+	pos, c, err := connect(fs, cf, args, 1, "one process ID")
 	if err != nil {
 		return err
 	}
@@ -258,10 +248,6 @@ func procWait(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 		req.For, req.Port = warren.WaitPort, *port
 	case *pattern != "":
 		req.For = warren.WaitLog
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
 	}
 	res, err := c.Sandbox().WaitProcess(ctx, pos[0], req)
 	if err != nil {
@@ -280,27 +266,23 @@ func procWait(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 
 func procSignal(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("proc", "signal ID SIGNAL", cf, stderr)
-	pos, err := positional(fs, args, 2, "a process ID and a SIGNAL")
+	pos, c, err := connect(fs, cf, args, 2, "a process ID and a SIGNAL")
 	if err != nil {
 		return err
 	}
-	return sendSignal(ctx, cf, pos[0], pos[1])
+	return sendSignal(ctx, c, pos[0], pos[1])
 }
 
 func procKill(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("proc", "kill ID", cf, stderr)
-	pos, err := positional(fs, args, 1, "one process ID")
+	pos, c, err := connect(fs, cf, args, 1, "one process ID")
 	if err != nil {
 		return err
 	}
-	return sendSignal(ctx, cf, pos[0], "KILL")
+	return sendSignal(ctx, c, pos[0], "KILL")
 }
 
-func sendSignal(ctx context.Context, cf *clientFlags, id, sig string) error {
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+func sendSignal(ctx context.Context, c *warren.Client, id, sig string) error {
 	if _, err := c.Sandbox().SignalProcess(ctx, id, sig); err != nil {
 		return clientError{err}
 	}
@@ -310,11 +292,7 @@ func sendSignal(ctx context.Context, cf *clientFlags, id, sig string) error {
 func procStdin(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("proc", "stdin [-close] ID", cf, stderr)
 	closeAfter := fs.Bool("close", false, "close the process's stdin after the copy")
-	pos, err := positional(fs, args, 1, "one process ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	pos, c, err := connect(fs, cf, args, 1, "one process ID")
 	if err != nil {
 		return err
 	}
@@ -339,11 +317,7 @@ func procStdin(ctx context.Context, cf *clientFlags, args []string, stdout, stde
 
 func procRemove(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("proc", "rm ID", cf, stderr)
-	pos, err := positional(fs, args, 1, "one process ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	pos, c, err := connect(fs, cf, args, 1, "one process ID")
 	if err != nil {
 		return err
 	}
@@ -371,10 +345,7 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 func sessionsList(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("sessions", "ls [-json]", cf, stderr)
 	asJSON := fs.Bool("json", false, "print the sessions as JSON")
-	if _, err := positional(fs, args, 0, "no arguments"); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	_, c, err := connect(fs, cf, args, 0, "no arguments")
 	if err != nil {
 		return err
 	}
@@ -409,11 +380,7 @@ func sessionsList(ctx context.Context, cf *clientFlags, args []string, stdout, s
 
 func sessionsRemove(ctx context.Context, cf *clientFlags, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("sessions", "rm ID", cf, stderr)
-	pos, err := positional(fs, args, 1, "one session ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	pos, c, err := connect(fs, cf, args, 1, "one session ID")
 	if err != nil {
 		return err
 	}
