@@ -106,6 +106,9 @@ func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartReq
 }
 
 func (t *procTable) startLocked(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
+	if err := t.r.disk.check(); err != nil { // outside the lock: it may walk the workspace
+		return nil, err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -123,9 +126,6 @@ func (t *procTable) startLocked(ctx context.Context, dir string, req wire.ProcSt
 	if running >= limit {
 		return nil, wire.Errorf(wire.ResourceExhausted, "%d background processes are already running in this sandbox (the runner's -max-processes)", limit).
 			WithDetails(map[string]any{"limit": limit})
-	}
-	if err := t.r.disk.check(); err != nil {
-		return nil, err
 	}
 	pctx, cancel := context.WithCancelCause(ctx)
 	ip, err := t.r.sandbox.Start(pctx, isolate.ProcessSpec{Command: req.Command, Args: req.Args, Dir: dir, Env: req.Env})

@@ -310,3 +310,18 @@ func TestProcessKeepsSandboxAwake(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkProcessFirstLog measures a background process from the start request to its first line of
+// output seen by a log wait, under bubblewrap (start, wait, kill: three requests).
+func BenchmarkProcessFirstLog(b *testing.B) {
+	h := startRunner(b)
+	for b.Loop() {
+		p := h.startProc(b, wire.ProcStartRequest{Command: "echo ready; exec sleep 1000"})
+		h.waitProc(b, p.ID, wire.ProcWaitRequest{For: wire.WaitLog, Pattern: "ready"})
+		b.StopTimer()
+		decode(b, h.doJSON(b, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/signal", wire.ProcSignalRequest{Signal: "KILL"}), http.StatusOK, nil)
+		h.waitProc(b, p.ID, wire.ProcWaitRequest{For: wire.WaitExit})
+		decode(b, h.do(b, http.MethodDelete, "/v1/sandbox/procs/"+p.ID, nil), http.StatusNoContent, nil)
+		b.StartTimer()
+	}
+}
