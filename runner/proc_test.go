@@ -164,7 +164,8 @@ func testProcessLifecycle(t *testing.T, port int, mods ...func(*runner.Config)) 
 func TestProcessKillAndStdinClose(t *testing.T) {
 	h := startRunner(t)
 	marker := "proc-kill-" + randomHex(t, 4)
-	p := h.startProc(t, wire.ProcStartRequest{Command: "sleep 1000 & echo " + marker + "; cat; echo eof; sleep 1000"})
+	// The background child's command line carries the marker too, so the check below sees both.
+	p := h.startProc(t, wire.ProcStartRequest{Command: "sh -c 'sleep 1000; : " + marker + "' & echo " + marker + "; cat; echo eof; sleep 1000"})
 	h.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitLog, Pattern: marker})
 	decode(t, h.do(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/stdin?close=true", strings.NewReader("bye\n")), http.StatusNoContent, nil)
 	h.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitLog, Pattern: "eof"})
@@ -174,12 +175,15 @@ func TestProcessKillAndStdinClose(t *testing.T) {
 		t.Fatalf("stdin not closed: %+v", in)
 	}
 	wantError(t, h.do(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/stdin", strings.NewReader("x")), wire.Conflict)
+	if n := len(processesMatching(marker)); n < 3 { // bwrap, the program and its background child
+		t.Fatalf("%d processes carry the marker before the kill", n)
+	}
 	decode(t, h.doJSON(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/signal", wire.ProcSignalRequest{Signal: "kill"}), http.StatusOK, nil)
 	res := h.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitExit})
 	if *res.Proc.ExitCode != 128+9 || res.Proc.Ended != "killed" {
 		t.Fatalf("killed: %+v", res.Proc)
 	}
-	waitFor(t, "the sandbox's processes to be gone", func() bool { return len(processesMatching("sleep 1000")) == 0 })
+	waitFor(t, "the sandbox's processes to be gone", func() bool { return len(processesMatching(marker)) == 0 })
 }
 
 // Bad input is refused with a typed error before anything starts; the caps hold.
