@@ -91,9 +91,8 @@ func (t *procTable) running() int {
 	return n
 }
 
-// start validates req and starts it. ctx is the runner's lifetime: the process dies when it ends.
-func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
-	p, err := t.startLocked(ctx, dir, req)
+// counted records the outcome of a start request in warren_runner_process_starts_total.
+func (t *procTable) counted(err error) error {
 	switch {
 	case err == nil:
 		t.starts.WithLabelValues(outcomeOK).Inc()
@@ -102,10 +101,11 @@ func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartReq
 	default:
 		t.starts.WithLabelValues("refused").Inc()
 	}
-	return p, err
+	return err
 }
 
-func (t *procTable) startLocked(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
+// start validates req and starts it. ctx is the runner's lifetime: the process dies when it ends.
+func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
 	if err := t.r.disk.check(); err != nil { // outside the lock: it may walk the workspace
 		return nil, err
 	}

@@ -68,18 +68,15 @@ func (a *api) procOf(w http.ResponseWriter, req *http.Request) (*proc, bool) {
 }
 
 func (a *api) startProc(w http.ResponseWriter, req *http.Request) {
+	var p *proc
 	pr, err := wire.DecodeProcStart(req.Body)
-	if err != nil {
-		a.fail(w, req, err)
-		return
+	if err == nil {
+		var dir string
+		if dir, err = a.root.Dir(pr.Cwd); err == nil {
+			p, err = a.procs.start(a.work, dir, pr)
+		}
 	}
-	dir, err := a.root.Dir(pr.Cwd)
-	if err != nil {
-		a.fail(w, req, err)
-		return
-	}
-	p, err := a.procs.start(a.work, dir, pr)
-	if err != nil {
+	if err := a.procs.counted(err); err != nil {
 		a.fail(w, req, err)
 		return
 	}

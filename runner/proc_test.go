@@ -254,6 +254,12 @@ func TestProcessRejects(t *testing.T) {
 	wantError(t, h.do(t, http.MethodDelete, "/v1/sandbox/procs/"+b.ID, nil), wire.Conflict)
 	wantError(t, h.do(t, http.MethodGet, "/v1/sandbox/procs/nope", nil), wire.NotFound)
 	wantError(t, h.do(t, http.MethodGet, "/v1/sandbox/procs/"+b.ID+"/nope", nil), wire.NotFound)
+	metrics, _ := io.ReadAll(h.do(t, http.MethodGet, "/metrics", nil).Body)
+	for _, m := range []string{`warren_runner_process_starts_total{outcome="ok"} 2`, `warren_runner_process_starts_total{outcome="refused"} 11`, "warren_runner_processes_running 2"} {
+		if !strings.Contains(string(metrics), m+"\n") {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
 	wantError(t, h.do(t, http.MethodPut, "/v1/sandbox/procs/"+b.ID+"/wait", nil), wire.InvalidArgument)
 }
 

@@ -6,7 +6,7 @@
 //
 // Lifecycle: New validates the Config and prepares directories; Run listens, closes Ready once the address
 // is known (see Addr), serves until its context ends, then shuts down gracefully within ShutdownTimeout,
-// killing running commands and closing agent connections with 1001.
+// killing running commands and background processes and closing agent connections with 1001.
 package runner
 
 import (
