@@ -34,6 +34,9 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func main() {
+	if isTFProviderName(os.Args[0]) { // a filesystem mirror's terraform-provider-warren_vX.Y.Z
+		os.Exit(runMain(append([]string{"terraform-provider"}, os.Args[1:]...), os.Stdout, os.Stderr))
+	}
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
