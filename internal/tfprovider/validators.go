@@ -49,5 +49,24 @@ func optionalLimitValidators(min int64) []validator.Int64 {
 	if min <= 1 {
 		return limitValidators()
 	}
-	return []validator.Int64{int64validator.Any(int64validator.OneOf(billing.Unlimited, 0), int64validator.AtLeast(min))}
+	return []validator.Int64{optionalLimit{min: min}}
+}
+
+// optionalLimit refuses a sandbox limit below -1 or between 0 and its minimum, in the API's words.
+type optionalLimit struct{ min int64 }
+
+func (v optionalLimit) Description(context.Context) string {
+	return fmt.Sprintf("-1 (unlimited), 0 (not set) or at least %d", v.min)
+}
+
+func (v optionalLimit) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (v optionalLimit) ValidateInt64(ctx context.Context, req validator.Int64Request, resp *validator.Int64Response) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if n := req.ConfigValue.ValueInt64(); n < billing.Unlimited || (n > 0 && n < v.min) {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Warren sandbox limit",
+			fmt.Sprintf("%s must be %s, not %d.", req.Path, v.Description(ctx), n))
+	}
 }
