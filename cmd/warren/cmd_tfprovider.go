@@ -60,4 +60,6 @@ func runTFProvider(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 // isTFProviderName reports whether warren was run as the provider's executable (argv[0]).
-func isTFProviderName(argv0 string) bool { return strings.HasPrefix(filepath.Base(argv0), tfProviderName) }
+func isTFProviderName(argv0 string) bool {
+	return strings.HasPrefix(filepath.Base(argv0), tfProviderName)
+}

@@ -184,7 +184,7 @@ func parseQuotaID(id string) (billing.QuotaKey, error) {
 	k := billing.QuotaKey{Issuer: iss}
 	if hasSub {
 		sub, err := url.PathUnescape(subPart)
-		if err != nil || !billing.ValidName(sub) {
+		if err != nil || !billing.ValidName(sub) || strings.Contains(subPart, "/") {
 			return billing.QuotaKey{}, fmt.Errorf("import id %q: the user after '/' is not a valid name (path-escaped, %%2F for a '/')", id)
 		}
 		k.User = sub
