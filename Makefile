@@ -21,6 +21,13 @@ dev: bwrap claude-code build ## run the whole platform on this machine (warren d
 build: ## build the warren binary into bin/
 	$(GO) build -o $(BIN) ./cmd/warren
 
+# The Terraform provider is warren itself: this lays out a filesystem mirror holding bin/warren as
+# registry.terraform.io/warren/warren and writes $(TF_MIRROR)/warren.tfrc for TF_CLI_CONFIG_FILE.
+TF_MIRROR ?= bin/terraform-mirror
+.PHONY: terraform-provider
+terraform-provider: build ## install Warren's Terraform provider into a filesystem mirror (TF_MIRROR, default bin/terraform-mirror)
+	$(BIN) terraform-provider -install $(TF_MIRROR)
+
 test: tools ## install what the tests need, lint, run every test and a short fuzz pass
 	$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 ./...

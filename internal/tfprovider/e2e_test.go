@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/secrets/vault"
 	"github.com/warren-mesh/warren/internal/testenv"
 )
@@ -481,45 +482,52 @@ func checkKey(t *testing.T, keys *vault.Store, iss, kid, secret string) {
 	t.Fatalf("key %s is not a live key of %s in Vault", kid, iss)
 }
 
-// TestTerraformRegions reads warren_regions from a real edge (`warren dev`, one region).
-func TestTerraformRegions(t *testing.T) {
+// TestTerraformExample applies terraform/examples/provider, unchanged, against a real `warren dev` (one
+// region, its billing API on the edge's address): the example stays true, and warren_regions reads a real
+// edge.
+func TestTerraformExample(t *testing.T) {
 	terraform := testenv.Binary(t, "terraform")
 	bin := testenv.WarrenBinary(t)
 	data := t.TempDir()
 	edge := startWarren(t, bin, nil, regexp.MustCompile(`^\s+edge\s+(http://\S+)`),
 		"dev", "-no-agent", "-insecure-no-sandbox", "-listen", "127.0.0.1:0", "-data-dir", data, "-region", "eu-1")
+	store, err := file.Open(filepath.Join(data, file.DefaultFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminKeys, err := store.AdminKeys(context.Background())
+	if err != nil || len(adminKeys) == 0 {
+		t.Fatalf("warren dev's admin key: %v %v", adminKeys, err)
+	}
 	mirror := t.TempDir()
 	if out, err := exec.Command(bin, "terraform-provider", "-install", mirror).CombinedOutput(); err != nil {
 		t.Fatalf("warren terraform-provider -install: %v\n%s", err, out)
 	}
 	f := &tf{t: t, bin: terraform, dir: t.TempDir(), env: []string{"TF_CLI_CONFIG_FILE=" + filepath.Join(mirror, "warren.tfrc"),
 		"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1", "HOME=" + t.TempDir(),
-		"WARREN_URL=", "WARREN_BILLING_URL=", "WARREN_EDGE_URL=", "WARREN_ADMIN_KEY="}}
-	f.write(providerBlock[:strings.Index(providerBlock, "provider ")] + fmt.Sprintf(`
-provider "warren" {
-  url       = %[1]q
-  edge_url  = %[1]q
-  admin_key = "unused-by-warren-regions"
-}
-
-data "warren_regions" "all" {}
-
-output "regions" { value = jsonencode(data.warren_regions.all) }
-`, edge))
-	f.ok("init", "-input=false", "-no-color")
-	f.ok("apply", "-auto-approve", "-input=false", "-no-color")
-	var got struct {
-		Region  string `json:"region"`
-		Regions []struct {
-			Name, URL, Health string
-			Edges             int
-		} `json:"regions"`
-	}
-	if err := json.Unmarshal([]byte(f.ok("output", "-raw", "regions")), &got); err != nil {
+		"WARREN_URL=", "WARREN_BILLING_URL=", "WARREN_EDGE_URL=", "WARREN_ADMIN_KEY=" + adminKeys[0]}}
+	example, err := os.ReadFile("../../terraform/examples/provider/main.tf")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Region != "eu-1" || len(got.Regions) != 1 || got.Regions[0].Name != "eu-1" || got.Regions[0].URL != edge ||
-		got.Regions[0].Health != "ok" || got.Regions[0].Edges != 1 {
-		t.Fatalf("warren_regions = %+v, want the one region eu-1 at %s", got, edge)
+	f.write(string(example))
+	f.ok("init", "-input=false", "-no-color")
+	f.ok("apply", "-auto-approve", "-input=false", "-no-color", "-var", "billing_url="+edge)
+	if out, code := f.run("plan", "-detailed-exitcode", "-no-color", "-input=false", "-var", "billing_url="+edge); code != 0 {
+		t.Fatalf("plan after applying the example: exit %d\n%s", code, out)
+	}
+	var urls map[string]string
+	if err := json.Unmarshal([]byte(f.ok("output", "-json", "region_urls")), &urls); err != nil {
+		t.Fatal(err)
+	}
+	if len(urls) != 1 || urls["eu-1"] != edge {
+		t.Fatalf("region_urls = %v, want eu-1 at %s", urls, edge)
+	}
+	if kid := strings.TrimSpace(f.ok("output", "-raw", "acme_key_id")); kid != "acme-v1" {
+		t.Fatalf("acme_key_id = %q", kid)
+	}
+	keys, err := store.IssuerKeys(context.Background(), "acme")
+	if err != nil || len(keys) == 0 || keys[0].Given() != strings.TrimSpace(f.ok("output", "-raw", "acme_secret")) {
+		t.Fatalf("acme's key in warren dev's store is not the example's acme_secret (%v)", err)
 	}
 }
