@@ -15,8 +15,9 @@ import (
 // cannot silently widen a report.
 var usageParams = []string{"iss", "sub", "from", "to", "group_by", "cursor", "limit"}
 
-// usageRow is one row of GET /v1/usage: the issuer and exactly one of sub, day and model, after group_by.
-type usageRow struct {
+// UsageReportRow is one row of GET /v1/usage: the issuer and exactly one of sub, day and model, after
+// group_by. Exported for the API's Go clients (internal/tfprovider).
+type UsageReportRow struct {
 	Issuer         string  `json:"iss"`
 	User           *string `json:"sub,omitempty"`
 	Day            *string `json:"day,omitempty"`
@@ -26,13 +27,15 @@ type usageRow struct {
 	Events         int64   `json:"events"`
 }
 
-type usageResponse struct {
-	GroupBy    GroupBy     `json:"group_by"`
-	From       time.Time   `json:"from"`
-	To         time.Time   `json:"to"`
-	Rows       []usageRow  `json:"rows"`
-	Totals     UsageTotals `json:"totals"`
-	NextCursor string      `json:"next_cursor,omitempty"`
+// UsageReport is the JSON answer of GET /v1/usage: one page of rows, the totals of all of them, and the
+// cursor of the next page ("" on the last).
+type UsageReport struct {
+	GroupBy    GroupBy          `json:"group_by"`
+	From       time.Time        `json:"from"`
+	To         time.Time        `json:"to"`
+	Rows       []UsageReportRow `json:"rows"`
+	Totals     UsageTotals      `json:"totals"`
+	NextCursor string           `json:"next_cursor,omitempty"`
 }
 
 // usageColumn is the name of the group key's column and JSON field.
@@ -58,10 +61,10 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, "")
 	}
-	out := usageResponse{GroupBy: f.GroupBy, From: f.From, To: f.To, Rows: make([]usageRow, 0, len(page.Rows)),
+	out := UsageReport{GroupBy: f.GroupBy, From: f.From, To: f.To, Rows: make([]UsageReportRow, 0, len(page.Rows)),
 		Totals: page.Totals, NextCursor: page.NextCursor}
 	for _, row := range page.Rows {
-		ur := usageRow{Issuer: row.Issuer, AIMicros: row.AIMicros, ComputeSeconds: row.ComputeSeconds, Events: row.Events}
+		ur := UsageReportRow{Issuer: row.Issuer, AIMicros: row.AIMicros, ComputeSeconds: row.ComputeSeconds, Events: row.Events}
 		key := row.Key
 		switch f.GroupBy {
 		case GroupByUser:

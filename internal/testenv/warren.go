@@ -1,13 +1,17 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // warrenBuild is the test binary's one build of cmd/warren.
@@ -56,4 +60,40 @@ func sweepStaleWarren() {
 			os.RemoveAll(d)
 		}
 	}
+}
+
+// StartWarren runs `warren args...` (the WarrenBinary build) with env added to the test's environment,
+// waits until a line of its output (stdout and stderr) matches ready, and returns ready's first submatch
+// (say the address it listens on). It is stopped with SIGTERM when t ends, and its output is logged if t
+// failed; a process that exits first, or is not ready within a minute, fails t with its output.
+func StartWarren(t testing.TB, env []string, ready *regexp.Regexp, args ...string) string {
+	t.Helper()
+	bin := WarrenBinary(t)
+	p := &proc{title: "warren " + args[0], stopSig: syscall.SIGTERM, grace: 20 * time.Second}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), env...)
+	if err := p.start(cmd); err != nil {
+		t.Fatalf("start %s: %v", p.title, err)
+	}
+	p.stopAtCleanup(t, nil)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s output:\n%s", p.title, p.logTail())
+		}
+	})
+	var match string
+	err := p.awaitReady(time.Minute, 20*time.Millisecond, func() error {
+		for _, line := range strings.Split(p.out.String(), "\n") {
+			if m := ready.FindStringSubmatch(line); len(m) > 1 {
+				match = m[1]
+				return nil
+			}
+		}
+		return fmt.Errorf("no line matches %s yet", ready)
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", p.title, err)
+	}
+	return match
 }

@@ -195,19 +195,8 @@ func (c *client) putPrice(ctx context.Context, model string, p billing.Price) (m
 	return out, err
 }
 
-// usageRow is one row of GET /v1/usage: the issuer and one of sub, day and model.
-type usageRow struct {
-	Issuer         string  `json:"iss"`
-	User           *string `json:"sub"`
-	Day            *string `json:"day"`
-	Model          *string `json:"model"`
-	AIMicros       int64   `json:"ai_microdollars"`
-	ComputeSeconds int64   `json:"compute_seconds"`
-	Events         int64   `json:"events"`
-}
-
-// key is the row's group key, whichever the grouping.
-func (r usageRow) key() string {
+// usageKey is a usage row's group key, whichever the grouping.
+func usageKey(r billing.UsageReportRow) string {
 	for _, k := range []*string{r.User, r.Day, r.Model} {
 		if k != nil {
 			return *k
@@ -216,19 +205,13 @@ func (r usageRow) key() string {
 	return ""
 }
 
-type usagePage struct {
-	Rows       []usageRow          `json:"rows"`
-	Totals     billing.UsageTotals `json:"totals"`
-	NextCursor string              `json:"next_cursor"`
-}
-
 // usage reads every page of a usage query, at most maxRows rows (an error past that: a report cut short
 // must not look complete).
-func (c *client) usage(ctx context.Context, q url.Values, maxRows int) ([]usageRow, billing.UsageTotals, error) {
-	var rows []usageRow
+func (c *client) usage(ctx context.Context, q url.Values, maxRows int) ([]billing.UsageReportRow, billing.UsageTotals, error) {
+	var rows []billing.UsageReportRow
 	q.Set("limit", fmt.Sprint(min(maxRows, billing.MaxUsageLimit)))
 	for {
-		var page usagePage
+		var page billing.UsageReport
 		if err := c.call(ctx, http.MethodGet, "/v1/usage", q, nil, &page); err != nil {
 			return nil, billing.UsageTotals{}, err
 		}

@@ -180,7 +180,7 @@ func (d *usageDataSource) Read(ctx context.Context, req datasource.ReadRequest, 
 	}
 	m.Rows = make([]usageRowModel, 0, len(rows))
 	for _, r := range rows {
-		m.Rows = append(m.Rows, usageRowModel{Issuer: types.StringValue(r.Issuer), Key: types.StringValue(r.key()),
+		m.Rows = append(m.Rows, usageRowModel{Issuer: types.StringValue(r.Issuer), Key: types.StringValue(usageKey(r)),
 			AIMicros: types.Int64Value(r.AIMicros), ComputeSeconds: types.Int64Value(r.ComputeSeconds), Events: types.Int64Value(r.Events)})
 	}
 	m.AIMicros, m.ComputeSeconds, m.Events = types.Int64Value(totals.AIMicros), types.Int64Value(totals.ComputeSeconds), types.Int64Value(totals.Events)

@@ -1,8 +1,6 @@
 package tfprovider_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,10 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/secrets/file"
@@ -26,85 +21,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startWarren runs `warren args...` with env added and returns it once a line of its stdout matches ready
-// (the first submatch is returned); it is stopped with SIGTERM when t ends.
-func startWarren(t *testing.T, bin string, env []string, ready *regexp.Regexp, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start warren %s: %v", args[0], err)
-	}
-	exited := make(chan struct{})
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("warren %s log:\n%s", args[0], tail(logs.String(), 6000))
-		}
-	})
-	select {
-	case v := <-found:
-		return v
-	case <-exited:
-		t.Fatalf("warren %s exited before it was ready:\n%s", args[0], tail(logs.String(), 4000))
-	case <-time.After(60 * time.Second):
-		t.Fatalf("warren %s was not ready after 60 s:\n%s", args[0], tail(logs.String(), 4000))
-	}
-	return ""
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
 
 // tf runs Terraform 1.5.7 in a working directory with the mirror's CLI configuration: no registry, no
 // checkpoint calls, no prompts.
@@ -281,7 +197,7 @@ func TestTerraform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := startWarren(t, bin, []string{"VAULT_TOKEN=" + vs.RootToken()}, regexp.MustCompile(`"event":"ready".*"addr":"([^"]+)"`),
+	addr := testenv.StartWarren(t, []string{"VAULT_TOKEN=" + vs.RootToken()}, regexp.MustCompile(`"event":"ready".*"addr":"([^"]+)"`),
 		"billing", "-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn)
 	billingURL := "http://" + addr
 	api := billingAPI{t: t, url: billingURL, key: adminKey}
@@ -489,7 +405,7 @@ func TestTerraformExample(t *testing.T) {
 	terraform := testenv.Binary(t, "terraform")
 	bin := testenv.WarrenBinary(t)
 	data := t.TempDir()
-	edge := startWarren(t, bin, nil, regexp.MustCompile(`^\s+edge\s+(http://\S+)`),
+	edge := testenv.StartWarren(t, nil, regexp.MustCompile(`^\s+edge\s+(http://\S+)`),
 		"dev", "-no-agent", "-insecure-no-sandbox", "-listen", "127.0.0.1:0", "-data-dir", data, "-region", "eu-1")
 	store, err := file.Open(filepath.Join(data, file.DefaultFileName))
 	if err != nil {
