@@ -13,8 +13,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/cockroach"
+	"github.com/warren-mesh/warren/internal/cockroachdb"
 	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/secrets/vault"
 	"github.com/warren-mesh/warren/internal/testenv"
@@ -172,7 +175,7 @@ output "secret" {
   value     = warren_issuer.acme.secret
   sensitive = true
 }
-output "events" { value = data.warren_usage.all.events }
+output "usage" { value = jsonencode(data.warren_usage.all) }
 `, rotation, aiMicros, memory)
 }
 
@@ -201,6 +204,28 @@ func TestTerraform(t *testing.T) {
 		"billing", "-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn)
 	billingURL := "http://" + addr
 	api := billingAPI{t: t, url: billingURL, key: adminKey}
+
+	// Usage the ledger recorded (as runners and schedulers do), for warren_usage to report.
+	pool, err := cockroachdb.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ledger, err := cockroach.New(ctx, cockroach.Config{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, ev := range []billing.UsageEvent{
+		{Account: billing.Account{Issuer: "acme", User: "alice"}, Kind: billing.KindAI, Model: "acme-model-1", AIMicros: 100},
+		{Account: billing.Account{Issuer: "acme", User: "bob"}, Kind: billing.KindAI, Model: "acme-model-1", AIMicros: 250},
+		{Account: billing.Account{Issuer: "acme", User: "alice"}, Kind: billing.KindCompute, ComputeSeconds: 30},
+	} {
+		ev.Key, ev.At, ev.Account.Window = fmt.Sprintf("tf-test-%d", i), at, billing.Lifetime
+		if err := ledger.Record(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// The provider from the repository, installed as a platform team would: warren terraform-provider -install.
 	mirror := t.TempDir()
@@ -239,6 +264,24 @@ func TestTerraform(t *testing.T) {
 	kid1 := strings.TrimSpace(f.ok("output", "-raw", "key_id"))
 	secret1 := strings.TrimSpace(f.ok("output", "-raw", "secret"))
 	checkKey(t, keys, "acme", kid1, secret1)
+	var usage struct {
+		Rows []struct {
+			Iss, Key       string
+			AIMicros       int64 `json:"ai_microdollars"`
+			ComputeSeconds int64 `json:"compute_seconds"`
+			Events         int64 `json:"events"`
+		} `json:"rows"`
+		AIMicros       int64 `json:"ai_microdollars"`
+		ComputeSeconds int64 `json:"compute_seconds"`
+		Events         int64 `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(f.ok("output", "-raw", "usage")), &usage); err != nil {
+		t.Fatal(err)
+	}
+	if len(usage.Rows) != 2 || usage.Rows[0].Key != "" || usage.Rows[0].ComputeSeconds != 30 || usage.Rows[1].Key != "acme-model-1" ||
+		usage.Rows[1].AIMicros != 350 || usage.AIMicros != 350 || usage.ComputeSeconds != 30 || usage.Events != 3 {
+		t.Fatalf("warren_usage by model = %+v", usage)
+	}
 
 	// The second plan is empty.
 	if out, code := f.plan(); code != 0 {
