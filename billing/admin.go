@@ -170,6 +170,10 @@ type Quotas interface {
 	// with its new revision, expected+1; q.Revision is ignored. ErrConflict when the revision is stale;
 	// ErrNotFound when k's issuer is not registered; ErrInvalid for a bad key or quota.
 	PutQuota(ctx context.Context, k QuotaKey, q Quota, expected int64) (Quota, error)
+	// DeleteQuota deletes the quota stored under k if its current revision is expected: a user's override
+	// then falls back to the issuer's default, an issuer's default to no cap. ErrNotFound when k has no
+	// quota; ErrConflict when the revision is stale; ErrInvalid for a bad key.
+	DeleteQuota(ctx context.Context, k QuotaKey, expected int64) error
 }
 
 // PriceStore keeps the per-model overrides of DefaultPrices. Safe for concurrent use.
@@ -178,6 +182,9 @@ type PriceStore interface {
 	GetPrice(ctx context.Context, model string) (Price, error)
 	// PutPrice stores (or replaces) model's override. ErrInvalid for a bad name or a negative price.
 	PutPrice(ctx context.Context, model string, p Price) error
+	// DeletePrice removes model's override (the built-in price, if any, applies again). ErrNotFound when
+	// there is none; ErrInvalid for a bad name.
+	DeletePrice(ctx context.Context, model string) error
 	// ListPrices returns every override by model name.
 	ListPrices(ctx context.Context) (map[string]Price, error)
 }

@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("QuotaSandboxLimits", func(t *testing.T) { testQuotaSandboxLimits(t, open(t)) })
 	t.Run("ConcurrentQuotaWriters", func(t *testing.T) { testConcurrentQuotaWriters(t, open(t)) })
 	t.Run("Prices", func(t *testing.T) { testPrices(t, open(t)) })
+	t.Run("Deletes", func(t *testing.T) { testDeletes(t, open(t)) })
 	t.Run("UsageGrouping", func(t *testing.T) { testUsageGrouping(t, open(t)) })
 	t.Run("UsageFilters", func(t *testing.T) { testUsageFilters(t, open(t)) })
 	t.Run("UsagePagination", func(t *testing.T) { testUsagePagination(t, open(t)) })
@@ -96,6 +97,8 @@ func testInvalidNames(t *testing.T, s Store) {
 			_, checks["PutQuota"] = s.PutQuota(ctx, billing.QuotaKey{Issuer: bad}, Quota(1), 0)
 			_, checks["GetPrice"] = s.GetPrice(ctx, bad)
 			checks["PutPrice"] = s.PutPrice(ctx, bad, billing.Price{})
+			checks["DeletePrice"] = s.DeletePrice(ctx, bad)
+			checks["DeleteQuota"] = s.DeleteQuota(ctx, billing.QuotaKey{Issuer: bad}, 1)
 			for op, err := range checks {
 				if !errors.Is(err, billing.ErrInvalid) {
 					t.Errorf("%s: %v, want ErrInvalid", op, err)
@@ -443,6 +446,62 @@ func testPrices(t *testing.T, s Store) {
 	}
 	if eff.Lookup("claude-sonnet-4-5") != p || eff.Lookup("m1-x") != p2 || eff.Lookup("claude-opus-4-5") != billing.DefaultPrices().Lookup("claude-opus-4-5") {
 		t.Fatalf("EffectivePrices does not put the overrides on the defaults: %+v", eff.Models)
+	}
+}
+
+// testDeletes: a quota is deleted only at its current revision, a user's override then gives way to the
+// issuer's default; a price override is deleted once; what is not there is ErrNotFound.
+func testDeletes(t *testing.T, s Store) {
+	ctx := context.Background()
+	MustPutIssuer(t, s, "acme", "")
+	def := billing.QuotaKey{Issuer: "acme"}
+	alice := billing.QuotaKey{Issuer: "acme", User: "alice"}
+	MustPutQuota(t, s, def, Quota(5), 0)
+	MustPutQuota(t, s, alice, Quota(1), 0)
+	MustPutQuota(t, s, alice, Quota(2), 1)
+	if err := s.DeleteQuota(ctx, alice, 1); !errors.Is(err, billing.ErrConflict) {
+		t.Fatalf("DeleteQuota at a stale revision: %v, want ErrConflict", err)
+	}
+	if got := MustGetQuota(t, s, alice); got.Revision != 2 {
+		t.Fatalf("a refused delete changed the quota: %+v", got)
+	}
+	if err := s.DeleteQuota(ctx, alice, 2); err != nil {
+		t.Fatalf("DeleteQuota at the current revision: %v", err)
+	}
+	if _, err := s.GetQuota(ctx, alice); !errors.Is(err, billing.ErrNotFound) {
+		t.Fatalf("GetQuota after the delete: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteQuota(ctx, alice, 2); !errors.Is(err, billing.ErrNotFound) {
+		t.Fatalf("DeleteQuota of a deleted quota: %v, want ErrNotFound", err)
+	}
+	if got := MustGetQuota(t, s, def); got.Revision != 1 {
+		t.Fatalf("deleting alice's override touched the issuer's default: %+v", got)
+	}
+	if q := MustPutQuota(t, s, alice, Quota(3), 0); q.Revision != 1 {
+		t.Fatalf("a quota written again after its delete has revision %d, want 1", q.Revision)
+	}
+	if err := s.DeleteQuota(ctx, def, 1); err != nil {
+		t.Fatal(err)
+	}
+	if iss, err := s.GetIssuer(ctx, "acme"); err != nil || iss.Quota != nil {
+		t.Fatalf("GetIssuer after its default's delete = %+v, %v; want no default quota", iss, err)
+	}
+
+	p := billing.Price{Input: 1, Output: 2}
+	if err := s.PutPrice(ctx, "m1", p); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPrice(ctx, "m2", p); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePrice(ctx, "m1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePrice(ctx, "m1"); !errors.Is(err, billing.ErrNotFound) {
+		t.Fatalf("DeletePrice of a deleted override: %v, want ErrNotFound", err)
+	}
+	if got, err := s.ListPrices(ctx); err != nil || !reflect.DeepEqual(got, map[string]billing.Price{"m2": p}) {
+		t.Fatalf("ListPrices after the delete = %v, %v", got, err)
 	}
 }
 

@@ -237,6 +237,37 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 	return q, nil
 }
 
+// DeleteQuota deletes the quota under k if its revision is expected (billing.Quotas).
+func (l *Ledger) DeleteQuota(ctx context.Context, k billing.QuotaKey, expected int64) error {
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("delete quota: %w", err)
+	}
+	err := l.tx(ctx, cockroachdb.TxOptions{}, func(tx pgx.Tx) error {
+		var current int64
+		err := tx.QueryRow(ctx, `SELECT revision FROM quotas WHERE issuer = $1 AND "user" = $2`, k.Issuer, k.User).Scan(&current)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("no quota: %w", billing.ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("read revision: %w", err)
+		case current != expected:
+			return fmt.Errorf("revision %d is stale, the current one is %d: %w", expected, current, billing.ErrConflict)
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM quotas WHERE issuer = $1 AND "user" = $2 AND revision = $3`, k.Issuer, k.User, expected)
+		if err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		if tag.RowsAffected() != 1 { // only if the isolation is weaker than asked
+			return fmt.Errorf("revision %d changed while deleting: %w", expected, billing.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete quota %s: %w", k, billing.ClassifyStore(err, transient))
+	}
+	return nil
+}
+
 // GetPrice returns the override stored for exactly model (billing.PriceStore).
 func (l *Ledger) GetPrice(ctx context.Context, model string) (billing.Price, error) {
 	if !billing.ValidName(model) {
@@ -274,6 +305,26 @@ func (l *Ledger) PutPrice(ctx context.Context, model string, p billing.Price) er
 	})
 	if err != nil {
 		return fmt.Errorf("put price of %s: %w", model, billing.ClassifyStore(err, transient))
+	}
+	return nil
+}
+
+// DeletePrice removes model's override (billing.PriceStore).
+func (l *Ledger) DeletePrice(ctx context.Context, model string) error {
+	if !billing.ValidName(model) {
+		return fmt.Errorf("delete price: bad model name: %w", billing.ErrInvalid)
+	}
+	var deleted int64
+	err := l.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM prices WHERE model = $1`, model)
+		deleted = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete price of %s: %w", model, billing.ClassifyStore(err, transient))
+	}
+	if deleted == 0 {
+		return fmt.Errorf("delete price of %s: no override: %w", model, billing.ErrNotFound)
 	}
 	return nil
 }

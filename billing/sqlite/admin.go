@@ -190,6 +190,33 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 	return q, nil
 }
 
+// DeleteQuota deletes the quota under k if its revision is expected (billing.Quotas).
+func (l *Ledger) DeleteQuota(ctx context.Context, k billing.QuotaKey, expected int64) error {
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("delete quota: %w", err)
+	}
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		var current int64
+		err := tx.QueryRowContext(ctx, `SELECT revision FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).Scan(&current)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("no quota: %w", billing.ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("read revision: %w", err)
+		case current != expected:
+			return fmt.Errorf("revision %d is stale, the current one is %d: %w", expected, current, billing.ErrConflict)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete quota %s: %w", k, billing.ClassifyStore(err, nil))
+	}
+	return nil
+}
+
 func getQuota(ctx context.Context, db querier, k billing.QuotaKey) (billing.Quota, error) {
 	var q billing.Quota
 	err := db.QueryRowContext(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision,
@@ -236,6 +263,23 @@ func (l *Ledger) PutPrice(ctx context.Context, model string, p billing.Price) er
 		cache_read = excluded.cache_read, cache_creation = excluded.cache_creation`,
 		model, p.Input, p.Output, p.CacheRead, p.CacheCreation); err != nil {
 		return fmt.Errorf("put price of %s: %w", model, billing.ClassifyStore(err, nil))
+	}
+	return nil
+}
+
+// DeletePrice removes model's override (billing.PriceStore).
+func (l *Ledger) DeletePrice(ctx context.Context, model string) error {
+	if !billing.ValidName(model) {
+		return fmt.Errorf("delete price: bad model name: %w", billing.ErrInvalid)
+	}
+	res, err := l.db.ExecContext(ctx, `DELETE FROM prices WHERE model = ?`, model)
+	if err != nil {
+		return fmt.Errorf("delete price of %s: %w", model, billing.ClassifyStore(err, nil))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("delete price of %s: %w", model, billing.ClassifyStore(err, nil))
+	} else if n == 0 {
+		return fmt.Errorf("delete price of %s: no override: %w", model, billing.ErrNotFound)
 	}
 	return nil
 }
