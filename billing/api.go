@@ -77,10 +77,13 @@ var routes = []route{
 	{http.MethodPut, "/v1/quotas/{iss}", (*API).putQuota},
 	{http.MethodGet, "/v1/quotas/{iss}/users/{sub}", (*API).getQuota},
 	{http.MethodPut, "/v1/quotas/{iss}/users/{sub}", (*API).putQuota},
+	{http.MethodDelete, "/v1/quotas/{iss}", (*API).deleteQuota},
+	{http.MethodDelete, "/v1/quotas/{iss}/users/{sub}", (*API).deleteQuota},
 	{http.MethodGet, "/v1/usage", (*API).usage},
 	{http.MethodGet, "/v1/prices", (*API).listPrices},
 	{http.MethodGet, "/v1/prices/{model}", (*API).getPrice},
 	{http.MethodPut, "/v1/prices/{model}", (*API).putPrice},
+	{http.MethodDelete, "/v1/prices/{model}", (*API).deletePrice},
 	{http.MethodGet, "/v1/openapi.json", (*API).openAPI},
 }
 
@@ -231,7 +234,7 @@ func (a *API) dispatch(byMethod map[string]route) http.Handler {
 		}
 		if !ok {
 			allowed := make([]string, 0, len(byMethod))
-			for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost} {
+			for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {
 				if _, ok := byMethod[m]; ok {
 					allowed = append(allowed, m)
 				}

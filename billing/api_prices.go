@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -88,6 +89,20 @@ func (a *API) putPrice(w http.ResponseWriter, r *http.Request) error {
 		return storeError(err, "")
 	}
 	return writeJSON(w, http.StatusOK, priceOfModel{Model: model, Price: p, Matched: model, Custom: true})
+}
+
+// deletePrice removes a model's override, so its built-in price (if any) applies again. Answers 204.
+func (a *API) deletePrice(w http.ResponseWriter, r *http.Request) error {
+	model, err := pathName(r, "model")
+	if err != nil {
+		return err
+	}
+	if err := a.cfg.Store.DeletePrice(r.Context(), model); err != nil {
+		return storeError(err, fmt.Sprintf("model %q has no price override to delete", model))
+	}
+	a.logger(r).Info("price override deleted", "model", model)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // withOverrides is DefaultPrices with overrides on top (EffectivePrices for a table already read).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/warren-mesh/warren/internal/wire"
@@ -90,6 +91,36 @@ func (a *API) putQuota(w http.ResponseWriter, r *http.Request) error {
 		return storeError(err, fmt.Sprintf("issuer %q is not registered: PUT /v1/issuers/%s first", k.Issuer, k.Issuer))
 	}
 	return writeJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: stored})
+}
+
+// deleteQuota deletes the quota under k at ?revision=N, the revision read: a user's override then gives
+// way to the issuer's default, an issuer's default to no cap. Answers 204.
+func (a *API) deleteQuota(w http.ResponseWriter, r *http.Request) error {
+	k, err := quotaKey(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	for name := range q {
+		if name != "revision" {
+			return invalidField(name, "unknown query parameter %q (want revision)", name)
+		}
+	}
+	rev, err := strconv.ParseInt(q.Get("revision"), 10, 64)
+	if err != nil || rev < 1 || len(q["revision"]) != 1 {
+		return invalidField("revision", "revision is required once, the revision read (1 or more): DELETE %s?revision=N", r.URL.Path)
+	}
+	err = a.cfg.Store.DeleteQuota(r.Context(), k, rev)
+	if errors.Is(err, ErrConflict) {
+		return wire.Wrap(wire.Conflict, err, fmt.Sprintf(
+			"revision %d is stale: the quota was changed; read it again and retry with its revision", rev)).WithDetails(map[string]any{"field": "revision"})
+	}
+	if err != nil {
+		return storeError(err, fmt.Sprintf("%s has no quota to delete", k))
+	}
+	a.logger(r).Info("quota deleted", "issuer", k.Issuer, "user", k.User, "revision", rev)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // quota checks the request for the quota stored under k field by field, naming the first bad one.

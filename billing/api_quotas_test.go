@@ -262,3 +262,45 @@ func TestOpenAPIQuotaFields(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIDeletes: DELETE removes a quota at the revision read (a stale or missing one is refused, with the
+// field named) and a price override; what is not there is not_found.
+func TestAPIDeletes(t *testing.T) {
+	e := newAPIEnv(t)
+	e.call(t, "PUT", "/v1/issuers/acme", `{}`, nil)
+	body := `{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":%d}`
+	e.call(t, "PUT", "/v1/quotas/acme", fmt.Sprintf(body, 0), nil)
+	e.call(t, "PUT", "/v1/quotas/acme/users/alice", fmt.Sprintf(body, 0), nil)
+	e.call(t, "PUT", "/v1/quotas/acme/users/alice", fmt.Sprintf(body, 1), nil)
+	for _, q := range []string{"", "?revision=0", "?revision=x", "?revision=2&revision=2", "?rev=2"} {
+		field := "revision"
+		if q == "?rev=2" {
+			field = "rev"
+		}
+		e.expectError(t, "DELETE", "/v1/quotas/acme/users/alice"+q, "", http.StatusBadRequest, wire.InvalidArgument, field)
+	}
+	e.expectError(t, "DELETE", "/v1/quotas/acme/users/alice?revision=1", "", http.StatusConflict, wire.Conflict, "revision")
+	if r := e.call(t, "DELETE", "/v1/quotas/acme/users/alice?revision=2", "", nil); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE alice's quota: status %d", r.status)
+	}
+	e.expectError(t, "GET", "/v1/quotas/acme/users/alice", "", http.StatusNotFound, wire.NotFound, "")
+	e.expectError(t, "DELETE", "/v1/quotas/acme/users/alice?revision=2", "", http.StatusNotFound, wire.NotFound, "")
+	var def quotaJSON
+	e.call(t, "GET", "/v1/quotas/acme", "", &def)
+	if def.Revision != 1 {
+		t.Fatalf("the issuer's default after alice's delete: %+v", def)
+	}
+	e.call(t, "DELETE", "/v1/quotas/acme?revision=1", "", nil)
+	e.expectError(t, "GET", "/v1/quotas/acme", "", http.StatusNotFound, wire.NotFound, "")
+
+	e.call(t, "PUT", "/v1/prices/acme-model", `{"input":1,"output":2,"cache_read":0,"cache_creation":0}`, nil)
+	if r := e.call(t, "DELETE", "/v1/prices/acme-model", "", nil); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE the price: status %d", r.status)
+	}
+	var p struct{ Custom bool }
+	if e.call(t, "GET", "/v1/prices/acme-model", "", &p); p.Custom {
+		t.Fatal("the override is still there after its delete")
+	}
+	e.expectError(t, "DELETE", "/v1/prices/acme-model", "", http.StatusNotFound, wire.NotFound, "")
+	e.expectError(t, "DELETE", "/v1/prices/%00", "", http.StatusBadRequest, wire.InvalidArgument, "model")
+}
