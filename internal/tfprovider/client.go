@@ -108,6 +108,9 @@ func (c *client) call(ctx context.Context, method, path string, q url.Values, bo
 		return &apiError{method: method, path: path, requestID: resp.Header.Get("X-Request-Id"),
 			err: wire.ReadHTTPError(resp.StatusCode, data)}
 	}
+	if out == nil { // an answer without a body (204)
+		return nil
+	}
 	if len(data) > maxAnswerBytes {
 		return fmt.Errorf("%s %s: answer over %d bytes", method, path, maxAnswerBytes)
 	}
@@ -175,6 +178,11 @@ func (c *client) putQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 	return out, err
 }
 
+// deleteQuota deletes the quota under k at revision (the one read).
+func (c *client) deleteQuota(ctx context.Context, k billing.QuotaKey, revision int64) error {
+	return c.call(ctx, http.MethodDelete, quotaPath(k), url.Values{"revision": {fmt.Sprint(revision)}}, nil, nil)
+}
+
 // modelPrice is GET /v1/prices/{model}.
 type modelPrice struct {
 	Model   string        `json:"model"`
@@ -187,6 +195,10 @@ func (c *client) getPrice(ctx context.Context, model string) (modelPrice, error)
 	var out modelPrice
 	err := c.call(ctx, http.MethodGet, "/v1/prices/"+escape(model), nil, nil, &out)
 	return out, err
+}
+
+func (c *client) deletePrice(ctx context.Context, model string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/prices/"+escape(model), nil, nil, nil)
 }
 
 func (c *client) putPrice(ctx context.Context, model string, p billing.Price) (modelPrice, error) {

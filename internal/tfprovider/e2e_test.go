@@ -182,7 +182,7 @@ output "usage" { value = jsonencode(data.warren_usage.all) }
 // TestTerraform drives the provider, built from the repository and installed through a filesystem
 // mirror, with real Terraform 1.5.7 against a real `warren billing` (Vault, PostgreSQL): create, a second
 // plan that is empty, update with a key rotation, drift made through `warren admin` shown by plan and
-// undone by apply, import, plan-time validation, destroy; and warren_regions against a real edge.
+// undone by apply, import, plan-time validation, destroy (a quota changed meanwhile is refused).
 func TestTerraform(t *testing.T) {
 	terraform := testenv.Binary(t, "terraform")
 	bin := testenv.WarrenBinary(t)
@@ -409,16 +409,41 @@ data "warren_usage" "bad" {
 		t.Fatalf("bob's quota after the refused configuration: GET = %d, want 404", code)
 	}
 
-	// Destroy: Terraform forgets everything, saying that the API keeps it.
+	// Destroy: the quotas and the price are deleted; the issuer, which the API cannot delete, is forgotten with
+	// a warning. A quota changed through warren admin since Terraform read it is not deleted unseen.
+	admin = exec.Command(bin, "admin", "quota", "set", "acme", "-user", "alice", "-compute", "601")
+	admin.Env = append(os.Environ(), "WARREN_BILLING_URL="+billingURL, "WARREN_ADMIN_KEY="+adminKey)
+	if out, err := admin.CombinedOutput(); err != nil {
+		t.Fatalf("warren admin quota set: %v\n%s", err, out)
+	}
+	if out, code := f.run("destroy", "-auto-approve", "-input=false", "-no-color", "-refresh=false"); code == 0 ||
+		!strings.Contains(out, "The Warren quota changed since Terraform read it") {
+		t.Fatalf("destroy of a quota changed since the last refresh: exit %d\n%s", code, out)
+	}
+	if q := api.quota("/v1/quotas/acme/users/alice"); q.ComputeSeconds != 601 {
+		t.Fatalf("alice's quota after the refused delete: %+v", q)
+	}
+	// The refused destroy deleted what did not depend on alice's quota (acme's quota, the price); the issuer
+	// waited for it.
 	dout := f.ok("destroy", "-auto-approve", "-input=false", "-no-color")
-	for _, want := range []string{"Warren issuers cannot be deleted", "Warren quotas cannot be deleted", "Warren prices cannot be deleted",
-		"Destroy complete! Resources: 4 destroyed."} {
+	for _, want := range []string{"Warren issuers cannot be deleted", "Destroy complete! Resources: 2 destroyed."} {
 		if !strings.Contains(dout, want) {
 			t.Fatalf("destroy does not say %q:\n%s", want, dout)
 		}
 	}
 	if out := f.ok("state", "list"); strings.TrimSpace(out) != "" {
 		t.Fatalf("state after destroy: %s", out)
+	}
+	for _, path := range []string{"/v1/quotas/acme", "/v1/quotas/acme/users/alice"} {
+		if code := api.get(path, &billing.Quota{}); code != http.StatusNotFound {
+			t.Fatalf("GET %s after destroy = %d, want 404", path, code)
+		}
+	}
+	if api.get("/v1/prices/acme-model", &price); price.Custom {
+		t.Fatalf("acme-model's override is still there after destroy: %+v", price)
+	}
+	if code := api.get("/v1/issuers/acme", &struct{}{}); code != http.StatusOK {
+		t.Fatalf("GET /v1/issuers/acme after destroy = %d, want the issuer still registered", code)
 	}
 }
 

@@ -2,7 +2,6 @@ package tfprovider
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -16,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // priceResource is warren_price: a model's price override (PUT /v1/prices/{model}), in microdollars per
@@ -55,8 +55,7 @@ func (r *priceResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 			Validators:  []validator.Int64{int64validator.Between(0, billing.MaxPrice)}}
 	}
 	resp.Schema = schema.Schema{
-		Description: "A model's price override. The billing API cannot delete one: destroying this resource only makes " +
-			"Terraform forget it (with a warning), and the override stays in force.",
+		Description: "A model's price override. Destroying it makes the built-in price (if any) apply again.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 				Description: "The model name: the import id."},
@@ -119,13 +118,15 @@ func (r *priceResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
+// Delete removes the override (the built-in price, if any, applies again); one already gone is no error.
 func (r *priceResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var m priceModel
 	if resp.Diagnostics.Append(req.State.Get(ctx, &m)...); resp.Diagnostics.HasError() {
 		return
 	}
-	resp.Diagnostics.AddWarning("Warren prices cannot be deleted",
-		fmt.Sprintf("The billing API has no delete: the price override of %s stays in force; Terraform only forgets it.", m.Model.ValueString()))
+	if err := r.c.deletePrice(ctx, m.Model.ValueString()); err != nil && !isCode(err, wire.NotFound) {
+		resp.Diagnostics.AddError("Cannot delete the Warren price", err.Error())
+	}
 }
 
 func (r *priceResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {

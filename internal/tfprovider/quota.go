@@ -112,7 +112,7 @@ func (r *quotaResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 	}
 	resp.Schema = schema.Schema{
 		Description: "An issuer's default quota, or one user's override of it: every field of the billing API's quota. " +
-			"The billing API cannot delete a quota: destroying this resource only makes Terraform forget it (with a warning).",
+			"Destroying a user's override makes the issuer's default apply to that user again; destroying an issuer's default leaves its users without an issuer cap.",
 		Attributes: attrs,
 	}
 }
@@ -263,13 +263,22 @@ func (r *quotaResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	resp.Diagnostics.Append(setQuota(ctx, &resp.State, k, q)...)
 }
 
+// Delete deletes the quota at the revision Terraform read: one changed since (say through `warren admin`)
+// is a conflict, not deleted unseen. A quota already gone is no error.
 func (r *quotaResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	k, _, d := quotaFrom(ctx, req.State)
+	k, q, d := quotaFrom(ctx, req.State)
 	if resp.Diagnostics.Append(d...); resp.Diagnostics.HasError() {
 		return
 	}
-	resp.Diagnostics.AddWarning("Warren quotas cannot be deleted",
-		fmt.Sprintf("The billing API has no delete: quota %s stays in force; Terraform only forgets it.", quotaID(k)))
+	err := r.c.deleteQuota(ctx, k, q.Revision)
+	switch {
+	case isCode(err, wire.NotFound):
+	case isCode(err, wire.Conflict):
+		resp.Diagnostics.AddError("The Warren quota changed since Terraform read it",
+			fmt.Sprintf("%v. Run terraform plan (or destroy) again to see the change first.", err))
+	case err != nil:
+		resp.Diagnostics.AddError("Cannot delete the Warren quota", err.Error())
+	}
 }
 
 func (r *quotaResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
