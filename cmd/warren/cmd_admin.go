@@ -43,11 +43,15 @@ commands:
                                    change a quota (flags left out keep their value; a new quota needs the
                                    first four; the others default to "default": the edge's setting, or the
                                    runner's for the sandbox limits; SIZE is bytes or 512MiB, 2GiB, ...)
+  quota delete ISS [-user SUB] [-revision R]
+                                   delete a quota (a user's override: the issuer's default applies again);
+                                   at -revision, else at the revision read just before
   usage [-iss ISS] [-user SUB] [-from T] [-to T] [-group-by user|day|model] [-csv]
                                    usage and cost (default: this UTC month, by user)
   prices ls                        the model price table, USD per million tokens
   prices set MODEL [-input X] [-output X] [-cache-read X] [-cache-creation X]
                                    override a model's prices, USD per million tokens
+  prices delete MODEL              remove a model's override (its built-in price applies again)
 
 Flags may come before or after the arguments. Every command takes:
 `
@@ -106,14 +110,16 @@ func (af *adminFlags) flagSet(name string, stderr io.Writer) *flag.FlagSet {
 type adminCommand func(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error
 
 var adminCommands = map[string]adminCommand{
-	"issuers ls":  adminIssuersList,
-	"issuers put": adminIssuersPut,
-	"keys rotate": adminKeysRotate,
-	"quota get":   adminQuotaGet,
-	"quota set":   adminQuotaSet,
-	"usage":       adminUsageReport,
-	"prices ls":   adminPricesList,
-	"prices set":  adminPricesSet,
+	"issuers ls":    adminIssuersList,
+	"issuers put":   adminIssuersPut,
+	"keys rotate":   adminKeysRotate,
+	"quota get":     adminQuotaGet,
+	"quota set":     adminQuotaSet,
+	"quota delete":  adminQuotaDelete,
+	"usage":         adminUsageReport,
+	"prices ls":     adminPricesList,
+	"prices set":    adminPricesSet,
+	"prices delete": adminPricesDelete,
 }
 
 func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -697,6 +703,46 @@ func adminPricesSet(ctx context.Context, af *adminFlags, args []string, stdout, 
 	return nil
 }
 
+func adminQuotaDelete(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("quota delete", stderr)
+	user := fs.String("user", "", "the end user (`SUB`) whose override to delete")
+	rev := fs.Int64("revision", 0, "delete only at this `revision` (default: the one read just before)")
+	pos, c, err := af.start(ctx, fs, args, "ISS")
+	if err != nil {
+		return err
+	}
+	path := quotaPath(pos[0], *user)
+	if *rev == 0 {
+		var cur quotaView
+		if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
+			return err
+		}
+		*rev = cur.Revision
+	}
+	if err := c.call(ctx, "DELETE", path, url.Values{"revision": {strconv.FormatInt(*rev, 10)}}, nil, nil); err != nil {
+		return err
+	}
+	what := "the default quota of " + pos[0]
+	if *user != "" {
+		what = fmt.Sprintf("the quota of %s/%s (the issuer's default applies to it again)", pos[0], *user)
+	}
+	fmt.Fprintf(stdout, "deleted %s, revision %d\n", what, *rev)
+	return nil
+}
+
+func adminPricesDelete(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("prices delete", stderr)
+	pos, c, err := af.start(ctx, fs, args, "MODEL")
+	if err != nil {
+		return err
+	}
+	if err := c.call(ctx, "DELETE", "/v1/prices/"+url.PathEscape(pos[0]), nil, nil, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deleted the price override of %s\n", pos[0])
+	return nil
+}
+
 // flagSet reports whether the flag name was given on the command line.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	found := false
@@ -956,6 +1002,9 @@ func (c *adminClient) call(ctx context.Context, method, path string, q url.Value
 		return err
 	}
 	defer resp.Body.Close()
+	if out == nil { // an answer without a body (204)
+		return nil
+	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return adminError{fmt.Errorf("read the answer of %s %s: %w", method, path, err)}
 	}

@@ -421,6 +421,39 @@ func TestAdminPrices(t *testing.T) {
 	}
 }
 
+// quota delete and prices delete: at the revision read or given (a stale one is a conflict); what is gone is
+// not found.
+func TestAdminDeletes(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	e.mustRun(t, "quota", "set", "acme", "-ai-usd", "5", "-compute", "3600", "-window", "day", "-max-sessions", "2")
+	e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-ai-usd", "1", "-compute", "60", "-window", "day", "-max-sessions", "1")
+	e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-compute", "61")
+	if _, _, err := e.run(t, "quota", "delete", "acme", "-user", "alice", "-revision", "1"); err == nil || !isCode(err, "conflict") {
+		t.Fatalf("quota delete at a stale revision: %v", err)
+	}
+	if out := e.mustRun(t, "quota", "delete", "acme", "-user", "alice"); !strings.Contains(out, "deleted the quota of acme/alice") || !strings.Contains(out, "revision 2") {
+		t.Fatalf("quota delete -user alice: %q", out)
+	}
+	if out := e.mustRun(t, "quota", "get", "acme", "-user", "alice"); !strings.Contains(out, "alice has no quota of its own") {
+		t.Fatalf("quota get after the delete: %q", out)
+	}
+	if _, _, err := e.run(t, "quota", "delete", "acme", "-user", "alice"); err == nil || !isCode(err, "not_found") {
+		t.Fatalf("quota delete of a deleted quota: %v", err)
+	}
+	e.mustRun(t, "quota", "delete", "acme", "-revision", "1")
+	if _, _, err := e.run(t, "quota", "get", "acme"); err == nil || !isCode(err, "not_found") {
+		t.Fatalf("quota get after deleting the default: %v", err)
+	}
+	e.mustRun(t, "prices", "set", "acme-model", "-input", "1", "-output", "2")
+	if out := e.mustRun(t, "prices", "delete", "acme-model"); !strings.Contains(out, "deleted the price override of acme-model") {
+		t.Fatalf("prices delete: %q", out)
+	}
+	if _, _, err := e.run(t, "prices", "delete", "acme-model"); err == nil || !isCode(err, "not_found") {
+		t.Fatalf("prices delete of a deleted override: %v", err)
+	}
+}
+
 func TestAdminKeyAndURL(t *testing.T) {
 	e := newAdminEnv(t)
 	empty := t.TempDir()
