@@ -330,6 +330,12 @@ func TestTerraform(t *testing.T) {
 
 	// Import: Terraform forgets the quotas and the price, imports them, and plans nothing.
 	f.ok("state", "rm", "warren_quota.acme", "warren_quota.alice", "warren_price.custom")
+	// What exists already is not taken over by a create: it is to be imported.
+	if out, code := f.run("apply", "-auto-approve", "-input=false", "-no-color"); code == 0 ||
+		!strings.Contains(flat(out), "Quota acme/alice exists already. Import it rather than create it: terraform import <address> acme/alice") ||
+		!strings.Contains(flat(out), "Model acme-model has a price override. Import it") {
+		t.Fatalf("apply of resources that exist: exit %d\n%s", code, out)
+	}
 	if out, code := f.run("import", "-no-color", "warren_quota.alice", "acme/%zz"); code == 0 || !strings.Contains(out, "Invalid import id for warren_quota") {
 		t.Fatalf("import with a bad id: exit %d\n%s", code, out)
 	}
@@ -342,6 +348,9 @@ func TestTerraform(t *testing.T) {
 	// An imported issuer has no secret in state (the API shows one only when written): the plan says the
 	// rotation will write one, and after that apply nothing is left to do.
 	f.ok("state", "rm", "warren_issuer.acme")
+	if out, code := f.run("apply", "-auto-approve", "-input=false", "-no-color"); code == 0 || !strings.Contains(out, "The Warren issuer exists already") {
+		t.Fatalf("apply of an issuer that exists: exit %d\n%s", code, out)
+	}
 	f.ok("import", "-no-color", "warren_issuer.acme", "acme")
 	out3, code := f.plan()
 	if code != 2 || !strings.Contains(out3, `+ rotation = "2"`) || !strings.Contains(out3, `Plan: 0 to add, 1 to change, 0 to destroy.`) {
@@ -390,7 +399,6 @@ data "warren_usage" "bad" {
 	if code == 0 {
 		t.Fatalf("terraform validate accepted a bad configuration:\n%s", vout)
 	}
-	flat := strings.Join(strings.Fields(strings.ReplaceAll(vout, "│", "")), " ")
 	for _, want := range []string{
 		`ai_microdollars value must be at least -1, got: -2`,
 		`window value must be one of`,
@@ -401,7 +409,7 @@ data "warren_usage" "bad" {
 		`from "yesterday": want RFC 3339`,
 		`group_by value must be one of`,
 	} {
-		if !strings.Contains(flat, want) {
+		if !strings.Contains(flat(vout), want) {
 			t.Errorf("terraform validate does not say %q:\n%s", want, vout)
 		}
 	}
@@ -445,6 +453,11 @@ data "warren_usage" "bad" {
 	if code := api.get("/v1/issuers/acme", &struct{}{}); code != http.StatusOK {
 		t.Fatalf("GET /v1/issuers/acme after destroy = %d, want the issuer still registered", code)
 	}
+}
+
+// flat is Terraform's output with its line wrapping and box drawing undone.
+func flat(out string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(out, "│", "")), " ")
 }
 
 // checkKey fails unless kid is one of the issuer's live keys in Vault and secret its secret, as handed to

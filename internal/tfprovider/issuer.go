@@ -109,6 +109,17 @@ func (r *issuerResource) Create(ctx context.Context, req resource.CreateRequest,
 	if resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...); resp.Diagnostics.HasError() {
 		return
 	}
+	// An issuer registered already is imported, never taken over: its keys are in use, and Terraform's
+	// rotations would push them out.
+	switch _, err := r.c.getIssuer(ctx, m.Issuer.ValueString()); {
+	case err == nil:
+		resp.Diagnostics.AddError("The Warren issuer exists already",
+			fmt.Sprintf("Issuer %s is registered. Import it rather than create it: terraform import <address> %s", m.Issuer.ValueString(), m.Issuer.ValueString()))
+		return
+	case !isCode(err, wire.NotFound):
+		resp.Diagnostics.AddError("Cannot read the Warren issuer", err.Error())
+		return
+	}
 	if err := r.put(ctx, &m); err != nil {
 		resp.Diagnostics.AddError("Cannot register the Warren issuer", err.Error())
 		return

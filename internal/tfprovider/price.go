@@ -2,6 +2,7 @@ package tfprovider
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -91,7 +92,22 @@ func (r *priceResource) apply(ctx context.Context, plan tfsdk.Plan, state *tfsdk
 	diags.Append(state.Set(ctx, &m)...)
 }
 
+// Create writes a new override; one that exists already is imported, never overwritten unseen.
 func (r *priceResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var model types.String
+	if resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("model"), &model)...); resp.Diagnostics.HasError() {
+		return
+	}
+	mp, err := r.c.getPrice(ctx, model.ValueString())
+	switch {
+	case err != nil:
+		resp.Diagnostics.AddError("Cannot read the Warren price", err.Error())
+		return
+	case mp.Custom && mp.Matched == model.ValueString():
+		resp.Diagnostics.AddError("The Warren price exists already",
+			fmt.Sprintf("Model %s has a price override. Import it rather than create it: terraform import <address> %s", mp.Model, mp.Model))
+		return
+	}
 	r.apply(ctx, req.Plan, &resp.State, &resp.Diagnostics)
 }
 

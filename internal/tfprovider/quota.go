@@ -195,7 +195,7 @@ func parseQuotaID(id string) (billing.QuotaKey, error) {
 // ValidateConfig refuses at plan time what PUT would refuse: issuer-wide fields on a user's quota.
 func (r *quotaResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var sub types.String
-	if resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("sub"), &sub)...); resp.Diagnostics.HasError() || sub.IsNull() {
+	if resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("sub"), &sub)...); resp.Diagnostics.HasError() || sub.IsNull() || sub.IsUnknown() {
 		return
 	}
 	for _, f := range quotaFields {
@@ -221,7 +221,7 @@ func (r *quotaResource) write(ctx context.Context, plan attrGetter, state attrSe
 	switch {
 	case isCode(err, wire.Conflict) && expected == 0:
 		diags.AddError("The Warren quota exists already",
-			fmt.Sprintf("%v. Import it rather than create it: terraform import <address> %s", err, quotaID(k)))
+			fmt.Sprintf("Quota %s exists already. Import it rather than create it: terraform import <address> %s", quotaID(k), quotaID(k)))
 		return
 	case isCode(err, wire.Conflict):
 		diags.AddError("The Warren quota changed since Terraform read it",
