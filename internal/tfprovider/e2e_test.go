@@ -25,8 +25,8 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// tf runs Terraform 1.5.7 in a working directory with the mirror's CLI configuration: no registry, no
-// checkpoint calls, no prompts.
+// tf runs Terraform 1.5.7 in a working directory with the mirror's CLI configuration and a clean
+// environment (testenv.TerraformCommand): no registry, no checkpoint calls, no prompts.
 type tf struct {
 	t   *testing.T
 	bin string
@@ -38,9 +38,8 @@ type tf struct {
 // exit fails the test.
 func (f *tf) run(args ...string) (string, int) {
 	f.t.Helper()
-	cmd := exec.Command(f.bin, args...)
-	cmd.Dir = f.dir
-	cmd.Env = append(os.Environ(), f.env...)
+	cmd := testenv.TerraformCommand(context.Background(), f.bin, f.dir, args...)
+	cmd.Env = append(cmd.Env, f.env...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	switch {
@@ -184,7 +183,7 @@ output "usage" { value = jsonencode(data.warren_usage.all) }
 // plan that is empty, update with a key rotation, drift made through `warren admin` shown by plan and
 // undone by apply, import, plan-time validation, destroy (a quota changed meanwhile is refused).
 func TestTerraform(t *testing.T) {
-	terraform := testenv.Binary(t, "terraform")
+	terraform := testenv.Terraform(t)
 	bin := testenv.WarrenBinary(t)
 	ctx := context.Background()
 
@@ -233,10 +232,8 @@ func TestTerraform(t *testing.T) {
 	if err != nil {
 		t.Fatalf("warren terraform-provider -install: %v\n%s", err, out)
 	}
-	home := t.TempDir()
-	env := []string{"TF_CLI_CONFIG_FILE=" + filepath.Join(mirror, "warren.tfrc"), "TF_IN_AUTOMATION=1", "TF_INPUT=0",
-		"CHECKPOINT_DISABLE=1", "HOME=" + home, "TF_PLUGIN_CACHE_DIR=", "TF_LOG=",
-		"WARREN_URL=" + billingURL, "WARREN_ADMIN_KEY=" + adminKey, "WARREN_BILLING_URL=", "WARREN_EDGE_URL="}
+	env := []string{"TF_CLI_CONFIG_FILE=" + filepath.Join(mirror, "warren.tfrc"), "TF_INPUT=0",
+		"WARREN_URL=" + billingURL, "WARREN_ADMIN_KEY=" + adminKey}
 	f := &tf{t: t, bin: terraform, dir: t.TempDir(), env: env}
 
 	f.write(config("1", 5_000_000, "1073741824"))
@@ -483,7 +480,7 @@ func checkKey(t *testing.T, keys *vault.Store, iss, kid, secret string) {
 // region, its billing API on the edge's address): the example stays true, and warren_regions reads a real
 // edge.
 func TestTerraformExample(t *testing.T) {
-	terraform := testenv.Binary(t, "terraform")
+	terraform := testenv.Terraform(t)
 	bin := testenv.WarrenBinary(t)
 	data := t.TempDir()
 	edge := testenv.StartWarren(t, nil, regexp.MustCompile(`^\s+edge\s+(http://\S+)`),
@@ -501,8 +498,7 @@ func TestTerraformExample(t *testing.T) {
 		t.Fatalf("warren terraform-provider -install: %v\n%s", err, out)
 	}
 	f := &tf{t: t, bin: terraform, dir: t.TempDir(), env: []string{"TF_CLI_CONFIG_FILE=" + filepath.Join(mirror, "warren.tfrc"),
-		"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1", "HOME=" + t.TempDir(),
-		"WARREN_URL=", "WARREN_BILLING_URL=", "WARREN_EDGE_URL=", "WARREN_ADMIN_KEY=" + adminKeys[0]}}
+		"TF_INPUT=0", "WARREN_ADMIN_KEY=" + adminKeys[0]}}
 	example, err := os.ReadFile("../../terraform/examples/provider/main.tf")
 	if err != nil {
 		t.Fatal(err)
