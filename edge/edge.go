@@ -66,7 +66,10 @@ type Config struct {
 	// Mesh, when set (with Directory), forwards a user another region holds to a live edge of that region
 	// (docs/ARCHITECTURE.md#regions); that node's Handler must be ServeMesh and its KnownRegions
 	// KnownRegion. Unset: such a user is refused with unavailable naming the region (details.region).
-	Mesh         Mesh
+	Mesh Mesh
+	// WebTransport, when set, also serves the agent channel over WebTransport (WebTransportServer) and
+	// lists its URL (and a self-signed certificate's hashes) in GET /v1/regions.
+	WebTransport *WebTransport
 	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
 	Logger       *slog.Logger
 	Metrics      prometheus.Registerer

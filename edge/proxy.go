@@ -64,8 +64,20 @@ func (e *Edge) serveRegions(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil {
 			scheme = "https"
 		}
-		list = append(list, regions.Status{Name: e.cfg.Region, URL: scheme + "://" + r.Host, Health: "ok", Edges: 1})
+		self := regions.Status{Name: e.cfg.Region, URL: scheme + "://" + r.Host, Health: "ok", Edges: 1}
+		if wt := e.cfg.WebTransport; wt != nil {
+			self.WebTransport = wt.URL
+		}
+		list = append(list, self)
 		slices.SortFunc(list, func(a, b regions.Status) int { return strings.Compare(a.Name, b.Name) })
+	}
+	if wt := e.cfg.WebTransport; wt != nil && wt.CertificateHashes != nil {
+		// Only this edge knows its self-signed certificate: published on its own region's entry.
+		for i := range list {
+			if list[i].Name == e.cfg.Region && list[i].WebTransport != "" {
+				list[i].CertificateHashes = wt.CertificateHashes()
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

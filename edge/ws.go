@@ -13,9 +13,7 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// serveWS is GET /ws: accept, authenticate, admit, reach the runner, then relay frames both ways until one
-// side ends. Errors before the relay are sent as an error message and a close with the wire close code, so a
-// browser (which cannot see an HTTP status of a failed upgrade) learns why.
+// serveWS is GET /ws: accept, then serve the agent channel over the WebSocket (serveChannel).
 func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// Tokens travel in the URL or a header, never in cookies, so cross-origin pages gain nothing.
@@ -25,9 +23,24 @@ func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // Accept already answered the request
 	}
 	c.SetReadLimit(wire.MaxFrame)
-	e.m.connections.WithLabelValues("websocket").Inc()
-	e.m.active.WithLabelValues("websocket").Inc()
-	defer e.m.active.WithLabelValues("websocket").Dec()
+	e.serveChannel(r, c, transportWebSocket)
+}
+
+// Transports of the agent channel, the transport label of the connection metrics.
+const (
+	transportWebSocket    = "websocket"
+	transportWebTransport = "webtransport"
+)
+
+// serveChannel serves an agent channel whose client connection c (a WebSocket, or a WebTransport session's
+// stream: wtConn) was opened by r: authenticate, admit, reach the runner (or the region holding the user,
+// over the mesh), then relay messages both ways until one side ends. Errors before the relay are sent as an
+// error message and a close with the wire close code, so a browser (which cannot see an HTTP status of a
+// failed upgrade) learns why.
+func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
+	e.m.connections.WithLabelValues(transport).Inc()
+	e.m.active.WithLabelValues(transport).Inc()
+	defer e.m.active.WithLabelValues(transport).Dec()
 	ctx := r.Context()
 
 	a, err := e.admit(ctx, r, true)
@@ -35,6 +48,7 @@ func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
 		e.closeWith(ctx, c, err)
 		return
 	}
+	a.log = a.log.With("transport", transport)
 	release := sync.OnceFunc(func() { e.releaseLease(a) })
 	defer release()
 	lctx, stopLease := context.WithCancel(ctx)
@@ -93,7 +107,7 @@ func (e *Edge) dialRunner(ctx context.Context, a *admitted) (*websocket.Conn, er
 }
 
 // relay copies frames client → runner (validated) and runner → client (as they are) until either side ends.
-func (e *Edge) relay(ctx context.Context, c *websocket.Conn, rc msgConn, a *admitted) {
+func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
@@ -101,34 +115,23 @@ func (e *Edge) relay(ctx context.Context, c *websocket.Conn, rc msgConn, a *admi
 		defer close(done)
 		e.fromRunner(ctx, cancel, c, rc, a)
 	}()
-	// pings keep idle connections alive through proxies and detect dead clients
-	go func() {
-		t := time.NewTicker(e.cfg.PingInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				pctx, pcancel := context.WithTimeout(ctx, e.cfg.PingInterval)
-				err := c.Ping(pctx)
-				pcancel()
-				if err != nil && ctx.Err() == nil {
-					a.log.Info("client did not answer ping", "err", err)
-					cancel()
-					return
-				}
-			}
-		}
-	}()
+	// pings keep idle connections alive through proxies and detect dead clients (a WebTransport session
+	// has QUIC's keep-alive and idle timeout instead)
+	if p, ok := c.(pinger); ok {
+		go e.ping(ctx, cancel, p, a)
+	}
+
 	// client → runner
 	for {
 		typ, data, err := c.Read(ctx)
 		if err != nil {
 			st := websocket.CloseStatus(err)
+			var bad *wire.Error
 			switch {
 			case st == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig):
 				e.closeWith(context.Background(), c, wire.Errorf(wire.PayloadTooLarge, "frame exceeds %d bytes", wire.MaxFrame))
+			case errors.As(err, &bad): // a malformed WebTransport frame (wtConn)
+				e.closeWith(context.Background(), c, bad)
 			case st != -1:
 				_ = rc.Close(websocket.StatusNormalClosure, "client closed")
 			}
@@ -163,6 +166,32 @@ func (e *Edge) relay(ctx context.Context, c *websocket.Conn, rc msgConn, a *admi
 	<-done
 	_ = c.CloseNow()
 	a.log.Info("agent channel closed")
+}
+
+// pinger is a client connection the edge pings (a WebSocket).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// ping pings c every PingInterval until ctx ends; a ping not answered within the interval ends the channel.
+func (e *Edge) ping(ctx context.Context, cancel context.CancelFunc, c pinger, a *admitted) {
+	t := time.NewTicker(e.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, pcancel := context.WithTimeout(ctx, e.cfg.PingInterval)
+			err := c.Ping(pctx)
+			pcancel()
+			if err != nil && ctx.Err() == nil {
+				a.log.Info("client did not answer ping", "err", err)
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // fromRunner copies the runner's messages to c, as they are, until either side ends, then cancels. A close

@@ -40,6 +40,8 @@ type Client struct {
 	ua    string
 	// failover, when set, makes sessions reconnect when their edge is lost (WithFailover).
 	failover *Failover
+	// wt, when set, chooses the agent channel's transport (WithTransport); nil: WebSocket.
+	wt *wtState
 }
 
 // Option configures a Client.

@@ -157,6 +157,9 @@ func (c *Client) edgeClients() ([]*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("warren: failover edge: %w", err)
 		}
+		if c.wt != nil {
+			e.wt = &wtState{transport: c.wt.transport, dialTimeout: c.wt.dialTimeout}
+		}
 		if c.base.Scheme == "https" && e.base.Scheme != "https" {
 			// The token would travel in the clear to an edge the app reached over TLS.
 			return nil, fmt.Errorf("warren: failover edge %q is not TLS while %q is", u, c.URL())
@@ -282,7 +285,7 @@ func (s *Session) resumeOn(ctx context.Context, c *Client) (int64, error) {
 	s.mu.Lock()
 	seq := s.recvSeq
 	s.mu.Unlock()
-	conn, err := c.dialWS(ctx)
+	conn, err := c.dialChannel(ctx)
 	if err != nil {
 		return seq, err
 	}

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"slices"
 	"time"
+
+	"github.com/warren-mesh/warren/internal/regions"
 )
 
 // Region is one region as an edge lists it (GET /v1/regions).
@@ -17,10 +19,17 @@ type Region struct {
 	Name         string `json:"name"`
 	URL          string `json:"url"`
 	WebTransport string `json:"webtransport,omitempty"`
+	// CertificateHashes pin a development edge's self-signed WebTransport certificate (listed for the
+	// answering edge's own region only).
+	CertificateHashes []CertificateHash `json:"certificateHashes,omitempty"`
 	// Health is "ok", or "draining" when the region is leaving: clients should choose another.
 	Health string `json:"health"`
 	Edges  int    `json:"edges"`
 }
+
+// CertificateHash is a WebTransport certificate's hash as GET /v1/regions publishes it, the shape of a
+// browser's serverCertificateHashes entries: {"algorithm": "sha-256", "value": base64}.
+type CertificateHash = regions.CertificateHash
 
 // Regions is the answer of GET /v1/regions.
 type Regions struct {

@@ -71,7 +71,7 @@ type Session struct {
 	done chan struct{}      // closed when the reader has exited; err is final by then
 
 	mu         sync.Mutex
-	conn       *websocket.Conn
+	conn       chanConn
 	dead       chan struct{} // closed when conn's reader has ended
 	up         chan struct{} // while reconnecting: closed when it ends (connected again or over); else nil
 	cur        int           // index in edges of the edge of conn
@@ -103,7 +103,7 @@ func (c *Client) Dial(ctx context.Context, opts *SessionOptions) (*Session, erro
 	if err != nil {
 		return nil, err
 	}
-	conn, err := c.dialWS(ctx)
+	conn, err := c.dialChannel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (c *Client) dialWS(ctx context.Context) (*websocket.Conn, error) {
 }
 
 // handshake sends init on conn and waits for ready.
-func (s *Session) handshake(ctx context.Context, conn *websocket.Conn, opts *SessionOptions, resumed bool) error {
+func (s *Session) handshake(ctx context.Context, conn chanConn, opts *SessionOptions, resumed bool) error {
 	b, err := json.Marshal(map[string]any{"type": wire.TypeInit, "payload": opts})
 	if err != nil {
 		return fmt.Errorf("warren: encode init: %w", err)
@@ -180,7 +180,7 @@ func (c *Client) Resume(ctx context.Context, sessionID string, lastSeq int64) (*
 
 // awaitReady reads until control ready, queueing what comes before it (session_info, replayed events). On a
 // failover (resumed) the handshake itself is not queued, only the replayed messages not yet received.
-func (s *Session) awaitReady(ctx context.Context, conn *websocket.Conn, resumed bool) error {
+func (s *Session) awaitReady(ctx context.Context, conn chanConn, resumed bool) error {
 	s.mu.Lock()
 	from := s.recvSeq // the lastSeq sent in init
 	s.mu.Unlock()
@@ -279,7 +279,7 @@ func (s *Session) run(ctx context.Context) {
 // back until the next message shows that the connection goes on (it is then queued, in order) or ends
 // (held: queued only if the session ends). resumed: conn replaced a lost one; the first session_info is
 // the reconnect's handshake and is dropped.
-func (s *Session) readLoop(ctx context.Context, conn *websocket.Conn, resumed bool) (held *Event, retry bool, end error) {
+func (s *Session) readLoop(ctx context.Context, conn chanConn, resumed bool) (held *Event, retry bool, end error) {
 	failover := s.client.failover != nil
 	first := resumed
 	for {
@@ -718,7 +718,7 @@ func (s *Session) send(ctx context.Context, v any, wait bool) (<-chan struct{}, 
 
 // connection is the session's current connection; while reconnecting it waits for the next one (wait) or
 // fails with ErrClosed.
-func (s *Session) connection(ctx context.Context, wait bool) (*websocket.Conn, <-chan struct{}, error) {
+func (s *Session) connection(ctx context.Context, wait bool) (chanConn, <-chan struct{}, error) {
 	for {
 		select {
 		case <-s.done:

@@ -16,6 +16,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +69,12 @@ type Config struct {
 	DefaultModel  string
 	IdleTimeout   time.Duration // sandboxes sleep after this long idle (0: never)
 	Rates         edge.Rates    // zero: edge.DefaultRates
+	// NoWebTransport turns WebTransport off; otherwise the edge serves it on UDP at the TCP port number,
+	// with a self-signed certificate (WebTransportCert, default a fresh edge.SelfSigned for the listen
+	// address and localhost) whose hash GET /v1/regions publishes. A UDP port that cannot be bound only
+	// turns it off, with a warning.
+	NoWebTransport   bool
+	WebTransportCert *edge.SelfSigned
 }
 
 // Stack is a running platform.
@@ -88,6 +96,8 @@ type Stack struct {
 	closers []func() error
 	served  chan error
 	edgeCfg edge.Config
+	wtURL   string
+	wtStop  func() error
 }
 
 // ErrNoBubblewrap is returned when bwrap is missing and Insecure is not set.
@@ -127,6 +137,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s := &Stack{cfg: cfg, log: cfg.Logger, served: make(chan error, 1)}
 	defer func() {
 		if err != nil {
+			if s.ln != nil {
+				s.ln.Close()
+			}
 			s.closeAll()
 		}
 	}()
@@ -234,14 +247,35 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, dir.Close)
+	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("devstack: listen: %w", err)
+	}
+	var wt *edge.WebTransport
+	var wtConn net.PacketConn
+	if !cfg.NoWebTransport {
+		if wt, wtConn = s.webTransport(); wtConn != nil {
+			s.closers = append(s.closers, func() error { _ = wtConn.Close(); return nil }) // if the server never starts
+		}
+	}
 	s.edgeCfg = edge.Config{
 		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger,
 		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates, Directory: dir,
-		Logger: s.log.With("component", "edge"), Metrics: reg,
+		Logger: s.log.With("component", "edge"), Metrics: reg, WebTransport: wt,
 	}
 	ed, err := edge.New(s.edgeCfg)
 	if err != nil {
 		return nil, err
+	}
+	if wt != nil {
+		wts, err := ed.WebTransportServer()
+		if err != nil {
+			return nil, err
+		}
+		s.wtURL = wt.URL
+		wtServed := make(chan error, 1)
+		go func() { wtServed <- wts.Serve(wtConn) }()
+		s.wtStop = sync.OnceValue(func() error { err := wts.Close(); <-wtServed; return errors.Join(err, wtConn.Close()) })
+		s.closers = append(s.closers, s.wtStop)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", ed.Handler())
@@ -253,13 +287,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	api.Mount(mux) // /v1/issuers, /v1/quotas/, /v1/usage, /v1/prices, /v1/openapi.json
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 
-	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("devstack: listen: %w", err)
-	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.served <- s.srv.Serve(s.ln) }()
 	ann := &regions.Announcer{Dir: dir, Logger: s.log.With("component", "edge"),
-		Edge: regions.Edge{Region: cfg.Region, ID: "dev", URL: "http://" + s.ln.Addr().String()}}
+		Edge: regions.Edge{Region: cfg.Region, ID: "dev", URL: "http://" + s.ln.Addr().String(), WebTransport: s.wtURL}}
 	annCtx, stopAnn := context.WithCancel(context.WithoutCancel(ctx))
 	announced := make(chan error, 1)
 	go func() { announced <- ann.Run(annCtx) }()
@@ -267,6 +298,46 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.log.Info("warren dev started", "addr", s.ln.Addr().String(), "data_dir", cfg.DataDir, "region", cfg.Region, "insecure", cfg.Insecure)
 	return s, nil
 }
+
+// webTransport binds UDP at the TCP listener's port and returns the edge's WebTransport configuration with
+// its socket; nil when the port cannot be bound (WebTransport is then off).
+func (s *Stack) webTransport() (*edge.WebTransport, net.PacketConn) {
+	tcp := s.ln.Addr().(*net.TCPAddr)
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: tcp.IP, Port: tcp.Port})
+	if err != nil {
+		s.log.Warn("WebTransport is off: the UDP port of the edge cannot be bound", "port", tcp.Port, "err", err)
+		return nil, nil
+	}
+	// Browsers reach a hash-pinned certificate only by an IP literal.
+	ip := tcp.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	cert := s.cfg.WebTransportCert
+	if cert == nil {
+		cert = &edge.SelfSigned{}
+	}
+	if len(cert.Hosts) == 0 {
+		cert.Hosts = []string{ip.String(), "localhost"}
+	}
+	return &edge.WebTransport{
+		GetCertificate:    cert.GetCertificate,
+		CertificateHashes: cert.Hashes,
+		URL:               "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port)) + "/wt",
+	}, pc
+}
+
+// StopWebTransport stops the WebTransport server and closes its UDP socket while GET /v1/regions keeps
+// listing its URL: an edge whose UDP does not get through, for tests of the WebSocket fallback.
+func (s *Stack) StopWebTransport() error {
+	if s.wtStop == nil {
+		return errors.New("devstack: WebTransport is off")
+	}
+	return s.wtStop()
+}
+
+// WebTransportURL is the edge's WebTransport URL ("" when WebTransport is off).
+func (s *Stack) WebTransportURL() string { return s.wtURL }
 
 // NewEdge returns another edge of the stack's region on the same verifier, scheduler, ledger, session
 // leases, rate buckets and region directory, as a second edge process of the region would run (with its
