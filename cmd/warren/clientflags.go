@@ -48,12 +48,12 @@ func (cf *clientFlags) register(fs *flag.FlagSet) {
 	})
 }
 
-// client builds an SDK client from the flags.
-func (cf *clientFlags) client() (*warren.Client, error) {
+// client builds an SDK client from the flags, with opts.
+func (cf *clientFlags) client(opts ...warren.Option) (*warren.Client, error) {
 	if cf.token == "" {
 		return nil, errors.New("no token: pass -token or set WARREN_TOKEN (mint one with `warren token`)")
 	}
-	c, err := warren.New(cf.url, cf.token, warren.WithUserAgent("warren-cli/"+version))
+	c, err := warren.New(cf.url, cf.token, append([]warren.Option{warren.WithUserAgent("warren-cli/" + version)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bad -url %q: %v", cf.url, err)
 	}

@@ -52,6 +52,7 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	system := fs.String("system", "", "replace Claude Code's system prompt with `TEXT`")
 	appendSystem := fs.String("append-system", "", "add `TEXT` to the end of Claude Code's system prompt")
 	jsonOut := fs.Bool("json", false, "print every event as one JSON line: Claude Code's stream-json with Warren's additions")
+	transport := fs.String("transport", envOr("WARREN_TRANSPORT", "auto"), "the agent channel's `TRANSPORT`: auto (WebTransport when the edge offers it and UDP gets through, else WebSocket), webtransport or websocket ($WARREN_TRANSPORT)")
 	quiet := fs.Bool("quiet", false, "print only the agent's text and problems: no tool calls, progress or cost")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: warren chat [flags]
@@ -86,6 +87,10 @@ flags:
 	case *maxTurns < 0:
 		return errors.New("-max-turns must not be negative")
 	}
+	tr, err := warren.ParseTransport(*transport)
+	if err != nil {
+		return fmt.Errorf("-transport: %w", err)
+	}
 	if oneShot && *prompt == "-" {
 		b, err := io.ReadAll(clientStdin)
 		if err != nil {
@@ -111,7 +116,7 @@ flags:
 	case *appendSystem != "":
 		opts.SystemPrompt = &warren.SystemPrompt{Type: "preset", Preset: "claude_code", Append: *appendSystem}
 	}
-	c, err := cf.client()
+	c, err := cf.client(warren.WithTransport(tr, 0))
 	if err != nil {
 		return err
 	}
@@ -158,7 +163,7 @@ flags:
 		if s.Model() != "" {
 			model = " (" + s.Model() + ")"
 		}
-		fmt.Fprintf(stderr, "warren chat: session %s%s; continue it later with -resume %s\n", s.ID(), model, s.ID())
+		fmt.Fprintf(stderr, "warren chat: session %s%s over %s; continue it later with -resume %s\n", s.ID(), model, s.Transport(), s.ID())
 		if n := s.Notice(); n != "" {
 			fmt.Fprintf(stderr, "warren chat: NOTE: %s\n", n)
 		}

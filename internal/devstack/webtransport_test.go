@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -280,4 +282,22 @@ func scrape(t *testing.T, url string) string {
 
 func containsLine(text, line string) bool {
 	return slices.Contains(strings.Split(text, "\n"), line)
+}
+
+// TestChatCLIOverWebTransport: warren chat opens its session over WebTransport by default (auto) when the
+// edge offers it, and over WebSocket with -transport websocket; both complete the turn.
+func TestChatCLIOverWebTransport(t *testing.T) {
+	st := agentStack(t, agentOpts{})
+	env := append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_TOKEN="+mint(t, st, "chad", withBudget(5_000_000)))
+	for _, tc := range []struct{ flag, want string }{{"auto", "over webtransport"}, {"websocket", "over websocket"}} {
+		cmd := exec.Command(binary, "chat", "-transport", tc.flag, "-p", "create hello.txt containing hi")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("warren chat -transport %s: %v\n%s", tc.flag, err, out)
+		}
+		if !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "cost:") {
+			t.Fatalf("warren chat -transport %s: output lacks %q or the cost:\n%s", tc.flag, tc.want, out)
+		}
+	}
 }
