@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/warren-mesh/warren/internal/wire"
@@ -115,6 +117,12 @@ func (c *Conn) Read(ctx context.Context) (websocket.MessageType, []byte, error) 
 // closeErr is the error of a read that failed with err: the session's close as a websocket.CloseError
 // when the session was closed with a code, else err.
 func (c *Conn) closeErr(err error) error {
+	var ae *quic.ApplicationError
+	if c.role == Server && errors.As(err, &ae) && ae.Remote && ae.ErrorCode == quic.ApplicationErrorCode(http3.ErrCodeNoError) {
+		// The client closed its whole connection without an error: it may not have waited for its session
+		// close to be read (a client's transport closes the connection with its session).
+		return websocket.CloseError{Code: websocket.StatusNormalClosure}
+	}
 	var se *webtransport.SessionError
 	if !errors.As(err, &se) {
 		select {
