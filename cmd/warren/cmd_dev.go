@@ -70,7 +70,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, `warren dev is running
   edge       %[1]s   (WebSocket %[1]s/ws, REST %[1]s/v1/sandbox/..., metrics %[1]s/metrics)
-  scheduler  local process driver, region %[2]q
+%[9]s  scheduler  local process driver, region %[2]q
   billing    SQLite ledger in %[3]s; admin API %[1]s/v1/{issuers,quotas,usage,prices} (try: %[7]s admin issuers ls)
   issuer     %[4]q (%[5]s; secret in %[3]s/secrets.json)
   isolation  %[6]s
@@ -82,7 +82,7 @@ Try it:
   %[7]s exec -- 'echo hi > f && cat f'
   %[7]s files get f
   %[7]s chat -p "create hello.txt containing hi"
-`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st))
+`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st))
 	if cli != "" && apiKey == "" {
 		fmt.Fprintln(stderr, "\n*** NO ANTHROPIC_API_KEY: a built-in SCRIPTED demo model answers every prompt, not Claude. ***\n*** Export ANTHROPIC_API_KEY and restart to use the real API.                              ***")
 	}
@@ -97,6 +97,14 @@ Try it:
 	}
 	fmt.Fprintln(stderr, "shutting down: stopping sandboxes...")
 	return st.Close()
+}
+
+// wtLabel is the WebTransport line of the banner ("" when it is off).
+func wtLabel(st *devstack.Stack) string {
+	if st.WebTransportURL() == "" {
+		return ""
+	}
+	return fmt.Sprintf("  webtransport %s   (UDP; self-signed certificate, its SHA-256 in %s/v1/regions)\n", st.WebTransportURL(), st.URL())
 }
 
 func agentLabel(cli, apiKey string, st *devstack.Stack) string {

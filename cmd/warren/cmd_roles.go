@@ -132,6 +132,8 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&sched, "scheduler", os.Getenv("WARREN_SCHEDULER_URL"), "this region's scheduler, http://host:port; key from $"+schedulerKeyEnv+" ($WARREN_SCHEDULER_URL)")
 	var mf meshFlags
 	mf.register(fs)
+	var wf wtFlags
+	wf.register(fs)
 	var publicURL, edgeID string
 	fs.StringVar(&publicURL, "public-url", os.Getenv("WARREN_PUBLIC_URL"), "this region's public base URL clients connect to (its load balancer), announced in GET /v1/regions; default http://<listen address> ($WARREN_PUBLIC_URL)")
 	fs.StringVar(&edgeID, "edge-id", envOr("NOMAD_ALLOC_ID", hostname()), "this edge's id in the region directory (default $NOMAD_ALLOC_ID or the host name)")
@@ -154,9 +156,17 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if publicURL == "" {
 		publicURL = "http://" + reachableAddr(ln.Addr().String())
 	}
+	wt, wtConn, err := wf.open(ln, log)
+	if err != nil {
+		return err
+	}
 	self := regions.Edge{Region: c.region, ID: edgeID, URL: publicURL}
+	if wt != nil {
+		defer wtConn.Close()
+		self.WebTransport = wt.URL
+	}
 	if err := self.Validate(); err != nil {
-		return fmt.Errorf("-public-url or -edge-id: %w", err)
+		return fmt.Errorf("-public-url, -wt-url or -edge-id: %w", err)
 	}
 	key, err := schedulerKey()
 	if err != nil {
@@ -195,7 +205,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := edge.Config{
 		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
 		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions, RateBuckets: buckets,
-		Directory: dir, Logger: log, Metrics: metrics,
+		Directory: dir, Logger: log, Metrics: metrics, WebTransport: wt,
 	}
 	if em != nil {
 		cfg.Mesh = em.node
@@ -203,6 +213,19 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ed, err := edge.New(cfg)
 	if err != nil {
 		return err
+	}
+	if wt != nil {
+		wts, err := ed.WebTransportServer()
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := wts.Serve(wtConn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("webtransport listener failed", "err", err)
+			}
+		}()
+		defer wts.Close() // after the HTTP server has drained (deferred before serveRoleOn returns)
+		log.Info("webtransport listening", "addr", wtConn.LocalAddr().String(), "url", wt.URL)
 	}
 	if em != nil {
 		// Closed after the HTTP server has drained (deferred before serveRole returns): forwarded streams end
