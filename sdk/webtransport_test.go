@@ -2,49 +2,28 @@ package warren
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/wtconn/wttest"
 )
 
 // pinnedEdge is a WebTransport server with certificate served, and an HTTP edge whose GET /v1/regions
 // lists it with the hashes published.
 func pinnedEdge(t *testing.T, served *edge.SelfSigned, published []CertificateHash) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s *webtransport.Server
-	s = &webtransport.Server{
-		H3: &http3.Server{
-			TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{GetCertificate: served.GetCertificate}),
-			QUICConfig: &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true},
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if sess, err := s.Upgrade(w, r); err == nil {
-					<-sess.Context().Done()
-				}
-			}),
-		},
-		CheckOrigin: func(*http.Request) bool { return true },
-	}
-	go func() { _ = s.Serve(pc) }()
-	t.Cleanup(func() { _ = s.Close(); _ = pc.Close() })
+	addr := wttest.Serve(t, served.GetCertificate, func(*webtransport.Session, *http.Request) {})
 	regions := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(Regions{Region: "r", Regions: []Region{{
 			Name: "r", URL: "http://" + r.Host, Health: "ok", Edges: 1,
-			WebTransport: "https://" + pc.LocalAddr().String() + "/wt", CertificateHashes: published,
+			WebTransport: "https://" + addr + "/wt", CertificateHashes: published,
 		}}})
 	}))
 	t.Cleanup(regions.Close)

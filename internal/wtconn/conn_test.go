@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/internal/wtconn"
+	"github.com/warren-mesh/warren/internal/wtconn/wttest"
 )
 
 const limit = 1 << 10
@@ -31,41 +31,21 @@ type pair struct {
 func newPair(t *testing.T) pair {
 	t.Helper()
 	cert := &edge.SelfSigned{Hosts: []string{"127.0.0.1"}}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	conns := make(chan *wtconn.Conn, 1)
-	var s *webtransport.Server
-	s = &webtransport.Server{
-		H3: &http3.Server{
-			TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{GetCertificate: cert.GetCertificate}),
-			QUICConfig: &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true},
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				sess, err := s.Upgrade(w, r)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				str, err := sess.AcceptStream(r.Context())
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				conns <- wtconn.New(sess, str, wtconn.Server, limit)
-				<-sess.Context().Done()
-			}),
-		},
-		CheckOrigin: func(*http.Request) bool { return true },
-	}
-	go func() { _ = s.Serve(pc) }()
-	t.Cleanup(func() { _ = s.Close(); _ = pc.Close() })
+	addr := wttest.Serve(t, cert.GetCertificate, func(sess *webtransport.Session, r *http.Request) {
+		str, err := sess.AcceptStream(r.Context())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conns <- wtconn.New(sess, str, wtconn.Server, limit)
+	})
 
 	// As a browser does, the QUIC connection outlives a session closed on it (webtransport.Transport.Dial
 	// would close it with the session).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	qc, err := quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}},
+	qc, err := quic.DialAddr(ctx, addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}},
 		&quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +55,7 @@ func newPair(t *testing.T) pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sess, err := cc.Dial(ctx, "https://"+pc.LocalAddr().String()+"/wt", nil)
+	_, sess, err := cc.Dial(ctx, "https://"+addr+"/wt", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,44 @@
+// Package wttest serves WebTransport for tests: a real HTTP/3 server on a loopback UDP port.
+package wttest
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/webtransport-go"
+)
+
+// Serve accepts WebTransport sessions (any path, any origin) on a loopback UDP port with the certificate
+// getCert returns, until the test ends, and returns the port's host:port. Each session is handed to
+// handle, and closed once handle has returned and the session has ended.
+func Serve(t testing.TB, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), handle func(*webtransport.Session, *http.Request)) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *webtransport.Server
+	s = &webtransport.Server{
+		H3: &http3.Server{
+			TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{GetCertificate: getCert}),
+			QUICConfig: &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true},
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sess, err := s.Upgrade(w, r)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				handle(sess, r)
+				<-sess.Context().Done()
+			}),
+		},
+		CheckOrigin: func(*http.Request) bool { return true },
+	}
+	go func() { _ = s.Serve(pc) }()
+	t.Cleanup(func() { _ = s.Close(); _ = pc.Close() })
+	return pc.LocalAddr().String()
+}
