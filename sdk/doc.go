@@ -33,6 +33,11 @@
 //	c, err := warren.New(euURL, token, warren.WithFailover(warren.Failover{Edges: []string{usURL},
 //		OnEvent: func(ev warren.FailoverEvent) { log.Print(ev) }})) // "reconnected to ... at seq 42"
 //
+// Sessions run over WebSocket by default; WithTransport(TransportAuto, 0) uses WebTransport (HTTP/3 over
+// QUIC) when the edge lists it in GET /v1/regions and UDP gets through, and falls back to WebSocket after
+// the WebTransport dial timeout (3 s by default); Session.Transport says which one a session uses.
+//
 // Errors that come from the platform are *Error values carrying a code (CodeUnauthenticated,
-// CodeBudgetExceeded, ...), whether they arrived as an HTTP body, an error message or a WebSocket close.
+// CodeBudgetExceeded, ...), whether they arrived as an HTTP body, an error message, a WebSocket close or a
+// WebTransport session's close.
 package warren
