@@ -168,7 +168,7 @@ func TestChatOneShot(t *testing.T) {
 	if out != turnStreamedOut {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out, turnStreamedOut)
 	}
-	want := "warren chat: session s1 (claude-sonnet-4-5); continue it later with -resume s1\n" +
+	want := "warren chat: session s1 (claude-sonnet-4-5) over websocket; continue it later with -resume s1\n" +
 		"cost: $0.0123 (37,033 in / 210 out tokens, 3.2 s compute)\n"
 	if errOut != want {
 		t.Errorf("stderr:\n%q\nwant:\n%q", errOut, want)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -57,6 +58,7 @@ type Conn struct {
 	rmu      sync.Mutex    // held by Read
 	peerDone chan struct{} // closed when the peer's side of the stream has ended (or the session)
 	peerOnce sync.Once
+	peerEOF  atomic.Bool // the peer ended its side of the stream cleanly
 
 	wmu       sync.Mutex
 	buf       []byte
@@ -95,6 +97,7 @@ func (c *Conn) Read(ctx context.Context) (websocket.MessageType, []byte, error) 
 	if err != io.EOF {
 		return 0, nil, c.closeErr(err)
 	}
+	c.peerEOF.Store(true)
 	if c.role == Server {
 		return 0, nil, websocket.CloseError{Code: websocket.StatusNormalClosure}
 	}
@@ -193,9 +196,17 @@ func (c *Conn) Close(code websocket.StatusCode, reason string) error {
 	return nil
 }
 
-// CloseNow closes the session at once with CodeAbnormal: the peer sees the connection lost.
+// CloseNow closes the session at once with CodeAbnormal: the peer sees the connection lost. After the peer
+// ended its side of the stream (its normal close), it closes with 1000 instead.
 func (c *Conn) CloseNow() error {
 	c.closeOnce.Do(func() {
+		if c.peerEOF.Load() {
+			c.wmu.Lock()
+			_ = c.str.Close()
+			c.wmu.Unlock()
+			_ = c.sess.CloseWithError(webtransport.SessionErrorCode(websocket.StatusNormalClosure), "")
+			return
+		}
 		c.str.CancelRead(0)
 		c.str.CancelWrite(0)
 		_ = c.sess.CloseWithError(CodeAbnormal, "")

@@ -120,6 +120,22 @@ func TestClientCloseIsNormal(t *testing.T) {
 	}
 }
 
+// TestServerEndsNormallyAfterTheClient: a client that ends its side of the stream sees the session closed
+// with 1000 even when the server then drops it with CloseNow (as the edge's relay does once the runner is
+// closed): the client's close was normal.
+func TestServerEndsNormallyAfterTheClient(t *testing.T) {
+	p := newPair(t)
+	ctx := ctx(t)
+	_ = p.raw.Close()
+	if _, _, err := p.server.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Fatalf("server read %v", err)
+	}
+	go p.server.CloseNow()
+	if _, _, err := p.client.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Fatalf("client read %v, want a normal closure", err)
+	}
+}
+
 // TestCloseNowIsConnectionLost: CloseNow is not a close the peer can take as final: it reads an error that
 // is not a websocket.CloseError, as a WebSocket cut without a close frame.
 func TestCloseNowIsConnectionLost(t *testing.T) {
