@@ -33,7 +33,7 @@ const (
 )
 
 // serveChannel serves an agent channel whose client connection c (a WebSocket, or a WebTransport session's
-// stream: wtConn) was opened by r: authenticate, admit, reach the runner (or the region holding the user,
+// stream: internal/wtconn.Conn) was opened by r: authenticate, admit, reach the runner (or the region holding the user,
 // over the mesh), then relay messages both ways until one side ends. Errors before the relay are sent as an
 // error message and a close with the wire close code, so a browser (which cannot see an HTTP status of a
 // failed upgrade) learns why.
@@ -130,7 +130,7 @@ func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 			switch {
 			case st == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig):
 				e.closeWith(context.Background(), c, wire.Errorf(wire.PayloadTooLarge, "frame exceeds %d bytes", wire.MaxFrame))
-			case errors.As(err, &bad): // a malformed WebTransport frame (wtConn)
+			case errors.As(err, &bad): // a malformed WebTransport frame (wtconn.Conn)
 				e.closeWith(context.Background(), c, bad)
 			case st != -1:
 				_ = rc.Close(websocket.StatusNormalClosure, "client closed")
