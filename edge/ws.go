@@ -32,11 +32,11 @@ const (
 	transportWebTransport = "webtransport"
 )
 
-// serveChannel serves an agent channel whose client connection c (a WebSocket, or a WebTransport session's
-// stream: internal/wtconn.Conn) was opened by r: authenticate, admit, reach the runner (or the region holding the user,
-// over the mesh), then relay messages both ways until one side ends. Errors before the relay are sent as an
-// error message and a close with the wire close code, so a browser (which cannot see an HTTP status of a
-// failed upgrade) learns why.
+// serveChannel serves an agent channel whose client connection c (a WebSocket, or a WebTransport
+// session's stream: internal/wtconn.Conn) was opened by r: authenticate, admit, reach the runner (or the
+// region holding the user, over the mesh), then relay messages both ways until one side ends. Errors
+// before the relay are sent as an error message and a close with the wire close code, so a browser (which
+// cannot see an HTTP status of a failed upgrade) learns why.
 func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 	e.m.connections.WithLabelValues(transport).Inc()
 	e.m.active.WithLabelValues(transport).Inc()
