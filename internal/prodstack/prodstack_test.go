@@ -2,15 +2,21 @@ package prodstack_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
@@ -40,6 +46,7 @@ type topology struct {
 	reg     *consul.Registry
 	key     secrets.Key // issuer acme's HMAC key, created through the billing API
 	admin   func(method, path, body string) []byte
+	wtRoots *x509.CertPool // trusts the edges' WebTransport certificate (-wt-cert)
 }
 
 // startTopology starts Vault, Consul, Nomad, PostgreSQL and S3, then `warren billing`, `warren scheduler`
@@ -74,10 +81,11 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 		"-runner-arg=-s3-endpoint="+tp.s3.Endpoint(), "-runner-arg=-s3-bucket="+tp.bucket, "-runner-arg=-s3-path-style",
 		"-runner-env=WARREN_MODEL_API_KEY=scripted", "-runner-env=AWS_ACCESS_KEY_ID="+tp.s3.AccessKey(),
 		"-runner-env=AWS_SECRET_ACCESS_KEY="+tp.s3.SecretKey())
+	wtCert, wtKey := writeWTCert(t, tp)
 	for range edges {
 		tp.edges = append(tp.edges, stacktest.StartRole(t, bin, "edge", append(vaultEnv, "WARREN_SCHEDULER_KEY="+schedKey),
 			"-listen", "127.0.0.1:0", "-region", "r1", "-vault", tp.vs.Addr(), "-consul", tp.cs.Addr(), "-db", dsn,
-			"-scheduler", "http://"+tp.sched.Addr))
+			"-scheduler", "http://"+tp.sched.Addr, "-wt-cert", wtCert, "-wt-key", wtKey))
 	}
 
 	// A platform team registers its issuer through the billing API; the key lands in Vault.
@@ -90,11 +98,44 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 	return tp
 }
 
-// client is user's SDK client through edge i.
-func (tp *topology) client(t *testing.T, i int, user string) *warren.Client {
+// writeWTCert writes the edges' WebTransport certificate (for 127.0.0.1) and key as PEM files, as an
+// operator's CA would issue them; tp.wtRoots trusts it.
+func writeWTCert(t *testing.T, tp *topology) (certPath, keyPath string) {
+	t.Helper()
+	c, err := (&edge.SelfSigned{Hosts: []string{"127.0.0.1"}}).GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "wt.crt"), filepath.Join(dir, "wt.key")
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tp.wtRoots = x509.NewCertPool()
+	tp.wtRoots.AddCert(c.Leaf)
+	return certPath, keyPath
+}
+
+// wtClient is user's SDK client through edge i, opening sessions over WebTransport only, trusting the
+// edges' certificate as a verified one (no hash is published in production).
+func (tp *topology) wtClient(t *testing.T, i int, user string) *warren.Client {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tp.wtRoots}}}
+	return tp.client(t, i, user, warren.WithHTTPClient(hc), warren.WithTransport(warren.TransportWebTransport, 0))
+}
+
+// client is user's SDK client through edge i, with opts.
+func (tp *topology) client(t *testing.T, i int, user string, opts ...warren.Option) *warren.Client {
 	t.Helper()
 	tok := stacktest.Mint(t, tp.key, "acme", user)
-	c, err := warren.New("http://"+tp.edges[i].Addr, tok)
+	c, err := warren.New("http://"+tp.edges[i].Addr, tok, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +259,14 @@ func TestSessionCapAcrossEdgeProcesses(t *testing.T) {
 	tp := startTopology(t, ctx, 2, 0)
 	tp.admin(http.MethodPut, "/v1/quotas/acme/users/bo",
 		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":1,"revision":0}`)
-	a, b := tp.client(t, 0, "bo"), tp.client(t, 1, "bo")
+	// The first session over WebTransport (-wt-cert on the edges): the cap holds across transports.
+	a, b := tp.wtClient(t, 0, "bo"), tp.client(t, 1, "bo")
 	s1, err := a.Dial(ctx, nil)
 	if err != nil {
 		t.Fatalf("first session through edge A: %v", err)
+	}
+	if s1.Transport() != warren.TransportWebTransport {
+		t.Fatalf("first session over %s, want webtransport", s1.Transport())
 	}
 	if _, err := b.Dial(ctx, nil); !warren.IsCode(err, warren.CodeConcurrencyLimit) {
 		t.Fatalf("second session through edge B: %v, want concurrency_limit", err)
