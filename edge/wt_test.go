@@ -3,19 +3,27 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/webtransport-go"
 
+	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
+	"github.com/warren-mesh/warren/internal/regions"
+	regionsqlite "github.com/warren-mesh/warren/internal/regions/sqlite"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/internal/wtconn"
 )
@@ -157,5 +165,56 @@ func TestWebTransportRefusals(t *testing.T) {
 		if got := wire.ReadHTTPError(resp.StatusCode, body); got.Code != want {
 			t.Fatalf("GET %s over HTTP/3: %d %s, want %s", u, resp.StatusCode, body, want)
 		}
+	}
+}
+
+// GET /v1/regions lists this edge's WebTransport URL when its region is not announced yet, and the
+// hashes of a self-signed certificate on this edge's own region only (another region's edges have
+// certificates of their own); a production certificate has no hash.
+func TestRegionsListWebTransport(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	ledger, err := billingsqlite.New(ctx, billingsqlite.Config{Path: filepath.Join(dir, "ledger.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ledger.Close() })
+	d, err := regionsqlite.New(ctx, regionsqlite.Config{Path: filepath.Join(dir, "placements.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Announce(ctx, regions.Edge{Region: "us", ID: "1", URL: "https://us.example.com", WebTransport: "https://us.example.com/wt"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cert := &SelfSigned{Hosts: []string{"127.0.0.1"}}
+	list := func(wt *WebTransport) []regions.Status {
+		t.Helper()
+		e, err := New(Config{Region: "eu", Directory: d, WebTransport: wt, Verifier: grantVerifier{}, Sandboxes: grantRunner{}, Ledger: ledger, Metrics: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(e.Handler())
+		defer srv.Close()
+		rs, err := http.Get(srv.URL + "/v1/regions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Body.Close()
+		var body struct{ Regions []regions.Status }
+		if err := json.NewDecoder(rs.Body).Decode(&body); err != nil || len(body.Regions) != 2 {
+			t.Fatalf("regions %+v, %v", body, err)
+		}
+		return body.Regions // eu, us
+	}
+	s := list(&WebTransport{GetCertificate: cert.GetCertificate, CertificateHashes: cert.Hashes, URL: "https://127.0.0.1:1234/wt"})
+	if s[0].WebTransport != "https://127.0.0.1:1234/wt" || len(s[0].CertificateHashes) != 1 || s[0].CertificateHashes[0] != cert.Hashes()[0] {
+		t.Fatalf("this edge's region %+v", s[0])
+	}
+	if s[1].WebTransport != "https://us.example.com/wt" || s[1].CertificateHashes != nil {
+		t.Fatalf("another region %+v: its URL, no hash of this edge's certificate", s[1])
+	}
+	if s := list(&WebTransport{GetCertificate: cert.GetCertificate, URL: "https://eu.example.com/wt"}); s[0].WebTransport != "https://eu.example.com/wt" || s[0].CertificateHashes != nil {
+		t.Fatalf("a production certificate: %+v", s[0])
 	}
 }
