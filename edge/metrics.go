@@ -21,6 +21,8 @@ type edgeMetrics struct {
 	// forwarded counts connections and requests this edge forwarded over the mesh, forwardServed those it
 	// served for other regions' edges.
 	forwarded, forwardServed *prometheus.CounterVec
+	// wtRefused counts WebTransport requests refused before an agent channel started.
+	wtRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
@@ -61,9 +63,13 @@ func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
 			Name: "warren_edge_forwarded_served_total",
 			Help: "Forwarded agent channels and requests served for another region's edge, by kind, peer region and outcome (ok, refused, bad_grant).",
 		}, []string{"kind", "peer", "outcome"}),
+		wtRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_edge_webtransport_refused_total",
+			Help: "WebTransport requests refused before an agent channel started, by reason (not_found, method, upgrade, no_stream).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.admissionReads, m.requests, m.latency, m.frames, m.rateFallbacks, m.forwarded, m.forwardServed} {
+		for _, c := range []prometheus.Collector{m.connections, m.active, m.authFailures, m.admissions, m.admissionReads, m.requests, m.latency, m.frames, m.rateFallbacks, m.forwarded, m.forwardServed, m.wtRefused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("edge: register metrics: %w", err)
 			}

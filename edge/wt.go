@@ -90,16 +90,19 @@ func (w *WTServer) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	e := w.e
 	log := e.log.With("request_id", requestID(r.Context()), "transport", transportWebTransport)
 	if r.URL.Path != "/wt" && r.URL.Path != "/wt/" {
+		e.m.wtRefused.WithLabelValues("not_found").Inc()
 		wire.WriteHTTPError(rw, log, wire.Errorf(wire.NotFound, "only CONNECT /wt (WebTransport) is served over HTTP/3"))
 		return
 	}
 	if r.Method != http.MethodConnect {
+		e.m.wtRefused.WithLabelValues("method").Inc()
 		rw.Header().Set("Allow", http.MethodConnect)
 		wire.WriteHTTPError(rw, log, wire.Errorf(wire.InvalidArgument, "/wt is a WebTransport endpoint: extended CONNECT"))
 		return
 	}
 	sess, err := w.s.Upgrade(rw, r)
 	if err != nil {
+		e.m.wtRefused.WithLabelValues("upgrade").Inc()
 		log.Info("webtransport upgrade refused", "err", err)
 		wire.WriteHTTPError(rw, log, wire.Wrap(wire.InvalidArgument, err, "webtransport upgrade failed"))
 		return
@@ -108,6 +111,8 @@ func (w *WTServer) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	str, err := sess.AcceptStream(ctx)
 	cancel()
 	if err != nil {
+		e.m.wtRefused.WithLabelValues("no_stream").Inc()
+		log.Info("webtransport session without a stream", "err", err)
 		pub := wire.Errorf(wire.InvalidArgument, "open one bidirectional stream for the agent channel within %v", wtStreamTimeout)
 		_ = sess.CloseWithError(webtransport.SessionErrorCode(pub.Code.CloseCode()), wire.CloseReason(pub))
 		return

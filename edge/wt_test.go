@@ -166,6 +166,11 @@ func TestWebTransportRefusals(t *testing.T) {
 			t.Fatalf("GET %s over HTTP/3: %d %s, want %s", u, resp.StatusCode, body, want)
 		}
 	}
+	for _, reason := range []string{"method", "not_found"} {
+		if got := metric(t, a.reg, "warren_edge_webtransport_refused_total", "reason", reason); got != 1 {
+			t.Fatalf("warren_edge_webtransport_refused_total{%s} = %v, want 1", reason, got)
+		}
+	}
 }
 
 // GET /v1/regions lists this edge's WebTransport URL when its region is not announced yet, and the
