@@ -264,7 +264,7 @@ func dialWS(t *testing.T, base, user string) *websocket.Conn {
 	return c
 }
 
-func say(t *testing.T, c *websocket.Conn, content string) {
+func say(t *testing.T, c msgConn, content string) {
 	t.Helper()
 	msg := fmt.Sprintf(`{"type":"user","message":{"role":"user","content":%q}}`, content)
 	if err := c.Write(testCtx(t), websocket.MessageText, []byte(msg)); err != nil {
@@ -282,10 +282,19 @@ func testCtx(t *testing.T) context.Context {
 // a's runner: messages flow both ways, the runner receives the grant b admitted (its quota's limits) with
 // a's runner key, b holds the one session lease and a neither verifies, admits nor leases anything; the
 // runner's close code and reason reach the client through both edges.
-func TestForwardAgentChannel(t *testing.T) {
+func TestForwardAgentChannel(t *testing.T) { forwardAgentChannel(t, transportWebSocket) }
+
+// forwardAgentChannel is TestForwardAgentChannel with a client of transport (the metric of its
+// connections counts it).
+func forwardAgentChannel(t *testing.T, transport string) {
 	rn := newMeshRunner(t)
 	a, b, _ := twoRegions(t, rn, live)
-	c := dialWS(t, b.url, "alice")
+	var c msgConn
+	if transport == transportWebTransport {
+		c = dialWT(t, serveWT(t, b), "alice")
+	} else {
+		c = dialWS(t, b.url, "alice")
+	}
 	for i, content := range []string{"hello", "again"} {
 		say(t, c, content)
 		_, data, err := c.Read(testCtx(t))
@@ -318,6 +327,9 @@ func TestForwardAgentChannel(t *testing.T) {
 	}
 	if got := metric(t, a.reg, "warren_edge_forwarded_served_total", "kind", "ws", "peer", "b", "outcome", "ok"); got != 1 {
 		t.Fatalf("a's warren_edge_forwarded_served_total{ws,b,ok} = %v, want 1", got)
+	}
+	if got := metric(t, b.reg, "warren_edge_connections_total", "transport", transport); got != 1 {
+		t.Fatalf("b's warren_edge_connections_total{%s} = %v, want 1", transport, got)
 	}
 
 	say(t, c, "close")

@@ -16,9 +16,9 @@ import (
 	regionsqlite "github.com/warren-mesh/warren/internal/regions/sqlite"
 )
 
-// GET /v1/regions lists every region with announced edges and its health, this edge's region always
-// included, and is refused with unavailable when the directory cannot be read.
-func TestRegions(t *testing.T) {
+// regionsFixture is a ledger and a region directory in a test's temporary directory.
+func regionsFixture(t *testing.T) (*billingsqlite.Ledger, *regionsqlite.Directory) {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	ledger, err := billingsqlite.New(ctx, billingsqlite.Config{Path: filepath.Join(dir, "ledger.db")})
@@ -30,6 +30,15 @@ func TestRegions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
+	return ledger, d
+}
+
+// GET /v1/regions lists every region with announced edges and its health, this edge's region always
+// included, and is refused with unavailable when the directory cannot be read.
+func TestRegions(t *testing.T) {
+	ctx := context.Background()
+	ledger, d := regionsFixture(t)
 	get := func(cfg Config) (int, map[string]json.RawMessage) {
 		t.Helper()
 		cfg.Verifier, cfg.Sandboxes, cfg.Ledger, cfg.Metrics = grantVerifier{}, grantRunner{}, ledger, prometheus.NewRegistry()

@@ -5,12 +5,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +19,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/webtransport-go"
 
-	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/regions"
-	regionsqlite "github.com/warren-mesh/warren/internal/regions/sqlite"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/internal/wtconn"
 )
@@ -68,51 +64,11 @@ func dialWT(t *testing.T, url, user string) *wtconn.Conn {
 	return c
 }
 
-func sayWT(t *testing.T, c *wtconn.Conn, content string) {
-	t.Helper()
-	msg := fmt.Sprintf(`{"type":"user","message":{"role":"user","content":%q}}`, content)
-	if err := c.Write(testCtx(t), websocket.MessageText, []byte(msg)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A WebTransport client whose user another region holds is forwarded over the mesh exactly as a WebSocket
-// client is: messages both ways, b's one session lease, the runner's close code and reason as the
-// session's error code and reason; the connection is counted under transport="webtransport".
+// client is (TestForwardAgentChannel): messages both ways, b's one session lease, the runner's close code
+// and reason as the session's error code and reason.
 func TestForwardAgentChannelOverWebTransport(t *testing.T) {
-	rn := newMeshRunner(t)
-	a, b, _ := twoRegions(t, rn, live)
-	c := dialWT(t, serveWT(t, b), "alice")
-	for i, content := range []string{"hello", "again"} {
-		sayWT(t, c, content)
-		_, data, err := c.Read(testCtx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := fmt.Sprintf(`{"type":"echo","seq":%d,"content":%q}`, i+1, content); string(data) != want {
-			t.Fatalf("client read %s, want %s", data, want)
-		}
-	}
-	ctx := context.Background()
-	if n, _, err := b.ledger.Sessions().Count(ctx, "acme", "alice"); err != nil || n != 1 {
-		t.Fatalf("b holds %d session leases (%v), want 1", n, err)
-	}
-	if got := metric(t, b.reg, "warren_edge_forwarded_total", "kind", "ws", "region", "a", "outcome", "ok"); got != 1 {
-		t.Fatalf("b's warren_edge_forwarded_total{ws,a,ok} = %v, want 1", got)
-	}
-	if got := metric(t, b.reg, "warren_edge_connections_total", "transport", "webtransport"); got != 1 {
-		t.Fatalf("b's warren_edge_connections_total{webtransport} = %v, want 1", got)
-	}
-	if n := a.verifier.calls.Load(); n != 0 {
-		t.Fatalf("a verified %d tokens, want none", n)
-	}
-
-	sayWT(t, c, "close")
-	_, _, err := c.Read(testCtx(t))
-	var ce websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != 4409 || ce.Reason != `{"code":"conflict","message":"closed by the runner"}` {
-		t.Fatalf("client read %v, want the runner's close 4409 and its reason", err)
-	}
+	forwardAgentChannel(t, transportWebTransport)
 }
 
 // Over WebTransport, a refused token is an error message then the session closed with 4401, and a frame
@@ -139,7 +95,7 @@ func TestWebTransportRefusals(t *testing.T) {
 	}
 
 	bad := dialWT(t, url, "")
-	sayWT(t, bad, "hi") // the stream reaches the edge with its first bytes
+	say(t, bad, "hi") // the stream reaches the edge with its first bytes
 	expectClose(bad, wire.Unauthenticated)
 
 	big := dialWT(t, url, "alice")
@@ -178,17 +134,7 @@ func TestWebTransportRefusals(t *testing.T) {
 // certificates of their own); a production certificate has no hash.
 func TestRegionsListWebTransport(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	ledger, err := billingsqlite.New(ctx, billingsqlite.Config{Path: filepath.Join(dir, "ledger.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ledger.Close() })
-	d, err := regionsqlite.New(ctx, regionsqlite.Config{Path: filepath.Join(dir, "placements.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	ledger, d := regionsFixture(t)
 	if err := d.Announce(ctx, regions.Edge{Region: "us", ID: "1", URL: "https://us.example.com", WebTransport: "https://us.example.com/wt"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}

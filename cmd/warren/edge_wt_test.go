@@ -2,8 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"log/slog"
 	"net"
 	"os"
@@ -13,26 +11,19 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/testenv"
 )
 
-// writeCert writes a fresh certificate and key as PEM files with modification time mod.
-func writeCert(t *testing.T, certPath, keyPath string, mod time.Time) []byte {
+// writeCert writes a fresh certificate and key as PEM files (cert and key paths in dir) with modification
+// time mod.
+func writeCert(t *testing.T, dir string, mod time.Time) []byte {
 	t.Helper()
 	c, err := (&edge.SelfSigned{Hosts: []string{"127.0.0.1"}}).GetCertificate(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{certPath, keyPath} {
+	cp, kp := testenv.WriteKeyPair(t, dir, "wt", c)
+	for _, p := range []string{cp, kp} {
 		if err := os.Chtimes(p, mod, mod); err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +38,7 @@ func TestEdgeWTCertificateReload(t *testing.T) {
 	dir := t.TempDir()
 	cp, kp := filepath.Join(dir, "wt.crt"), filepath.Join(dir, "wt.key")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	first := writeCert(t, cp, kp, t0)
+	first := writeCert(t, dir, t0)
 
 	if _, _, err := (&wtFlags{cert: cp}).open(nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "-wt-key") {
 		t.Fatalf("-wt-cert without -wt-key: %v", err)
@@ -78,7 +69,7 @@ func TestEdgeWTCertificateReload(t *testing.T) {
 		}
 		return c.Certificate[0]
 	}
-	second := writeCert(t, cp, kp, t0.Add(time.Hour))
+	second := writeCert(t, dir, t0.Add(time.Hour))
 	if string(served()) != string(first) {
 		t.Fatal("the files were read again before 30 s")
 	}

@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,18 +103,7 @@ func writeWTCert(t *testing.T, tp *topology) (certPath, keyPath string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certPath, keyPath = filepath.Join(dir, "wt.crt"), filepath.Join(dir, "wt.key")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	certPath, keyPath = testenv.WriteKeyPair(t, t.TempDir(), "wt", c)
 	tp.wtRoots = x509.NewCertPool()
 	tp.wtRoots.AddCert(c.Leaf)
 	return certPath, keyPath
