@@ -13,7 +13,8 @@ import (
 // user's quota) are reused for the same user's next requests (Config.AdmissionCacheTTL).
 const DefaultAdmissionCacheTTL = time.Second
 
-// maxAdmissionCache bounds the cached reads: one entry per user seen within the TTL.
+// maxAdmissionCache bounds the cached reads: one entry per user seen within the TTL, half of it per
+// generation.
 const maxAdmissionCache = 100_000
 
 // admissionReads are what admission reads from the stores for one user: the issuer's and the user's quota
@@ -34,11 +35,13 @@ type cachedReads struct {
 // admissionCache keeps a user's quotas for a short time so that a burst of sandbox API requests (exec,
 // files) reads them once. The usage is never kept: a spent budget refuses the next request, so a sandbox
 // stopped for its budget is not started again by a request admitted on an old read. Agent channels read
-// the quotas afresh too. Errors are never kept. Safe for concurrent use.
+// the quotas afresh too. Errors are never kept. Two generations, swapped every TTL, make every operation
+// O(1): an entry lives at most two TTLs in the maps, and is served only within one. Safe for concurrent use.
 type admissionCache struct {
-	ttl time.Duration // <= 0: off
-	mu  sync.Mutex
-	m   map[admissionKey]cachedReads
+	ttl       time.Duration // <= 0: off
+	mu        sync.Mutex
+	cur, prev map[admissionKey]cachedReads
+	swapAt    time.Time // when cur becomes prev
 }
 
 func (c *admissionCache) get(k admissionKey, now time.Time) (admissionReads, bool) {
@@ -47,7 +50,11 @@ func (c *admissionCache) get(k admissionKey, now time.Time) (admissionReads, boo
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.m[k]
+	c.rotate(now)
+	r, ok := c.cur[k]
+	if !ok {
+		r, ok = c.prev[k]
+	}
 	if !ok || !now.Before(r.until) {
 		return admissionReads{}, false
 	}
@@ -60,20 +67,27 @@ func (c *admissionCache) put(k admissionKey, r admissionReads, now time.Time) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[admissionKey]cachedReads)
+	c.rotate(now)
+	if c.cur == nil {
+		c.cur = make(map[admissionKey]cachedReads)
 	}
-	if len(c.m) >= maxAdmissionCache {
-		for k, v := range c.m {
-			if !now.Before(v.until) {
-				delete(c.m, k)
-			}
-		}
-		if len(c.m) >= maxAdmissionCache {
-			clear(c.m) // all fresh: as many users within one TTL as the bound; they read again
-		}
+	if len(c.cur) >= maxAdmissionCache/2 {
+		return // as many users within one TTL as the bound: the others read every time
 	}
-	c.m[k] = cachedReads{admissionReads: r, until: now.Add(c.ttl)}
+	c.cur[k] = cachedReads{admissionReads: r, until: now.Add(c.ttl)}
+}
+
+// rotate drops the older generation once a TTL has passed since the last swap (two TTLs: both).
+func (c *admissionCache) rotate(now time.Time) {
+	switch {
+	case now.Before(c.swapAt):
+	case now.Before(c.swapAt.Add(c.ttl)):
+		c.prev, c.cur = c.cur, nil
+		c.swapAt = now.Add(c.ttl)
+	default:
+		c.prev, c.cur = nil, nil
+		c.swapAt = now.Add(c.ttl)
+	}
 }
 
 // readAdmission reads what admits acct's user: the quotas from the cache for a sandbox API request (cached

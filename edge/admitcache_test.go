@@ -129,3 +129,34 @@ func TestAdmissionReadsCached(t *testing.T) {
 		t.Fatalf("AdmissionCacheTTL < 0: %v read, %v cached; want 3 and 0", r, c)
 	}
 }
+
+// The cache stays O(1) when full: a put at capacity neither sweeps nor evicts; entries age out a generation
+// at a time, and an entry older than the TTL is never served, whichever generation holds it.
+func TestAdmissionCacheBounded(t *testing.T) {
+	c := admissionCache{ttl: time.Second}
+	now := time.Unix(1000, 0)
+	for i := range maxAdmissionCache {
+		c.put(admissionKey{"iss", fmt.Sprint("u", i)}, admissionReads{}, now)
+	}
+	if n := len(c.cur) + len(c.prev); n != maxAdmissionCache/2 {
+		t.Fatalf("%d entries kept, want the bound of one generation, %d", n, maxAdmissionCache/2)
+	}
+	if _, ok := c.get(admissionKey{"iss", "u0"}, now.Add(999*time.Millisecond)); !ok {
+		t.Fatal("an entry within its TTL was not served")
+	}
+	if _, ok := c.get(admissionKey{"iss", fmt.Sprint("u", maxAdmissionCache-1)}, now); ok {
+		t.Fatal("an entry put beyond the bound was kept")
+	}
+	later := now.Add(1500 * time.Millisecond) // u0 now sits in the older generation, expired
+	c.put(admissionKey{"iss", "new"}, admissionReads{}, later)
+	if _, ok := c.get(admissionKey{"iss", "u0"}, later); ok {
+		t.Fatal("an entry older than the TTL was served")
+	}
+	if _, ok := c.get(admissionKey{"iss", "new"}, later); !ok {
+		t.Fatal("a fresh entry after a swap was not served")
+	}
+	c.get(admissionKey{"iss", "x"}, later.Add(3*time.Second))
+	if len(c.cur)+len(c.prev) != 0 {
+		t.Fatalf("two TTLs without use left %d entries", len(c.cur)+len(c.prev))
+	}
+}
