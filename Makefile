@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck terraform jwt-libs clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck terraform jwt-libs sdk-js clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -57,7 +57,7 @@ fmt: ## gofmt every Go file
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
-tools: bwrap claude-code postgres servers staticcheck terraform jwt-libs ## install what the tests need (idempotent; cache under ~/.cache/warren/tools)
+tools: bwrap claude-code postgres servers staticcheck terraform jwt-libs sdk-js ## install what the tests need (idempotent; cache under ~/.cache/warren/tools, the TypeScript SDK's npm packages in sdk/js/node_modules)
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(TOOLS_DIR)/bin/staticcheck
@@ -113,6 +113,13 @@ jwt-libs: ## install JWT libraries of other languages for the token interop test
 	@/usr/bin/python3 -c 'import jwt' 2>/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-jwt; }
 	@echo "PyJWT: $$(/usr/bin/python3 -c 'import jwt; print(jwt.__version__)')"
 
+# The TypeScript SDK's npm packages (typescript, ws and their types, pinned by sdk/js/package-lock.json) go
+# into sdk/js/node_modules (gitignored); internal/devstack's TestTypeScriptSDK builds it and runs its tests.
+sdk-js: ## install the TypeScript SDK's npm packages (sdk/js/package-lock.json) and build it into sdk/js/dist
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq npm; }
+	@cd sdk/js && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; } && \
+	  node node_modules/typescript/bin/tsc -p . && echo "sdk/js: built with TypeScript $$(node -p "require('./node_modules/typescript/package.json').version")"
+
 postgres: ## install PostgreSQL (the CockroachDB wire stand-in for tests) from Debian if missing
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
@@ -127,4 +134,4 @@ bwrap: ## install the sandbox's parts from Debian if missing: bubblewrap, pasta 
 	@command -v bwrap >/dev/null && echo "bubblewrap: $$(bwrap --version), pasta: $$(command -v pasta)"
 
 clean: ## remove build outputs (not the data dir)
-	rm -rf bin
+	rm -rf bin sdk/js/dist

@@ -1,0 +1,57 @@
+package devstack_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/secrets"
+)
+
+// sdkJSDir is the TypeScript SDK (sdk/js), from this package's directory.
+const sdkJSDir = "../../sdk/js"
+
+// TestTypeScriptSDK builds the TypeScript SDK and runs its tests with node's test runner against a dev stack
+// with the real Claude Code CLI and the scripted model: sessions, one-shot prompts, reconnects with
+// lastSeq, interrupts, client tools, the sandbox API, typed errors and the SDK's own tokens, which the
+// edge verifies (the tests mint every token they use with the dev issuer's secret).
+func TestTypeScriptSDK(t *testing.T) {
+	tsc := filepath.Join(sdkJSDir, "node_modules", "typescript", "bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		t.Fatalf("the TypeScript SDK's npm packages are not installed (%v): run make sdk-js (part of make tools)", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found: run make tools (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", ".")
+	build.Dir = sdkJSDir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("tsc: %v\n%s", err, out)
+	}
+
+	st := agentStack(t, agentOpts{})
+	if st.DevKey.Form != secrets.FormText {
+		t.Fatalf("the dev issuer's key is %v, want a text secret", st.DevKey)
+	}
+	run := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "dist/test/")
+	run.Dir = sdkJSDir
+	run.Env = append(os.Environ(),
+		"WARREN_URL="+st.URL(),
+		"WARREN_ISSUER="+devstack.DevIssuer,
+		"WARREN_SECRET="+st.DevKey.Given(),
+		"WARREN_KID="+st.DevKey.ID,
+		"NO_COLOR=1",
+	)
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	t.Logf("node --test:\n%s", out)
+}

@@ -1,0 +1,115 @@
+// Client tools (docs/PROTOCOL.md#host-tools): tools the application executes itself, which the agent in
+// the sandbox calls as MCP tools named mcp__<server>__<tool>.
+
+import { WarrenError } from "./errors.js";
+
+/** An MCP content block of a tool result: text, image, audio, resource or resource_link. */
+export type ToolContent =
+  | { type: "text"; text: string }
+  | { type: "image" | "audio"; data: string; mimeType: string }
+  | { type: "resource"; resource: Record<string, unknown> }
+  | { type: "resource_link"; uri: string; name: string; [k: string]: unknown };
+
+/** What a client tool answers. At most 1 MiB encoded (wire.MaxToolResultBytes). */
+export interface ToolResult {
+  content: ToolContent[];
+  isError?: boolean;
+  structuredContent?: Record<string, unknown>;
+}
+
+/** The largest tool result the runner takes. */
+export const maxToolResultBytes = 1 << 20;
+
+/** What a handler learns about the call besides its input. */
+export interface ToolCallContext {
+  callId: string;
+  toolName: string;
+  toolUseId?: string;
+  timeoutMs?: number;
+}
+
+/**
+ * A tool handler. Its input is what the model wrote (a JSON object): untrusted, validate it. A thrown
+ * error becomes an error result carrying its message; a string is a text result.
+ */
+export type ToolHandler = (input: Record<string, unknown>, call: ToolCallContext) => ToolResult | string | Promise<ToolResult | string>;
+
+/** One client tool. */
+export interface Tool {
+  /** [a-zA-Z0-9_-], at most 64 characters. */
+  name: string;
+  description?: string;
+  /** The JSON Schema of the input; absent: any object. */
+  inputSchema?: Record<string, unknown>;
+  /** How long the runner waits for the answer, 1000 to 1800000 ms (absent: 5 minutes). */
+  timeoutMs?: number;
+  handler: ToolHandler;
+}
+
+const nameRe = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** A group of client tools under one MCP server name. */
+export class ToolServer {
+  constructor(
+    readonly name: string,
+    readonly tools: Tool[],
+    readonly version?: string,
+  ) {
+    if (!nameRe.test(name)) throw new WarrenError("invalid_argument", `tool server name ${JSON.stringify(name.slice(0, 64))}: want 1 to 64 of [a-zA-Z0-9_-]`);
+    for (const t of tools) {
+      if (!nameRe.test(t.name)) throw new WarrenError("invalid_argument", `tool name ${JSON.stringify(String(t.name).slice(0, 64))}: want 1 to 64 of [a-zA-Z0-9_-]`);
+    }
+  }
+
+  /** The server's entry for the session options' mcpServers. */
+  mcpServer(): Record<string, unknown> {
+    return {
+      name: this.name,
+      ...(this.version ? { version: this.version } : {}),
+      type: "client",
+      tools: this.tools.map((t) => ({
+        name: t.name,
+        ...(t.description !== undefined ? { description: t.description } : {}),
+        ...(t.inputSchema !== undefined ? { inputSchema: t.inputSchema } : {}),
+        ...(t.timeoutMs !== undefined ? { timeoutMs: t.timeoutMs } : {}),
+      })),
+    };
+  }
+
+  /** The tool the agent called by its full name (mcp__<server>__<tool>). */
+  lookup(toolName: string): Tool | undefined {
+    const prefix = `mcp__${this.name}__`;
+    if (!toolName.startsWith(prefix)) return undefined;
+    const rest = toolName.slice(prefix.length);
+    return this.tools.find((t) => t.name === rest);
+  }
+}
+
+/** A result of one text block. */
+export function textResult(text: string): ToolResult {
+  return { content: [{ type: "text", text }] };
+}
+
+/** A failed call's result, saying why. */
+export function errorResult(message: string): ToolResult {
+  return { content: [{ type: "text", text: message }], isError: true };
+}
+
+/** Runs tool's handler on a call: its result, or an error result when it throws or answers too much. */
+export async function runTool(tool: Tool, input: Record<string, unknown>, call: ToolCallContext): Promise<ToolResult> {
+  let res: ToolResult;
+  try {
+    const r = await tool.handler(input, call);
+    res = typeof r === "string" ? textResult(r) : r;
+    if (typeof res !== "object" || res === null || !Array.isArray(res.content)) {
+      return errorResult(`tool ${tool.name}: the handler answered no content`);
+    }
+  } catch (e) {
+    return errorResult(e instanceof Error ? e.message : String(e));
+  }
+  const size = new TextEncoder().encode(JSON.stringify(res)).length;
+  if (size > maxToolResultBytes) {
+    return errorResult(`tool ${tool.name}: result of ${size} bytes exceeds the ${maxToolResultBytes} byte limit`);
+  }
+  return res;
+}

@@ -1,0 +1,267 @@
+// End-to-end tests against a real Warren dev stack (the real Claude Code CLI in real sandboxes, a scripted
+// model). internal/devstack's TestTypeScriptSDK starts the stack and runs these with its URL and the dev
+// issuer's secret in the environment; every token here is minted by this SDK, so every test also proves
+// that the edge verifies the SDK's tokens.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  Client,
+  type ServerMessage,
+  Session,
+  SessionClosedError,
+  ToolServer,
+  WarrenError,
+  isResult,
+  readyData,
+  sessionState,
+  textOf,
+  toolCall,
+} from "../src/index.js";
+import { mintToken } from "../src/token.js";
+
+function env(name: string): string {
+  const v = process.env[name];
+  if (!v) {
+    throw new Error(`${name} is not set: these tests run from Go against a dev stack: go test ./internal/devstack -run TestTypeScriptSDK (make test)`);
+  }
+  return v;
+}
+
+const url = env("WARREN_URL");
+const issuer = env("WARREN_ISSUER");
+const secret = env("WARREN_SECRET");
+const kid = env("WARREN_KID");
+
+function client(user: string): Client {
+  const token = mintToken(secret, { iss: issuer, sub: user, budget: { ai: 5_000_000, compute: 3600, window: "lifetime" } }, { kid });
+  return new Client(url, token);
+}
+
+// Reads s until the turn's result; every message is passed to each.
+async function untilResult(s: Session, each?: (m: ServerMessage) => void): Promise<ServerMessage[]> {
+  const out: ServerMessage[] = [];
+  for await (const m of s) {
+    out.push(m);
+    each?.(m);
+    if (m.type === "error") throw new Error(`error message: ${JSON.stringify(m)}`);
+    if (isResult(m)) return out;
+  }
+  throw new Error(`the session ended after ${out.length} messages without a result`);
+}
+
+function assertIncreasing(msgs: ServerMessage[], after = 0): void {
+  let last = after;
+  for (const m of msgs) {
+    if (m.seq === undefined) continue;
+    assert.ok(m.seq > last, `seq ${m.seq} after ${last}: lost or duplicated order in ${msgs.map((x) => x.seq).join(",")}`);
+    last = m.seq;
+  }
+}
+
+test("the issuer secret is a text secret", () => {
+  assert.match(secret, /^wsk_[A-Za-z0-9]{43,}$/);
+});
+
+test("a turn streams assistant, stream_event and a result with Warren's cost", async () => {
+  const s = await client("js-turn").connect({ options: { includePartialMessages: true } });
+  try {
+    assert.ok(s.id);
+    assert.match(s.notice, /scripted/);
+    const msgs: ServerMessage[] = [];
+    for await (const m of s.prompt("hello there")) msgs.push(m);
+    assert.ok(readyData(msgs[0]!) || sessionState(msgs[0]!), "the handshake comes first");
+    assert.ok(msgs.some((m) => m.type === "system"));
+    assert.ok(msgs.some((m) => m.type === "stream_event"), "no stream_event with includePartialMessages");
+    const a = msgs.find((m) => m.type === "assistant");
+    assert.ok(a && textOf(a).includes("You said: hello there"), `assistant: ${JSON.stringify(a)}`);
+    const r = msgs.at(-1)!;
+    assert.ok(isResult(r));
+    assert.equal(r.is_error, false);
+    assert.ok(r.cost && r.cost.ai_microdollars > 0, `cost: ${JSON.stringify(r.cost)}`);
+    assert.equal(r.total_cost_usd, r.cost.ai_microdollars / 1e6);
+    assertIncreasing(msgs);
+  } finally {
+    await s.close();
+  }
+});
+
+test("one-shot query yields the turn and closes the session", async () => {
+  const msgs: ServerMessage[] = [];
+  for await (const m of client("js-query").query("one shot")) msgs.push(m);
+  const r = msgs.at(-1)!;
+  assert.ok(isResult(r) && r.result?.includes("one shot"), JSON.stringify(r));
+});
+
+test("a dropped connection reconnects with lastSeq: nothing lost or duplicated", async () => {
+  const c = client("js-resume");
+  // Automatic: the SDK resumes the turn on a new connection.
+  const a = await c.connect({ reconnect: { minBackoffMs: 10 } });
+  try {
+    const handshake = a.lastSeq;
+    await a.send("run sleep 1; echo resumed-output");
+    let dropped = false;
+    const msgs = await untilResult(a, (m) => {
+      if (!dropped && m.type === "assistant") {
+        dropped = true;
+        a.dropConnection();
+      }
+    });
+    assert.ok(dropped);
+    assert.equal(a.reconnects, 1);
+    assertIncreasing(msgs, handshake);
+    assert.ok(msgs.some((m) => m.type === "user" && JSON.stringify(m).includes("resumed-output")), "the command's output was lost");
+    assert.equal(msgs.filter(isResult).length, 1);
+  } finally {
+    await a.close();
+  }
+
+  // By hand: without reconnect the loss is a typed error; resume(id, lastSeq) picks the stream up.
+  const b = await c.connect({ reconnect: false });
+  await b.send("run sleep 1; echo manual-output");
+  const before: ServerMessage[] = [];
+  await assert.rejects(
+    (async () => {
+      for await (const m of b) {
+        before.push(m);
+        if (m.type === "assistant") b.dropConnection();
+      }
+    })(),
+    (e: unknown) => e instanceof WarrenError && e.code === "unavailable" && e.closeCode === 1006,
+  );
+  const r = await c.resume(b.id, b.lastSeq, { reconnect: false });
+  try {
+    const after = await untilResult(r);
+    assertIncreasing([...before, ...after]);
+    assert.ok(after.some((m) => JSON.stringify(m).includes("manual-output")));
+  } finally {
+    await r.close();
+  }
+});
+
+test("interrupt ends the running turn and the session goes on", async () => {
+  const s = await client("js-interrupt").connect();
+  try {
+    let interrupted = false;
+    const msgs: ServerMessage[] = [];
+    for await (const m of s.prompt("run sleep 120")) {
+      msgs.push(m);
+      if (!interrupted && m.type === "assistant") {
+        interrupted = true;
+        await s.interrupt();
+      }
+    }
+    assert.ok(interrupted);
+    const end = msgs.at(-1)!;
+    assert.ok(isResult(end) || sessionState(end) === "ready", `turn ended with ${JSON.stringify(end)}`);
+    const next: ServerMessage[] = [];
+    for await (const m of s.prompt("still here")) next.push(m);
+    const r = next.at(-1)!;
+    assert.ok(
+      isResult(r) && !r.is_error && next.some((m) => m.type === "assistant"),
+      `after the interrupt: ${next.map((m) => m.type + (sessionState(m) ? ":" + sessionState(m) : "")).join(" ")}`,
+    );
+  } finally {
+    await s.close();
+  }
+});
+
+test("a client tool is answered by its handler", async () => {
+  const calls: unknown[] = [];
+  const app = new ToolServer("app", [
+    {
+      name: "lookup",
+      description: "Looks a word up",
+      inputSchema: { type: "object", properties: { q: { type: "string" } }, required: ["q"] },
+      handler: (input) => {
+        calls.push(input.q);
+        return `JS-TOOL-ANSWER:${String(input.q)}`;
+      },
+    },
+  ]);
+  const s = await client("js-tools").connect({ tools: [app] });
+  try {
+    const msgs: ServerMessage[] = [];
+    for await (const m of s.prompt('call mcp__app__lookup {"q":"alpha"}')) msgs.push(m);
+    assert.deepEqual(calls, ["alpha"]);
+    const call = msgs.map(toolCall).find((c) => c);
+    assert.equal(call?.toolName, "mcp__app__lookup");
+    assert.ok(msgs.some((m) => sessionState(m) === "waiting_tool"));
+    // The CLI's user event carries the handler's answer as the tool's result.
+    assert.ok(msgs.some((m) => m.type === "user" && JSON.stringify(m).includes("JS-TOOL-ANSWER:alpha")), "the answer did not reach the agent");
+    const r = msgs.at(-1)!;
+    assert.ok(isResult(r) && !r.is_error);
+  } finally {
+    await s.close();
+  }
+});
+
+test("fork and continue open new sessions from a transcript", async () => {
+  const c = client("js-fork");
+  const s = await c.connect();
+  for await (const m of s.prompt("remember the word kiwi")) void m;
+  await s.close();
+  const f = await c.fork(s.id);
+  try {
+    assert.ok(f.id && f.id !== s.id, `fork id ${f.id}`);
+    for await (const m of f.prompt("and in the fork")) void m;
+  } finally {
+    await f.close();
+  }
+  const k = await c.continue();
+  try {
+    assert.ok(k.id);
+  } finally {
+    await k.close();
+  }
+});
+
+test("close stops the session cleanly: the stream ends, sends fail typed", async () => {
+  const s = await client("js-close").connect();
+  await s.ping();
+  await s.close();
+  await s.close(); // again: nothing
+  for await (const m of s) void m; // drains what was queued, then ends without an error
+  assert.equal(s.error, undefined);
+  await assert.rejects(s.send("late"), SessionClosedError);
+});
+
+test("exec, streamed exec and files with the same token", async () => {
+  const sb = client("js-sandbox").sandbox;
+  const res = await sb.exec({ command: "echo hi > f && cat f" });
+  assert.equal(res.stdout, "hi\n");
+  assert.equal(res.exitCode, 0);
+  const evs = [];
+  for await (const ev of sb.execStream({ command: "echo one; echo two >&2; exit 3" })) evs.push(ev);
+  assert.deepEqual(evs.filter((e) => e.type !== "exit").map((e) => ("data" in e ? e.type + ":" + e.data : "")).sort(), ["stderr:two\n", "stdout:one\n"]);
+  const exit = evs.at(-1)!;
+  assert.ok(exit.type === "exit" && exit.result.exitCode === 3);
+  assert.deepEqual(await sb.writeFile("dir/a.txt", "content"), { path: "dir/a.txt", size: 7 });
+  assert.equal(await sb.readText("dir/a.txt"), "content");
+  assert.deepEqual((await sb.list("dir")).map((e) => e.name), ["a.txt"]);
+  await assert.rejects(sb.remove("dir"), (e: unknown) => e instanceof WarrenError && e.code === "conflict" && e.status === 409);
+  await sb.remove("dir", { recursive: true });
+  await assert.rejects(sb.readFile("dir/a.txt"), (e: unknown) => e instanceof WarrenError && e.code === "not_found");
+  await assert.rejects(sb.readFile("../etc/passwd"), (e: unknown) => e instanceof WarrenError && e.code === "permission_denied");
+});
+
+test("a bad token is a typed unauthenticated error on the channel and over REST", async () => {
+  const forged = mintToken("wsk_" + "x".repeat(43), { iss: issuer, sub: "js-bad" }, { kid });
+  const c = new Client(url, forged);
+  await assert.rejects(c.connect(), (e: unknown) => e instanceof WarrenError && e.code === "unauthenticated" && e.closeCode === 4401);
+  await assert.rejects(c.sandbox.exec({ command: "true" }), (e: unknown) => e instanceof WarrenError && e.code === "unauthenticated" && e.status === 401);
+  const expired = mintToken(secret, { iss: issuer, sub: "js-bad", exp: Math.floor(Date.now() / 1000) - 3600 }, { kid });
+  await assert.rejects(new Client(url, expired).connect(), (e: unknown) => e instanceof WarrenError && e.code === "unauthenticated");
+});
+
+test("regions: the edge lists its region, and nearest picks it", async () => {
+  const c = client("js-regions");
+  const r = await c.regions();
+  assert.ok(r.regions.some((g) => g.name === r.region));
+  const { client: near, probes } = await Client.nearest(url, c.token, { probes: 2 });
+  assert.equal(probes.length, r.regions.length);
+  assert.ok(near.url);
+  const s = await near.connect();
+  await s.close();
+});
