@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export GOPROXY ?= https://proxy.golang.org
 
-.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck terraform jwt-libs sdk-js clean
+.PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck terraform jwt-libs sdk-js chromium clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -57,7 +57,7 @@ fmt: ## gofmt every Go file
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^const ClaudeCodeVersion = "\(.*\)"/\1/p' internal/tools/tools.go)
 CLAUDE_CLI := $(TOOLS_DIR)/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
-tools: bwrap claude-code postgres servers staticcheck terraform jwt-libs sdk-js ## install what the tests need (idempotent; cache under ~/.cache/warren/tools, the TypeScript SDK's npm packages in sdk/js/node_modules)
+tools: bwrap claude-code postgres servers staticcheck terraform jwt-libs sdk-js chromium ## install what the tests need (idempotent; cache under ~/.cache/warren/tools, the TypeScript SDK's npm packages in sdk/js/node_modules)
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(TOOLS_DIR)/bin/staticcheck
@@ -119,6 +119,10 @@ sdk-js: ## install the TypeScript SDK's npm packages (sdk/js/package-lock.json) 
 	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq npm; }
 	@cd sdk/js && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; } && \
 	  node node_modules/typescript/bin/tsc -p . && echo "sdk/js: built with TypeScript $$(node -p "require('./node_modules/typescript/package.json').version")"
+
+chromium: ## install Chromium from Debian if missing (the TypeScript SDK's browser test drives it headless)
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	@chromium --version
 
 postgres: ## install PostgreSQL (the CockroachDB wire stand-in for tests) from Debian if missing
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \

@@ -18,7 +18,8 @@ const sdkJSDir = "../../sdk/js"
 // TestTypeScriptSDK builds the TypeScript SDK and runs its tests with node's test runner against a dev stack
 // with the real Claude Code CLI and the scripted model: sessions, one-shot prompts, reconnects with
 // lastSeq, interrupts, client tools, the sandbox API, typed errors and the SDK's own tokens, which the
-// edge verifies (the tests mint every token they use with the dev issuer's secret).
+// edge verifies (the tests mint every token they use with the dev issuer's secret); and the browser build in
+// headless Chromium over the browser's own WebSocket.
 func TestTypeScriptSDK(t *testing.T) {
 	tsc := filepath.Join(sdkJSDir, "node_modules", "typescript", "bin", "tsc")
 	if _, err := os.Stat(tsc); err != nil {
@@ -27,6 +28,10 @@ func TestTypeScriptSDK(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node not found: run make tools (%v)", err)
+	}
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium not found: run make tools (it installs Debian's chromium): %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -47,6 +52,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		"WARREN_ISSUER="+devstack.DevIssuer,
 		"WARREN_SECRET="+st.DevKey.Given(),
 		"WARREN_KID="+st.DevKey.ID,
+		"WARREN_CHROMIUM="+chromium,
 		"NO_COLOR=1",
 	)
 	out, err := run.CombinedOutput()

@@ -190,8 +190,9 @@ export class Session implements AsyncIterable<ServerMessage> {
       // Closed already: an edge that refuses the connection sends an error and closes at once; read why.
     }
     const from = this.recvSeq;
+    let fail: (() => void) | undefined;
     const abort = new Promise<never>((_, reject) => {
-      const fail = () => {
+      fail = () => {
         conn.abort();
         reject(new WarrenError("timeout", "waiting for the session to be ready: aborted", undefined, { cause: signal?.reason }));
       };
@@ -199,6 +200,15 @@ export class Session implements AsyncIterable<ServerMessage> {
       signal?.addEventListener("abort", fail, { once: true });
     });
     abort.catch(() => {});
+    try {
+      await this.awaitReady(conn, resumed, from, abort);
+    } finally {
+      signal?.removeEventListener("abort", fail!);
+    }
+  }
+
+  // Reads conn until control ready, queueing what comes before it (on a resume, only what was not received).
+  private async awaitReady(conn: Connection, resumed: boolean, from: number, abort: Promise<never>): Promise<void> {
     for (;;) {
       const text = await Promise.race([conn.receive(), abort]);
       if (text === undefined) {
@@ -418,10 +428,16 @@ export class Session implements AsyncIterable<ServerMessage> {
         return { value: undefined, done: true };
       }
       signal?.throwIfAborted();
-      await new Promise<void>((resolve, reject) => {
-        this.waiter = resolve;
-        signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
-      });
+      let onAbort: (() => void) | undefined;
+      try {
+        await new Promise<void>((resolve, reject) => {
+          this.waiter = resolve;
+          onAbort = () => reject(signal?.reason);
+          signal?.addEventListener("abort", onAbort, { once: true });
+        });
+      } finally {
+        if (onAbort) signal?.removeEventListener("abort", onAbort);
+      }
     }
   }
 
