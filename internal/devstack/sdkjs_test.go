@@ -16,10 +16,10 @@ import (
 const sdkJSDir = "../../sdk/js"
 
 // TestTypeScriptSDK builds the TypeScript SDK and runs its tests with node's test runner against a dev stack
-// with the real Claude Code CLI and the scripted model: sessions, one-shot prompts, reconnects with
-// lastSeq, interrupts, client tools, the sandbox API, typed errors and the SDK's own tokens, which the
-// edge verifies (the tests mint every token they use with the dev issuer's secret); and the browser build in
-// headless Chromium over the browser's own WebSocket.
+// with the real Claude Code CLI and the scripted model (and a second edge): sessions, one-shot prompts,
+// reconnects with lastSeq (through the same edge and another), interrupts, client tools, the sandbox API,
+// typed errors and the SDK's own tokens, which the edge verifies (the tests mint every token they use with
+// the dev issuer's secret); and the browser build in headless Chromium over the browser's own WebSocket.
 func TestTypeScriptSDK(t *testing.T) {
 	tsc := filepath.Join(sdkJSDir, "node_modules", "typescript", "bin", "tsc")
 	if _, err := os.Stat(tsc); err != nil {
@@ -42,6 +42,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 
 	st := agentStack(t, agentOpts{})
+	edge2 := startEdge(t, st, "js2")
 	if st.DevKey.Form != secrets.FormText {
 		t.Fatalf("the dev issuer's key is %v, want a text secret", st.DevKey)
 	}
@@ -53,6 +54,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		"WARREN_SECRET="+st.DevKey.Given(),
 		"WARREN_KID="+st.DevKey.ID,
 		"WARREN_CHROMIUM="+chromium,
+		"WARREN_EDGE2="+edge2.url,
 		"NO_COLOR=1",
 	)
 	out, err := run.CombinedOutput()

@@ -178,6 +178,11 @@ export class Session implements AsyncIterable<ServerMessage> {
     return this.handedSeq;
   }
 
+  /** The base URL of the edge the current connection goes through (it changes when a reconnect goes elsewhere). */
+  get edge(): string {
+    return this.edges[this.cur]!;
+  }
+
   /** The error that ended the session: undefined while it is open and after a normal close. */
   get error(): Error | undefined {
     return this.ended ? this.endError : undefined;

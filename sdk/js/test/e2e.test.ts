@@ -33,6 +33,7 @@ const url = env("WARREN_URL");
 const issuer = env("WARREN_ISSUER");
 const secret = env("WARREN_SECRET");
 const kid = env("WARREN_KID");
+const edge2 = env("WARREN_EDGE2"); // a second edge of the region
 
 function client(user: string): Client {
   const token = mintToken(secret, { iss: issuer, sub: user, budget: { ai: 5_000_000, compute: 3600, window: "lifetime" } }, { kid });
@@ -96,25 +97,41 @@ test("one-shot query yields the turn and closes the session", async () => {
 
 test("a dropped connection reconnects with lastSeq: nothing lost or duplicated", async () => {
   const c = client("js-resume");
-  // Automatic: the SDK resumes the turn on a new connection.
-  const a = await c.connect({ reconnect: { minBackoffMs: 10 } });
-  try {
-    const handshake = a.lastSeq;
-    await a.send("run sleep 1; echo resumed-output");
+  // Runs a command's turn on s, drops the connection at the first assistant message and checks that the
+  // stream goes on after one reconnect with every message once and in order, the command's output included.
+  const dropMidTurn = async (s: Session, output: string) => {
+    const handshake = s.lastSeq;
+    await s.send(`run sleep 1; echo ${output}`);
     let dropped = false;
-    const msgs = await untilResult(a, (m) => {
+    const msgs = await untilResult(s, (m) => {
       if (!dropped && m.type === "assistant") {
         dropped = true;
-        a.dropConnection();
+        s.dropConnection();
       }
     });
     assert.ok(dropped);
-    assert.equal(a.reconnects, 1);
+    assert.equal(s.reconnects, 1);
     assertIncreasing(msgs, handshake);
-    assert.ok(msgs.some((m) => m.type === "user" && JSON.stringify(m).includes("resumed-output")), "the command's output was lost");
+    assert.ok(msgs.some((m) => m.type === "user" && JSON.stringify(m).includes(output)), "the command's output was lost");
     assert.equal(msgs.filter(isResult).length, 1);
+  };
+
+  // Automatic: the SDK resumes the turn on a new connection.
+  const a = await c.connect({ reconnect: { minBackoffMs: 10 } });
+  try {
+    await dropMidTurn(a, "resumed-output");
   } finally {
     await a.close();
+  }
+
+  // Through another edge: the next of the list is tried first.
+  const e = await c.connect({ reconnect: { minBackoffMs: 10, edges: [edge2] } });
+  try {
+    assert.equal(e.edge, c.url);
+    await dropMidTurn(e, "other-edge-output");
+    assert.equal(e.edge, edge2);
+  } finally {
+    await e.close();
   }
 
   // By hand: without reconnect the loss is a typed error; resume(id, lastSeq) picks the stream up.
