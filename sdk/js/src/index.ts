@@ -9,3 +9,4 @@ export * from "./sse.js";
 export * from "./sandbox.js";
 export * from "./session.js";
 export * from "./client.js";
+export * from "./webtransport.js";

@@ -1,6 +1,8 @@
 // The SDK's browser build in headless Chromium (Debian's package): a page on another loopback origin loads
 // dist/src as ES modules, with no bundler and no ws, opens a session over the browser's own WebSocket
-// (token in ?token=), runs a turn, and meets a bad token as a typed error. Driven over the DevTools
+// and then over WebTransport (CONNECT /wt, the dev certificate pinned by the hash /v1/regions publishes;
+// token in ?token=), runs a turn on each, and meets a bad token as a typed error on each; AutoTransport picks
+// WebTransport, and the WebSocket when WebTransport does not connect. Driven over the DevTools
 // protocol with the ws package. Run by internal/devstack's TestTypeScriptSDK with WARREN_CHROMIUM set.
 
 import assert from "node:assert/strict";
@@ -27,23 +29,39 @@ const srcDir = join(dirname(fileURLToPath(import.meta.url)), "..", "src");
 
 const page = `<!doctype html><meta charset="utf-8"><title>warren sdk</title>
 <script type="module">
-import { Client, isResult, WarrenError } from "/sdk/index.js";
+import { AutoTransport, Client, isResult, WarrenError, WebTransportTransport, hasWebTransport } from "/sdk/index.js";
 const p = new URLSearchParams(location.search);
-window.__result = (async () => {
-  const c = new Client(p.get("url"), p.get("token"));
+async function run(transport) {
+  const c = new Client(p.get("url"), p.get("token"), { transport });
   const s = await c.connect({ options: { includePartialMessages: true } });
   const msgs = [];
   for await (const m of s.prompt("hello from the browser")) msgs.push(m);
   const rtt = await s.ping();
   await s.close();
   let bad;
-  try { await new Client(p.get("url"), p.get("bad")).connect(); } catch (e) {
+  try { await new Client(p.get("url"), p.get("bad"), { transport }).connect(); } catch (e) {
     bad = { warren: e instanceof WarrenError, code: e.code, closeCode: e.closeCode };
   }
   const r = msgs.at(-1);
-  return { types: msgs.map((m) => m.type), result: isResult(r) ? r.result : null, cost: r.cost, rtt, bad,
-    hasProcess: typeof process !== "undefined" };
-})().catch((e) => ({ error: String(e), code: e.code, stack: e.stack }));
+  return { types: msgs.map((m) => m.type), result: isResult(r) ? r.result : null, cost: r.cost, rtt, bad };
+}
+// AutoTransport: WebTransport when it connects; the WebSocket when it does not (a port nothing listens on).
+async function auto(endpoint) {
+  const t = new AutoTransport(endpoint, { timeoutMs: 2000 });
+  const s = await new Client(p.get("url"), p.get("token"), { transport: t }).connect();
+  await s.ping();
+  await s.close();
+  return t.last;
+}
+const wt = JSON.parse(p.get("wt"));
+window.__result = (async () => ({
+  hasProcess: typeof process !== "undefined",
+  hasWebTransport: hasWebTransport(),
+  websocket: await run(undefined),
+  webtransport: await run(new WebTransportTransport(wt)),
+  auto: await auto(wt),
+  autoFallback: await auto({ ...wt, url: "https://127.0.0.1:9/wt" }),
+}))().catch((e) => ({ error: String(e), code: e.code, closeCode: e.closeCode, stack: e.stack }));
 </script>`;
 
 // A static server for the page and the SDK's compiled modules.
@@ -117,7 +135,7 @@ async function launch(chromium: string, dir: string): Promise<{ proc: ChildProce
   return { proc, ws };
 }
 
-test("the browser build runs a session over the browser's WebSocket and gets typed errors", async () => {
+test("the browser build runs a session over the browser's WebSocket and over WebTransport, with typed errors", async () => {
   const chromium = env("WARREN_CHROMIUM");
   const url = env("WARREN_URL");
   const claims = { iss: env("WARREN_ISSUER"), sub: "js-browser", budget: { ai: 5_000_000, compute: 3600, window: "lifetime" as const } };
@@ -131,7 +149,16 @@ test("the browser build runs a session over the browser's WebSocket and gets typ
     const { targetId } = await cdp.send("Target.createTarget", { url: "about:blank" });
     const { sessionId } = await cdp.send("Target.attachToTarget", { targetId, flatten: true });
     await cdp.send("Runtime.enable", {}, sessionId);
-    const q = new URLSearchParams({ url, token, bad });
+    // The edge's WebTransport endpoint and its dev certificate's hash, as GET /v1/regions publishes them
+    // (the page, on another origin, cannot read that answer: the edge sends no CORS headers).
+    const regions = (await (await fetch(`${url}/v1/regions`, { headers: { Authorization: `Bearer ${token}` } })).json()) as {
+      region: string;
+      regions: { name: string; webtransport?: string; certificateHashes?: unknown[] }[];
+    };
+    const mine = regions.regions.find((g) => g.name === regions.region);
+    assert.ok(mine?.webtransport && mine.certificateHashes?.length, `regions: ${JSON.stringify(regions)}`);
+    const wt = JSON.stringify({ url: mine.webtransport, certificateHashes: mine.certificateHashes });
+    const q = new URLSearchParams({ url, token, bad, wt });
     await cdp.send("Page.navigate", { url: `${site.url}/?${q}` }, sessionId);
     // Wait for the module to have set __result, then for its promise.
     let out: any;
@@ -148,12 +175,21 @@ test("the browser build runs a session over the browser's WebSocket and gets typ
     }
     assert.ok(!out.error, `in the browser: ${JSON.stringify(out)}\nconsole:\n${cdp.console.join("\n")}`);
     assert.equal(out.hasProcess, false, "not a browser context");
-    assert.ok(out.types.includes("assistant") && out.types.includes("stream_event"), JSON.stringify(out.types));
-    assert.equal(out.types.at(-1), "result");
-    assert.match(out.result, /hello from the browser/);
-    assert.ok(out.cost.ai_microdollars > 0);
-    assert.ok(out.rtt >= 0);
-    assert.deepEqual(out.bad, { warren: true, code: "unauthenticated", closeCode: 4401 });
+    assert.equal(out.hasWebTransport, true);
+    assert.equal(out.auto, "webtransport");
+    assert.equal(out.autoFallback, "websocket");
+    for (const name of ["websocket", "webtransport"]) {
+      const t = out[name];
+      assert.ok(t.types.includes("assistant") && t.types.includes("stream_event"), `${name}: ${JSON.stringify(t.types)}`);
+      assert.equal(t.types.at(-1), "result", name);
+      assert.match(t.result, /hello from the browser/, name);
+      assert.ok(t.cost.ai_microdollars > 0, name);
+      assert.ok(t.rtt >= 0, name);
+      // The error message before the close always carries the code. Over WebTransport the session's close
+      // code (4401) is sometimes lost to the browser, which then reports the session dropped (1006).
+      assert.deepEqual({ ...t.bad, closeCode: undefined }, { warren: true, code: "unauthenticated", closeCode: undefined }, name);
+      assert.ok(t.bad.closeCode === 4401 || (name === "webtransport" && t.bad.closeCode === 1006), `${name}: close ${t.bad.closeCode}`);
+    }
   } finally {
     ws.close();
     if (proc.exitCode === null) {
