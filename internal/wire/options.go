@@ -136,9 +136,15 @@ type SessionOptions struct {
 	MCPServers MCPServerList `json:"mcpServers,omitempty"`
 	// Warren extensions.
 	LastSeq *int64 `json:"lastSeq,omitempty"`
-	Role    string `json:"role,omitempty"` // "host" for possession mode (docs/PROTOCOL.md#host-tools)
-	Root    string `json:"root,omitempty"`
+	// Role is RoleHost for a host connection (possession mode, docs/PROTOCOL.md#host-tools): its client
+	// tool servers are host tools, added to the session it attaches to.
+	Role string `json:"role,omitempty"`
+	// Root is the host's directory, as the host reports it (shown to the session's other clients).
+	Root string `json:"root,omitempty"`
 }
+
+// RoleHost is SessionOptions.Role of a host connection.
+const RoleHost = "host"
 
 // unsupportedOptions are Agent SDK options Warren refuses, with the reason given to the client.
 var unsupportedOptions = map[string]string{
@@ -383,6 +389,9 @@ func (o SessionOptions) Validate() error {
 	if err := validateMCPServers(o.MCPServers); err != nil {
 		return err
 	}
+	if err := o.validateRole(); err != nil {
+		return err
+	}
 	if o.PersistSession != nil && !*o.PersistSession {
 		return Errorf(InvalidArgument, "session option persistSession false is not supported: Warren keeps every session's transcript to resume it")
 	}
@@ -393,6 +402,28 @@ func (o SessionOptions) Validate() error {
 		if o.SessionID == "" {
 			return Errorf(InvalidArgument, "session option resumeSessionAt needs sessionId (the session to resume)")
 		}
+	}
+	return nil
+}
+
+// validateRole checks role and root: a host declares its tools (at least one client tool server) and
+// reports its root (at most 4096 bytes without control characters); root goes only with role host.
+func (o SessionOptions) validateRole() error {
+	switch o.Role {
+	case "":
+		if o.Root != "" {
+			return Errorf(InvalidArgument, "session option root goes with role %q", RoleHost)
+		}
+		return nil
+	case RoleHost:
+	default:
+		return Errorf(InvalidArgument, "session option role: %q is not %q", clip(o.Role), RoleHost)
+	}
+	if len(o.Root) > 4096 || strings.ContainsFunc(o.Root, isControl) {
+		return Errorf(InvalidArgument, "session option root must be at most 4096 bytes without control characters")
+	}
+	if !slices.ContainsFunc(o.MCPServers, func(s MCPServer) bool { return s.Kind() == MCPClient }) {
+		return Errorf(InvalidArgument, "session option role %q: a host declares its tools in mcpServers (a client tool server)", RoleHost)
 	}
 	return nil
 }

@@ -232,9 +232,6 @@ func (h *Hub) checkInit(m wire.ClientMessage) (wire.SessionOptions, error) {
 	if err != nil {
 		return opts, err
 	}
-	if opts.Role == "host" {
-		return opts, wire.Errorf(wire.Unavailable, "host tools are not supported by this runner yet")
-	}
 	return opts, nil
 }
 
@@ -255,7 +252,13 @@ func (h *Hub) check(ctx context.Context, opts wire.SessionOptions, meta any) (Ch
 			if opts.ResumeSessionAt != "" {
 				return Checked{}, wire.Errorf(wire.InvalidArgument, "session option resumeSessionAt: session %s is already open; it applies when a session is resumed or forked", opts.SessionID)
 			}
-			c.Options = s.opts
+			s.mu.Lock()
+			var err error
+			c.Options, err = s.withHostLocked(opts)
+			s.mu.Unlock()
+			if err != nil {
+				return Checked{}, err
+			}
 			c.Options.ResumeSessionAt = "" // applied when the session was opened
 		}
 	}
@@ -299,6 +302,15 @@ func (h *Hub) open(opts wire.SessionOptions, onDrop func()) (*conversation, *sub
 		s = newConversation(id, opts, h.cfg.History, h.cfg.HistoryBytes)
 		s.state = wire.StateInitializing
 		h.sessions[id] = s
+	} else if opts.Role == wire.RoleHost {
+		// A host attaching to an open session adds its tools (checked by check, and again here: another
+		// host may have attached meanwhile).
+		s.mu.Lock()
+		err := s.addHostLocked(opts)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	s.used = h.tick
 	return s, s.attach(opts.LastSeq, h.cfg.History+queueSlack, onDrop), nil

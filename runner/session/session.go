@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"slices"
 
 	"sync"
 
@@ -26,34 +27,96 @@ type subscriber struct {
 }
 
 // conversation is one session's state: its sequence counter, its recent history for replay, its attached
-// connections and its running turn. id, opts, maxHist and maxBytes are set before the conversation is
-// shared and never change; used is guarded by the hub's mu; mu guards every other field, and the meta of
-// the subscribers in subs.
+// connections and its running turn. id, maxHist and maxBytes are set before the conversation is shared
+// and never change; used is guarded by the hub's mu; mu guards every other field (opts changes when a host
+// adds its tools), and the meta of the subscribers in subs.
 type conversation struct {
 	id   string
 	opts wire.SessionOptions
 
-	mu         sync.Mutex
-	seq        int64
-	state      string
-	hist       []entry
-	histBytes  int
-	maxHist    int
-	maxBytes   int
-	subs       map[*subscriber]struct{}
-	turnCancel context.CancelFunc      // non-nil while a turn runs
-	queued     []queuedTurn            // prompts waiting for the running turn
-	pending    map[string]*pendingCall // client tool calls waiting for their tool_result
-	answered   []string                // ids of the last calls that ended, oldest first
-	used       uint64                  // hub tick of the last attach; guarded by the hub's mu
+	mu          sync.Mutex
+	seq         int64
+	state       string
+	hist        []entry
+	histBytes   int
+	maxHist     int
+	maxBytes    int
+	subs        map[*subscriber]struct{}
+	turnCancel  context.CancelFunc      // non-nil while a turn runs
+	queued      []queuedTurn            // prompts waiting for the running turn
+	pending     map[string]*pendingCall // client tool calls waiting for their tool_result
+	answered    []string                // ids of the last calls that ended, oldest first
+	hostServers map[string]bool         // names of the client tool servers hosts declared
+	used        uint64                  // hub tick of the last attach; guarded by the hub's mu
 }
 
 func newConversation(id string, opts wire.SessionOptions, maxHist, maxBytes int) *conversation {
-	return &conversation{
-		id: id, opts: opts, state: wire.StateReady,
+	s := &conversation{
+		id: id, state: wire.StateReady,
 		maxHist: maxHist, maxBytes: maxBytes,
 		subs: make(map[*subscriber]struct{}),
 	}
+	s.opts = opts
+	s.opts.Role, s.opts.Root = "", "" // the connection's, not the session's
+	if opts.Role == wire.RoleHost {
+		s.markHost(opts.MCPServers)
+	}
+	return s
+}
+
+// markHost records the client tool servers of list as a host's.
+func (s *conversation) markHost(list []wire.MCPServer) {
+	for _, srv := range list {
+		if srv.Kind() == wire.MCPClient {
+			if s.hostServers == nil {
+				s.hostServers = make(map[string]bool)
+			}
+			s.hostServers[srv.Name] = true
+		}
+	}
+}
+
+// withHostLocked is the session's options once the tools of a host connection (o, with role host) are
+// added (docs/PROTOCOL.md#host-tools): its client tool servers replace those of the same names an earlier
+// host declared and are appended otherwise; a name the session's own options use is conflict, and a host
+// attaching to an open session declares nothing but client tool servers. Other connections leave the
+// options as they are. s.mu is held.
+func (s *conversation) withHostLocked(o wire.SessionOptions) (wire.SessionOptions, error) {
+	if o.Role != wire.RoleHost {
+		return s.opts, nil
+	}
+	merged := s.opts
+	merged.MCPServers = slices.Clone(s.opts.MCPServers)
+	for i, srv := range o.MCPServers {
+		if srv.Kind() != wire.MCPClient {
+			return merged, wire.Errorf(wire.InvalidArgument, "session option mcpServers[%d]: a host attaching to an open session declares only client tool servers", i)
+		}
+		j := slices.IndexFunc(merged.MCPServers, func(m wire.MCPServer) bool { return m.Name == srv.Name })
+		switch {
+		case j < 0:
+			merged.MCPServers = append(merged.MCPServers, srv)
+		case s.hostServers[srv.Name]:
+			merged.MCPServers[j] = srv // a host coming back, or another host taking over
+		default:
+			return merged, wire.Errorf(wire.Conflict, "session option mcpServers[%d]: session %s already has an MCP server named %q", i, s.id, srv.Name)
+		}
+	}
+	if err := merged.Validate(); err != nil {
+		return merged, err
+	}
+	return merged, nil
+}
+
+// addHostLocked adds a host's tools to the session's options (withHostLocked); the agent gets them from
+// its next turn. s.mu is held.
+func (s *conversation) addHostLocked(o wire.SessionOptions) error {
+	merged, err := s.withHostLocked(o)
+	if err != nil {
+		return err
+	}
+	s.opts = merged
+	s.markHost(o.MCPServers)
+	return nil
 }
 
 func (s *conversation) model() string {
