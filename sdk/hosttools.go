@@ -101,6 +101,36 @@ func HostTools(root string, confirm func(ctx context.Context, call HostCall) boo
 	}}, nil
 }
 
+// DialHost connects to the agent channel as the host (SessionOptions.Role "host"), declaring tools (from
+// HostTools) and reporting root. With sessionID it attaches to that session, whoever opened it: the agent
+// has the tools from its next turn. With "" it opens a new session, which other clients join by its ID.
+// Answer the calls with ServeHost.
+func (c *Client) DialHost(ctx context.Context, sessionID, root string, tools *ToolServer) (*Session, error) {
+	return c.Dial(ctx, &SessionOptions{Role: wire.RoleHost, Root: root, SessionID: sessionID,
+		MCPServers: MCPServerList{tools.MCPServer()}})
+}
+
+// ServeHost answers the session's calls of tools, one at a time, until the session ends (nil after a
+// normal close, else the error that ended it) or ctx is done. Every event is passed to seen first (nil:
+// none); calls of tools the host did not declare are left to the clients that did.
+func (s *Session) ServeHost(ctx context.Context, tools *ToolServer, seen func(Event)) error {
+	for {
+		ev, err := s.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if seen != nil {
+			seen(ev)
+		}
+		if _, err := s.HandleToolCall(ctx, ev, tools); err != nil {
+			return err
+		}
+	}
+}
+
 type hostTools struct {
 	root    string // absolute, symlinks resolved
 	confirm func(context.Context, HostCall) bool

@@ -1,0 +1,104 @@
+package devstack_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	warren "github.com/warren-mesh/warren/sdk"
+)
+
+// TestHostToolsEndToEnd: possession mode through the dev platform with the real CLI. A client opens a
+// session and runs a turn; a host attaches to that session with the SDK's host tools on a directory of this
+// machine; the scripted model then calls mcp__host__HostWrite and mcp__host__HostRead: the file appears in
+// the directory and its content is the tool_result of the next model request. A write trying to leave the
+// directory gets an error result and nothing outside changes; a call the user denies gets an error result
+// and does nothing. The client, which declared no tools, never answers the host's calls.
+func TestHostToolsEndToEnd(t *testing.T) {
+	st, ms := toolStack(t)
+	ctx := agentCtx(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "project")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		asked []warren.HostCall
+	)
+	tools, err := warren.HostTools(dir, func(_ context.Context, c warren.HostCall) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, c)
+		return !strings.Contains(string(c.Input), "DENY")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, st, "hana", withBudget(5_000_000))
+	a, err := c.Dial(ctx, &warren.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	turn := func(prompt string) {
+		t.Helper()
+		if err := a.Send(ctx, prompt); err != nil {
+			t.Fatal(err)
+		}
+		untilResult(t, ctx, a, nil) // a answers nothing
+	}
+	turn("hello before the host")
+
+	host, err := c.DialHost(ctx, a.ID(), dir, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	hctx, stopHost := context.WithCancel(ctx)
+	go func() { served <- host.ServeHost(hctx, tools, nil) }()
+	defer func() {
+		stopHost()
+		if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("ServeHost: %v", err)
+		}
+		_ = host.Close()
+	}()
+
+	turn(`call mcp__host__HostWrite {"file_path":"notes/hello.txt","content":"HOST-E2E-CONTENT"}`)
+	if b, err := os.ReadFile(filepath.Join(dir, "notes", "hello.txt")); err != nil || string(b) != "HOST-E2E-CONTENT" {
+		t.Fatalf("the host's file: %q, %v", b, err)
+	}
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "wrote 16 bytes") {
+		t.Fatalf("HostWrite's tool_result given to the model: %s", msg)
+	}
+	turn(`call mcp__host__HostRead {"file_path":"notes/hello.txt"}`)
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "HOST-E2E-CONTENT") || strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("HostRead's tool_result given to the model: %s", msg)
+	}
+
+	turn(`call mcp__host__HostWrite {"file_path":"../escaped.txt","content":"PWNED"}`)
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "outside") || !strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("escaping HostWrite's tool_result given to the model: %s", msg)
+	}
+	if entries, _ := os.ReadDir(base); len(entries) != 1 {
+		t.Fatalf("something appeared next to the host's directory: %v", entries)
+	}
+
+	turn(`call mcp__host__HostWrite {"file_path":"denied.txt","content":"DENY me"}`)
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "denied") || !strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("denied HostWrite's tool_result given to the model: %s", msg)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "denied.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a denied write wrote: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 4 || asked[0].Tool != "HostWrite" || asked[1].Tool != "HostRead" {
+		t.Fatalf("confirmations asked: %+v", asked)
+	}
+}
