@@ -206,19 +206,29 @@ func TestChatOneShotErrors(t *testing.T) {
 			c.read(ctx)
 			c.c.Close(websocket.StatusCode(wire.ConcurrencyLimit.CloseCode()), `{"code":"concurrency_limit","message":"3 sessions"}`)
 		}, 0, "too many sessions at once: 3 sessions", ""},
-		{"client tool calls are refused", []string{"-p", "look it up"}, func(ctx context.Context, c *chatConn) {
+		{"tool calls are left to the client that declared the tool", []string{"-p", "look it up"}, func(ctx context.Context, c *chatConn) {
+			// Another client (a warren possess host) declared the tool and answers; chat must not, or its
+			// answer could win the race and become the agent's result.
 			c.open(ctx)
 			c.prompt(ctx)
 			c.state(ctx, "processing")
-			c.send(ctx, []byte(`{"type":"tool_call","payload":{"callId":"c1","toolName":"lookup","input":{"q":"x"}}}`))
-			m := c.read(ctx)
-			p, _ := m["payload"].(map[string]any)
-			res, _ := p["result"].(map[string]any)
-			if m["type"] != "tool_result" || p["callId"] != "c1" || res["isError"] != true {
-				t.Errorf("want an error tool_result for c1, got %v", m)
-			}
+			c.send(ctx, []byte(`{"type":"tool_call","payload":{"callId":"c1","toolName":"mcp__host__HostRead","input":{"file_path":"go.mod"}}}`))
+			c.state(ctx, "waiting_tool")
+			c.state(ctx, "processing")
 			c.send(ctx, []byte(`{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["lookup failed"],"usage":{}}`))
-			c.expectClose(ctx)
+			for {
+				m := c.read(ctx)
+				if m == nil {
+					return
+				}
+				if m["type"] == "tool_result" {
+					t.Errorf("chat answered a call of a tool it did not declare: %v", m)
+				}
+				if p, _ := m["payload"].(map[string]any); m["type"] == "control" && p["action"] == "close" {
+					c.c.Close(websocket.StatusNormalClosure, "")
+					return
+				}
+			}
 		}, 1, "", "lookup failed"},
 	}
 	for _, tt := range tests {

@@ -163,7 +163,7 @@ func (v *chatView) Event(ev warren.Event) {
 	case ev.Type == warren.EventToolCall:
 		if call, ok := ev.ToolCall(); ok {
 			v.toolLine("", "⏺ "+toolTitle(call.ToolName, call.Input, v.cwd))
-			v.toolLine("", "  ⎿  Error: "+chatNoClientTools)
+			v.toolLine("", "  ⎿  "+chatOthersTool)
 		}
 	default:
 		if info, ok := ev.SessionInfo(); ok {
@@ -173,8 +173,9 @@ func (v *chatView) Event(ev warren.Event) {
 	v.drawProgress()
 }
 
-// chatNoClientTools is what warren chat answers to a tool_call: it offers the agent no client tools.
-const chatNoClientTools = "warren chat does not run client tools"
+// chatOthersTool is what warren chat shows under a tool_call: it declares no tools, so the call is for
+// another client of the session (a warren possess host), which answers it.
+const chatOthersTool = "runs in the client that declared it"
 
 func (v *chatView) streamEvent(se *warren.StreamEvent) {
 	if se.ParentToolUseID != "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -274,14 +273,8 @@ func (c *chatRun) turn(ctx context.Context, prompt string) (*warren.ResultEvent,
 		if r, ok := ev.Result(); ok {
 			res = r
 		}
-		if call, ok := ev.ToolCall(); ok {
-			// Nothing here runs client tools; say so, or the agent would wait for an answer.
-			text, _ := json.Marshal(map[string]string{"type": "text", "text": chatNoClientTools})
-			if e := s.SendToolResult(ctx, call.CallID, []json.RawMessage{text}, true); e != nil {
-				err = e
-				break
-			}
-		}
+		// A tool_call is for the client that declared the tool (a warren possess host, say): chat declares
+		// none and leaves every call to it, since the first answer wins (the view shows the call).
 	}
 	stopTicker()
 	c.view.End()
