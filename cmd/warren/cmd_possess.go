@@ -2,8 +2,8 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -205,4 +205,3 @@ func lineReader(ctx context.Context, in io.Reader) <-chan string {
 	}()
 	return lines
 }
-
