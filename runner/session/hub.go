@@ -1,7 +1,8 @@
 // Package session serves the agent channel (docs/PROTOCOL.md#agent-channel) of one user's sandbox: the init
 // handshake, per-session sequence numbers on every server message, a bounded in-memory history replayed to
 // clients that reconnect with lastSeq, ping/pong, turns run by a pluggable Agent, and the calls of client
-// tools those turns make (tool_call to the session's clients, the first tool_result back; tools.go).
+// tools those turns make (tool_call to the session's clients, the first tool_result back; tools.go), and
+// host connections (role host) adding their tools to a session they attach to (session.go).
 //
 // The package is transport-neutral: a transport that carries whole messages (the runner's WebSocket) is
 // adapted to Conn.
