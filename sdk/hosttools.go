@@ -72,7 +72,7 @@ func HostTools(root string, confirm func(ctx context.Context, call HostCall) boo
 		return nil, fmt.Errorf("host tools: root %q is not a directory", root)
 	}
 	h := &hostTools{root: abs, confirm: confirm}
-	tool := func(name, desc, schema string, run func(context.Context, *os.Root, json.RawMessage) (string, error)) Tool {
+	tool := func(name, desc, schema string, run func(context.Context, *os.Root, hostInput) (string, error)) Tool {
 		return Tool{Name: name, Description: desc, InputSchema: json.RawMessage(schema), Timeout: hostToolTimeout,
 			Handler: func(ctx context.Context, input json.RawMessage) (ToolResult, error) {
 				return h.run(ctx, name, input, run)
@@ -140,8 +140,9 @@ type hostTools struct {
 var errDenied = errors.New("the user denied this call")
 
 // run validates the input (by decoding it in the tool), asks for confirmation and runs the tool.
-func (h *hostTools) run(ctx context.Context, name string, input json.RawMessage, tool func(context.Context, *os.Root, json.RawMessage) (string, error)) (ToolResult, error) {
-	if err := validHostInput(name, input); err != nil {
+func (h *hostTools) run(ctx context.Context, name string, input json.RawMessage, tool func(context.Context, *os.Root, hostInput) (string, error)) (ToolResult, error) {
+	in, err := ParseHostInput(name, input)
+	if err != nil {
 		return ToolResult{}, err
 	}
 	if h.confirm != nil && !h.confirm(ctx, HostCall{Tool: name, Input: input}) {
@@ -152,7 +153,7 @@ func (h *hostTools) run(ctx context.Context, name string, input json.RawMessage,
 		return ToolResult{}, fmt.Errorf("open %s: %w", h.root, err)
 	}
 	defer r.Close()
-	out, err := tool(ctx, r, input)
+	out, err := tool(ctx, r, in.(hostInput))
 	if err != nil {
 		return ToolResult{}, err
 	}
@@ -196,117 +197,115 @@ type (
 	}
 )
 
-// ParseHostInput decodes and checks the input of host tool name (untrusted: written by the model), without
-// touching the file system: shapes, required fields, bounds, patterns. It returns the decoded input.
-func ParseHostInput(name string, input json.RawMessage) (any, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
-	}
-	decode := func(v any) error {
-		if err := wire.DecodeStrict(input, v); err != nil {
-			return bad("invalid input: %v", err)
-		}
-		return nil
-	}
-	checkPath := func(field, p string, required bool) error {
-		switch {
-		case p == "" && required:
-			return bad("%s is required", field)
-		case strings.IndexByte(p, 0) >= 0 || len(p) > 4096:
-			return bad("%s must be at most 4096 bytes without NUL", field)
-		}
-		return nil
-	}
-	count := func(field string, v, limit float64) error {
-		if v < 0 || v != float64(int64(v)) || v > limit {
-			return bad("%s must be a whole number from 0 to %.0f", field, limit)
-		}
-		return nil
-	}
-	switch name {
-	case "HostBash":
-		var in bashInput
-		if err := decode(&in); err != nil {
-			return nil, err
-		}
-		if strings.TrimSpace(in.Command) == "" || strings.IndexByte(in.Command, 0) >= 0 {
-			return nil, bad("command is required and must not contain NUL")
-		}
-		return in, count("timeout", in.Timeout, float64(HostBashMaxTimeout.Milliseconds()))
-	case "HostRead":
-		var in readInput
-		if err := decode(&in); err != nil {
-			return nil, err
-		}
-		if err := checkPath("file_path", in.FilePath, true); err != nil {
-			return nil, err
-		}
-		if err := count("offset", in.Offset, 1<<31); err != nil {
-			return nil, err
-		}
-		return in, count("limit", in.Limit, 1<<31)
-	case "HostWrite":
-		var in writeInput
-		if err := decode(&in); err != nil {
-			return nil, err
-		}
-		if in.Content == nil {
-			return nil, bad("content is required")
-		}
-		return in, checkPath("file_path", in.FilePath, true)
-	case "HostEdit":
-		var in editInput
-		if err := decode(&in); err != nil {
-			return nil, err
-		}
-		switch {
-		case in.NewString == nil:
-			return nil, bad("new_string is required")
-		case in.OldString == "":
-			return nil, bad("old_string must not be empty")
-		case in.OldString == *in.NewString:
-			return nil, bad("old_string and new_string are the same")
-		}
-		return in, checkPath("file_path", in.FilePath, true)
-	case "HostGlob":
-		var in globInput
-		if err := decode(&in); err != nil {
-			return nil, err
-		}
-		if _, err := globRegexp(in.Pattern); err != nil {
-			return nil, bad("%v", err)
-		}
-		return in, checkPath("path", in.Path, false)
-	case "HostGrep":
-		var in grepInput
-		if err := decode(&in); err != nil {
-			return nil, err
-		}
-		if in.Pattern == "" || len(in.Pattern) > HostMaxPattern {
-			return nil, bad("pattern must be 1 to %d bytes", HostMaxPattern)
-		}
-		if _, err := regexp.Compile(in.Pattern); err != nil {
-			return nil, bad("pattern: %v", err)
-		}
-		if in.Glob != "" {
-			if _, err := globRegexp(in.Glob); err != nil {
-				return nil, bad("glob: %v", err)
-			}
-		}
-		if !slices.Contains([]string{"", "content", "files_with_matches", "count"}, in.OutputMode) {
-			return nil, bad("output_mode must be content, files_with_matches or count")
-		}
-		if err := count("head_limit", in.HeadLimit, 1<<31); err != nil {
-			return nil, err
-		}
-		return in, checkPath("path", in.Path, false)
-	}
-	return nil, fmt.Errorf("no host tool %q", name)
+// hostInput is the decoded input of one host tool.
+type hostInput interface {
+	check() error // shapes and bounds, without touching the file system
 }
 
-func validHostInput(name string, input json.RawMessage) error {
-	_, err := ParseHostInput(name, input)
-	return err
+func newHostInput(name string) hostInput {
+	switch name {
+	case "HostBash":
+		return &bashInput{}
+	case "HostRead":
+		return &readInput{}
+	case "HostWrite":
+		return &writeInput{}
+	case "HostEdit":
+		return &editInput{}
+	case "HostGlob":
+		return &globInput{}
+	case "HostGrep":
+		return &grepInput{}
+	}
+	return nil
+}
+
+// ParseHostInput decodes and checks the input of host tool name (untrusted: written by the model), without
+// touching the file system: shapes, unknown and required fields, bounds, patterns. It returns the decoded
+// input (a pointer to the tool's input struct); errors name the tool.
+func ParseHostInput(name string, input json.RawMessage) (any, error) {
+	in := newHostInput(name)
+	if in == nil {
+		return nil, fmt.Errorf("no host tool %q", name)
+	}
+	if err := wire.DecodeStrict(input, in); err != nil {
+		return nil, fmt.Errorf("%s: invalid input: %v", name, err)
+	}
+	if err := in.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return in, nil
+}
+
+func checkPath(field, p string, required bool) error {
+	switch {
+	case p == "" && required:
+		return fmt.Errorf("%s is required", field)
+	case strings.IndexByte(p, 0) >= 0 || len(p) > 4096:
+		return fmt.Errorf("%s must be at most 4096 bytes without NUL", field)
+	}
+	return nil
+}
+
+func checkCount(field string, v, limit float64) error {
+	if v < 0 || v != float64(int64(v)) || v > limit {
+		return fmt.Errorf("%s must be a whole number from 0 to %.0f", field, limit)
+	}
+	return nil
+}
+
+func (in *bashInput) check() error {
+	if strings.TrimSpace(in.Command) == "" || strings.IndexByte(in.Command, 0) >= 0 {
+		return errors.New("command is required and must not contain NUL")
+	}
+	return checkCount("timeout", in.Timeout, float64(HostBashMaxTimeout.Milliseconds()))
+}
+
+func (in *readInput) check() error {
+	return errors.Join(checkPath("file_path", in.FilePath, true), checkCount("offset", in.Offset, 1<<31),
+		checkCount("limit", in.Limit, 1<<31))
+}
+
+func (in *writeInput) check() error {
+	if in.Content == nil {
+		return errors.New("content is required")
+	}
+	return checkPath("file_path", in.FilePath, true)
+}
+
+func (in *editInput) check() error {
+	switch {
+	case in.NewString == nil:
+		return errors.New("new_string is required")
+	case in.OldString == "":
+		return errors.New("old_string must not be empty")
+	case in.OldString == *in.NewString:
+		return errors.New("old_string and new_string are the same")
+	}
+	return checkPath("file_path", in.FilePath, true)
+}
+
+func (in *globInput) check() error {
+	_, err := globRegexp(in.Pattern)
+	return errors.Join(err, checkPath("path", in.Path, false))
+}
+
+func (in *grepInput) check() error {
+	if in.Pattern == "" || len(in.Pattern) > HostMaxPattern {
+		return fmt.Errorf("pattern must be 1 to %d bytes", HostMaxPattern)
+	}
+	if _, err := regexp.Compile(in.Pattern); err != nil {
+		return fmt.Errorf("pattern: %v", err)
+	}
+	if in.Glob != "" {
+		if _, err := globRegexp(in.Glob); err != nil {
+			return fmt.Errorf("glob: %v", err)
+		}
+	}
+	if !slices.Contains([]string{"", "content", "files_with_matches", "count"}, in.OutputMode) {
+		return errors.New("output_mode must be content, files_with_matches or count")
+	}
+	return errors.Join(checkCount("head_limit", in.HeadLimit, 1<<31), checkPath("path", in.Path, false))
 }
 
 // rel makes p (relative to the root, or absolute inside it) a path os.Root takes; "" is the root.
@@ -341,9 +340,8 @@ func (h *hostTools) pathErr(p string, err error) error {
 	return err
 }
 
-func (h *hostTools) bash(ctx context.Context, _ *os.Root, input json.RawMessage) (string, error) {
-	var in bashInput
-	_ = json.Unmarshal(input, &in) // validated
+func (h *hostTools) bash(ctx context.Context, _ *os.Root, input hostInput) (string, error) {
+	in := input.(*bashInput)
 	timeout := HostBashDefaultTimeout
 	if in.Timeout > 0 {
 		timeout = time.Duration(in.Timeout) * time.Millisecond
@@ -401,9 +399,8 @@ func (c *capped) String() string {
 // isBinary says whether the start of a file looks binary (a NUL byte).
 func isBinary(head []byte) bool { return bytes.IndexByte(head, 0) >= 0 }
 
-func (h *hostTools) read(_ context.Context, r *os.Root, input json.RawMessage) (string, error) {
-	var in readInput
-	_ = json.Unmarshal(input, &in)
+func (h *hostTools) read(_ context.Context, r *os.Root, input hostInput) (string, error) {
+	in := input.(*readInput)
 	p, err := h.rel(in.FilePath)
 	if err != nil {
 		return "", err
@@ -465,9 +462,8 @@ func readLine(br *bufio.Reader) (string, error) {
 	}
 }
 
-func (h *hostTools) write(_ context.Context, r *os.Root, input json.RawMessage) (string, error) {
-	var in writeInput
-	_ = json.Unmarshal(input, &in)
+func (h *hostTools) write(_ context.Context, r *os.Root, input hostInput) (string, error) {
+	in := input.(*writeInput)
 	p, err := h.rel(in.FilePath)
 	if err != nil {
 		return "", err
@@ -483,9 +479,8 @@ func (h *hostTools) write(_ context.Context, r *os.Root, input json.RawMessage) 
 	return fmt.Sprintf("wrote %d bytes to %s", len(*in.Content), filepath.Join(h.root, p)), nil
 }
 
-func (h *hostTools) edit(_ context.Context, r *os.Root, input json.RawMessage) (string, error) {
-	var in editInput
-	_ = json.Unmarshal(input, &in)
+func (h *hostTools) edit(_ context.Context, r *os.Root, input hostInput) (string, error) {
+	in := input.(*editInput)
 	p, err := h.rel(in.FilePath)
 	if err != nil {
 		return "", err
@@ -570,9 +565,8 @@ func (h *hostTools) walk(ctx context.Context, r *os.Root, dir string, visit func
 	return truncated, err
 }
 
-func (h *hostTools) glob(ctx context.Context, r *os.Root, input json.RawMessage) (string, error) {
-	var in globInput
-	_ = json.Unmarshal(input, &in)
+func (h *hostTools) glob(ctx context.Context, r *os.Root, input hostInput) (string, error) {
+	in := input.(*globInput)
 	dir, err := h.rel(in.Path)
 	if err != nil {
 		return "", err
@@ -602,9 +596,8 @@ func (h *hostTools) glob(ctx context.Context, r *os.Root, input json.RawMessage)
 	return out.String(), nil
 }
 
-func (h *hostTools) grep(ctx context.Context, r *os.Root, input json.RawMessage) (string, error) {
-	var in grepInput
-	_ = json.Unmarshal(input, &in)
+func (h *hostTools) grep(ctx context.Context, r *os.Root, input hostInput) (string, error) {
+	in := input.(*grepInput)
 	dir, err := h.rel(in.Path)
 	if err != nil {
 		return "", err
