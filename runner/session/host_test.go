@@ -109,3 +109,45 @@ func TestHostAttaches(t *testing.T) {
 		t.Fatalf("the host's own session: %q", got)
 	}
 }
+
+// callAgent calls tool once per turn and emits what it got back.
+type callAgent struct{ tool string }
+
+func (a callAgent) Run(ctx context.Context, turn Turn, emit func([]byte)) error {
+	r := turn.Tools.CallTool(ctx, ToolCall{Name: a.tool, Input: json.RawMessage(`{}`)})
+	b, _ := json.Marshal(map[string]any{"type": "tool_outcome", "result": r})
+	emit(b)
+	return nil
+}
+
+// TestHostToolWithoutHost: a host tool called while a host is attached is a tool_call its host answers;
+// called while no host is attached, the agent gets an error result at once (nobody could answer before the
+// timeout) and no tool_call is sent.
+func TestHostToolWithoutHost(t *testing.T) {
+	h := newHub(t, Config{Agent: callAgent{tool: "mcp__host__HostRead"}})
+	host, hostGone := serve(t, h)
+	attach(t, host, `{"role":"host","sessionId":"s1","mcpServers":[{"name":"host","tools":[{"name":"HostRead"}]}]}`)
+	host.send(`{"type":"user","message":{"role":"user","content":"read"}}`)
+	msgs := recvUntil(t, host, isType("tool_call"))
+	callID, _ := payload(msgs[len(msgs)-1])["callId"].(string)
+	host.send(toolResultMsg(callID, "from the host"))
+	msgs = recvUntil(t, host, isType("tool_outcome"))
+	if b, _ := json.Marshal(msgs[len(msgs)-1]); !strings.Contains(string(b), "from the host") {
+		t.Fatalf("with the host: %s", b)
+	}
+	host.Close(nil)
+	_ = hostGone() // detached
+
+	a, _ := serve(t, h)
+	attach(t, a, `{"sessionId":"s1"}`)
+	a.send(`{"type":"user","message":{"role":"user","content":"read"}}`)
+	msgs = recvUntil(t, a, isType("tool_outcome"))
+	for _, m := range msgs {
+		if m["type"] == "tool_call" {
+			t.Fatalf("a tool_call was sent with no host attached: %v", m)
+		}
+	}
+	if b, _ := json.Marshal(msgs[len(msgs)-1]); !strings.Contains(string(b), "no host is connected") || !strings.Contains(string(b), `"isError":true`) {
+		t.Fatalf("without the host: %s", b)
+	}
+}

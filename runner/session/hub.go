@@ -209,6 +209,7 @@ func (h *Hub) serve(ctx context.Context, c Conn) error {
 	}
 	sess.mu.Lock()
 	sub.meta = meta
+	sub.host = opts.Role == wire.RoleHost
 	sess.mu.Unlock()
 	log := h.log.With("session", sess.id)
 	defer sess.detach(sub)

@@ -23,7 +23,8 @@ type subscriber struct {
 	ch     chan []byte
 	gone   chan struct{}
 	onDrop func()
-	meta   any // the connection's Meta (who is asking), for the turns it starts; under the session's mu
+	meta   any  // the connection's Meta (who is asking), for the turns it starts; under the session's mu
+	host   bool // the connection is a host (role host); under the session's mu
 }
 
 // conversation is one session's state: its sequence counter, its recent history for replay, its attached
@@ -47,6 +48,7 @@ type conversation struct {
 	pending     map[string]*pendingCall // client tool calls waiting for their tool_result
 	answered    []string                // ids of the last calls that ended, oldest first
 	hostServers map[string]bool         // names of the client tool servers hosts declared
+	hostTools   map[string]bool         // their tools as the agent calls them (mcp__<server>__<tool>)
 	used        uint64                  // hub tick of the last attach; guarded by the hub's mu
 }
 
@@ -64,16 +66,30 @@ func newConversation(id string, opts wire.SessionOptions, maxHist, maxBytes int)
 	return s
 }
 
-// markHost records the client tool servers of list as a host's.
+// markHost records the client tool servers of list, and their tools, as a host's.
 func (s *conversation) markHost(list []wire.MCPServer) {
+	if s.hostServers == nil {
+		s.hostServers, s.hostTools = make(map[string]bool), make(map[string]bool)
+	}
 	for _, srv := range list {
-		if srv.Kind() == wire.MCPClient {
-			if s.hostServers == nil {
-				s.hostServers = make(map[string]bool)
-			}
-			s.hostServers[srv.Name] = true
+		if srv.Kind() != wire.MCPClient {
+			continue
+		}
+		s.hostServers[srv.Name] = true
+		for _, t := range srv.Tools {
+			s.hostTools[srv.ToolName(t.Name)] = true
 		}
 	}
+}
+
+// hostAttachedLocked says whether a host connection is attached; s.mu is held.
+func (s *conversation) hostAttachedLocked() bool {
+	for sub := range s.subs {
+		if sub.host {
+			return true
+		}
+	}
+	return false
 }
 
 // withHostLocked is the session's options once the tools of a host connection (o, with role host) are

@@ -52,6 +52,7 @@ const (
 	outcomeTimeout   = "timeout"
 	outcomeCancelled = "cancelled"
 	outcomeRefused   = "refused" // too many calls pending
+	outcomeNoHost    = "no_host" // a host tool called while no host is attached
 )
 
 // toolMetrics are the hub's tool call metrics.
@@ -65,7 +66,7 @@ func newToolMetrics(reg prometheus.Registerer) *toolMetrics {
 	m := &toolMetrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_agent_tool_calls_total",
-			Help: "Client tool calls by outcome: answered, error (the client's result is an error), timeout, cancelled (the turn ended), refused (too many pending).",
+			Help: "Client tool calls by outcome: answered, error (the client's result is an error), timeout, cancelled (the turn ended), refused (too many pending), no_host (a host tool called while no host is attached).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "warren_agent_tool_call_seconds",
@@ -139,6 +140,12 @@ func (t sessionTools) CallTool(ctx context.Context, call ToolCall) wire.ToolResu
 	log := h.log.With("session", s.id, "call", pc.id, "tool", call.Name)
 
 	s.mu.Lock()
+	if s.hostTools[call.Name] && !s.hostAttachedLocked() {
+		// Nobody could answer before the (long) timeout: the agent is told at once.
+		s.mu.Unlock()
+		done(outcomeNoHost)
+		return wire.ErrorToolResult(call.Name + " runs on the user's machine, and no host is connected to this session (warren possess)")
+	}
 	if len(s.pending) >= maxPendingCalls {
 		s.mu.Unlock()
 		done(outcomeRefused)
