@@ -3,6 +3,7 @@ package warren
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -335,9 +336,9 @@ func (h *hostTools) pathErr(p string, err error) error {
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		return fmt.Errorf("%s: %s", p, pe.Err)
+		err = pe.Err
 	}
-	return err
+	return fmt.Errorf("%s: %v", cmp.Or(p, "."), err)
 }
 
 func (h *hostTools) bash(ctx context.Context, _ *os.Root, input hostInput) (string, error) {
@@ -405,14 +406,14 @@ func (h *hostTools) read(_ context.Context, r *os.Root, input hostInput) (string
 	if err != nil {
 		return "", err
 	}
+	if err := regular(r, p, false); err != nil {
+		return "", h.pathErr(in.FilePath, err)
+	}
 	f, err := r.Open(p)
 	if err != nil {
 		return "", h.pathErr(in.FilePath, err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", in.FilePath)
-	}
 	br := bufio.NewReaderSize(f, 64<<10)
 	if head, _ := br.Peek(hostBinarySniff); isBinary(head) {
 		return "", fmt.Errorf("%s is a binary file", in.FilePath)
@@ -473,6 +474,9 @@ func (h *hostTools) write(_ context.Context, r *os.Root, input hostInput) (strin
 			return "", h.pathErr(in.FilePath, err)
 		}
 	}
+	if err := regular(r, p, true); err != nil {
+		return "", h.pathErr(in.FilePath, err)
+	}
 	if err := r.WriteFile(p, []byte(*in.Content), 0o644); err != nil {
 		return "", h.pathErr(in.FilePath, err)
 	}
@@ -514,8 +518,26 @@ func (h *hostTools) edit(_ context.Context, r *os.Root, input hostInput) (string
 	return fmt.Sprintf("replaced %d occurrence(s) in %s", n, filepath.Join(h.root, p)), nil
 }
 
+// regular checks that p is a regular file before it is opened (opening a FIFO or a device could block or
+// have effects); a missing file is fine when mayBeMissing.
+func regular(r *os.Root, p string, mayBeMissing bool) error {
+	fi, err := r.Stat(p)
+	switch {
+	case mayBeMissing && errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return errors.New("not a regular file")
+	}
+	return nil
+}
+
 // readSmall reads a regular file of at most limit bytes.
 func readSmall(r *os.Root, p string, limit int64) ([]byte, error) {
+	if err := regular(r, p, false); err != nil {
+		return nil, err
+	}
 	f, err := r.Open(p)
 	if err != nil {
 		return nil, err

@@ -198,6 +198,19 @@ func TestHostToolsBounds(t *testing.T) {
 	if out, _ := callHost(t, srv, "HostGrep", `{"pattern":"TODO"}`); strings.Contains(out, "bin.dat") {
 		t.Fatalf("HostGrep searched a binary file: %q", out)
 	}
+	// A FIFO would block an open: it is refused before, by every tool.
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for tool, in := range map[string]string{"HostRead": `{"file_path":"fifo"}`, "HostWrite": `{"file_path":"fifo","content":"x"}`,
+		"HostEdit": `{"file_path":"fifo","old_string":"a","new_string":"b"}`} {
+		if _, err := callHost(t, srv, tool, in); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s on a FIFO: %v", tool, err)
+		}
+	}
+	if out, err := callHost(t, srv, "HostGrep", `{"pattern":"x","glob":"fifo"}`); err != nil || out != "No matches found" {
+		t.Errorf("HostGrep over a FIFO: %q, %v", out, err)
+	}
 	if err := os.WriteFile(filepath.Join(root, "dup.txt"), []byte("x = 1\nx = 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
