@@ -1,12 +1,17 @@
 package devstack_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	warren "github.com/warren-mesh/warren/sdk"
@@ -100,5 +105,66 @@ func TestHostToolsEndToEnd(t *testing.T) {
 	defer mu.Unlock()
 	if len(asked) != 4 || asked[0].Tool != "HostWrite" || asked[1].Tool != "HostRead" {
 		t.Fatalf("confirmations asked: %+v", asked)
+	}
+}
+
+// TestPossessCLI: the real binaries, as a user would: `warren possess -root DIR` opens a session and prints
+// its id; `warren chat -resume ID -p ...` prompts it; the scripted model calls mcp__host__HostWrite; possess
+// shows the call, the user answers y on its standard input, and the file lands in DIR. chat, which declared
+// no tools, shows the call and leaves it to possess. Ctrl-C (SIGINT) ends possess normally.
+func TestPossessCLI(t *testing.T) {
+	st, ms := toolStack(t)
+	dir := t.TempDir()
+	env := append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_TOKEN="+mint(t, st, "pia", withBudget(5_000_000)))
+	possess := exec.Command(binary, "possess", "-root", dir)
+	possess.Env = env
+	stdin, err := possess.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := possess.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var possessErr bytes.Buffer
+	possess.Stderr = &possessErr
+	if err := possess.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = possess.Process.Kill() }()
+	id, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("possess printed no session id: %v\n%s", err, possessErr.String())
+	}
+	id = strings.TrimSpace(id)
+	if _, err := io.WriteString(stdin, "y\n"); err != nil { // the answer to the call to come
+		t.Fatal(err)
+	}
+
+	chat := exec.Command(binary, "chat", "-resume", id, "-p", `call mcp__host__HostWrite {"file_path":"from-agent.txt","content":"POSSESSED"}`)
+	chat.Env = env
+	out, err := chat.CombinedOutput()
+	if err != nil {
+		t.Fatalf("chat: %v\n%s\npossess:\n%s", err, out, possessErr.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "from-agent.txt")); err != nil || string(b) != "POSSESSED" {
+		t.Fatalf("the host's file: %q, %v\nchat:\n%s\npossess:\n%s", b, err, out, possessErr.String())
+	}
+	if !strings.Contains(string(out), "runs in the client that declared it") {
+		t.Errorf("chat did not show the call:\n%s", out)
+	}
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "wrote 9 bytes") {
+		t.Fatalf("the model was given: %s", msg)
+	}
+	if err := possess.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := possess.Wait(); err != nil {
+		t.Fatalf("possess after Ctrl-C: %v\n%s", err, possessErr.String())
+	}
+	for _, want := range []string{`⏺ HostWrite {`, `"file_path":"from-agent.txt"`, "run it? [y/N]", "HostWrite: done", "warren possess: stopped"} {
+		if !strings.Contains(possessErr.String(), want) {
+			t.Errorf("possess's terminal lacks %q:\n%s", want, possessErr.String())
+		}
 	}
 }
