@@ -139,7 +139,7 @@ type SessionOptions struct {
 	// Role is RoleHost for a host connection (possession mode, docs/PROTOCOL.md#host-tools): its client
 	// tool servers are host tools, added to the session it attaches to.
 	Role string `json:"role,omitempty"`
-	// Root is the host's directory, as the host reports it (shown to the session's other clients).
+	// Root is the host's directory, as the host reports it: informational, nothing acts on it.
 	Root string `json:"root,omitempty"`
 }
 

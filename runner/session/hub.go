@@ -214,7 +214,7 @@ func (h *Hub) serve(ctx context.Context, c Conn) error {
 	log := h.log.With("session", sess.id)
 	defer sess.detach(sub)
 	h.handshake(sess, sub, checked.Model, opts.LastSeq)
-	log.Debug("agent client attached", "last_seq", opts.LastSeq)
+	log.Debug("agent client attached", "last_seq", opts.LastSeq, "host", opts.Role == wire.RoleHost)
 
 	stopWrite := make(chan struct{})
 	var wg sync.WaitGroup
