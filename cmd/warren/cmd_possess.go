@@ -149,8 +149,11 @@ func (p *possessRun) confirm(ctx context.Context, call warren.HostCall) bool {
 	select {
 	case a, ok := <-p.answers:
 		a = strings.ToLower(strings.TrimSpace(a))
-		if !ok {
+		switch {
+		case !ok:
 			p.say("\n  (no answer: end of input)")
+		case !isTerminal(clientStdin):
+			p.say("%s", a) // a terminal echoed it already
 		}
 		return ok && (a == "y" || a == "yes")
 	case <-ctx.Done():
