@@ -69,6 +69,14 @@ func (s MCPServer) Kind() string {
 	return ""
 }
 
+// ValidMCPServerName says whether name, used as <server> in the agent's tool names mcp__<server>__<tool>,
+// reads back as itself: the CLI takes the server name up to the first "__" after "mcp__", so a name
+// containing "__" (app__lookup) or ending with "_" (app_, whose tool x reads as server app, tool _x) would
+// name another server's tool and could pass a permission that names that tool.
+func ValidMCPServerName(name string) bool {
+	return name != "" && !strings.Contains(name, "__") && !strings.HasSuffix(name, "_")
+}
+
 // ToolName is the name the agent calls a client tool by.
 func (s MCPServer) ToolName(tool string) string { return "mcp__" + s.Name + "__" + tool }
 
@@ -158,6 +166,9 @@ func (s MCPServer) validate(f string) error {
 	}
 	if !mcpNamePattern.MatchString(s.Name) {
 		return bad("name", "%q must be 1 to %d characters of [a-zA-Z0-9_-]", clip(s.Name), maxMCPName)
+	}
+	if !ValidMCPServerName(s.Name) {
+		return bad("name", "%q may not contain \"__\" or end with \"_\": the agent reads mcp__<server>__<tool> up to the first \"__\"", clip(s.Name))
 	}
 	if len(s.Version) > maxOptionString || strings.ContainsFunc(s.Version, isControl) {
 		return bad("version", "at most %d bytes without control characters", maxOptionString)

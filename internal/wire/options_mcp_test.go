@@ -39,6 +39,22 @@ func TestMCPServersAccepted(t *testing.T) {
 	}
 }
 
+// TestMCPServerNamesReadBack: a server name is refused when the agent's tool names mcp__<server>__<tool>
+// would not read back as that server (the CLI takes the server up to the first "__"); single underscores
+// and a leading one are fine, and a tool name may contain "__" (it is everything after the server's).
+func TestMCPServerNamesReadBack(t *testing.T) {
+	for _, name := range []string{"app", "a_b", "_app", "a-b", "A1_b-2"} {
+		if _, err := DecodeSessionOptions(json.RawMessage(`{"mcpServers":[{"name":"` + name + `","tools":[{"name":"x__y_"}]}]}`)); err != nil {
+			t.Errorf("server %q refused: %v", name, err)
+		}
+	}
+	for _, name := range []string{"a__b", "__a", "a__", "a_", "_"} {
+		if ValidMCPServerName(name) {
+			t.Errorf("ValidMCPServerName(%q) = true", name)
+		}
+	}
+}
+
 // TestMCPServersRefused: hostile configs are invalid_argument naming the field.
 func TestMCPServersRefused(t *testing.T) {
 	many := `{"mcpServers":[`
@@ -89,6 +105,12 @@ func TestMCPServersRefused(t *testing.T) {
 		`{"mcpServers":[{"name":"a","tools":[{"name":"t","timeoutMs":1900000}]}]}`:                 "mcpServers[0].tools[0].timeoutMs",
 		`{"mcpServers":{"a":{"command":"x","cwd":"/"}}}`:                                           "mcpServers.a",
 		`{"mcpServers":"x"}`: "mcpServers",
+		// mcp__<server>__<tool> is read up to the first "__": these would name another server's tools.
+		`{"mcpServers":[{"name":"app__lookup","command":"x"}]}`:                         "mcpServers[0].name",
+		`{"mcpServers":[{"name":"app__lookup","type":"http","url":"https://x"}]}`:       "mcpServers[0].name",
+		`{"mcpServers":[{"name":"db__drop_table","tools":[{"name":"x"}]}]}`:             "mcpServers[0].name",
+		`{"mcpServers":[{"name":"app_","tools":[{"name":"x"}]}]}`:                       "mcpServers[0].name",
+		`{"mcpServers":{"ok":{"command":"x"},"a___b":{"type":"sse","url":"http://x"}}}`: "mcpServers[0].name",
 	}
 	for in, name := range cases {
 		_, err := DecodeSessionOptions(json.RawMessage(in))

@@ -143,6 +143,11 @@ func isMCPName(name string) bool { return strings.HasPrefix(name, "mcp__") }
 // blockedTools names one by one stay disallowed (--disallowedTools), which no client option can undo.
 func checkMCP(servers []wire.MCPServer, perm Permissions) error {
 	for i, s := range servers {
+		if !wire.ValidMCPServerName(s.Name) {
+			// Validated already; kept here as the permission check depends on it: mcp__app__lookup must
+			// not read as "the whole server app__lookup".
+			return wire.Errorf(wire.InvalidArgument, "session option mcpServers[%d].name: %q may not contain \"__\" or end with \"_\"", i, s.Name)
+		}
 		whole := []string{"mcp__" + s.Name, "mcp__" + s.Name + "__*"}
 		names := func(list []string, extra ...string) bool {
 			for _, n := range append(whole, extra...) {
@@ -370,9 +375,10 @@ func cliArgs(o wire.SessionOptions, l launch) []string {
 	if cfg := mcpConfig(o.MCPServers); cfg != "" {
 		a = append(a, "--mcp-config="+cfg)
 	}
-	if o.StrictMCPConfig {
-		a = append(a, "--strict-mcp-config")
-	}
+	// Always: the servers above are the only ones the agent gets. Without it the CLI also loads the
+	// workspace's .mcp.json (approved by enableAllProjectMcpServers in a settings file the tenant can
+	// write) and the user's own, which checkMCP never sees.
+	a = append(a, "--strict-mcp-config")
 	return a
 }
 

@@ -2,6 +2,7 @@ package claude
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -353,6 +354,61 @@ func TestLaunchArgs(t *testing.T) {
 	}
 	if got := join(launch{SessionID: id, ResumeAt: src}); strings.Contains(got, "--resume-session-at") {
 		t.Errorf("resume-session-at without a resume: %s", got)
+	}
+}
+
+// TestLaunchArgsStrictMCPConfig: the CLI always runs with --strict-mcp-config, whether or not the client
+// asked, so the workspace's .mcp.json and the settings files the tenant can write add no MCP server past
+// checkMCP (TestWorkspaceMCPServersNotLoaded runs the attack).
+func TestLaunchArgsStrictMCPConfig(t *testing.T) {
+	for _, client := range []wire.SessionOptions{{}, {MCPServers: wire.MCPServerList{lookupServer}}, {StrictMCPConfig: true}} {
+		o, err := effectiveOptions(client, nil, Permissions{}, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := cliArgs(o, launch{SessionID: "11111111-2222-4333-8444-555555555555"})
+		if v, ok := flag(args, "strict-mcp-config"); !ok || v != "" || slices.Index(args, "--strict-mcp-config") != slices.IndexFunc(args, func(a string) bool { return strings.Contains(a, "strict-mcp") }) {
+			t.Errorf("args %q: want --strict-mcp-config once", args)
+		}
+	}
+}
+
+// TestEffectiveOptionsRefusesAmbiguousServerNames: the CLI reads mcp__<server>__<tool> up to the first
+// "__". A server name with "__" would pass a permission naming one tool as "the whole server" (stdio or
+// http server app__lookup under permissions.tools [mcp__app__lookup]) or put a tool of the token's server
+// into --allowedTools (client server db__drop_table next to the token's db): both are refused, as a name
+// ending with "_" is, for the client's servers and the token's sdkConfig ones.
+func TestEffectiveOptionsRefusesAmbiguousServerNames(t *testing.T) {
+	perm := Permissions{Tools: []string{"Read", "mcp__app__lookup"}}
+	for _, s := range []wire.MCPServer{
+		{Name: "app__lookup", Command: "sh", Args: []string{"-c", "echo pwned"}},
+		{Name: "app__lookup", Type: "http", URL: "https://attacker.example/mcp"},
+		{Name: "app_", Tools: []wire.MCPTool{{Name: "_lookup"}}},
+	} {
+		o, err := effectiveOptions(wire.SessionOptions{MCPServers: wire.MCPServerList{s}}, nil, perm, "", nil)
+		if wire.CodeOf(err) != wire.InvalidArgument || !strings.Contains(err.Error(), "mcpServers[0].name") {
+			t.Errorf("%s server %q under permissions.tools %v: err %v, --mcp-config %s", s.Kind(), s.Name, perm.Tools, err, mcpConfig(o.MCPServers))
+		}
+	}
+
+	sdk, err := parseSDKConfig(json.RawMessage(`{"permissionMode":"dontAsk","allowedTools":["mcp__db__select"],
+		"mcpServers":{"db":{"type":"http","url":"https://db.example/mcp"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := wire.SessionOptions{MCPServers: wire.MCPServerList{{Name: "db__drop_table", Tools: []wire.MCPTool{{Name: "x"}}}}}
+	o, err := effectiveOptions(client, sdk, Permissions{}, "", nil)
+	if wire.CodeOf(err) != wire.InvalidArgument || slices.Contains(o.AllowedTools, "mcp__db__drop_table") {
+		t.Errorf("client server db__drop_table: err %v, --allowedTools %s", err, strings.Join(o.AllowedTools, ","))
+	}
+
+	if _, err := parseSDKConfig(json.RawMessage(`{"mcpServers":{"db__x":{"type":"http","url":"https://db.example/mcp"}}}`)); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "name") {
+		t.Errorf("sdkConfig server db__x: err %v, want ErrConfig naming the name", err)
+	}
+
+	// checkMCP guards on its own (its verdict depends on the names reading back).
+	if err := checkMCP([]wire.MCPServer{{Name: "app__lookup", Command: "sh"}}, perm); wire.CodeOf(err) != wire.InvalidArgument {
+		t.Errorf("checkMCP(app__lookup) = %v", err)
 	}
 }
 

@@ -120,11 +120,23 @@ type mcpBridge struct {
 	write   func(line []byte) error
 	log     *slog.Logger
 
-	mu     sync.Mutex
-	caller session.ToolCaller // the running turn's; nil between turns
-	ctx    context.Context    // the running turn's
-	calls  sync.WaitGroup     // tools/call in flight
+	mu       sync.Mutex
+	caller   session.ToolCaller // the running turn's; nil between turns
+	ctx      context.Context    // the running turn's
+	calls    sync.WaitGroup     // tools/call in flight
+	inflight int                // tools/call in flight: at most maxBridgeCalls
+
+	writeMu sync.Mutex // one answer at a time
+	broken  bool       // an answer could not be written: the CLI stopped reading, answers are dropped
 }
+
+// maxBridgeCalls bounds the tools/call a bridge runs at once, each in its own goroutine holding its request
+// until the answer is written. The hub refuses past maxPendingCalls (16) waiting on the client; the rest
+// of the margin is calls answered but not yet written. A call past the bound is answered at once with an
+// error result, from the reading goroutine (no goroutine of its own): a CLI that keeps writing calls while
+// it does not read its answers (stopped, or a sandbox process writing to its stdout) holds at most this
+// many goroutines, and the reading goroutine waits on the write like any answer.
+const maxBridgeCalls = 32
 
 func newMCPBridge(servers []wire.MCPServer, write func([]byte) error, log *slog.Logger) *mcpBridge {
 	b := &mcpBridge{servers: make(map[string]wire.MCPServer), write: write, log: log}
@@ -236,26 +248,45 @@ func (b *mcpBridge) call(req mcpRequest, srv wire.MCPServer) {
 		p.Meta.ToolUseID = ""
 	}
 	b.mu.Lock()
-	caller, ctx := b.caller, b.ctx
-	if caller != nil {
+	caller, ctx, full := b.caller, b.ctx, b.inflight >= maxBridgeCalls
+	if caller != nil && !full {
 		b.calls.Add(1)
+		b.inflight++
 	}
 	b.mu.Unlock()
-	if caller == nil {
+	switch {
+	case caller == nil:
 		b.reply(mcpReply(req.RequestID, req.Message.ID, wire.ErrorToolResult("no turn is running")))
+		return
+	case full:
+		b.reply(mcpReply(req.RequestID, req.Message.ID, wire.ErrorToolResult("too many client tool calls are in flight")))
 		return
 	}
 	go func() {
-		defer b.calls.Done()
+		defer func() {
+			b.mu.Lock()
+			b.inflight--
+			b.mu.Unlock()
+			b.calls.Done()
+		}()
 		r := caller.CallTool(ctx, session.ToolCall{Name: srv.ToolName(p.Name), Input: p.Arguments, ToolUseID: p.Meta.ToolUseID,
 			Timeout: time.Duration(srv.Tools[i].TimeoutMs) * time.Millisecond})
 		b.reply(mcpReply(req.RequestID, req.Message.ID, r))
 	}()
 }
 
+// reply writes one answer to the CLI. Once a write has failed (the CLI did not read within
+// bridgeWriteTimeout, or it is gone) the bridge stops writing: a partial line may be on its stdin already,
+// and each further answer would wait the whole timeout again, one after the other, holding end.
 func (b *mcpBridge) reply(line []byte) {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	if b.broken {
+		return
+	}
 	if err := b.write(line); err != nil {
-		b.log.Warn("cannot answer the agent's mcp_message", "err", err)
+		b.broken = true
+		b.log.Warn("cannot answer the agent's mcp_message; further answers are dropped", "err", err)
 	}
 }
 

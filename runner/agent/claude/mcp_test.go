@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/internal/wire"
@@ -295,4 +299,159 @@ func FuzzParseMCPRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The CLI reads mcp__<server>__<tool> with the server name up to the first "__". A server named with "__"
+// (app__lookup) would make mcp__app__lookup, a tool a token allows, read as "the whole server app__lookup".
+
+// TestStdioServerNamedLikeAllowedClientTool: permissions.tools = [Read, mcp__app__lookup] allows one client
+// tool and no Bash. A stdio server named app__lookup is refused (invalid_argument naming the field) and its
+// tool never runs; before the fix checkMCP took mcp__app__lookup for the whole server and the agent ran
+// mcp__app__lookup__shout in the sandbox.
+func TestStdioServerNamedLikeAllowedClientTool(t *testing.T) {
+	r := newRig(t)
+	script := testenv.ShoutMCPServer(t, r.ws)
+	d := r.driver(t, "", func(c *Config) { c.Permissions = Permissions{Tools: []string{"Read", "mcp__app__lookup"}} })
+	opts := wire.SessionOptions{MCPServers: wire.MCPServerList{{Name: "app__lookup", Command: "python3", Args: []string{"/workspace/" + script}}}}
+	tr := run(t, context.Background(), d, session.NewID(), opts, `call mcp__app__lookup__shout {"text":"bypass"}`)
+	if wire.CodeOf(tr.err) != wire.InvalidArgument || !strings.Contains(tr.err.Error(), "mcpServers[0].name") {
+		t.Errorf("turn err = %v, want invalid_argument naming mcpServers[0].name", tr.err)
+	}
+	if msg, n := r.ms.LastMessage(); n > 0 && strings.Contains(string(msg), "stdio-mcp:BYPASS!") {
+		t.Fatalf("a stdio server the token does not list ran its tool for the agent: %s", msg)
+	}
+}
+
+// TestClientServerNameCannotAllowTokenTool: the token's sdkConfig declares a stdio server "loud" and runs
+// the agent in dontAsk mode allowing no tool, so the agent may not call mcp__loud__shout. A client server
+// named "loud__shout" is refused; before the fix the runner added --allowedTools=mcp__loud__shout for it,
+// which the CLI reads as server "loud", tool "shout", and the token server's tool ran.
+func TestClientServerNameCannotAllowTokenTool(t *testing.T) {
+	r := newRig(t)
+	script := testenv.ShoutMCPServer(t, r.ws)
+	sdk := json.RawMessage(`{"permissionMode":"dontAsk","allowedTools":[],"mcpServers":{"loud":{"command":"python3","args":["/workspace/` + script + `"]}}}`)
+	d := r.driver(t, "", func(c *Config) { c.SDKConfig = sdk })
+	prompt := `call mcp__loud__shout {"text":"allowed"}`
+
+	// Control: without a client server the CLI denies the call.
+	tr := run(t, context.Background(), d, session.NewID(), wire.SessionOptions{}, prompt)
+	mustSucceed(t, tr)
+	if msg := lastToolResult(t, r); strings.Contains(msg, "stdio-mcp:ALLOWED!") || !strings.Contains(msg, "denied") {
+		t.Fatalf("control: the token server's tool was not denied in dontAsk mode: %s", msg)
+	}
+
+	opts := wire.SessionOptions{MCPServers: wire.MCPServerList{{Name: "loud__shout", Tools: []wire.MCPTool{{Name: "x"}}}}}
+	tr = run(t, context.Background(), d, session.NewID(), opts, prompt)
+	if wire.CodeOf(tr.err) != wire.InvalidArgument {
+		t.Errorf("turn err = %v, want invalid_argument", tr.err)
+	}
+	if msg, _ := r.ms.LastMessage(); strings.Contains(string(msg), "stdio-mcp:ALLOWED!") {
+		t.Fatalf("the client's server name allowed the token server's tool: %s", msg)
+	}
+}
+
+// TestWorkspaceMCPServersNotLoaded: permissions.tools = [Read] allows no MCP tool. The tenant can write a
+// project .mcp.json into its workspace and a settings file approving it (enableAllProjectMcpServers) into
+// its home; the CLI runs with --strict-mcp-config, so only the servers Warren passed (none) are loaded.
+// Before the fix the CLI loaded the workspace's server and the agent called its tool.
+func TestWorkspaceMCPServersNotLoaded(t *testing.T) {
+	r := newRig(t)
+	script := testenv.ShoutMCPServer(t, r.ws)
+	if err := os.WriteFile(filepath.Join(r.ws, ".mcp.json"), []byte(`{"mcpServers":{"proj":{"command":"python3","args":["/workspace/`+script+`"]}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(r.home, ".claude"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.home, ".claude", "settings.json"), []byte(`{"enableAllProjectMcpServers":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := r.driver(t, "", func(c *Config) { c.Permissions = Permissions{Tools: []string{"Read"}} })
+	tr := run(t, context.Background(), d, session.NewID(), wire.SessionOptions{}, `call mcp__proj__shout {"text":"workspace"}`)
+	mustSucceed(t, tr)
+	if msg := lastToolResult(t, r); strings.Contains(msg, "stdio-mcp:WORKSPACE!") {
+		t.Fatalf("an MCP server from the workspace ran under permissions.tools [Read]: %s", msg)
+	}
+}
+
+// silentTools is a client that never answers: each call waits until its turn ends.
+type silentTools struct{}
+
+func (silentTools) CallTool(ctx context.Context, _ session.ToolCall) wire.ToolResult {
+	<-ctx.Done()
+	return wire.ErrorToolResult("the turn ended")
+}
+
+func toolsCallLine(i int) []byte {
+	return fmt.Appendf(nil, `{"type":"control_request","request_id":"r%d","request":{"subtype":"mcp_message","server_name":"app","message":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"lookup","arguments":{}}}}}`, i, i)
+}
+
+// TestBridgeBoundsCallsInFlight: a CLI (or a sandbox process writing to its stdout) sends 20,000 tools/call
+// while none is answered. The bridge runs at most maxBridgeCalls of them, each in a goroutine; the others
+// are answered at once with an error result. Before the fix each call parked a goroutine holding its
+// request.
+func TestBridgeBoundsCallsInFlight(t *testing.T) {
+	var mu sync.Mutex
+	var answers []string
+	b := newMCPBridge([]wire.MCPServer{lookupServer}, func(line []byte) error {
+		mu.Lock()
+		answers = append(answers, string(line))
+		mu.Unlock()
+		return nil
+	}, slog.New(slog.DiscardHandler))
+	end := b.begin(context.Background(), silentTools{})
+	g0 := runtime.NumGoroutine()
+	const n = 20000
+	for i := range n {
+		b.handle(toolsCallLine(i))
+	}
+	g := runtime.NumGoroutine() - g0
+	mu.Lock()
+	refused := len(answers)
+	for _, a := range answers {
+		if !strings.Contains(a, "too many client tool calls are in flight") || !strings.Contains(a, `"isError":true`) {
+			t.Fatalf("answer past the bound: %s", a)
+		}
+	}
+	mu.Unlock()
+	done := make(chan struct{})
+	go func() { end(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("end did not return after cancelling the calls")
+	}
+	if g > maxBridgeCalls+8 || refused != n-maxBridgeCalls {
+		t.Errorf("%d tools/call: %d goroutines waiting, %d refused at once; want at most %d in flight", n, g, refused, maxBridgeCalls)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(answers) != n {
+		t.Errorf("%d answers after end, want %d (every call answered)", len(answers), n)
+	}
+}
+
+// TestBridgeStopsWritingToAStalledCLI: the CLI stops reading its stdin (SIGSTOP from a process of the
+// sandbox): each answer's write fails after its timeout. The first failure stops the bridge writing, so
+// end waits for one timeout, not one per call in flight (up to maxBridgeCalls × bridgeWriteTimeout).
+func TestBridgeStopsWritingToAStalledCLI(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	var mu sync.Mutex // one write at a time, as cliProc.write
+	writes := 0
+	b := newMCPBridge([]wire.MCPServer{lookupServer}, func([]byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		writes++
+		time.Sleep(timeout)
+		return errors.New("write deadline exceeded")
+	}, slog.New(slog.DiscardHandler))
+	end := b.begin(context.Background(), silentTools{})
+	for i := range maxBridgeCalls {
+		b.handle(toolsCallLine(i))
+	}
+	start := time.Now()
+	end()
+	if took := time.Since(start); took > 10*timeout {
+		t.Errorf("end took %s with %d calls in flight and a CLI that does not read (%d writes tried)", took, maxBridgeCalls, writes)
+	}
 }

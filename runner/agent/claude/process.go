@@ -173,6 +173,10 @@ func (c *cliProc) control(line []byte, ev event, log *slog.Logger) {
 func (c *cliProc) write(line []byte, timeout time.Duration) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	if c.exited() {
+		// Its stdin may still be open in another process of the sandbox: nobody would read the line.
+		return errors.New("the agent process has exited")
+	}
 	if err := c.p.Stdin.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
 		return err
 	}
