@@ -40,10 +40,11 @@ type fakeRunner struct {
 	hist    []histEntry
 	subs    map[chan []byte]struct{}
 	prompts chan string // the content of every user message, whichever edge it came through
+	results chan string // the payload of every tool_result, whichever edge it came through
 }
 
 func newFakeRunner(t *testing.T) *fakeRunner {
-	return &fakeRunner{t: t, subs: map[chan []byte]struct{}{}, prompts: make(chan string, 16)}
+	return &fakeRunner{t: t, subs: map[chan []byte]struct{}{}, prompts: make(chan string, 16), results: make(chan string, 16)}
 }
 
 // emit records frame with the next seq and sends it to every attached connection.
@@ -207,6 +208,8 @@ func (r *fakeRunner) edge(region string, configure func(*fakeRelay)) *fakeRelay 
 			switch m.Type {
 			case "user":
 				r.prompts <- m.Message.Content
+			case "tool_result":
+				r.results <- string(m.Payload)
 			case "ping":
 				r.sendTo(sub, wire.Pong(m.Payload))
 			case "control":
@@ -701,5 +704,92 @@ func TestFailoverKeepsTLS(t *testing.T) {
 	_, err = c.Dial(testCtx(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "not TLS") {
 		t.Fatalf("Dial with a plain-text failover edge behind a TLS one: %v, want a refusal", err)
+	}
+}
+
+// TestFailoverToolCallHandledOnce: after a failover the runner sends the client tool calls still pending
+// again, with new seqs (docs/PROTOCOL.md#host-tools). The Session drops a call it delivered already, so
+// its handler runs once, and sends its answer again on the new connection (the first may have been lost
+// with the old one). Before the fix the handler ran twice.
+func TestFailoverToolCallHandledOnce(t *testing.T) {
+	ctx := testCtx(t)
+	r := newFakeRunner(t)
+	a := r.edge("ra", nil)
+	gate := make(chan struct{})
+	b := r.edge("rb", func(e *fakeRelay) { e.gate = gate })
+	events := make(failoverEvents, 16)
+	s, err := Dial(ctx, a.URL, "tok", &DialOptions{Failover: &Failover{Edges: []string{b.URL}, MinBackoff: time.Millisecond,
+		OnEvent: func(ev FailoverEvent) { events <- ev }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runs := map[string]int{}
+	srv := &ToolServer{Name: "app", Tools: []Tool{{Name: "lookup", Handler: func(_ context.Context, in json.RawMessage) (ToolResult, error) {
+		runs[string(in)]++
+		return TextResult("answer " + string(in)), nil
+	}}}}
+	call := func(id string) string {
+		return `{"type":"tool_call","payload":{"callId":"` + id + `","toolName":"mcp__app__lookup","input":{"q":"` + id + `"}}}`
+	}
+	handle := func(want int64) {
+		t.Helper()
+		var got []Event
+		readUntil(ctx, t, s, &got, want)
+		for _, ev := range got {
+			if _, err := s.HandleToolCall(ctx, ev, srv); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	handle(r.emit(call("c1")))
+	if res := <-r.results; !strings.Contains(res, `"callId":"c1"`) {
+		t.Fatalf("answer through A: %s", res)
+	}
+	a.kill()
+	events.next(t, FailoverLost)
+	close(gate)
+	events.next(t, FailoverReconnected)
+	r.emit(call("c1")) // still pending for the runner: sent again
+	r.emit(call("c2"))
+	handle(r.emit(`{"type":"result","subtype":"success"}`))
+
+	if runs[`{"q":"c1"}`] != 1 || runs[`{"q":"c2"}`] != 1 {
+		t.Fatalf("handler runs %v, want one per call", runs)
+	}
+	answers := map[string]int{}
+	for range 2 {
+		res := <-r.results
+		for _, id := range []string{"c1", "c2"} {
+			if strings.Contains(res, `"callId":"`+id+`"`) && strings.Contains(res, "answer {") {
+				answers[id]++
+			}
+		}
+	}
+	if answers["c1"] != 1 || answers["c2"] != 1 {
+		t.Fatalf("answers through B %v: want c1's sent again and c2's", answers)
+	}
+}
+
+// TestToolCallsBounded: the callIds a Session remembers and the answers it keeps are bounded.
+func TestToolCallsBounded(t *testing.T) {
+	var c toolCalls
+	for i := range maxDeliveredCalls + 10 {
+		id := fmt.Sprint(i)
+		if first, _ := c.deliver(id); !first {
+			t.Fatalf("call %s seen before", id)
+		}
+		c.answer(id, toolResultMsg{})
+	}
+	if len(c.delivered) != maxDeliveredCalls || len(c.order) != maxDeliveredCalls || len(c.answers) != maxKeptAnswers {
+		t.Fatalf("%d callIds, %d answers kept", len(c.delivered), len(c.answers))
+	}
+	last := fmt.Sprint(maxDeliveredCalls + 9)
+	if first, a := c.deliver(last); first || a == nil {
+		t.Fatalf("repeat of %s: first %v, answer %v", last, first, a)
+	}
+	if first, _ := c.deliver("0"); !first {
+		t.Fatal("the oldest callId is still remembered")
 	}
 }

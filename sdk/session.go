@@ -90,6 +90,8 @@ type Session struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	calls toolCalls // tool_calls delivered and answered, across reconnects
 }
 
 // Dial opens an agent session: it connects to /ws, sends init with opts (nil for the defaults) and waits
@@ -357,6 +359,9 @@ func (s *Session) push(ev Event, dedup bool) {
 		return
 	}
 	s.recvSeq = max(s.recvSeq, ev.Seq)
+	if s.repeatedToolCall(ev) {
+		return // a pending call sent again after a reconnect (tools.go)
+	}
 	if e := ev.Err(); e != nil {
 		s.lastErr = e
 	}
@@ -574,19 +579,18 @@ func (s *Session) EndInput(ctx context.Context) error {
 // SendToolResult answers a tool_call. content holds MCP content blocks such as
 // {"type":"text","text":"..."}.
 func (s *Session) SendToolResult(ctx context.Context, callID string, content []json.RawMessage, isError bool) error {
-	type result struct {
-		Content []json.RawMessage `json:"content"`
-		IsError bool              `json:"isError,omitempty"`
-	}
 	if content == nil {
 		content = []json.RawMessage{}
 	}
+	r := toolResultMsg{Content: content, IsError: isError}
+	s.calls.answer(callID, r) // sent again if the call comes back after a reconnect
+	return s.sendToolResult(ctx, callID, r)
+}
+
+func (s *Session) sendToolResult(ctx context.Context, callID string, r toolResultMsg) error {
 	return s.write(ctx, map[string]any{
-		"type": wire.TypeToolResult,
-		"payload": map[string]any{
-			"callId": callID,
-			"result": result{Content: content, IsError: isError},
-		},
+		"type":    wire.TypeToolResult,
+		"payload": map[string]any{"callId": callID, "result": r},
 	})
 }
 

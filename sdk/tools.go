@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
@@ -51,7 +53,9 @@ type Tool struct {
 
 // ToolServer groups client tools under one MCP server name.
 type ToolServer struct {
-	Name    string // [a-zA-Z0-9_-], at most 64
+	// Name is 1 to 64 of [a-zA-Z0-9_-], without "__" and not ending with "_": the agent reads
+	// mcp__<server>__<tool> up to the first "__", so such a name would name another server's tools.
+	Name    string
 	Version string
 	Tools   []Tool
 }
@@ -66,10 +70,17 @@ func (t *ToolServer) MCPServer() wire.MCPServer {
 	return s
 }
 
-// lookup finds the tool the agent called by its full name (mcp__<server>__<tool>).
+// Validate checks the server's entry as the edge does at init (names, bounds): an invalid_argument *Error
+// naming the field, or nil.
+func (t *ToolServer) Validate() error {
+	return wire.SessionOptions{MCPServers: MCPServerList{t.MCPServer()}}.Validate()
+}
+
+// lookup finds the tool the agent called by its full name (mcp__<server>__<tool>). A server whose name
+// does not read back (ValidMCPServerName) handles nothing: mcp__app__lookup__x is not server app__lookup's.
 func (t *ToolServer) lookup(name string) (Tool, bool) {
 	rest, ok := strings.CutPrefix(name, "mcp__"+t.Name+"__")
-	if !ok {
+	if !ok || !wire.ValidMCPServerName(t.Name) {
 		return Tool{}, false
 	}
 	for _, tool := range t.Tools {
@@ -93,7 +104,9 @@ func ErrorResult(msg string) ToolResult { return wire.ErrorToolResult(msg) }
 // handler (in this goroutine) and sends its result, an error result when the handler fails. handled is
 // false for any other event, and for a call of a tool none of servers declares (the application may answer
 // it itself with SendToolResult). err is a failure to send the result. The first answer to a call wins
-// (another client of the session may have answered it first: that answer is refused with conflict).
+// (another client of the session may have answered it first: that answer is refused with conflict). A call
+// the runner sends again after a failover is not delivered twice by a Session (toolCalls), so a handler
+// runs once per call.
 func (s *Session) HandleToolCall(ctx context.Context, ev Event, servers ...*ToolServer) (handled bool, err error) {
 	call, ok := ev.ToolCall()
 	if !ok {
@@ -125,4 +138,89 @@ func runTool(ctx context.Context, tool Tool, input json.RawMessage) (ToolResult,
 		input = json.RawMessage("{}")
 	}
 	return tool.Handler(ctx, input)
+}
+
+// Bounds of toolCalls.
+const (
+	maxDeliveredCalls = 1024 // callIds remembered
+	maxKeptAnswers    = 32   // answers kept to send again (the runner holds at most 16 calls pending)
+)
+
+// toolCalls remembers, per Session and across its reconnects, the tool_call callIds delivered to the
+// application and its latest answers. After a failover the runner sends the calls still pending again
+// (with new seqs, so the seq check does not drop them): a repeat of a delivered call is dropped, so a
+// handler runs once per call; when the application's answer to it was sent (on the lost connection, where
+// it may never have arrived), that answer is sent again instead.
+type toolCalls struct {
+	mu        sync.Mutex
+	delivered map[string]struct{}
+	order     []string // delivered, oldest first
+	answers   map[string]toolResultMsg
+	answered  []string // answers, oldest first
+}
+
+type toolResultMsg struct {
+	Content []json.RawMessage `json:"content"`
+	IsError bool              `json:"isError,omitempty"`
+}
+
+// deliver records a tool_call's callId; false when it was delivered before, with the answer sent to it if
+// one is kept.
+func (c *toolCalls) deliver(callID string) (first bool, answer *toolResultMsg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.delivered[callID]; ok {
+		if a, ok := c.answers[callID]; ok {
+			return false, &a
+		}
+		return false, nil
+	}
+	if c.delivered == nil {
+		c.delivered = make(map[string]struct{})
+	}
+	c.delivered[callID] = struct{}{}
+	c.order = append(c.order, callID)
+	if len(c.order) > maxDeliveredCalls {
+		delete(c.delivered, c.order[0])
+		c.order = slices.Delete(c.order, 0, 1)
+	}
+	return true, nil
+}
+
+// answer keeps the latest answers sent.
+func (c *toolCalls) answer(callID string, r toolResultMsg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.answers == nil {
+		c.answers = make(map[string]toolResultMsg)
+	}
+	if _, ok := c.answers[callID]; !ok {
+		c.answered = append(c.answered, callID)
+	}
+	c.answers[callID] = r
+	if len(c.answered) > maxKeptAnswers {
+		delete(c.answers, c.answered[0])
+		c.answered = slices.Delete(c.answered, 0, 1)
+	}
+}
+
+// repeatedToolCall says whether ev is a tool_call this Session delivered already (to be dropped); when
+// the application had answered it, the answer is sent again in the background.
+func (s *Session) repeatedToolCall(ev Event) bool {
+	if ev.Type != wire.TypeToolCall {
+		return false
+	}
+	call, ok := ev.ToolCall()
+	if !ok || call.CallID == "" {
+		return false
+	}
+	first, answer := s.calls.deliver(call.CallID)
+	if !first && answer != nil {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = s.sendToolResult(ctx, call.CallID, *answer)
+		}()
+	}
+	return !first
 }

@@ -84,3 +84,30 @@ func mustMarshal(t *testing.T, v any) json.RawMessage {
 	}
 	return b
 }
+
+// TestToolServerNameReadsBack: a ToolServer whose name contains "__" or ends with "_" is refused by
+// Validate (as the edge refuses it at init), and handles no call: mcp__app__lookup__x is server app's tool
+// lookup__x for the agent, never server app__lookup's tool x.
+func TestToolServerNameReadsBack(t *testing.T) {
+	ran := false
+	h := func(context.Context, json.RawMessage) (ToolResult, error) { ran = true; return TextResult("x"), nil }
+	for _, name := range []string{"app__lookup", "app_"} {
+		srv := &ToolServer{Name: name, Tools: []Tool{{Name: "x", Handler: h}}}
+		if err := srv.Validate(); wire.CodeOf(err) != wire.InvalidArgument || !strings.Contains(err.Error(), "mcpServers[0].name") {
+			t.Errorf("ToolServer %q: Validate = %v", name, err)
+		}
+		if _, ok := srv.lookup("mcp__" + name + "__x"); ok {
+			t.Errorf("ToolServer %q handles mcp__%s__x", name, name)
+		}
+	}
+	ok := &ToolServer{Name: "app", Tools: []Tool{{Name: "lookup__x", Handler: h}}}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := ok.lookup("mcp__app__lookup__x"); !found {
+		t.Error("server app does not handle its tool lookup__x")
+	}
+	if ran {
+		t.Error("a handler ran")
+	}
+}
