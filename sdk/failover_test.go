@@ -408,21 +408,28 @@ func TestFailoverResumesThroughAnotherEdge(t *testing.T) {
 	}
 }
 
-// A send made while the session reconnects waits for the new connection and is delivered there once; one
-// whose ctx ends first fails with the ctx's error.
-func TestFailoverSendWaitsForReconnect(t *testing.T) {
-	ctx := testCtx(t)
-	r := newFakeRunner(t)
-	a := r.edge("ra", nil)
-	gate := make(chan struct{})
+// gatedFailover is a session dialled through edge A of a fake runner, failing over to an edge B whose
+// connections wait until gate is closed; events gets what OnEvent reports.
+func gatedFailover(ctx context.Context, t *testing.T) (r *fakeRunner, a *fakeRelay, gate chan struct{}, events failoverEvents, s *Session) {
+	r = newFakeRunner(t)
+	a = r.edge("ra", nil)
+	gate = make(chan struct{})
 	b := r.edge("rb", func(e *fakeRelay) { e.gate = gate })
-	events := make(failoverEvents, 16)
+	events = make(failoverEvents, 16)
 	s, err := Dial(ctx, a.URL, "tok", &DialOptions{Failover: &Failover{Edges: []string{b.URL}, MinBackoff: time.Millisecond,
 		OnEvent: func(ev FailoverEvent) { events <- ev }}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return r, a, gate, events, s
+}
+
+// A send made while the session reconnects waits for the new connection and is delivered there once; one
+// whose ctx ends first fails with the ctx's error.
+func TestFailoverSendWaitsForReconnect(t *testing.T) {
+	ctx := testCtx(t)
+	r, a, gate, events, s := gatedFailover(ctx, t)
 	a.kill()
 	events.next(t, FailoverLost)
 
@@ -713,17 +720,7 @@ func TestFailoverKeepsTLS(t *testing.T) {
 // with the old one). Before the fix the handler ran twice.
 func TestFailoverToolCallHandledOnce(t *testing.T) {
 	ctx := testCtx(t)
-	r := newFakeRunner(t)
-	a := r.edge("ra", nil)
-	gate := make(chan struct{})
-	b := r.edge("rb", func(e *fakeRelay) { e.gate = gate })
-	events := make(failoverEvents, 16)
-	s, err := Dial(ctx, a.URL, "tok", &DialOptions{Failover: &Failover{Edges: []string{b.URL}, MinBackoff: time.Millisecond,
-		OnEvent: func(ev FailoverEvent) { events <- ev }}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	r, a, gate, events, s := gatedFailover(ctx, t)
 	runs := map[string]int{}
 	srv := &ToolServer{Name: "app", Tools: []Tool{{Name: "lookup", Handler: func(_ context.Context, in json.RawMessage) (ToolResult, error) {
 		runs[string(in)]++
