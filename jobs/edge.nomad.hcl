@@ -1,4 +1,4 @@
-# The edge role (docs/ARCHITECTURE.md#edge): the public WebSocket/HTTP front door. Stateless; runs on every edge node
+# The edge role (docs/ARCHITECTURE.md#edge): the public WebSocket/HTTP (and WebTransport) front door. Stateless; runs on every edge node
 # behind the load balancer, which finds the instances through the Consul service "warren-edge".
 #
 #   nomad job run -var region=eu-west -var 'datacenters=["eu-west-1a","eu-west-1b"]' jobs/edge.nomad.hcl
@@ -15,6 +15,15 @@
 # Secrets (database URL, the key shared with the scheduler) come from Vault through a template into the
 # task's secrets directory; VAULT_TOKEN (the edge reads signing keys from Vault) comes from Nomad's Vault
 # integration. None of them is in this file or on a command line.
+#
+# WebTransport (docs/PROTOCOL.md#webtransport) is off unless a certificate is configured: wt_cert_secret (a
+# Vault KV v2 path holding cert and key, PEM, rendered into the task's secrets directory and re-rendered when
+# it changes, which the edge notices itself) or wt_cert_file and wt_key_file (PEM files on the node, e.g.
+# with raw_exec; exec's chroot must contain them). The edge then serves HTTP/3 on UDP at the port number of
+# its TCP listener, the "http" port: a Nomad port is a number reserved for TCP and UDP alike, and with host
+# networking (exec, raw_exec) the task binds both itself, so the network block declares nothing more; the
+# load balancer or firewall in front must pass UDP to that port too. wt_url is the public WebTransport URL
+# announced in GET /v1/regions (https://host:port/wt); empty: https://<the edge's own address>/wt.
 
 variable "datacenters" {
   type    = list(string)
@@ -42,6 +51,30 @@ variable "mesh_pki_role" {
 variable "mesh_pki_mount" {
   type    = string
   default = "pki"
+}
+
+variable "wt_cert_secret" {
+  type        = string
+  default     = ""
+  description = "Vault KV v2 path (as secrets_path: <mount>/data/<path>) holding the WebTransport certificate chain (cert) and key (key), PEM; empty: wt_cert_file, or no WebTransport"
+}
+
+variable "wt_cert_file" {
+  type        = string
+  default     = ""
+  description = "with wt_key_file, without wt_cert_secret: the WebTransport certificate chain, a PEM file on the node (re-read when it changes); empty: no WebTransport"
+}
+
+variable "wt_key_file" {
+  type        = string
+  default     = ""
+  description = "the PEM private key of wt_cert_file"
+}
+
+variable "wt_url" {
+  type        = string
+  default     = ""
+  description = "with a WebTransport certificate: this region's public WebTransport URL (https://host:port/wt), announced in GET /v1/regions; empty: https://<each edge's own address>/wt"
 }
 
 variable "count" {
@@ -122,7 +155,7 @@ job "warren-edge" {
     }
 
     network {
-      port "http" {}
+      port "http" {} # TCP (HTTP, WebSocket) and, with a WebTransport certificate, UDP (HTTP/3) on the same number
       port "mesh" {} # UDP (QUIC): the mesh to other regions' edges
     }
 
@@ -156,6 +189,14 @@ job "warren-edge" {
           "-mesh-listen", "$${NOMAD_ADDR_mesh}",
           "-mesh-pki-role", var.mesh_pki_role,
           "-mesh-pki-mount", var.mesh_pki_mount,
+          ], var.wt_cert_secret != "" ? [
+          "-wt-cert", "$${NOMAD_SECRETS_DIR}/wt.crt",
+          "-wt-key", "$${NOMAD_SECRETS_DIR}/wt.key",
+          ] : var.wt_cert_file != "" ? [
+          "-wt-cert", var.wt_cert_file,
+          "-wt-key", var.wt_key_file,
+          ] : [], var.wt_url == "" || (var.wt_cert_secret == "" && var.wt_cert_file == "") ? [] : [
+          "-wt-url", var.wt_url,
         ])
       }
 
@@ -202,6 +243,18 @@ job "warren-edge" {
         destination = "secrets/warren.env"
         env         = true
         change_mode = "restart"
+      }
+
+      # The WebTransport certificate and key from Vault (wt_cert_secret), rewritten when the secret changes; the
+      # edge re-reads the files itself, so no restart.
+      dynamic "template" {
+        for_each = var.wt_cert_secret == "" ? [] : ["cert", "key"]
+        content {
+          data        = format("{{ with secret %q }}{{ .Data.data.%s }}{{ end }}", var.wt_cert_secret, template.value)
+          destination = format("secrets/wt.%s", template.value == "cert" ? "crt" : "key")
+          perms       = "0600"
+          change_mode = "noop"
+        }
       }
 
       # WARREN_SCHEDULER_URL (the edge's default for -scheduler): this region's scheduler from the Consul

@@ -59,17 +59,25 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 		spec       []byte
 		vars       map[string]any
 		job        string
+		wtCert     string // the edge's -wt-cert, and -wt-url https://wt.example.com/wt with it; "": neither
 	}{
 		{"sandbox", "runner", jobs.Sandbox, map[string]any{
 			"sandbox_id": scheduler.SandboxID("iss", "alice"), "issuer": "iss", "user": "alice", "epoch": 7, "region": "r1",
 			"warren_binary": "/usr/local/bin/warren", "cpu": 100, "memory": 128,
 			"runner_args": []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
-		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7"},
-		{"edge", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200"}, "warren-edge"},
+		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7", ""},
+		{"edge", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200"}, "warren-edge", ""},
 		{"edge with mesh", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
-			"mesh_pki_role": "warren-mesh"}, "warren-edge"},
-		{"scheduler", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_args": []string{"-s3-bucket=snapshots", "-idle-timeout=10m"}}, "warren-scheduler"},
-		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing"},
+			"mesh_pki_role": "warren-mesh"}, "warren-edge", ""},
+		// A wt_url without a certificate is no WebTransport: no flag.
+		{"edge without WebTransport", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
+			"wt_url": "https://wt.example.com/wt"}, "warren-edge", ""},
+		{"edge with WebTransport from files", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
+			"wt_cert_file": "/etc/warren/wt.crt", "wt_key_file": "/etc/warren/wt.key", "wt_url": "https://wt.example.com/wt"}, "warren-edge", "/etc/warren/wt.crt"},
+		{"edge with WebTransport from Vault", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
+			"wt_cert_secret": "secret/data/warren/wt", "wt_url": "https://wt.example.com/wt"}, "warren-edge", "${NOMAD_SECRETS_DIR}/wt.crt"},
+		{"scheduler", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_args": []string{"-s3-bucket=snapshots", "-idle-timeout=10m"}}, "warren-scheduler", ""},
+		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if legacy && tc.name != "sandbox" {
@@ -119,6 +127,40 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 				}
 				if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(flagName) + `(\s|$)`).Match(help) {
 					t.Errorf("warren %s has no flag %s", tc.role, flagName)
+				}
+			}
+
+			// The edge's WebTransport flags are there exactly when a certificate is configured; from Vault, the
+			// secret's cert and key are rendered to the files the flags name.
+			if tc.role == "edge" {
+				flags := map[string]string{}
+				for i := 1; i+1 < len(rawArgs); i += 2 {
+					flags[rawArgs[i].(string)], _ = rawArgs[i+1].(string)
+				}
+				want := map[string]string{}
+				if tc.wtCert != "" {
+					want = map[string]string{"-wt-cert": tc.wtCert, "-wt-key": strings.TrimSuffix(tc.wtCert, ".crt") + ".key", "-wt-url": "https://wt.example.com/wt"}
+				}
+				for _, f := range []string{"-wt-cert", "-wt-key", "-wt-url"} {
+					if flags[f] != want[f] {
+						t.Errorf("%s %q, want %q (args %v)", f, flags[f], want[f], rawArgs)
+					}
+				}
+				var wtTemplates []string
+				for _, tpl := range job.TaskGroups[0].Tasks[0].Templates {
+					if strings.HasPrefix(*tpl.DestPath, "secrets/wt.") {
+						wtTemplates = append(wtTemplates, *tpl.DestPath+" "+*tpl.EmbeddedTmpl+" "+*tpl.ChangeMode)
+					}
+				}
+				var wantTemplates []string
+				if secret, _ := tc.vars["wt_cert_secret"].(string); secret != "" {
+					wantTemplates = []string{
+						`secrets/wt.crt {{ with secret "` + secret + `" }}{{ .Data.data.cert }}{{ end }} noop`,
+						`secrets/wt.key {{ with secret "` + secret + `" }}{{ .Data.data.key }}{{ end }} noop`,
+					}
+				}
+				if !slices.Equal(wtTemplates, wantTemplates) {
+					t.Errorf("WebTransport templates %q, want %q", wtTemplates, wantTemplates)
 				}
 			}
 		})
