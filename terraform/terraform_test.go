@@ -9,10 +9,14 @@ package terraform_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,10 +30,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/warren-mesh/warren/edge"
 
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // `terraform fmt -check` over terraform/: the files are formatted as Terraform formats them.
@@ -82,6 +90,24 @@ variable "nomad_jwks_url" {
 		r := out.Regions.Value[name]
 		if got := r.HCL2Vars["edge"]["public_url"]; got != url {
 			t.Errorf("%s: edge public_url %q, want %q", name, got, url)
+		}
+		// eu-west serves WebTransport with its certificate in Vault, us-east none.
+		wantWT := map[string]string{"wt_url": "", "wt_cert_secret": "", "wt_cert_file": "", "wt_key_file": ""}
+		var wantCertPath *string
+		if name == "eu-west" {
+			p := "secret/warren/regions/eu-west/webtransport"
+			wantWT["wt_url"], wantWT["wt_cert_secret"], wantCertPath = "https://eu-west.warren.example.com/wt", "secret/data/warren/regions/eu-west/webtransport", &p
+		}
+		for k, v := range wantWT {
+			if got := r.HCL2Vars["edge"][k]; got != v {
+				t.Errorf("%s: edge %s %q, want %q", name, k, got, v)
+			}
+		}
+		if (r.WTCertPath == nil) != (wantCertPath == nil) || (r.WTCertPath != nil && *r.WTCertPath != *wantCertPath) {
+			t.Errorf("%s: webtransport_cert_path %v, want %v", name, r.WTCertPath, wantCertPath)
+		}
+		if got := strings.Contains(r.VaultPolicies["edge"], "webtransport"); got != (wantCertPath != nil) {
+			t.Errorf("%s: the edge's policy reads a WebTransport certificate: %t, want %t:\n%s", name, got, wantCertPath != nil, r.VaultPolicies["edge"])
 		}
 		if got := r.HCL2Vars["edge"]["mesh_pki_role"]; got != "warren-mesh" {
 			t.Errorf("%s: edge mesh_pki_role %q", name, got)
@@ -250,6 +276,8 @@ func TestRegionsValidation(t *testing.T) {
 		{"edge_count", `{ eu = { public_url = "https://eu.example.com", edge_count = 0, bucket = { name = "snaps-eu" } } }`, "edge_count and billing_count must be whole numbers"},
 		{"bucket", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "Snaps/EU" } } }`, "S3 bucket name"},
 		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, `attribute "bucket" is required`},
+		{"webtransport url", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, webtransport = { url = "http://eu.example.com/wt" } } }`, "webtransport.url must be an https:// URL"},
+		{"webtransport key", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, webtransport = { url = "https://eu.example.com/wt", cert_file = "/etc/wt.crt" } } }`, "cert_file and webtransport.key_file go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := renderRoot(t, tc.regions, `"https://vault.example.com:8200"`, "/usr/local/bin/warren", "", `""`, false)
@@ -274,6 +302,7 @@ type rendered struct {
 	VaultNames    map[string]string            `json:"vault_names"`
 	SecretsPaths  map[string]string            `json:"secrets_paths"`
 	Consul        map[string]string            `json:"consul_policies"`
+	WTCertPath    *string                      `json:"webtransport_cert_path"`
 }
 
 // region is one Nomad region of the test with its Consul and what Terraform rendered for it.
@@ -289,7 +318,9 @@ var roles = []string{"edge", "scheduler", "billing"}
 // The jobs Terraform renders for regions r1 and r2, submitted to r1's agent of a federation of two Nomad
 // agents (each region with its own Consul, one Vault holding the policies and secrets Terraform rendered,
 // one database), run in their own region: each job's region selects the Nomad region, as through the root
-// module's one nomad provider. Every edge lists both regions' public URLs in GET /v1/regions.
+// module's one nomad provider. Every edge lists both regions' public URLs and WebTransport URLs in GET
+// /v1/regions and answers HTTP/3 on UDP at its http port: r1's certificate is a file on the node, r2's is in
+// Vault, rendered by the edge job's templates.
 func TestJobsRunInTheirRegions(t *testing.T) {
 	tf := testenv.Terraform(t)
 	warren := testenv.WarrenBinary(t)
@@ -309,7 +340,19 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 	r1, r2 := regions["r1"], regions["r2"]
 	r1.ns.Join(t, r2.ns)
 
-	render(t, ctx, tf, vs.Addr(), regions)
+	// One certificate (for 127.0.0.1) for both regions' edges: r1 reads the files, r2 Vault's copy.
+	wtCert, err := (&edge.SelfSigned{Hosts: []string{"127.0.0.1"}}).GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := testenv.WriteKeyPair(t, t.TempDir(), "wt", wtCert)
+	render(t, ctx, tf, vs.Addr(), regions, map[string]string{
+		"r1": fmt.Sprintf("{ url = \"https://r1.warren.test/wt\", cert_file = %q, key_file = %q }", certFile, keyFile),
+		"r2": `{ url = "https://r2.warren.test:8443/wt" }`,
+	})
+	if r1.r.WTCertPath != nil || r2.r.WTCertPath == nil {
+		t.Fatalf("webtransport_cert_path: r1 %v, r2 %v; want none and one", r1.r.WTCertPath, r2.r.WTCertPath)
+	}
 
 	// Each region's runners write to its bucket and read the other's, with flags warren runner has.
 	runnerHelp, _ := exec.Command(warren, "runner", "-h").CombinedOutput()
@@ -368,6 +411,19 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 			}})
 		}
 	}
+	pemOf := func(file string) string {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	mount, rel, _ := strings.Cut(*r2.r.WTCertPath, "/")
+	vaultDo(t, vs, http.MethodPut, "/v1/"+mount+"/data/"+rel, map[string]any{"data": map[string]string{"cert": pemOf(certFile), "key": pemOf(keyFile)}})
+	wtRoots := x509.NewCertPool()
+	wtRoots.AddCert(wtCert.Leaf)
+	h3 := &http.Client{Transport: &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: wtRoots, ServerName: "127.0.0.1"}}}
+	defer h3.CloseIdleConnections()
 
 	// Every job goes through r1's agent, as through one provider: Nomad forwards r2's jobs to r2.
 	dir := t.TempDir()
@@ -403,8 +459,9 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 		}
 	}
 
-	// Every job's allocation runs on its own region's node; the edges of both regions list both.
-	want := map[string]string{"r1": "http://r1.warren.test", "r2": "http://r2.warren.test"}
+	// Every job's allocation runs on its own region's node; the edges of both regions list both, and answer
+	// over HTTP/3.
+	want := map[string]string{"r1": "http://r1.warren.test https://r1.warren.test/wt", "r2": "http://r2.warren.test https://r2.warren.test:8443/wt"}
 	for _, rg := range regions {
 		client, err := api.NewClient(&api.Config{Address: rg.ns.Addr()})
 		if err != nil {
@@ -436,17 +493,27 @@ func TestJobsRunInTheirRegions(t *testing.T) {
 				}
 			}
 			var regs struct {
-				Regions []struct{ Name, URL string }
+				Regions []struct{ Name, URL, WebTransport string }
 			}
 			if err := getJSON(ctx, "http://"+edgeAddr+"/v1/regions", &regs); err != nil {
 				return fmt.Errorf("edge of %s: %w", rg.name, err)
 			}
 			got := map[string]string{}
 			for _, r := range regs.Regions {
-				got[r.Name] = r.URL
+				got[r.Name] = r.URL + " " + r.WebTransport
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				return fmt.Errorf("edge of %s lists regions %v, want %v", rg.name, got, want)
+			}
+			// A GET of /wt over HTTP/3 reaches the edge's WebTransport handler, which wants a CONNECT.
+			resp, err := h3.Get("https://" + edgeAddr + "/wt")
+			if err != nil {
+				return fmt.Errorf("edge of %s over HTTP/3: %w", rg.name, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if got := wire.ReadHTTPError(resp.StatusCode, body); got.Code != wire.InvalidArgument {
+				return fmt.Errorf("edge of %s over HTTP/3: GET /wt %d %s, want %s", rg.name, resp.StatusCode, body, wire.InvalidArgument)
 			}
 			return nil
 		})
@@ -546,7 +613,8 @@ type renderOutputs struct {
 
 // render renders the regions' jobs for the test's servers: what terraform/main.tf would give its providers
 // for a map of regions r1 and r2, each with its own Consul and Nomad.
-func render(t *testing.T, ctx context.Context, tf, vaultAddr string, regions map[string]*region) {
+// webtransport is each region's webtransport setting (HCL), by region.
+func render(t *testing.T, ctx context.Context, tf, vaultAddr string, regions map[string]*region, webtransport map[string]string) {
 	t.Helper()
 	var regionsHCL strings.Builder
 	for _, rg := range regions {
@@ -559,8 +627,9 @@ func render(t *testing.T, ctx context.Context, tf, vaultAddr string, regions map
       edge_count     = 1
       billing_count  = 1
       bucket         = { name = "snapshots-%s" }
+      webtransport   = %s
     }
-`, rg.name, rg.name, rg.cs.Addr(), rg.ns.Addr(), rg.name)
+`, rg.name, rg.name, rg.cs.Addr(), rg.ns.Addr(), rg.name, cmp.Or(webtransport[rg.name], "null"))
 	}
 	// Nomad 1.6: Vault tokens from the servers; no Nomad ACLs here, so no Nomad token; no mesh.
 	root := renderRoot(t, "{\n"+regionsHCL.String()+"  }", strconv.Quote(vaultAddr), testenv.WarrenBinary(t), "", `""`, true)

@@ -81,6 +81,6 @@ variable "mesh_pki_role" {
 }
 
 variable "regions" {
-  description = "the Warren regions by name, each a Nomad region with its Consul datacenter, edges, scheduler and snapshot bucket; each region: public_url (required), bucket = { name (required), s3_region, endpoint, path_style }, and optionally datacenters, sandbox_datacenter, consul_datacenter, consul_addr, nomad_addr, vault_addr, driver, sandbox_driver, edge_count, billing_count, runner_args (modules/settings/variables.tf has the type, defaults and the checks)"
+  description = "the Warren regions by name, each a Nomad region with its Consul datacenter, edges, scheduler and snapshot bucket; each region: public_url (required), bucket = { name (required), s3_region, endpoint, path_style }, and optionally datacenters, sandbox_datacenter, consul_datacenter, consul_addr, nomad_addr, vault_addr, driver, sandbox_driver, edge_count, billing_count, runner_args, webtransport = { url (required, https://host[:port]/wt), cert_file, key_file (PEM files on the edge nodes; both empty: the certificate from Vault) } (absent: no WebTransport) (modules/settings/variables.tf has the type, defaults and the checks)"
   type        = any
 }

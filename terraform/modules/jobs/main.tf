@@ -16,6 +16,8 @@ locals {
   # admin keys at <kv_mount>/warren/{issuers/*,admin}, shared by all regions (internal/secrets/vault).
   secrets_rel = { for r in local.roles : r => "warren/regions/${local.s.region}/${r}" }
   vault_names = { for r in local.roles : r => "warren-${local.s.region}-${r}" }
+  # The edges' WebTransport certificate (cert, key), when kept in Vault.
+  wt_rel = "warren/regions/${local.s.region}/webtransport"
 
   # -s3-* of the region's own bucket and -snapshot-region of every other region's, for every runner.
   s3_args = concat(
@@ -52,6 +54,10 @@ locals {
       secrets_path   = "${local.s.kv_mount}/data/${local.secrets_rel.edge}"
       mesh_pki_role  = local.s.mesh_pki_role
       mesh_pki_mount = local.s.mesh_pki_mount
+      wt_url         = local.s.wt_url
+      wt_cert_file   = local.s.wt_cert_file
+      wt_key_file    = local.s.wt_key_file
+      wt_cert_secret = local.s.wt_vault ? "${local.s.kv_mount}/data/${local.wt_rel}" : ""
     })
     scheduler = merge(local.common, {
       consul_addr        = local.s.consul_addr
@@ -74,7 +80,8 @@ locals {
   }
 
   # Vault policies, what internal/secrets/vault and internal/mesh do and no more: each role reads its region's
-  # secrets; the edge reads issuer keys (versions and metadata) and issues mesh certificates; the billing role
+  # secrets; the edge reads issuer keys (versions and metadata), issues mesh certificates and reads its
+  # WebTransport certificate (its job's templates); the billing role
   # writes issuer keys (new versions, check-and-set) and the admin key; the scheduler mints its Nomad token.
   read_own = { for r in local.roles : r => <<-EOT
     path "${local.s.kv_mount}/data/${local.secrets_rel[r]}" {
@@ -94,6 +101,11 @@ locals {
       , local.s.mesh_pki_role == "" ? "" : <<-EOT
       path "${local.s.mesh_pki_mount}/issue/${local.s.mesh_pki_role}" {
         capabilities = ["update"]
+      }
+    EOT
+      , !local.s.wt_vault ? "" : <<-EOT
+      path "${local.s.kv_mount}/data/${local.wt_rel}" {
+        capabilities = ["read"]
       }
     EOT
     ])

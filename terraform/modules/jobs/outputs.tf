@@ -30,6 +30,11 @@ output "secrets_paths" {
   value       = { for r, rel in local.secrets_rel : r => "${local.s.kv_mount}/${rel}" }
 }
 
+output "webtransport_cert_path" {
+  description = "where the edges' WebTransport certificate is written when Vault keeps it: vault kv put <path> cert=@fullchain.pem key=@key.pem (KV v2; the edges re-read it when it changes); null otherwise"
+  value       = local.s.wt_vault ? "${local.s.kv_mount}/${local.wt_rel}" : null
+}
+
 output "consul_policies" {
   description = "the Consul ACL policy rules of the tokens edges, the scheduler and runners use with -consul, by role (edge, scheduler, runner)"
   value = { for role, kinds in local.consul_rules : role => join("", flatten([

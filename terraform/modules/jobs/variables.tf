@@ -32,6 +32,10 @@ variable "settings" {
       endpoint   = string
       path_style = bool
     }))
-    runner_args = list(string) # further flags for every runner
+    runner_args  = list(string) # further flags for every runner
+    wt_url       = string       # the public WebTransport URL; empty: no WebTransport
+    wt_cert_file = string       # the WebTransport certificate and key as PEM files on the edge nodes, or
+    wt_key_file  = string       # empty with wt_vault
+    wt_vault     = bool         # the WebTransport certificate and key from Vault (webtransport_cert_path)
   })
 }

@@ -27,5 +27,9 @@ output "regions" {
     bucket             = r.bucket
     other_buckets      = { for other, o in var.regions : other => o.bucket if other != name }
     runner_args        = r.runner_args
+    wt_url             = r.webtransport == null ? "" : r.webtransport.url
+    wt_cert_file       = r.webtransport == null ? "" : r.webtransport.cert_file
+    wt_key_file        = r.webtransport == null ? "" : r.webtransport.key_file
+    wt_vault           = r.webtransport == null ? false : r.webtransport.cert_file == ""
   } }
 }

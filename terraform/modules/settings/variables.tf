@@ -13,6 +13,11 @@ variable "regions" {
     edge_count         = optional(number, 2)
     billing_count      = optional(number, 2)
     runner_args        = optional(list(string), [])
+    webtransport = optional(object({   # absent: no WebTransport (the edges serve the WebSocket alone)
+      url       = string               # the region's public WebTransport URL, https://host[:port]/wt, announced in GET /v1/regions
+      cert_file = optional(string, "") # with key_file: PEM files on the edge nodes; empty: from Vault, <kv_mount>/warren/regions/<region>/webtransport (cert, key)
+      key_file  = optional(string, "")
+    }))
     bucket = object({
       name       = string
       s3_region  = optional(string, "us-east-1")
@@ -32,6 +37,14 @@ variable "regions" {
   validation {
     condition     = alltrue([for _, r in var.regions : r.edge_count >= 1 && r.billing_count >= 1 && floor(r.edge_count) == r.edge_count && floor(r.billing_count) == r.billing_count])
     error_message = "edge_count and billing_count must be whole numbers of at least 1."
+  }
+  validation {
+    condition     = alltrue([for _, r in var.regions : r.webtransport == null ? true : can(regex("^https://[^/?#@]+(/[^?#]*)?$", r.webtransport.url))])
+    error_message = "every region's webtransport.url must be an https:// URL of a host (and port) and path (WebTransport is HTTP/3: TLS always), without query or user."
+  }
+  validation {
+    condition     = alltrue([for _, r in var.regions : r.webtransport == null ? true : (r.webtransport.cert_file == "") == (r.webtransport.key_file == "")])
+    error_message = "webtransport.cert_file and webtransport.key_file go together (both empty: the certificate comes from Vault)."
   }
   validation {
     condition     = alltrue([for _, r in var.regions : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", r.bucket.name))])
