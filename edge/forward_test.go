@@ -483,18 +483,7 @@ func TestForwardNoLiveEdge(t *testing.T) {
 			if websocket.CloseStatus(err) != websocket.StatusCode(wire.Unavailable.CloseCode()) {
 				t.Fatalf("then %v, want closed with unavailable", err)
 			}
-			req, _ := http.NewRequestWithContext(testCtx(t), "POST", b.url+"/v1/sandbox/exec", strings.NewReader(`x`))
-			req.Header.Set("Authorization", "Bearer alice")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var we wire.Error
-			if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &we) != nil || we.Details["region"] != "a" {
-				t.Fatalf("exec through b: %d %s, want 503 with details.region a", resp.StatusCode, body)
-			}
+			execRefusedFor(t, b.url, "a")
 			if g, _ := rn.last(); a.sandboxes.ensured.Load() != 0 || g.User != "" {
 				t.Fatal("a was reached")
 			}
@@ -569,18 +558,7 @@ func TestForwardRefusalAtTheOwner(t *testing.T) {
 	if _, _, err = c.Read(testCtx(t)); websocket.CloseStatus(err) != websocket.StatusCode(wire.Unavailable.CloseCode()) {
 		t.Fatalf("then %v, want closed with unavailable", err)
 	}
-	req, _ := http.NewRequestWithContext(testCtx(t), "POST", b.url+"/v1/sandbox/exec", strings.NewReader(`x`))
-	req.Header.Set("Authorization", "Bearer alice")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var we wire.Error
-	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &we) != nil || we.Details["region"] != "c" {
-		t.Fatalf("exec: %d %s, want 503 with details.region c", resp.StatusCode, body)
-	}
+	execRefusedFor(t, b.url, "c")
 	if got := metric(t, a.reg, "warren_edge_forwarded_served_total", "kind", "http", "peer", "b", "outcome", "refused"); got != 1 {
 		t.Fatalf("a's warren_edge_forwarded_served_total{http,b,refused} = %v, want 1", got)
 	}
@@ -789,5 +767,22 @@ func TestForwardKeepAliveAfterAnswers(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.HasSuffix(string(got), "data: 0\n\n") {
 			t.Fatalf("request %d on a kept-alive connection: %d %q", i, resp.StatusCode, got)
 		}
+	}
+}
+
+// execRefusedFor asserts that alice's exec through the edge at url is refused 503 unavailable naming region.
+func execRefusedFor(t *testing.T, url, region string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(testCtx(t), "POST", url+"/v1/sandbox/exec", strings.NewReader(`x`))
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var we wire.Error
+	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &we) != nil || we.Details["region"] != region {
+		t.Fatalf("exec through %s: %d %s, want 503 with details.region %s", url, resp.StatusCode, body, region)
 	}
 }
