@@ -43,6 +43,7 @@ func (a *api) routes() http.Handler {
 	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
 	a.procRoutes(mux)
 	a.sessionRoutes(mux)
+	a.gitRoutes(mux)
 	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))
 	mux.Handle("/v1/lease", a.keyed(methods{http.MethodPut: a.putLease}))
 	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
