@@ -421,8 +421,10 @@ func (g *gitAPI) log(ctx context.Context, q url.Values, dir string) (wire.GitLog
 		"log", "-z", "--no-color", "--format=" + gitLogFormat, "-n", strconv.Itoa(limit + 1), "--end-of-options", ref, "--",
 	}})
 	if err != nil {
-		if ref == "HEAD" && wire.CodeOf(err) == wire.NotFound && strings.Contains(err.Error(), "does not have any commits") {
-			return wire.GitLog{Commits: []wire.GitLogEntry{}}, nil
+		if ref == "HEAD" && wire.CodeOf(err) == wire.NotFound {
+			if h, herr := g.head(ctx, dir); herr == nil && h.Commit == "" {
+				return wire.GitLog{Commits: []wire.GitLogEntry{}}, nil // no commits yet
+			}
 		}
 		return wire.GitLog{}, err
 	}

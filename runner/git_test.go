@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,20 +15,6 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner"
 )
-
-// hostGit runs the host's git in dir and returns its trimmed output; failing is fatal.
-func hostGit(t testing.TB, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=host", "GIT_AUTHOR_EMAIL=host@example.com",
-		"GIT_COMMITTER_NAME=host", "GIT_COMMITTER_EMAIL=host@example.com")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 func (h *harness) git(t testing.TB, op string, body any) wire.GitHead {
 	t.Helper()
@@ -50,6 +35,11 @@ func TestGitWorkflow(t *testing.T) {
 	head := h.git(t, "init", wire.GitInitRequest{Path: "repo"})
 	if head.Path != "repo" || head.Branch != "main" || head.Commit != "" {
 		t.Fatalf("init: %+v", head)
+	}
+	var l wire.GitLog
+	h.gitGet(t, "log", url.Values{"path": {"repo"}}, &l)
+	if len(l.Commits) != 0 || l.Truncated {
+		t.Fatalf("log of a new repository: %+v", l)
 	}
 	h.exec(t, wire.ExecRequest{Command: "printf 'one\\n' > a.txt && mkdir -p d && printf x > 'd/sp ace.txt'", Cwd: "repo"})
 	var st wire.GitStatus
@@ -72,7 +62,6 @@ func TestGitWorkflow(t *testing.T) {
 		t.Fatalf("diff: %+v", d)
 	}
 	second := h.git(t, "commit", wire.GitCommitRequest{Path: "repo", Message: "second", Paths: []string{"a.txt"}, AuthorName: "Ada", AuthorEmail: "ada@example.com"})
-	var l wire.GitLog
 	h.gitGet(t, "log", url.Values{"path": {"repo"}}, &l)
 	if len(l.Commits) != 2 || l.Commits[0].Commit != second.Commit || l.Commits[0].Subject != "second" || l.Commits[0].AuthorName != "Ada" ||
 		l.Commits[1].AuthorName != "alice" || l.Commits[1].AuthorEmail != "alice@acme.warren.invalid" || l.Commits[0].Parents[0] != first.Commit {
@@ -105,16 +94,16 @@ func TestGitWorkflow(t *testing.T) {
 	host := t.TempDir()
 	full := filepath.Join(host, "full.bundle")
 	writeBundle(t, h, url.Values{"path": {"repo"}}, full)
-	hostGit(t, host, "clone", "-q", full, "clone")
+	testenv.Git(t, host, "clone", "-q", full, "clone")
 	clone := filepath.Join(host, "clone")
-	hostGit(t, clone, "reset", "-q", "--hard", first.Commit)
+	testenv.Git(t, clone, "reset", "-q", "--hard", first.Commit)
 	since := filepath.Join(host, "since.bundle")
 	writeBundle(t, h, url.Values{"path": {"repo"}, "base": {first.Commit}}, since)
-	if out := hostGit(t, clone, "bundle", "verify", since); !strings.Contains(out, first.Commit) {
+	if out := testenv.Git(t, clone, "bundle", "verify", since); !strings.Contains(out, first.Commit) {
 		t.Fatalf("bundle verify: %s", out)
 	}
-	hostGit(t, clone, "fetch", "-q", since, "HEAD:refs/heads/warren/alice")
-	if got := hostGit(t, clone, "rev-parse", "warren/alice"); got != second.Commit {
+	testenv.Git(t, clone, "fetch", "-q", since, "HEAD:refs/heads/warren/alice")
+	if got := testenv.Git(t, clone, "rev-parse", "warren/alice"); got != second.Commit {
 		t.Fatalf("fetched %s, want %s", got, second.Commit)
 	}
 	resp := h.do(t, http.MethodGet, "/v1/sandbox/git/bundle?"+url.Values{"path": {"repo"}, "base": {"main"}}.Encode(), nil)
@@ -216,18 +205,7 @@ func TestGitCloneWithCredential(t *testing.T) {
 	h := startRunner(t, func(c *runner.Config) { c.HostNetwork = true })
 	const secret = "s3cr3t-T0KEN-for-clone"
 	root := t.TempDir()
-	src := filepath.Join(root, "src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	hostGit(t, src, "init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(src, "README"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hostGit(t, src, "add", "README")
-	hostGit(t, src, "commit", "-q", "-m", "init")
-	want := hostGit(t, src, "rev-parse", "HEAD")
-	hostGit(t, root, "clone", "-q", "--bare", src, "r.git")
+	want := testenv.BareRepo(t, root, "r.git")
 	srv := testenv.StartGitServer(t, "127.0.0.1:0", root, secret)
 
 	wantError(t, h.doJSON(t, http.MethodPost, "/v1/sandbox/git/clone", wire.GitCloneRequest{URL: srv.URL + "/r.git", Path: "nocred"}), wire.PermissionDenied)
@@ -240,8 +218,8 @@ func TestGitCloneWithCredential(t *testing.T) {
 	if head.Commit != want || head.Branch != "main" || head.Path != "sub/clone" {
 		t.Fatalf("clone: %+v, want %s", head, want)
 	}
-	b, err := os.ReadFile(filepath.Join(h.ws, "sub", "clone", "README"))
-	if err != nil || string(b) != "hello\n" {
+	b, err := os.ReadFile(filepath.Join(h.ws, "sub", "clone", "README.md"))
+	if err != nil || string(b) != "# proj\n" {
 		t.Fatalf("README %q %v", b, err)
 	}
 	assertNoSecret(t, h.ws, secret)

@@ -52,15 +52,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startStack(t *testing.T) *devstack.Stack {
+func startStack(t *testing.T, mods ...func(*devstack.Config)) *devstack.Stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end: starts runner processes under bubblewrap")
 	}
-	st, err := devstack.Start(context.Background(), devstack.Config{
+	cfg := devstack.Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary, MeterInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	st, err := devstack.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start dev stack: %v", err)
 	}

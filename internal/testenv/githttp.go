@@ -5,8 +5,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/cgi"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -31,7 +33,7 @@ func StartGitServer(t testing.TB, addr, root, password string) *GitServer {
 	if err != nil {
 		t.Fatalf("git --exec-path: %v", err)
 	}
-	backend := filepath.Join(string(trimNL(out)), "git-http-backend")
+	backend := filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
 	s := &GitServer{Root: root}
 	h := &cgi.Handler{
 		Path: backend,
@@ -59,9 +61,35 @@ func StartGitServer(t testing.TB, addr, root, password string) *GitServer {
 	return s
 }
 
-func trimNL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
+// BareRepo makes, under dir, a repository "src" with one commit (README.md, on branch main) and its bare
+// clone name (e.g. "proj.git"), with the host's git; it returns the commit. The commits' author is fixed.
+func BareRepo(t testing.TB, dir, name string) string {
+	t.Helper()
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	return b
+	Git(t, src, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(src, "README.md"), []byte("# proj\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	Git(t, src, "add", "README.md")
+	Git(t, src, "commit", "-q", "-m", "initial")
+	Git(t, dir, "clone", "-q", "--bare", src, name)
+	return Git(t, src, "rev-parse", "HEAD")
+}
+
+// Git runs the host's git in dir (with a fixed author and committer, without the system configuration)
+// and returns its trimmed output; a failure is fatal.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=local", "GIT_AUTHOR_EMAIL=local@example.com",
+		"GIT_COMMITTER_NAME=local", "GIT_COMMITTER_EMAIL=local@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
