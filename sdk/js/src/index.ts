@@ -7,6 +7,7 @@ export * from "./tools.js";
 export * from "./transport.js";
 export * from "./sse.js";
 export * from "./sandbox.js";
+export * from "./git.js";
 export * from "./session.js";
 export * from "./client.js";
 export * from "./webtransport.js";

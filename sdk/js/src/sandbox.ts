@@ -3,6 +3,7 @@
 
 import { WarrenError } from "./errors.js";
 import { SSEParser } from "./sse.js";
+import { Git } from "./git.js";
 
 /** An exec request (wire.ExecRequest). Without args the command runs under /bin/sh -c. */
 export interface ExecRequest {
@@ -45,7 +46,12 @@ export interface Requester {
 
 /** The sandbox of the token's user (started on demand). */
 export class Sandbox {
-  constructor(private c: Requester) {}
+  /** Git in the sandbox (docs/PROTOCOL.md#git). */
+  readonly git: Git;
+
+  constructor(private c: Requester) {
+    this.git = new Git(c);
+  }
 
   /** Runs a command and waits for its result. */
   async exec(req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
