@@ -52,6 +52,9 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *branch == "" {
 		*branch = "warren/" + tokenUser(cf.token)
+		if _, err := localGit(ctx, "check-ref-format", "--branch", *branch); err != nil {
+			*branch = "warren/sandbox" // a user id that is no branch name
+		}
 	}
 	if _, err := localGit(ctx, "check-ref-format", "--branch", *branch); err != nil || strings.HasPrefix(*branch, "-") {
 		return fmt.Errorf("branch %q is not a valid branch name", *branch)
