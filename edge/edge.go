@@ -158,6 +158,8 @@ func (e *Edge) routes() {
 	mux.Handle("/v1/sessions", http.HandlerFunc(e.serveSandbox))
 	mux.Handle("/v1/sessions/", http.HandlerFunc(e.serveSandbox))
 	mux.HandleFunc("GET /v1/regions", e.serveRegions)
+	mux.HandleFunc("/v1/execute", e.serveExecute) // one-shot tasks (execute.go)
+	mux.HandleFunc("/v1/execute/", e.serveExecute)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))

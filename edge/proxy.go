@@ -123,5 +123,6 @@ func (s *statusWriter) Flush() {
 // relayedPath reports whether a path is one the edge relays to the user's runner (and forwards across
 // regions): the sandbox API and the session listing.
 func relayedPath(path string) bool {
-	return strings.HasPrefix(path, "/v1/sandbox/") || path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/")
+	return strings.HasPrefix(path, "/v1/sandbox/") || path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/") ||
+		path == "/v1/execute" || strings.HasPrefix(path, "/v1/execute/")
 }

@@ -105,6 +105,8 @@ type Config struct {
 	// kept for listing. ProcessLogBytes bounds the output kept of each (default 1 MiB).
 	MaxProcesses    int
 	ProcessLogBytes int64
+	// Tasks configures one-shot tasks (POST /v1/execute); the zero value takes the defaults.
+	Tasks TaskConfig
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.

@@ -61,6 +61,7 @@ type Runner struct {
 	lease      leaseWatch
 	procs      *procTable    // background processes
 	sessions   *sessionIndex // the session listing
+	tasks      *taskTable    // one-shot tasks (tasks.go)
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -86,6 +87,12 @@ func New(cfg Config) (*Runner, error) {
 	)
 	r.procs = newProcTable(r)
 	r.sessions = newSessionIndex(r)
+	taskStore, taskPrefix, err := r.openTaskStore()
+	if err != nil {
+		r.parts.release()
+		return nil, err
+	}
+	r.tasks = newTaskTable(r, taskStore, taskPrefix)
 	if cfg.Snapshots != nil {
 		if err := r.buildSnapshots(); err != nil {
 			r.parts.release()
@@ -212,7 +219,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	g.Go(func() error {
 		r.idleLoop(gctx, func() bool {
 			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0 ||
-				r.procs.keepAwake(r.cfg.Now())
+				r.procs.keepAwake(r.cfg.Now()) || r.tasks.busy()
 		})
 		return nil
 	})

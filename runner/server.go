@@ -45,6 +45,8 @@ func (a *api) routes() http.Handler {
 	a.sessionRoutes(mux)
 	a.gitRoutes(mux)
 	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))
+	mux.Handle("/v1/execute", a.auth(methods{http.MethodPost: a.execute, http.MethodGet: a.listTasks}))
+	mux.Handle("/v1/execute/{id}", a.auth(methods{http.MethodGet: a.getTask}))
 	mux.Handle("/v1/lease", a.keyed(methods{http.MethodPut: a.putLease}))
 	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))

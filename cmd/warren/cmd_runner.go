@@ -125,6 +125,11 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var warm bool
 	fs.BoolVar(&warm, "warm", false, "warm-pool runner: start without a user, announce in Consul, wait for a scheduler's assignment (needs -consul)")
 	fs.StringVar(&alloc, "alloc", os.Getenv("NOMAD_ALLOC_ID"), "this sandbox's allocation id, recorded in the registry ($NOMAD_ALLOC_ID)")
+	var webhookSecretFile string
+	fs.IntVar(&cfg.Tasks.MaxActive, "max-tasks", runner.DefaultMaxActiveTasks, "one-shot tasks a user may have queued or running at once")
+	fs.IntVar(&cfg.Tasks.Concurrency, "task-concurrency", 1, "one-shot tasks of a user that run at once (the others wait)")
+	fs.StringVar(&webhookSecretFile, "webhook-secret-file", "", "file holding the operator's secret that task webhooks are signed with (per issuer, derived); unset: webhooks are refused")
+	fs.BoolVar(&cfg.Tasks.WebhookAllowPrivate, "webhook-allow-private", false, "let task webhooks use http and reach loopback and private addresses (development only)")
 	var grace int64
 	fs.Int64Var(&grace, "grace-microdollars", modelproxy.DefaultGrace, "what a session may spend while the ledger is unreachable (spooled); 0 disables")
 	fs.Usage = func() {
@@ -231,6 +236,15 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if cfg.Key == "" {
 		return fmt.Errorf("%s is not set: the runner needs its bearer key", runnerKeyEnv)
+	}
+	if webhookSecretFile != "" {
+		b, err := os.ReadFile(webhookSecretFile)
+		if err != nil {
+			return fmt.Errorf("webhook secret: %w", err)
+		}
+		if cfg.Tasks.WebhookSecret = []byte(strings.TrimSpace(string(b))); len(cfg.Tasks.WebhookSecret) < 16 {
+			return errors.New("webhook secret: want at least 16 bytes")
+		}
 	}
 	// Unsetenv only edits Go's copy: the kernel still shows the original environment, key included, in
 	// /proc/<pid>/environ. Non-dumpable makes that file (and ptrace) unavailable to other processes of

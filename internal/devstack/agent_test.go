@@ -29,6 +29,7 @@ type agentOpts struct {
 	apiKey   string // real key: the test brings its own scripted upstream
 	upstream string
 	idle     time.Duration
+	args     []string // more runner flags
 }
 
 // agentStack is the dev platform with the real Claude Code CLI in every sandbox.
@@ -38,7 +39,7 @@ func agentStack(t *testing.T, o agentOpts) *devstack.Stack {
 	st, err := devstack.Start(context.Background(), devstack.Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary, MeterInterval: time.Second,
 		ClaudeCLI: cli, ModelAPIKey: o.apiKey, ModelUpstream: o.upstream, IdleTimeout: o.idle,
-		RunnerArgs:   []string{"-log-level", "debug"},
+		RunnerArgs:   append([]string{"-log-level", "debug"}, o.args...),
 		DefaultModel: "claude-sonnet-4-5",
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

@@ -1,0 +1,44 @@
+package edge
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// serveExecute relays the one-shot task API (POST /v1/execute, GET /v1/execute[/{id}];
+// docs/PROTOCOL.md#tasks) to the user's runner like the sandbox API. The runner runs the task in its agent
+// session machinery and keeps the record in the blob store; a task is a prompt, so POST takes from the
+// prompt rates as a chat prompt does.
+func (e *Edge) serveExecute(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	defer func() {
+		e.m.requests.WithLabelValues("execute", strconv.Itoa(sw.code)).Inc()
+		e.m.latency.WithLabelValues("execute").Observe(time.Since(start).Seconds())
+	}()
+	log := e.log.With("request_id", requestID(r.Context()))
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		sw.Header().Set("Allow", "GET, POST")
+		wire.WriteHTTPError(sw, log, wire.Errorf(wire.InvalidArgument, "method %s is not allowed here", r.Method))
+		return
+	}
+	a, err := e.admit(r.Context(), r, false)
+	if err != nil {
+		wire.WriteHTTPError(sw, log, err)
+		return
+	}
+	if r.Method == http.MethodPost {
+		if refused := e.admitPrompt(r.Context(), a); refused != nil {
+			wire.WriteHTTPError(sw, log, refused)
+			return
+		}
+	}
+	if a.owner != "" {
+		e.proxyForward(sw, r, a)
+		return
+	}
+	e.proxyToRunner(sw, r, a)
+}
