@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -205,6 +206,28 @@ func TestExecuteThroughTheEdge(t *testing.T) {
 		}
 	}
 
+	// The CLI: warren execute prints the result, the files changed and the cost; -id fetches it again.
+	cliEnv := append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_TOKEN="+mint(t, st, "tara", withBudget(5_000_000)))
+	cmd := exec.Command(binary, "execute", "create cli.txt containing from the cli")
+	cmd.Env = cliEnv
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "created   cli.txt") || !strings.Contains(string(out), "cost: $") {
+		t.Fatalf("warren execute: %v\n%s", err, out)
+	}
+	cliID := strings.Fields(string(out))[1]
+	cmd = exec.Command(binary, "execute", "-json", "-id", strings.TrimSuffix(cliID, ":"))
+	cmd.Env = cliEnv
+	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), `"path":"cli.txt"`) {
+		t.Fatalf("warren execute -id: %v\n%s", err, out)
+	}
+
+	// A task over its time is interrupted and fails with timeout.
+	slow, err := client(t, st, "tim", withBudget(5_000_000)).Execute(ctx, "run while [ ! -f /workspace/never ]; do sleep 0.2; done",
+		&warren.ExecuteOptions{Wait: true, Timeout: 3 * time.Second})
+	if err != nil || slow.Status != warren.TaskFailed || slow.Error == nil || slow.Error.Code != wire.Timeout {
+		t.Fatalf("task over its time: %+v, %v", slow, err)
+	}
+
 	// A task over the budget fails with budget_exceeded.
 	poor := client(t, st, "wes", withBudget(20_000))
 	over, err := poor.Execute(ctx, "create rich.txt containing money", &warren.ExecuteOptions{Wait: true})
@@ -212,8 +235,11 @@ func TestExecuteThroughTheEdge(t *testing.T) {
 		if !warren.IsCode(err, wire.BudgetExceeded) {
 			t.Fatalf("task over budget: %v", err)
 		}
+		t.Logf("task over budget refused at admission: %v", err)
 	} else if over.Status != warren.TaskFailed || over.Error == nil || over.Error.Code != wire.BudgetExceeded {
 		t.Fatalf("task over budget: %+v (error %v)", over, over.Error)
+	} else {
+		t.Logf("task over budget failed: %v", over.Error)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/runner"
 )
 
 // sdkJSDir is the TypeScript SDK (sdk/js), from this package's directory.
@@ -41,7 +42,12 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Fatalf("tsc: %v\n%s", err, out)
 	}
 
-	st := agentStack(t, agentOpts{})
+	master := "js-webhook-master-secret-0123456789"
+	secretFile := filepath.Join(t.TempDir(), "webhook.secret")
+	if err := os.WriteFile(secretFile, []byte(master), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := agentStack(t, agentOpts{args: []string{"-webhook-secret-file", secretFile, "-webhook-allow-private"}})
 	edge2 := startEdge(t, st, "js2")
 	if st.DevKey.Form != secrets.FormText {
 		t.Fatalf("the dev issuer's key is %v, want a text secret", st.DevKey)
@@ -55,6 +61,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		"WARREN_KID="+st.DevKey.ID,
 		"WARREN_CHROMIUM="+chromium,
 		"WARREN_EDGE2="+edge2.url,
+		"WARREN_WEBHOOK_SECRET="+runner.WebhookSecret([]byte(master), devstack.DevIssuer),
 		"NO_COLOR=1",
 	)
 	out, err := run.CombinedOutput()

@@ -2,6 +2,7 @@
 
 import { WarrenError, errorFromHTTP } from "./errors.js";
 import type { ServerMessage } from "./events.js";
+import { Tasks } from "./execute.js";
 import { Sandbox } from "./sandbox.js";
 import { type ConnectOptions, Session, type SessionOptions } from "./session.js";
 import { type Transport, WebSocketTransport, edgeURL } from "./transport.js";
@@ -43,6 +44,8 @@ export class Client {
   readonly transport: Transport;
   /** The sandbox of the token's user. */
   readonly sandbox: Sandbox;
+  /** The one-shot tasks of the token's user (POST /v1/execute). */
+  readonly tasks: Tasks;
   private fetchFn: typeof fetch;
 
   constructor(baseURL: string, token: string, opts: ClientOptions = {}) {
@@ -64,6 +67,7 @@ export class Client {
     this.transport = opts.transport ?? new WebSocketTransport();
     this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.sandbox = new Sandbox(this);
+    this.tasks = new Tasks(this);
   }
 
   /** Opens an agent session. */

@@ -8,6 +8,7 @@ export * from "./transport.js";
 export * from "./sse.js";
 export * from "./sandbox.js";
 export * from "./git.js";
+export * from "./execute.js";
 export * from "./session.js";
 export * from "./client.js";
 export * from "./webtransport.js";
