@@ -101,6 +101,14 @@ func newMeshRunner(t testing.TB) *meshRunner {
 		}
 		fmt.Fprint(w, "event: exit\ndata: 0\n\n")
 	})
+	execute := func(w http.ResponseWriter, r *http.Request) { // one-shot tasks: echoes what arrived
+		rn.record(r)
+		body, _ := io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, "%s %s %s %s", r.Method, r.URL.Path, r.Header.Get("Idempotency-Key"), body)
+	}
+	mux.HandleFunc("/v1/execute", execute)
+	mux.HandleFunc("/v1/execute/", execute)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	rn.url = srv.URL
