@@ -1,11 +1,15 @@
 package edge
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -40,5 +44,54 @@ func TestForwardExecute(t *testing.T) {
 	}
 	if code, out := do("DELETE", "/v1/execute/t-abc", ""); code != http.StatusBadRequest || !strings.Contains(out, string(wire.InvalidArgument)) {
 		t.Fatalf("DELETE: %d %q", code, out)
+	}
+}
+
+// A task is a prompt: POST /v1/execute takes from the user's prompt rate (refused rate_limited with
+// Retry-After before it reaches the runner); fetching tasks does not.
+func TestExecuteTakesThePromptRate(t *testing.T) {
+	rn := newMeshRunner(t)
+	ledger, err := billingsqlite.New(context.Background(), billingsqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ledger.Close() })
+	e, err := New(Config{
+		Region: "a", Verifier: claimsVerifier{issuer: "acme"}, Ledger: ledger, Sessions: ledger.Sessions(),
+		Sandboxes: &oneRunner{addr: strings.TrimPrefix(rn.url, "http://")},
+		Rates:     Rates{ConnectsPerUser: -1, ConnectsPerIssuer: -1, PromptsPerUser: 1, PromptsPerIssuer: -1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(srv.Close)
+	do := func(method, path string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(testCtx(t), method, srv.URL+path, strings.NewReader(`{"prompt":"hi"}`))
+		req.Header.Set("Authorization", "Bearer alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if r := do("POST", "/v1/execute"); r.StatusCode != http.StatusAccepted {
+		t.Fatalf("first task: %s", r.Status)
+	}
+	r := do("POST", "/v1/execute")
+	if r.StatusCode != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("second task within the minute: %s %v", r.Status, r.Header)
+	}
+	rn.mu.Lock()
+	seen := len(rn.grants)
+	rn.mu.Unlock()
+	if seen != 1 {
+		t.Fatalf("the runner saw %d task requests, want 1", seen)
+	}
+	if r := do("GET", "/v1/execute"); r.StatusCode != http.StatusAccepted {
+		t.Fatalf("listing after the rate ran out: %s", r.Status)
 	}
 }
