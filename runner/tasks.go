@@ -233,10 +233,10 @@ func (tt *taskTable) parseExecuteRequest(body []byte) (ExecuteRequest, json.RawM
 		return req, nil, 0, wire.Errorf(wire.InvalidArgument, "timeoutMs must not be negative")
 	}
 	if req.TimeoutMs > 0 {
-		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
-		if timeout > tt.cfg.MaxTimeout {
+		if req.TimeoutMs > tt.cfg.MaxTimeout.Milliseconds() { // compared before converting: no overflow
 			return req, nil, 0, wire.Errorf(wire.InvalidArgument, "timeoutMs exceeds the limit of %d", tt.cfg.MaxTimeout.Milliseconds())
 		}
+		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
 	}
 	if req.Webhook != nil {
 		if len(tt.cfg.WebhookSecret) == 0 {

@@ -80,6 +80,7 @@ func TestParseExecuteRequest(t *testing.T) {
 		`{"prompt":"x","options":{"sessionId":"s"}}`, `{"prompt":"x","options":{"resume":"s"}}`,
 		`{"prompt":"x","options":{"continue":true}}`, `{"prompt":"x","options":{"lastSeq":3}}`,
 		`{"prompt":"x","options":{"nope":1}}`, `{"prompt":"x","timeoutMs":-1}`, `{"prompt":"x","timeoutMs":99999999999}`,
+		`{"prompt":"x","timeoutMs":9223372036854775807}`, `{"prompt":"x","timeoutMs":9223372036854}`,
 		`{"prompt":"x","webhook":{"url":"http://10.0.0.1/"}}`, `{"prompt":"x","webhook":{"url":"https://169.254.169.254/"}}`,
 	} {
 		if _, _, _, err := tt.parseExecuteRequest([]byte(body)); wire.CodeOf(err) != wire.InvalidArgument {
