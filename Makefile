@@ -18,7 +18,7 @@ help: ## list the targets
 dev: bwrap claude-code build ## run the whole platform on this machine (warren dev, embedded defaults)
 	$(BIN) dev
 
-build: ## build the warren binary into bin/
+build: sdk-js ## build the warren binary into bin/ (with the TypeScript SDK's browser build the dev playground embeds)
 	$(GO) build -o $(BIN) ./cmd/warren
 
 # The Terraform provider is warren itself: this lays out a filesystem mirror holding bin/warren as
@@ -115,10 +115,11 @@ jwt-libs: ## install JWT libraries of other languages for the token interop test
 
 # The TypeScript SDK's npm packages (typescript, ws and their types, pinned by sdk/js/package-lock.json) go
 # into sdk/js/node_modules (gitignored); internal/devstack's TestTypeScriptSDK builds it and runs its tests.
-sdk-js: ## install the TypeScript SDK's npm packages (sdk/js/package-lock.json) and build it into sdk/js/dist
+sdk-js: ## install the TypeScript SDK's npm packages (sdk/js/package-lock.json), build it into sdk/js/dist and copy its browser build into internal/playground/sdk (embedded by warren dev's playground)
 	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq npm; }
 	@cd sdk/js && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; } && \
 	  node node_modules/typescript/bin/tsc -p . && echo "sdk/js: built with TypeScript $$(node -p "require('./node_modules/typescript/package.json').version")"
+	@rm -f internal/playground/sdk/*.js && cp sdk/js/dist/src/*.js internal/playground/sdk/ && rm -f internal/playground/sdk/token.js
 
 chromium: ## install Chromium from Debian if missing (the TypeScript SDK's browser test drives it headless)
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }

@@ -70,6 +70,9 @@ type Config struct {
 	// WebTransport, when set, also serves the agent channel over WebTransport (WebTransportServer) and
 	// lists its URL (and a self-signed certificate's hashes) in GET /v1/regions.
 	WebTransport *WebTransport
+	// CORS, when set, lets browser pages of the allowed origins call GET /v1/regions and the sandbox API
+	// (edge/cors.go); nil: no CORS headers, so only same-origin pages can read the answers.
+	CORS         *CORS
 	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
 	Logger       *slog.Logger
 	Metrics      prometheus.Registerer
@@ -148,7 +151,7 @@ func New(cfg Config) (*Edge, error) {
 
 // Handler is the edge's HTTP handler: /ws (and /ws/), /v1/sandbox/*, /v1/sessions[/*], /v1/regions, /healthz,
 // /readyz.
-func (e *Edge) Handler() http.Handler { return e.withRequestID(e.mux) }
+func (e *Edge) Handler() http.Handler { return e.withRequestID(e.withCORS(e.mux)) }
 
 func (e *Edge) routes() {
 	mux := http.NewServeMux()

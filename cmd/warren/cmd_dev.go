@@ -10,7 +10,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/playground"
 	"github.com/warren-mesh/warren/internal/tools"
 )
 
@@ -33,12 +35,20 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	upstream := fs.String("model-upstream", envOr("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "model API used with $ANTHROPIC_API_KEY")
 	idle := fs.Duration("idle-timeout", 10*time.Minute, "a sandbox sleeps (snapshot, exit) after this long idle; 0 never")
 	model := fs.String("model", "", "default model of new sessions")
+	corsFlag := fs.String("cors-origins", envOr("WARREN_CORS_ORIGINS", "*"), "comma-separated origins (scheme://host[:port], * for any) whose browser pages may call GET /v1/regions and the sandbox API; \"\" for none ($WARREN_CORS_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		return err
+	}
+	corsOrigins, err := edge.ParseCORSOrigins(*corsFlag)
+	if err != nil {
+		return fmt.Errorf("-cors-origins: %w", err)
+	}
+	if corsOrigins == nil {
+		corsOrigins = []string{} // none (nil would be devstack's default, any)
 	}
 	if *insecure {
 		fmt.Fprintln(stderr, "WARNING: -insecure-no-sandbox: user commands run WITHOUT isolation, as this user, on this machine.")
@@ -60,6 +70,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		DataDir: *dataDir, Listen: *listen, Region: *region, Insecure: *insecure, HostNetwork: *hostNet,
 		StartTimeout: startTimeout.Abs(), Logger: log,
 		ClaudeCLI: cli, ModelAPIKey: apiKey, ModelUpstream: *upstream, IdleTimeout: *idle, DefaultModel: *model,
+		CORSOrigins: corsOrigins,
 	})
 	if err != nil {
 		return err
@@ -70,7 +81,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, `warren dev is running
   edge       %[1]s   (WebSocket %[1]s/ws, REST %[1]s/v1/sandbox/..., metrics %[1]s/metrics)
-%[9]s  scheduler  local process driver, region %[2]q
+%[9]s  playground %[10]s   (chat, files and exec in the browser; %[11]s)
+  scheduler  local process driver, region %[2]q
   billing    SQLite ledger in %[3]s; admin API %[1]s/v1/{issuers,quotas,usage,prices} (try: %[7]s admin issuers ls)
   issuer     %[4]q (%[5]s; secret in %[3]s/secrets.json)
   isolation  %[6]s
@@ -82,7 +94,7 @@ Try it:
   %[7]s exec -- 'echo hi > f && cat f'
   %[7]s files get f
   %[7]s chat -p "create hello.txt containing hi"
-`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st))
+`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st), st.PlaygroundURL(), playgroundLabel())
 	if cli != "" && apiKey == "" {
 		fmt.Fprintln(stderr, "\n*** NO ANTHROPIC_API_KEY: a built-in SCRIPTED demo model answers every prompt, not Claude. ***\n*** Export ANTHROPIC_API_KEY and restart to use the real API.                              ***")
 	}
@@ -97,6 +109,14 @@ Try it:
 	}
 	fmt.Fprintln(stderr, "shutting down: stopping sandboxes...")
 	return st.Close()
+}
+
+// playgroundLabel says whether the playground's SDK is built into this binary.
+func playgroundLabel() string {
+	if playground.SDKBuilt() {
+		return "the TypeScript SDK's browser build is embedded"
+	}
+	return "SDK MISSING: run make sdk-js (or make build) and rebuild"
 }
 
 // wtLabel is the WebTransport line of the banner ("" when it is off).

@@ -137,9 +137,14 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var publicURL, edgeID string
 	fs.StringVar(&publicURL, "public-url", os.Getenv("WARREN_PUBLIC_URL"), "this region's public base URL clients connect to (its load balancer), announced in GET /v1/regions; default http://<listen address> ($WARREN_PUBLIC_URL)")
 	fs.StringVar(&edgeID, "edge-id", envOr("NOMAD_ALLOC_ID", hostname()), "this edge's id in the region directory (default $NOMAD_ALLOC_ID or the host name)")
+	corsFlag := fs.String("cors-origins", os.Getenv("WARREN_CORS_ORIGINS"), "comma-separated origins (scheme://host[:port], or * for any) whose browser pages may call GET /v1/regions and the sandbox API; default none ($WARREN_CORS_ORIGINS)")
 	log, err := c.parse(fs, args, stderr, "edge")
 	if err != nil {
 		return err
+	}
+	corsOrigins, err := edge.ParseCORSOrigins(*corsFlag)
+	if err != nil {
+		return fmt.Errorf("-cors-origins: %w", err)
 	}
 	if sched == "" {
 		return errors.New("-scheduler (or $WARREN_SCHEDULER_URL) is required")
@@ -206,6 +211,9 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
 		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions, RateBuckets: buckets,
 		Directory: dir, Logger: log, Metrics: metrics, WebTransport: wt,
+	}
+	if len(corsOrigins) > 0 {
+		cfg.CORS = &edge.CORS{Origins: corsOrigins}
 	}
 	if em != nil {
 		cfg.Mesh = em.node

@@ -28,6 +28,7 @@ import (
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/modelserver"
+	"github.com/warren-mesh/warren/internal/playground"
 	"github.com/warren-mesh/warren/internal/regions"
 	regionsqlite "github.com/warren-mesh/warren/internal/regions/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
@@ -75,6 +76,9 @@ type Config struct {
 	// turns it off, with a warning.
 	NoWebTransport   bool
 	WebTransportCert *edge.SelfSigned
+	// CORSOrigins are the origins whose browser pages may call the edge's HTTP API (edge.CORS); nil: any
+	// origin ("*"), as tokens are bearer headers, not cookies. Empty and non-nil: none.
+	CORSOrigins []string
 }
 
 // Stack is a running platform.
@@ -262,6 +266,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates, Directory: dir,
 		Logger: s.log.With("component", "edge"), Metrics: reg, WebTransport: wt,
 	}
+	if cfg.CORSOrigins == nil {
+		cfg.CORSOrigins = []string{"*"}
+	}
+	if len(cfg.CORSOrigins) > 0 {
+		s.edgeCfg.CORS = &edge.CORS{Origins: cfg.CORSOrigins}
+	}
 	ed, err := edge.New(s.edgeCfg)
 	if err != nil {
 		return nil, err
@@ -286,6 +296,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	api.Mount(mux) // /v1/issuers, /v1/quotas/, /v1/usage, /v1/prices, /v1/openapi.json
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// The playground and its token endpoint exist only here, in the dev stack (internal/playground).
+	mux.Handle(playground.Prefix, playground.Handler(playground.Config{Issuer: DevIssuer, Key: s.devKey,
+		Logger: s.log.With("component", "playground")}))
 
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.served <- s.srv.Serve(s.ln) }()
@@ -335,6 +348,18 @@ func (s *Stack) StopWebTransport() error {
 	}
 	return s.wtStop()
 }
+
+// devKey is the dev issuer's current key (rotations through the billing API included).
+func (s *Stack) devKey(ctx context.Context) (secrets.Key, error) {
+	keys, err := s.secrets.IssuerKeys(ctx, DevIssuer)
+	if err != nil {
+		return secrets.Key{}, err
+	}
+	return keys[0], nil
+}
+
+// PlaygroundURL is the dev playground's page.
+func (s *Stack) PlaygroundURL() string { return s.URL() + playground.Prefix }
 
 // WebTransportURL is the edge's WebTransport URL ("" when WebTransport is off).
 func (s *Stack) WebTransportURL() string { return s.wtURL }
