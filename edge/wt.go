@@ -118,6 +118,9 @@ func (w *WTServer) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := wtconn.New(sess, str, wtconn.Server, wire.MaxFrame)
+	if hs, ok := rw.(http3.HTTPStreamer); ok {
+		c.SetConnectStream(hs.HTTPStream())
+	}
 	defer c.CloseNow()
 	e.serveChannel(r, c, transportWebTransport)
 }

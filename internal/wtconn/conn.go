@@ -6,16 +6,19 @@ package wtconn
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/warren-mesh/warren/internal/wire"
@@ -63,6 +66,49 @@ type Conn struct {
 	wmu       sync.Mutex
 	buf       []byte
 	closeOnce sync.Once
+
+	// connect is the session's CONNECT stream (server side, SetConnectStream): Close writes the close
+	// capsule on it itself.
+	connect *http3.Stream
+}
+
+// SetConnectStream gives a server's Conn the session's CONNECT stream (the http3.HTTPStreamer's stream of
+// the upgraded request), so that Close sends the close capsule and the FIN without the STOP_SENDING that
+// webtransport-go's CloseWithError adds: Chromium takes a STOP_SENDING processed before the capsule for an
+// aborted session and reports "Connection lost" (1006) instead of the code (docs/PROTOCOL.md#webtransport).
+// Call it before any Close.
+func (c *Conn) SetConnectStream(str *http3.Stream) { c.connect = str }
+
+// wtCloseSessionCapsule is WT_CLOSE_SESSION's capsule type (draft-ietf-webtrans-http3).
+const wtCloseSessionCapsule = 0x2843
+
+// maxCloseReason bounds the reason in a close capsule (as webtransport-go does).
+const maxCloseReason = 1024
+
+// closeOnConnect writes the WT_CLOSE_SESSION capsule (code, reason) and the FIN on the CONNECT stream,
+// then waits (at most Linger) for the peer to answer with its own FIN, which ends the session.
+func (c *Conn) closeOnConnect(code webtransport.SessionErrorCode, reason string) {
+	if len(reason) > maxCloseReason {
+		n := maxCloseReason
+		for n > 0 && !utf8.RuneStart(reason[n]) {
+			n--
+		}
+		reason = reason[:n]
+	}
+	b := quicvarint.Append(nil, wtCloseSessionCapsule)
+	b = quicvarint.Append(b, uint64(4+len(reason)))
+	b = binary.BigEndian.AppendUint32(b, uint32(code))
+	b = append(b, reason...)
+	if err := c.connect.TryWriteAll(b); err != nil {
+		return // webtransport-go's close follows
+	}
+	_ = c.connect.Close()
+	t := time.NewTimer(Linger)
+	defer t.Stop()
+	select {
+	case <-c.sess.Context().Done():
+	case <-t.C:
+	}
 }
 
 // New is the channel over sess's stream str; messages read above limit bytes are refused
@@ -191,7 +237,10 @@ func (c *Conn) Close(code websocket.StatusCode, reason string) error {
 		case <-c.sess.Context().Done():
 		case <-t.C:
 		}
-		_ = c.sess.CloseWithError(webtransport.SessionErrorCode(code), reason)
+		if c.connect != nil {
+			c.closeOnConnect(webtransport.SessionErrorCode(code), reason)
+		}
+		_ = c.sess.CloseWithError(webtransport.SessionErrorCode(code), reason) // nothing if closed by now
 	})
 	return nil
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/quic-go/quic-go"
@@ -28,17 +30,25 @@ type pair struct {
 	raw            *webtransport.Stream
 }
 
-func newPair(t *testing.T) pair {
+func newPair(t *testing.T) pair { return newPairWith(t, false) }
+
+// newPairWith is newPair; with connect, the server's Conn closes on the CONNECT stream itself
+// (SetConnectStream), as the edge's does.
+func newPairWith(t *testing.T, connect bool) pair {
 	t.Helper()
 	cert := &edge.SelfSigned{Hosts: []string{"127.0.0.1"}}
 	conns := make(chan *wtconn.Conn, 1)
-	addr := wttest.Serve(t, cert.GetCertificate, func(sess *webtransport.Session, r *http.Request) {
+	addr := wttest.ServeConnect(t, cert.GetCertificate, func(sess *webtransport.Session, cs *http3.Stream, r *http.Request) {
 		str, err := sess.AcceptStream(r.Context())
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		conns <- wtconn.New(sess, str, wtconn.Server, limit)
+		c := wtconn.New(sess, str, wtconn.Server, limit)
+		if connect {
+			c.SetConnectStream(cs)
+		}
+		conns <- c
 	})
 
 	// As a browser does, the QUIC connection outlives a session closed on it (webtransport.Transport.Dial
@@ -83,20 +93,36 @@ func ctx(t *testing.T) context.Context {
 // TestServerCloseDeliversMessagesThenCode: what the server wrote before Close reaches the client, then
 // the close: the client's Read returns a websocket.CloseError with the session's code and reason.
 func TestServerCloseDeliversMessagesThenCode(t *testing.T) {
-	p := newPair(t)
+	for _, connect := range []bool{false, true} {
+		p := newPairWith(t, connect)
+		ctx := ctx(t)
+		msg := wire.ErrorMessage(wire.Errorf(wire.Unauthenticated, "bad token"))
+		if err := p.server.Write(ctx, websocket.MessageText, msg); err != nil {
+			t.Fatal(err)
+		}
+		go p.server.Close(4401, `{"code":"unauthenticated"}`)
+		if _, b, err := p.client.Read(ctx); err != nil || string(b) != string(msg) {
+			t.Fatalf("connect %v: read %q, %v", connect, b, err)
+		}
+		_, _, err := p.client.Read(ctx)
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != 4401 || ce.Reason != `{"code":"unauthenticated"}` {
+			t.Fatalf("connect %v: after the message: %v, want close 4401", connect, err)
+		}
+	}
+}
+
+// A close written on the CONNECT stream by the edge keeps a long reason to 1024 bytes, cut at a character's
+// start, as webtransport-go's own close does.
+func TestConnectCloseBoundsReason(t *testing.T) {
+	p := newPairWith(t, true)
 	ctx := ctx(t)
-	msg := wire.ErrorMessage(wire.Errorf(wire.Unauthenticated, "bad token"))
-	if err := p.server.Write(ctx, websocket.MessageText, msg); err != nil {
-		t.Fatal(err)
-	}
-	go p.server.Close(4401, `{"code":"unauthenticated"}`)
-	if _, b, err := p.client.Read(ctx); err != nil || string(b) != string(msg) {
-		t.Fatalf("read %q, %v", b, err)
-	}
+	reason := strings.Repeat("€", 400) // 1200 bytes, 3 a character
+	go p.server.Close(1011, reason)
 	_, _, err := p.client.Read(ctx)
 	var ce websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != 4401 || ce.Reason != `{"code":"unauthenticated"}` {
-		t.Fatalf("after the message: %v, want close 4401", err)
+	if !errors.As(err, &ce) || ce.Code != 1011 || len(ce.Reason) != 1023 || !utf8.ValidString(ce.Reason) {
+		t.Fatalf("close %v (reason of %d bytes)", err, len(ce.Reason))
 	}
 }
 

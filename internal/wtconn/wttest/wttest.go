@@ -17,6 +17,12 @@ import (
 // handle, and closed once handle has returned and the session has ended.
 func Serve(t testing.TB, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), handle func(*webtransport.Session, *http.Request)) string {
 	t.Helper()
+	return ServeConnect(t, getCert, func(sess *webtransport.Session, _ *http3.Stream, r *http.Request) { handle(sess, r) })
+}
+
+// ServeConnect is Serve, handing each session's CONNECT stream to handle too (wtconn.Conn.SetConnectStream).
+func ServeConnect(t testing.TB, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), handle func(*webtransport.Session, *http3.Stream, *http.Request)) string {
+	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +38,7 @@ func Serve(t testing.TB, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, e
 					t.Error(err)
 					return
 				}
-				handle(sess, r)
+				handle(sess, w.(http3.HTTPStreamer).HTTPStream(), r)
 				<-sess.Context().Done()
 			}),
 		},

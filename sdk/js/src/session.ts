@@ -2,7 +2,7 @@
 // connection lost for a reason that is not final is replaced by one that resumes after the last seq
 // received (docs/PROTOCOL.md#resume).
 
-import { SessionClosedError, WarrenError, errorFromClose } from "./errors.js";
+import { SessionClosedError, WarrenError, closeCodeFor, errorFromClose, isCode } from "./errors.js";
 import {
   type ServerMessage,
   messageError,
@@ -580,5 +580,9 @@ async function withCloseCode(conn: Connection, err: WarrenError): Promise<Warren
   const info = await Promise.race([drained, new Promise<undefined>((r) => (timer = setTimeout(r, refusalCloseWait)))]);
   clearTimeout(timer as never);
   if (!info) return err;
-  return new WarrenError(err.code, err.message, err.details, { closeCode: info.code });
+  // Chromium sometimes reports a WebTransport session the edge closed with the refusal's code as lost
+  // (1006) although the edge ended its stream cleanly after the error (docs/PROTOCOL.md#webtransport): the
+  // session's code is the error's, by the protocol's table.
+  const code = info.code === 1006 && conn.peerEnded && isCode(err.code) ? closeCodeFor(err.code) : info.code;
+  return new WarrenError(err.code, err.message, err.details, { closeCode: code });
 }

@@ -26,6 +26,11 @@ export interface Connection {
   abort(): void;
   /** Settles when the connection has ended. */
   readonly closed: Promise<CloseInfo>;
+  /**
+   * Set (WebTransport) once the server ended its side of the stream cleanly: what follows is the session's
+   * close, which Chromium sometimes reports as lost (1006) all the same (docs/PROTOCOL.md#webtransport).
+   */
+  readonly peerEnded?: boolean;
 }
 
 /** A way to reach an edge's agent channel. */

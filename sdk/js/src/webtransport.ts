@@ -34,7 +34,7 @@ export function hasWebTransport(): boolean {
 
 /**
  * The WebTransport transport. endpoint says where the edge's WebTransport is; without it the transport asks
- * the edge's GET /v1/regions (which a page needs the edge's origin for: the edge sends no CORS headers).
+ * the edge's GET /v1/regions (from a page on the edge's origin, or on one its CORS allowlist names).
  */
 export class WebTransportTransport implements Transport {
   readonly name = "webtransport";
@@ -78,6 +78,7 @@ async function discover(baseURL: string, token: string, signal?: AbortSignal): P
 
 class WTConnection implements Connection {
   readonly closed: Promise<CloseInfo>;
+  peerEnded = false;
   private writer: WritableStreamDefaultWriter<Uint8Array>;
   private reader: ReadableStreamDefaultReader<Uint8Array>;
   private buf = new Uint8Array(0);
@@ -132,6 +133,7 @@ class WTConnection implements Connection {
       if (chunk.done) {
         // The server ended its side: end ours; the session's close says why.
         this.ended = true;
+        this.peerEnded = true;
         this.writer.close().catch(() => {});
         return undefined;
       }

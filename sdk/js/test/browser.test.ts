@@ -1,8 +1,10 @@
 // The SDK's browser build in headless Chromium (Debian's package): a page on another loopback origin loads
 // dist/src as ES modules, with no bundler and no ws, opens a session over the browser's own WebSocket
 // and then over WebTransport (CONNECT /wt, the dev certificate pinned by the hash /v1/regions publishes;
-// token in ?token=), runs a turn on each, and meets a bad token as a typed error on each; AutoTransport picks
-// WebTransport, and the WebSocket when WebTransport does not connect. Driven over the DevTools
+// token in ?token=), runs a turn on each, and meets a bad token as a typed error with its close code (4401),
+// 20 times, on each; AutoTransport picks WebTransport (also when it reads /v1/regions itself, across
+// origins), and the WebSocket when WebTransport does not connect; the sandbox API answers across origins
+// (the edge's CORS). Driven over the DevTools
 // protocol with the ws package. Run by internal/devstack's TestTypeScriptSDK with WARREN_CHROMIUM set.
 
 import assert from "node:assert/strict";
@@ -45,8 +47,46 @@ async function run(transport) {
   try { await new Client(p.get("url"), p.get("bad"), { transport }).connect(); } catch (e) {
     bad = { warren: e instanceof WarrenError, code: e.code, closeCode: e.closeCode };
   }
+  // Refused again and again: the close code must arrive every time.
+  const closeCodes = [];
+  for (let i = 0; i < 20; i++) {
+    try { await new Client(p.get("url"), p.get("bad"), { transport }).connect(); closeCodes.push("connected"); } catch (e) {
+      closeCodes.push(e.code + ":" + e.closeCode);
+    }
+  }
   const r = msgs.at(-1);
-  return { types: msgs.map((m) => m.type), result: isResult(r) ? r.result : null, cost: r.cost, rtt, bad };
+  return { types: msgs.map((m) => m.type), result: isResult(r) ? r.result : null, cost: r.cost, rtt, bad, closeCodes };
+}
+// The browser's own WebTransport, refused 20 times: how often Chromium reports the session's code itself
+// (without the SDK's reading of the error before it; docs/PROTOCOL.md#webtransport). A figure.
+async function rawRefusals(ep) {
+  const hashes = ep.certificateHashes.map((h) => ({ algorithm: "sha-256", value: Uint8Array.from(atob(h.value), (c) => c.charCodeAt(0)) }));
+  const seen = {};
+  for (let i = 0; i < 20; i++) {
+    const t = new WebTransport(ep.url + "?token=" + encodeURIComponent(p.get("bad")), { serverCertificateHashes: hashes });
+    await t.ready;
+    const s = await t.createBidirectionalStream();
+    const w = s.writable.getWriter();
+    const body = new TextEncoder().encode(JSON.stringify({ type: "init", payload: {} }));
+    const f = new Uint8Array(4 + body.length);
+    new DataView(f.buffer).setUint32(0, body.length);
+    f.set(body, 4);
+    await w.write(f);
+    const r = s.readable.getReader();
+    while (!(await r.read()).done);
+    await w.close().catch(() => {});
+    const k = await t.closed.then((c) => String(c.closeCode), () => "lost");
+    seen[k] = (seen[k] ?? 0) + 1;
+  }
+  return seen;
+}
+// The edge's HTTP API from this page's origin (another one): CORS (dev default: any origin).
+async function cors() {
+  const c = new Client(p.get("url"), p.get("token"));
+  const { region, regions } = await c.regions();
+  const exec = await c.sandbox.exec({ command: "echo cors-ok" });
+  const files = await c.sandbox.list(".");
+  return { region, regions: regions.length, stdout: exec.stdout, exitCode: exec.exitCode, files: Array.isArray(files) };
 }
 // AutoTransport: WebTransport when it connects; the WebSocket when it does not (a port nothing listens on).
 async function auto(endpoint) {
@@ -64,6 +104,10 @@ window.__result = (async () => ({
   webtransport: await run(new WebTransportTransport(wt)),
   auto: await auto(wt),
   autoFallback: await auto({ ...wt, url: "https://127.0.0.1:9/wt" }),
+  // No endpoint given: the transport reads /v1/regions itself, across origins.
+  autoDiscovered: await auto(undefined),
+  cors: await cors(),
+  rawRefusals: await rawRefusals(wt),
 }))().catch((e) => ({ error: String(e), code: e.code, closeCode: e.closeCode, stack: e.stack }));
 </script>`;
 
@@ -153,7 +197,7 @@ test("the browser build runs a session over the browser's WebSocket and over Web
     const { sessionId } = await cdp.send("Target.attachToTarget", { targetId, flatten: true });
     await cdp.send("Runtime.enable", {}, sessionId);
     // The edge's WebTransport endpoint and its dev certificate's hash, as GET /v1/regions publishes them
-    // (the page, on another origin, cannot read that answer: the edge sends no CORS headers).
+    // (the page reads that answer itself too, across origins: autoDiscovered).
     const regions = (await (await fetch(`${url}/v1/regions`, { headers: { Authorization: `Bearer ${token}` } })).json()) as {
       region: string;
       regions: { name: string; webtransport?: string; certificateHashes?: unknown[] }[];
@@ -181,6 +225,9 @@ test("the browser build runs a session over the browser's WebSocket and over Web
     assert.equal(out.hasWebTransport, true);
     assert.equal(out.auto, "webtransport");
     assert.equal(out.autoFallback, "websocket");
+    assert.equal(out.autoDiscovered, "webtransport");
+    ctx.diagnostic(`the browser's own WebTransport, 20 refused sessions: close codes ${JSON.stringify(out.rawRefusals)}`);
+    assert.deepEqual(out.cors, { region: "local", regions: 1, stdout: "cors-ok\n", exitCode: 0, files: true }, JSON.stringify(out.cors));
     for (const name of ["websocket", "webtransport"]) {
       const t = out[name];
       assert.ok(t.types.includes("assistant") && t.types.includes("stream_event"), `${name}: ${JSON.stringify(t.types)}`);
@@ -190,10 +237,9 @@ test("the browser build runs a session over the browser's WebSocket and over Web
       assert.ok(t.rtt.p50 >= 0, name);
       // A figure, not an assertion.
       ctx.diagnostic(`browser ping RTT over ${name}, 100 pings: p50 ${t.rtt.p50.toFixed(2)} ms, p99 ${t.rtt.p99.toFixed(2)} ms`);
-      // The error message before the close always carries the code. Over WebTransport the session's close
-      // code (4401) is sometimes lost to the browser, which then reports the session dropped (1006).
-      assert.deepEqual({ ...t.bad, closeCode: undefined }, { warren: true, code: "unauthenticated", closeCode: undefined }, name);
-      assert.ok(t.bad.closeCode === 4401 || (name === "webtransport" && t.bad.closeCode === 1006), `${name}: close ${t.bad.closeCode}`);
+      // The refusal's code and its close code, every time (over WebTransport too: docs/PROTOCOL.md#webtransport).
+      assert.deepEqual(t.bad, { warren: true, code: "unauthenticated", closeCode: 4401 }, name);
+      assert.deepEqual(t.closeCodes, Array(20).fill("unauthenticated:4401"), name);
     }
   } finally {
     ws.close();
