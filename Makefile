@@ -139,4 +139,4 @@ bwrap: ## install the sandbox's parts from Debian if missing: bubblewrap, pasta 
 	@command -v bwrap >/dev/null && echo "bubblewrap: $$(bwrap --version), pasta: $$(command -v pasta)"
 
 clean: ## remove build outputs (not the data dir)
-	rm -rf bin sdk/js/dist
+	rm -rf bin sdk/js/dist internal/playground/sdk/*.js

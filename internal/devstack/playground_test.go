@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,10 +17,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/playground"
 )
 
@@ -124,6 +127,17 @@ func TestPlayground(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot of the playground: %s (%d bytes)", path, len(shot))
+
+	// A warren built without the SDK's browser build (a fresh clone before make sdk-js): the page says what
+	// to run.
+	bare := httptest.NewServer(playground.Handler(playground.Config{Issuer: devstack.DevIssuer, SDK: fstest.MapFS{}}))
+	defer bare.Close()
+	missing := b.newPage(ctx, t)
+	missing.navigate(ctx, t, bare.URL+playground.Prefix)
+	missing.waitFor(ctx, t, `document.body.dataset.state === "no-sdk"`)
+	if msg := missing.text(ctx, t, "#error"); !strings.Contains(msg, "make sdk-js") {
+		t.Fatalf("without the SDK the page says %q", msg)
+	}
 
 	// The WebSocket, forced: a second page runs a turn over it.
 	ws := b.newPage(ctx, t)

@@ -52,6 +52,8 @@ type Config struct {
 	Key    func(ctx context.Context) (secrets.Key, error)
 	Logger *slog.Logger
 	Now    func() time.Time // nil: time.Now
+	// SDK, when set, holds the SDK's modules in place of the embedded ones (tests of a missing build).
+	SDK fs.FS
 }
 
 // SDKBuilt reports whether the SDK's browser build is embedded (false on a fresh clone before make sdk-js).
@@ -71,6 +73,9 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
 	sdk, _ := fs.Sub(sdkFiles, "sdk")
+	if cfg.SDK != nil {
+		sdk = cfg.SDK
+	}
 	mux.Handle("GET "+Prefix+"sdk/", noStore(http.StripPrefix(Prefix+"sdk/", onlyJS(http.FileServerFS(sdk)))))
 	mux.HandleFunc("POST "+Prefix+"token", cfg.serveToken)
 	mux.Handle("GET "+Prefix, noStore(http.StripPrefix(Prefix, http.FileServerFS(static))))
