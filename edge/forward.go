@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -266,27 +265,11 @@ func (m *msgStream) CloseNow() error { return m.s.Close() }
 // meshTransport is the http.RoundTripper of a request forwarded to a.owner: one mesh stream per request,
 // the head and the body streamed on it, the response's head and body streamed back.
 type meshTransport struct {
-	e *Edge
-	a *admitted
-	// bodyDone is closed when the request body has been sent (or given up): the handler waits for it, since
-	// a request body must not be read once the handler has returned.
+	e    *Edge
+	a    *admitted
+	body *bodyGuard // the client's request body (nil without one)
+	// bodyDone is closed when the request body has been sent (or given up): the handler waits for it.
 	bodyDone chan struct{}
-	// bodyRead is set once the client's body has been read to its end: only the mesh half-close is left,
-	// which never waits for the client.
-	bodyRead atomic.Bool
-}
-
-// bodyPending tells whether the client may still be uploading: a body not read to its end.
-func (t *meshTransport) bodyPending() bool {
-	if t.bodyDone == nil {
-		return false
-	}
-	select {
-	case <-t.bodyDone:
-		return false
-	default:
-		return !t.bodyRead.Load()
-	}
 }
 
 func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -324,9 +307,6 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if head.ContentLength != 0 {
 			br := &errReader{r: req.Body}
 			_, err := io.Copy(s, br)
-			if err == nil && br.err == nil {
-				t.bodyRead.Store(true)
-			}
 			req.Body.Close()
 			if br.err != nil {
 				s.Abort() // the client's body was cut short: the peer must not take it as complete
@@ -540,8 +520,12 @@ func (e *Edge) serveForwardedHTTP(ctx context.Context, from string, s meshStream
 	if r.ContentLength == -1 {
 		r.TransferEncoding = []string{"chunked"}
 	}
+	// The stream must not be read once this returns (the deferred close above ends it): the runner
+	// transport's read in progress is cut and waited for.
+	g := guardBody(r, nil, func() { _ = s.SetReadDeadline(time.Unix(1, 0)) })
+	defer g.finish()
 	e.m.forwardServed.WithLabelValues("http", from, "ok").Inc()
-	e.proxyToRunner(w, r, a)
+	e.proxyToRunner(w, r, a, g)
 }
 
 // streamResponse is the http.ResponseWriter of a forwarded request: the head frame at the first write, then
@@ -601,7 +585,7 @@ func (w *streamResponse) finish() bool {
 
 // proxyToRunner relays r to a's runner: same path and query, the runner's key instead of the user's token,
 // a's grant, bodies streamed both ways.
-func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted) {
+func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted, g *bodyGuard) {
 	t := &proxyTarget{entry: a.entry}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = requestBody{r.Body}
@@ -609,6 +593,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 	p := &httputil.ReverseProxy{
 		Transport:     e.runners.Transport,
 		FlushInterval: -1, // flush every write: exec streams as it happens
+		BufferPool:    relayBuffers,
 		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = withoutToken(pr.Out.URL)
@@ -620,7 +605,12 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			pr.Out.Header.Del("Cookie")
 			pr.Out.Header.Set(wire.HeaderGrant, a.grant(a.budget).Encode())
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			g.answering(resp.Header) // an answer before the body's end closes the client's connection
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.answering(w.Header())
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
@@ -666,18 +656,16 @@ func withoutToken(u *url.URL) *url.URL {
 }
 
 // proxyForward relays r to a.owner's region over the mesh; the other region's edge relays it to the runner.
-func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted) {
-	t := &meshTransport{e: e, a: a}
+func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted, g *bodyGuard) {
+	t := &meshTransport{e: e, a: a, body: g}
 	defer func() {
-		if t.bodyPending() {
-			// The answer is complete (or failed) while the client still uploads: the rest is not wanted.
-			// The cut fails the connection's reads, which ends the context of every later request on it,
-			// so the answer told the client to close it (closeIfUploading).
-			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-		}
-		// A body read to its end waits for the half-close alone. Cutting it then would fail the server's
-		// read of the next request's first byte and with it the context of that request (a keep-alive
-		// client's next request was refused "unavailable: context canceled").
+		// The answer is complete (or failed): a body the client still uploads is not wanted anymore. Its
+		// read in progress is cut, which fails the connection's later reads, so the answer told the client
+		// to close it (closeIfUploading). A body read to its end is never cut: that would fail the
+		// server's read of the next request's first byte and with it the context of that request (a
+		// keep-alive client's next request was refused "unavailable: context canceled"). Then the copy
+		// has only the mesh half-close (or abort) left.
+		g.finish()
 		if t.bodyDone != nil {
 			<-t.bodyDone
 		}
@@ -685,6 +673,7 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted)
 	p := &httputil.ReverseProxy{
 		Transport:     t,
 		FlushInterval: -1,
+		BufferPool:    relayBuffers,
 		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "mesh", ""
@@ -709,8 +698,4 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted)
 
 // closeIfUploading makes an answer given while the client is still uploading its body the last one on the
 // client's connection: the rest of the body will be cut (proxyForward), and the connection with it.
-func (t *meshTransport) closeIfUploading(h http.Header) {
-	if t.bodyPending() {
-		h.Set("Connection", "close")
-	}
-}
+func (t *meshTransport) closeIfUploading(h http.Header) { t.body.answering(h) }

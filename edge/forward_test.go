@@ -82,8 +82,10 @@ func newMeshRunner(t testing.TB) *meshRunner {
 	})
 	mux.HandleFunc("POST /v1/sandbox/early", func(w http.ResponseWriter, r *http.Request) {
 		// Answers at once and never reads the body (net/http reads a body before the answer's head unless
-		// full duplex is on).
+		// full duplex is on), closing the connection after (golang/go#68560: a full-duplex handler leaving
+		// its body unread must not keep the connection).
 		_ = http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("Connection", "close")
 		fmt.Fprint(w, "answered before the body")
 		w.(http.Flusher).Flush()
 	})

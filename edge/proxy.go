@@ -37,11 +37,15 @@ func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 	// which would cut the forwarding mid-way and make the transport drop the runner connection; a proxy
 	// must be full duplex.
 	_ = http.NewResponseController(w).EnableFullDuplex()
+	// The relay's transport reads the body in a goroutine that may outlive this handler: the guard ends
+	// its reading before the handler returns (bodyGuard).
+	g := guardBody(r, sw, nil)
+	defer g.finish()
 	if a.owner != "" {
-		e.proxyForward(sw, r, a)
+		e.proxyForward(sw, r, a, g)
 		return
 	}
-	e.proxyToRunner(sw, r, a)
+	e.proxyToRunner(sw, r, a, g)
 }
 
 func (e *Edge) serveRegions(w http.ResponseWriter, r *http.Request) {
