@@ -34,7 +34,8 @@ import (
 
 // Mesh opens streams to the edges of other regions: a *mesh.Node.
 type Mesh interface {
-	Open(ctx context.Context, region, addr string, h mesh.Header) (*mesh.Stream, error)
+	// OpenWith opens a stream whose first bytes, early, go with its header (mesh.Node.OpenWith).
+	OpenWith(ctx context.Context, region, addr string, h mesh.Header, early []byte) (*mesh.Stream, error)
 }
 
 // meshStream is what the edge needs of a *mesh.Stream.
@@ -154,8 +155,9 @@ func (p *peers) known(region string) bool {
 func (e *Edge) KnownRegion(region string) bool { return e.peers.known(region) }
 
 // openForward opens a stream of kind to a live, non-draining edge of a.owner, trying each in a random order,
-// and sends the grant on it. None reachable: unavailable naming the region.
-func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind) (meshStream, error) {
+// and sends on it the grant followed by next (a forwarded request's head, or nothing), in the same write as
+// the stream's header. None reachable: unavailable naming the region.
+func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind, next []byte) (meshStream, error) {
 	kl := string(kind)
 	edges, err := e.peers.list(ctx, peerCacheTTL)
 	if err != nil && len(edges) == 0 {
@@ -179,21 +181,17 @@ func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind) (me
 		e.m.forwarded.WithLabelValues(kl, a.owner, "error").Inc()
 		return nil, wire.Wrap(wire.Internal, err, "encode the grant")
 	}
+	frame = append(frame, next...)
 	h := mesh.Header{Kind: kind, RequestID: requestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject}
 	var last error
 	for _, ed := range cands {
 		octx, cancel := context.WithTimeout(ctx, forwardOpenTimeout)
-		s, err := e.cfg.Mesh.Open(octx, a.owner, ed.Mesh, h)
+		s, err := e.cfg.Mesh.OpenWith(octx, a.owner, ed.Mesh, h, frame)
 		cancel()
 		if err == nil {
-			_ = s.SetWriteDeadline(time.Now().Add(forwardOpenTimeout))
-			if _, err = s.Write(frame); err == nil {
-				_ = s.SetWriteDeadline(time.Time{})
-				e.m.forwarded.WithLabelValues(kl, a.owner, "ok").Inc()
-				a.log.Info("forwarding over the mesh", "owner", a.owner, "peer_edge", ed.ID)
-				return s, nil
-			}
-			s.Abort()
+			e.m.forwarded.WithLabelValues(kl, a.owner, "ok").Inc()
+			a.log.Info("forwarding over the mesh", "owner", a.owner, "peer_edge", ed.ID)
+			return s, nil
 		}
 		last = err
 		a.log.Warn("mesh forward failed; trying the next edge", "owner", a.owner, "peer_edge", ed.ID, "err", err)
@@ -274,7 +272,21 @@ type meshTransport struct {
 
 func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	s, err := t.e.openForward(ctx, t.a, mesh.KindHTTP)
+	head := reqHead{Method: req.Method, Path: withoutToken(req.URL).RequestURI(), Header: req.Header, ContentLength: req.ContentLength}
+	if req.Body == nil || req.Body == http.NoBody {
+		head.ContentLength = 0
+	}
+	frame, err := appendHead(nil, head)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		if errors.Is(err, errBadFrame) {
+			return nil, wire.Wrap(wire.InvalidArgument, err, "request headers too large")
+		}
+		return nil, wire.Wrap(wire.Internal, err, "encode the request head")
+	}
+	s, err := t.e.openForward(ctx, t.a, mesh.KindHTTP, frame) // the head goes with the stream's header
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -282,25 +294,6 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, s.Abort)
-	head := reqHead{Method: req.Method, Path: withoutToken(req.URL).RequestURI(), Header: req.Header, ContentLength: req.ContentLength}
-	if req.Body == nil || req.Body == http.NoBody {
-		head.ContentLength = 0
-	}
-	frame, err := appendHead(nil, head)
-	if err == nil {
-		_, err = s.Write(frame)
-	}
-	if err != nil {
-		stop()
-		s.Abort()
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		if errors.Is(err, errBadFrame) {
-			return nil, wire.Wrap(wire.InvalidArgument, err, "request headers too large")
-		}
-		return nil, wire.Wrap(wire.Unavailable, err, "forward the request")
-	}
 	t.bodyDone = make(chan struct{})
 	go func() { // the body, then the half-close that ends it
 		defer close(t.bodyDone)

@@ -56,7 +56,7 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 	go e.keepLease(lctx, a)
 	var rc msgConn
 	if a.owner != "" {
-		s, err := e.openForward(ctx, a, mesh.KindWebSocket)
+		s, err := e.openForward(ctx, a, mesh.KindWebSocket, nil)
 		if err != nil {
 			stopLease()
 			release() // before the client learns of the refusal
