@@ -36,9 +36,11 @@ func (e *Edge) serveExecute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	g := guardBody(r, sw, nil) // the body is not read once this returns (bodyGuard)
+	defer g.finish()
 	if a.owner != "" {
-		e.proxyForward(sw, r, a)
+		e.proxyForward(sw, r, a, g)
 		return
 	}
-	e.proxyToRunner(sw, r, a)
+	e.proxyToRunner(sw, r, a, g)
 }
