@@ -1,8 +1,8 @@
 package runner
 
 import (
-	"io"
 	"net/http"
+	"os"
 	"strconv"
 
 	"github.com/warren-mesh/warren/internal/wire"
@@ -13,13 +13,20 @@ import (
 // confined to it by runner/workspace: malformed paths (NUL, invalid UTF-8) are invalid_argument, absolute
 // paths and paths or symlinks leading outside are permission_denied.
 
-// readFile serves GET /v1/sandbox/files?path=P: the raw bytes of a regular file.
+// readFile serves GET /v1/sandbox/files?path=P: the raw bytes of a regular file, or with Range the
+// requested part of them.
 func (a *api) readFile(w http.ResponseWriter, req *http.Request) {
 	p, ok := a.pathParam(w, req, "read")
 	if !ok {
 		return
 	}
-	f, size, err := a.root.Open(p)
+	f, _, err := a.root.Open(p)
+	var fi os.FileInfo
+	if err == nil {
+		if fi, err = f.Stat(); err != nil {
+			f.Close()
+		}
+	}
 	if err != nil {
 		a.fileFail(w, req, "read", err)
 		return
@@ -27,12 +34,10 @@ func (a *api) readFile(w http.ResponseWriter, req *http.Request) {
 	defer f.Close()
 	a.r.metrics.fileOps.WithLabelValues("read", "ok").Inc()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	if _, err := io.CopyN(w, f, size); err != nil {
-		a.logger(req).Debug("file download ended early", "path", p, "err", err)
-	}
+	// Streamed from the file, never buffered; a Range header (one range) answers 206 with that part, so
+	// a large download can resume (docs/PROTOCOL.md#files).
+	http.ServeContent(w, req, "", fi.ModTime(), f)
 }
 
 // writeFile serves PUT /v1/sandbox/files?path=P[&parents=false]: the body, streamed to a temporary file and

@@ -38,6 +38,7 @@ type harness struct {
 	other     string
 	secrets   string
 	secretVal string
+	stop      context.CancelFunc // stops the runner as its scheduler would
 }
 
 // requireBwrap fails the test when bubblewrap is missing; only -short may skip.
@@ -103,6 +104,7 @@ func startRunner(t testing.TB, mods ...func(*runner.Config)) *harness {
 	}
 	h.r = r
 	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {

@@ -28,6 +28,8 @@ type api struct {
 	procs *procTable
 	work  context.Context // the runner's work: background processes live as long as it
 	conns sync.WaitGroup  // agent WebSocket handlers, which http.Server.Shutdown does not wait for
+
+	watches *watchTable // file watch subscribers (watch.go)
 }
 
 // routes: every route but /healthz requires the bearer key, including unknown paths (an unauthenticated
@@ -41,6 +43,7 @@ func (a *api) routes() http.Handler {
 		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
 	}))
 	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
+	a.fileRoutes(mux)
 	a.procRoutes(mux)
 	a.sessionRoutes(mux)
 	a.gitRoutes(mux)

@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	register("files", "read and write files in your sandbox: warren files get|put|ls|rm", runFiles)
+	register("files", "read, write and watch files in your sandbox: warren files get|put|ls|rm|stat|mkdir|mv|watch", runFiles)
 }
 
 const filesUsage = `usage: warren files [-url U] [-token T] COMMAND ...
@@ -28,6 +28,11 @@ commands:
   put LOCAL REMOTE      upload LOCAL (- for standard input) to REMOTE (ending in / keeps LOCAL's name)
   ls [-json] [PATH]     list a directory (default: the workspace root)
   rm [-r] PATH...       remove files; -r removes directories and what they hold
+  stat PATH             describe a file, directory or symlink (JSON)
+  mkdir [-p] PATH...    make directories; -p makes parents and accepts existing ones
+  mv [-f] [-p] FROM TO  move or rename; -f replaces TO, -p makes TO's parents
+  watch [-flat] [-debounce D] [-json] [PATH]
+                        print changes under PATH as they happen, until interrupted
 
 Paths in the sandbox are relative to the workspace root.
 `
@@ -46,7 +51,7 @@ func runFiles(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
-		return errors.New("no command given: get, put, ls or rm")
+		return errors.New("no command given: get, put, ls, rm, stat, mkdir, mv or watch")
 	}
 	sub, rest := fs.Arg(0), fs.Args()[1:]
 	switch sub {
@@ -58,12 +63,20 @@ func runFiles(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return filesList(ctx, cf, rest, stdout, stderr)
 	case "rm":
 		return filesRemove(ctx, cf, rest, stderr)
+	case "stat":
+		return filesStat(ctx, cf, rest, stdout, stderr)
+	case "mkdir":
+		return filesMkdir(ctx, cf, rest, stderr)
+	case "mv":
+		return filesMove(ctx, cf, rest, stderr)
+	case "watch":
+		return filesWatch(ctx, cf, rest, stdout, stderr)
 	case "help":
 		fs.Usage()
 		return flag.ErrHelp
 	}
 	fs.Usage()
-	return fmt.Errorf("unknown command %q: want get, put, ls or rm", sub)
+	return fmt.Errorf("unknown command %q: want get, put, ls, rm, stat, mkdir, mv or watch", sub)
 }
 
 // filesFlagSet is the flag set of one files subcommand; it takes the client flags too.
@@ -181,13 +194,9 @@ func filesList(ctx context.Context, cf *clientFlags, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	if len(pos) > 1 {
-		fs.Usage()
-		return errors.New("ls takes at most one PATH")
-	}
-	path := "."
-	if len(pos) == 1 {
-		path = pos[0]
+	path, err := optionalPath(fs, pos, "ls")
+	if err != nil {
+		return err
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -220,6 +229,18 @@ func filesList(ctx context.Context, cf *clientFlags, args []string, stdout, stde
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Type, size, mod, name)
 	}
 	return tw.Flush()
+}
+
+// optionalPath is the one optional PATH of cmd among pos, "." (the workspace root) when absent.
+func optionalPath(fs *flag.FlagSet, pos []string, cmd string) (string, error) {
+	if len(pos) > 1 {
+		fs.Usage()
+		return "", fmt.Errorf("%s takes at most one PATH", cmd)
+	}
+	if len(pos) == 1 {
+		return pos[0], nil
+	}
+	return ".", nil
 }
 
 // filesSize is n in the style of ls -h.

@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"net/http"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/workspace"
+)
+
+// The file routes beyond read, write, delete and list (docs/PROTOCOL.md#files), confined to the workspace
+// like the others (runner/workspace):
+//
+//	GET  /v1/sandbox/files/stat?path=P                    → wire.FileInfo (a symlink is not followed)
+//	POST /v1/sandbox/files/mkdir?path=P[&parents=true]    → 201 wire.FileInfo, 200 when it existed (parents)
+//	POST /v1/sandbox/files/move  wire.FileMoveRequest     → wire.FileInfo of the destination
+//	GET  /v1/sandbox/files/watch?path=P[&recursive=][&debounceMs=]  → SSE (watch.go)
+func (a *api) fileRoutes(mux *http.ServeMux) {
+	a.watches = newWatchTable(a.r)
+	mux.Handle("/v1/sandbox/files/stat", a.auth(methods{http.MethodGet: a.statFile}))
+	mux.Handle("/v1/sandbox/files/mkdir", a.auth(methods{http.MethodPost: a.mkdir}))
+	mux.Handle("/v1/sandbox/files/move", a.auth(methods{http.MethodPost: a.moveFile}))
+	mux.Handle("/v1/sandbox/files/watch", a.auth(methods{http.MethodGet: a.watchFiles}))
+}
+
+func (a *api) statFile(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.pathParam(w, req, "stat")
+	if !ok {
+		return
+	}
+	info, err := a.root.Stat(p)
+	if err != nil {
+		a.fileFail(w, req, "stat", err)
+		return
+	}
+	a.r.metrics.fileOps.WithLabelValues("stat", "ok").Inc()
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (a *api) mkdir(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.pathParam(w, req, "mkdir")
+	if !ok {
+		return
+	}
+	parents, ok := a.boolParam(w, req, "mkdir", "parents", false)
+	if !ok {
+		return
+	}
+	if err := a.r.disk.check(); err != nil {
+		a.fileFail(w, req, "mkdir", err)
+		return
+	}
+	info, created, err := a.root.Mkdir(p, parents)
+	if err == nil && created && a.r.parts.uid != nil {
+		err = a.root.Give(info.Path, int(a.r.parts.uid.UID), int(a.r.parts.uid.UID))
+	}
+	if err != nil {
+		a.fileFail(w, req, "mkdir", err)
+		return
+	}
+	a.r.metrics.fileOps.WithLabelValues("mkdir", "ok").Inc()
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, info)
+}
+
+func (a *api) moveFile(w http.ResponseWriter, req *http.Request) {
+	m, err := wire.DecodeFileMove(req.Body)
+	if err != nil {
+		a.fileFail(w, req, "move", err)
+		return
+	}
+	info, err := a.root.Move(m.From, m.To, workspace.MoveOptions{Overwrite: m.Overwrite, Parents: m.Parents})
+	if err == nil && m.Parents && a.r.parts.uid != nil {
+		err = a.root.Give(info.Path, int(a.r.parts.uid.UID), int(a.r.parts.uid.UID))
+	}
+	if err != nil {
+		a.fileFail(w, req, "move", err)
+		return
+	}
+	a.r.metrics.fileOps.WithLabelValues("move", "ok").Inc()
+	writeJSON(w, http.StatusOK, info)
+}

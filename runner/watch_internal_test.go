@@ -1,0 +1,107 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/workspace"
+)
+
+func testWatchTable(maxDirs int) *watchTable {
+	return &watchTable{maxDirs: maxDirs,
+		events:    prometheus.NewCounter(prometheus.CounterOpts{Name: "e"}),
+		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"reason"})}
+}
+
+func testWatchAPI(t *testing.T, maxDirs int) (*api, string) {
+	t.Helper()
+	dir := t.TempDir()
+	root, err := workspace.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	r := &Runner{metrics: newMetrics(func() float64 { return 0 }, func() float64 { return 0 })}
+	return &api{r: r, root: root, watches: testWatchTable(maxDirs)}, dir
+}
+
+// A subscriber that does not take its changes holds at most maxWatchQueue paths; the rest is counted and
+// delivered as one typed overflow event, and ops on one path merge in the order first seen.
+func TestWatchQueueBound(t *testing.T) {
+	w := &watcher{pending: map[string]*wire.FileEvent{}, dropped: map[string]int64{}, kick: make(chan struct{}, 1)}
+	for i := range maxWatchQueue + 500 {
+		w.queue(fmt.Sprintf("f%d", i), wire.FileOpCreate, false)
+	}
+	w.queue("f0", wire.FileOpWrite, false)
+	w.queue("f0", wire.FileOpCreate, false)
+	a, _ := testWatchAPI(t, 10)
+	var out bytes.Buffer
+	a.deliver(&out, w)
+	if n := strings.Count(out.String(), "event: change\n"); n != maxWatchQueue {
+		t.Fatalf("%d change events, want %d", n, maxWatchQueue)
+	}
+	if !strings.Contains(out.String(), `{"path":"f0","ops":["create","write"]}`) {
+		t.Fatalf("ops not merged: %.200s", out.String())
+	}
+	if !strings.HasSuffix(out.String(), "event: overflow\ndata: "+`{"reason":"queue","dropped":500,"message":"more than 1024 paths changed before the subscriber took them: changes were dropped; list the directory again"}`+"\n\n") {
+		t.Fatalf("no overflow event at the end: ...%s", out.String()[max(0, out.Len()-300):])
+	}
+	if evs, dropped := w.take(); len(evs) != 0 || dropped != nil {
+		t.Fatalf("after delivery: %v %v", evs, dropped)
+	}
+}
+
+// The watched-directory limit: a tree larger than it is refused up front with resource_exhausted; a new
+// directory past it once watching is reported as a dirs overflow, and released directories are returned.
+func TestWatchDirLimit(t *testing.T) {
+	a, dir := testWatchAPI(t, 3)
+	for _, d := range []string{"a", "b", "c"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := slog.New(slog.DiscardHandler)
+	if _, _, err := a.newWatcher(wire.WatchQuery{Path: ".", Recursive: true}, log); wire.CodeOf(err) != wire.ResourceExhausted {
+		t.Fatalf("4 directories with a limit of 3: %v", err)
+	}
+	if a.watches.dirs != 0 {
+		t.Fatalf("%d directories still counted", a.watches.dirs)
+	}
+	w, ready, err := a.newWatcher(wire.WatchQuery{Path: "a", Recursive: true}, log)
+	if err != nil || ready.Dirs != 1 {
+		t.Fatalf("watch a: %+v %v", ready, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx) }()
+	if err := os.MkdirAll(filepath.Join(dir, "a", "x", "y", "z"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		<-w.kick
+		w.mu.Lock()
+		n := w.dropped[wire.OverflowDirs]
+		w.mu.Unlock()
+		if n > 0 {
+			break
+		}
+	}
+	cancel()
+	<-done
+	if a.watches.dirs != 3 {
+		t.Fatalf("%d directories counted, want 3", a.watches.dirs)
+	}
+	w.close()
+	if a.watches.dirs != 0 {
+		t.Fatalf("%d directories counted after close", a.watches.dirs)
+	}
+}
