@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -50,20 +49,7 @@ func TestForwardProcessesAndSessions(t *testing.T) {
 	rn := realRunner(t)
 	_, b, _ := twoRegions(t, rn, live)
 	ctx := testCtx(t)
-	call := func(method, path, body string, hdr ...string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, method, b.url+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer alice")
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { resp.Body.Close() })
-		return resp
-	}
+	call := caller(t, ctx, b.url)
 	resp := call("POST", "/v1/sandbox/procs", `{"command":"echo first; read x; echo second $x"}`)
 	var p wire.ProcInfo
 	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || resp.StatusCode != http.StatusCreated || p.ID == "" {
@@ -73,20 +59,7 @@ func TestForwardProcessesAndSessions(t *testing.T) {
 	if logs.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("logs through b: %d %v", logs.StatusCode, logs.Header)
 	}
-	br := bufio.NewReader(logs.Body)
-	event := func() string {
-		var ev []string
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				t.Fatalf("logs stream after %q: %v", ev, err)
-			}
-			if line == "\n" {
-				return strings.Join(ev, "")
-			}
-			ev = append(ev, line)
-		}
-	}
+	event := rawEvents(t, logs.Body)
 	if ev := event(); !strings.Contains(ev, `"data":"first\n"`) {
 		t.Fatalf("first event %q", ev)
 	}
