@@ -9,6 +9,7 @@ export * from "./sse.js";
 export * from "./sandbox.js";
 export * from "./git.js";
 export * from "./execute.js";
+export * from "./files.js";
 export * from "./session.js";
 export * from "./client.js";
 export * from "./webtransport.js";

@@ -2,6 +2,7 @@
 // token.
 
 import { WarrenError } from "./errors.js";
+import * as files from "./files.js";
 import { SSEParser } from "./sse.js";
 import { Git } from "./git.js";
 
@@ -118,6 +119,31 @@ export class Sandbox {
     const query: Record<string, string> = { path };
     if (opts.recursive) query.recursive = "true";
     await this.c.request("DELETE", "/v1/sandbox/files", { query, signal: opts.signal });
+  }
+
+  /** Describes a file, directory or symlink (a symlink is not followed). */
+  stat(path: string, signal?: AbortSignal): Promise<FileInfo> {
+    return files.stat(this.c, path, signal);
+  }
+
+  /** Makes a directory; with parents, mkdir -p (missing parents made, an existing directory is fine). */
+  mkdir(path: string, opts: { parents?: boolean; signal?: AbortSignal } = {}): Promise<FileInfo> {
+    return files.mkdir(this.c, path, opts);
+  }
+
+  /** Moves or renames within the workspace, atomically; answers the destination. */
+  move(from: string, to: string, opts: files.MoveOptions = {}): Promise<FileInfo> {
+    return files.move(this.c, from, to, opts);
+  }
+
+  /** Streams length bytes of a file from offset (to the end without length): resumes a large download. */
+  readRange(path: string, offset: number, length?: number, signal?: AbortSignal): Promise<ReadableStream<Uint8Array>> {
+    return files.readRange(this.c, path, offset, length, signal);
+  }
+
+  /** Follows the changes under a directory (recursive, debounced): ready, then change and overflow events. */
+  watch(path = ".", opts: files.WatchOptions = {}): AsyncGenerator<files.WatchEvent, void, undefined> {
+    return files.watch(this.c, path, opts);
   }
 }
 

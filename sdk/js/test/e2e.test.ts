@@ -286,3 +286,48 @@ test("regions: the edge lists its region, and nearest picks it", async () => {
   const s = await near.connect();
   await s.close();
 });
+
+test("files: mkdir -p, stat, move, ranged reads and a recursive watch that sees what exec does", async () => {
+  const sb = client("js-files").sandbox;
+  await sb.mkdir("w");
+  const ac = new AbortController();
+  const events = sb.watch("w", { debounceMs: 20, signal: ac.signal });
+  const first = await events.next();
+  assert.ok(!first.done && first.value.type === "ready" && first.value.ready.path === "w" && first.value.ready.recursive);
+  const seen = new Map<string, string[]>();
+  const until = async (done: () => boolean): Promise<void> => {
+    while (!done()) {
+      const { value, done: end } = await events.next();
+      assert.ok(!end, `the watch ended; seen ${JSON.stringify([...seen])}`);
+      assert.notEqual(value.type, "overflow");
+      if (value.type === "change") seen.set(value.change.path, [...(seen.get(value.change.path) ?? []), ...value.change.ops]);
+    }
+  };
+  const dir = await sb.mkdir("w/a/b", { parents: true });
+  assert.equal(dir.type, "dir");
+  assert.equal((await sb.mkdir("w/a/b", { parents: true })).path, "w/a/b");
+  await assert.rejects(sb.mkdir("w/a"), (e: unknown) => e instanceof WarrenError && e.code === "conflict");
+  const res = await sb.exec({ command: "cd w && mkdir -p new/deep && echo hi > new/deep/f.txt && echo x > t.txt && mv t.txt u.txt" });
+  assert.equal(res.exitCode, 0, res.stderr);
+  await until(() => (seen.get("w/new/deep/f.txt") ?? []).includes("create") && (seen.get("w/u.txt") ?? []).includes("create"));
+  assert.ok((seen.get("w/t.txt") ?? []).includes("rename"));
+  const st = await sb.stat("w/new/deep/f.txt");
+  assert.equal(st.type, "file");
+  assert.equal(st.size, 3);
+  const moved = await sb.move("w/u.txt", "w/a/b/v.txt");
+  assert.equal(moved.path, "w/a/b/v.txt");
+  await assert.rejects(sb.move("w/new/deep/f.txt", "w/a/b/v.txt"), (e: unknown) => e instanceof WarrenError && e.code === "conflict");
+  await until(() => (seen.get("w/a/b/v.txt") ?? []).includes("create"));
+  await sb.writeFile("w/r.txt", "0123456789");
+  assert.equal(await new Response(await sb.readRange("w/r.txt", 3, 4)).text(), "3456");
+  assert.equal(await new Response(await sb.readRange("w/r.txt", 7)).text(), "789");
+  for (const p of ["../x", "/etc", "w/../../x"]) {
+    await assert.rejects(sb.stat(p), (e: unknown) => e instanceof WarrenError && e.code === "permission_denied");
+    await assert.rejects(sb.mkdir(p + "/d", { parents: true }), (e: unknown) => e instanceof WarrenError && e.code === "permission_denied");
+    await assert.rejects(sb.move("w/r.txt", p), (e: unknown) => e instanceof WarrenError && e.code === "permission_denied");
+    await assert.rejects(sb.watch(p).next(), (e: unknown) => e instanceof WarrenError && e.code === "permission_denied");
+  }
+  await sb.remove("w", { recursive: true });
+  await until(() => (seen.get("w") ?? []).includes("remove"));
+  ac.abort();
+});

@@ -15,6 +15,7 @@ import {
   errorFromClose,
   errorFromHTTP,
   parseExecEvent,
+  parseWatchEvent,
   parseRegions,
   parseServerMessage,
   runTool,
@@ -147,4 +148,19 @@ test("tokens: HS256 over the secret's UTF-8 bytes, as any JWT library signs; bad
   assert.throws(() => mintToken(secret, { iss: "", sub: "b" }), WarrenError);
   assert.throws(() => mintToken(secret, { iss: "a", sub: "b\n" }), WarrenError);
   assert.throws(() => mintToken(secret, { iss: "a", sub: "b", sdkConfig: { systemPrompt: "x".repeat(9000) } }), (e: unknown) => e instanceof WarrenError && e.code === "payload_too_large");
+});
+
+test("watch events parse, unknown ones are skipped, malformed ones throw", () => {
+  assert.deepEqual(parseWatchEvent("change", `{"path":"a/b","ops":["create","write"],"dir":true}`), {
+    type: "change",
+    change: { path: "a/b", ops: ["create", "write"], dir: true },
+  });
+  const ready = parseWatchEvent("ready", `{"path":".","recursive":true,"dirs":3,"debounceMs":50}`);
+  assert.ok(ready?.type === "ready" && ready.ready.dirs === 3);
+  const over = parseWatchEvent("overflow", `{"reason":"queue","dropped":7,"message":"m"}`);
+  assert.ok(over?.type === "overflow" && over.overflow.dropped === 7);
+  assert.equal(parseWatchEvent("future", "{}"), undefined);
+  for (const [ev, data] of [["change", "{"], ["change", `{"path":"a"}`], ["change", `{"path":"a","ops":[1]}`], ["ready", "[]"], ["overflow", "{}"]]) {
+    assert.throws(() => parseWatchEvent(ev, data), (e: unknown) => e instanceof WarrenError && e.code === "internal");
+  }
 });
