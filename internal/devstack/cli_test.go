@@ -60,6 +60,7 @@ func TestCLITour(t *testing.T) {
 	if _, stderr, code := run("", "files", "get", "docs/in.txt"); code == 0 || !strings.Contains(stderr, "not") {
 		t.Fatalf("get removed file: %q %d", stderr, code)
 	}
+	cliFilesWatch(t, run, st)
 	// A background process: started, fed, waited on, followed, killed, listed.
 	id, stderr, code := run("", "proc", "start", "-env", "GREETING=hello", "--", "echo $GREETING; cat; sleep 1000")
 	id = strings.TrimSpace(id)

@@ -1,13 +1,16 @@
 package devstack_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -249,4 +252,75 @@ func BenchmarkWatchLatency(b *testing.B) {
 	reportQuantiles(b, lat)
 	slices.Sort(lat)
 	b.ReportMetric(float64((lat[len(lat)/2] - window).Microseconds()), "p50-beyond-window-µs")
+}
+
+// cliFilesWatch is the files part of the README tour past get/put/ls/rm (TestCLITour): a watch with the
+// real binary prints what mkdir -p, mv and a command do as JSON lines and ends cleanly on SIGINT; stat
+// describes the moved file.
+func cliFilesWatch(t *testing.T, run func(stdin string, args ...string) (string, string, int), st *devstack.Stack) {
+	t.Helper()
+	if _, stderr, code := run("", "files", "mkdir", "src"); code != 0 {
+		t.Fatalf("files mkdir: %q %d", stderr, code)
+	}
+	cmd := exec.Command(binary, "files", "watch", "-json", "-debounce", "10ms", "src")
+	cmd.Env = append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_TOKEN="+os.Getenv("TOUR_TOKEN"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(out)
+	next := func() warren.WatchEvent {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("files watch ended: %v %s", lines.Err(), errb.String())
+		}
+		var ev warren.WatchEvent
+		if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
+			t.Fatalf("files watch printed %q: %v", lines.Text(), err)
+		}
+		return ev
+	}
+	if ev := next(); ev.Ready == nil || ev.Ready.Path != "src" {
+		t.Fatalf("first line %+v", ev)
+	}
+	if _, stderr, code := run("", "files", "mkdir", "-p", "src/pkg/deep"); code != 0 {
+		t.Fatalf("files mkdir -p: %q %d", stderr, code)
+	}
+	if _, stderr, code := run("", "exec", "--", "echo hi > src/pkg/deep/f.txt"); code != 0 {
+		t.Fatalf("exec: %q %d", stderr, code)
+	}
+	if _, stderr, code := run("", "files", "mv", "-p", "src/pkg/deep/f.txt", "src/moved/g.txt"); code != 0 {
+		t.Fatalf("files mv: %q %d", stderr, code)
+	}
+	seen := map[string][]string{}
+	for !slices.Contains(seen["src/moved/g.txt"], warren.FileOpCreate) {
+		if ev := next(); ev.Change != nil {
+			seen[ev.Change.Path] = append(seen[ev.Change.Path], ev.Change.Ops...)
+		}
+	}
+	if !slices.Contains(seen["src/pkg/deep/f.txt"], warren.FileOpCreate) || !slices.Contains(seen["src/pkg"], warren.FileOpCreate) {
+		t.Fatalf("files watch saw %v", seen)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("files watch after SIGINT: %v %s", err, errb.String())
+	}
+	outS, stderr, code := run("", "files", "stat", "src/moved/g.txt")
+	var fi warren.FileInfo
+	if code != 0 || json.Unmarshal([]byte(outS), &fi) != nil || fi.Type != "file" || fi.Size != 3 {
+		t.Fatalf("files stat: %q %q %d", outS, stderr, code)
+	}
+	if _, stderr, code := run("", "files", "mv", "src/moved/g.txt", "../out"); code == 0 || !strings.Contains(stderr, "permission") {
+		t.Fatalf("files mv out of the workspace: %q %d", stderr, code)
+	}
 }
