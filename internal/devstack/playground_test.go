@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -208,9 +209,16 @@ type cdpReply struct {
 
 func launchChromium(ctx context.Context, t *testing.T, chromium string) *browser {
 	t.Helper()
-	dir := t.TempDir()
+	// Not t.TempDir: Chromium's helper processes may still write to the profile for a moment after the
+	// browser is gone, which made TempDir's RemoveAll fail the test. The browser gets a process group of its
+	// own, killed whole, and the profile is removed with retries.
+	dir, err := os.MkdirTemp("", "warren-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
 		"--remote-debugging-port=0", "--user-data-dir="+dir, "--window-size=1280,900", "about:blank")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +226,18 @@ func launchChromium(ctx context.Context, t *testing.T, chromium string) *browser
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		var rerr error
+		for i := 0; i < 20; i++ {
+			if rerr = os.RemoveAll(dir); rerr == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("chromium profile %s not removed: %v", dir, rerr)
+	})
 	// Chromium prints "DevTools listening on ws://..." on stderr.
 	found := make(chan string, 1)
 	go func() {
