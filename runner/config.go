@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/runner/session"
+	"github.com/warren-mesh/warren/runner/templates"
 )
 
 // Config configures one user's runner. It is passed by value and validated by New; zero values take the
@@ -94,6 +95,10 @@ type Config struct {
 	// (docs/ARCHITECTURE.md#regions); a region whose store cannot be read fails the start (unavailable).
 	// Nil: a single region, nothing recorded.
 	SnapshotRegions map[string]blob.Store
+	// Template names the issuer's workspace template a new sandbox (one without a snapshot of its own)
+	// starts from (runner/templates); "" is templates.DefaultName, "-" none. Read from Snapshots and
+	// SnapshotRegions.
+	Template string
 	// IdleTimeout: with no client attached, no turn running and no command running for that long, the
 	// runner snapshots and exits (the sandbox sleeps). 0 disables.
 	IdleTimeout time.Duration
@@ -217,6 +222,7 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.MaxProcesses > 0 && c.MaxProcesses <= 1024, "max processes must be 1 to 1024")
 	check(c.ProcessLogBytes > 0, "process log bytes must be positive")
 	check(len(c.SnapshotRegions) == 0 || c.Snapshots != nil, "other regions' snapshot stores need this region's (Snapshots)")
+	check(c.Template == "" || c.Template == "-" || templates.CheckName(c.Template) == nil, fmt.Sprintf("template %q is not a template name", c.Template))
 	if len(errs) > 0 {
 		return c, fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))
 	}

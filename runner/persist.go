@@ -146,7 +146,7 @@ func (r *Runner) restore(ctx context.Context) error {
 	}
 	if !ok {
 		r.log.Info("no snapshot to restore")
-		return nil
+		return r.restoreTemplate(ctx)
 	}
 	if m.Epoch > r.cfg.Epoch {
 		return fmt.Errorf("latest snapshot has epoch %d above ours (%d): %w", m.Epoch, r.cfg.Epoch, snapshot.ErrFenced)

@@ -111,6 +111,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&snapPrefix, "snapshot-prefix", "", "key prefix of this sandbox's snapshots")
 	snapRegions := snapshotRegions{}
 	fs.Var(snapRegions, "snapshot-region", snapshotRegionUsage)
+	fs.StringVar(&cfg.Template, "template", "", "workspace template a new sandbox starts from (default \"default\"; \"-\": none); see warren deploy")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "sleep (snapshot and exit) after this long idle; 0 never")
 	fs.DurationVar(&cfg.ProcessKeepAwake, "process-keep-awake", runner.DefaultProcessKeepAwake, "the cap on process time: a running background process keeps an otherwise idle sandbox awake until the last request is this old (then the sandbox sleeps and its processes end); negative: processes never keep it awake")
 	fs.IntVar(&cfg.MaxProcesses, "max-processes", runner.DefaultMaxProcesses, "background processes a sandbox may run at once (as many exited ones are kept for listing)")
