@@ -52,6 +52,12 @@ commands:
   prices set MODEL [-input X] [-output X] [-cache-read X] [-cache-creation X]
                                    override a model's prices, USD per million tokens
   prices delete MODEL              remove a model's override (its built-in price applies again)
+  templates ls [-issuer ISS] [-name NAME]
+                                   the versions of a workspace template (warren deploy), newest first
+  templates use VERSION [-issuer ISS] [-name NAME]
+                                   make an older version current again (as a new version)
+  templates rm [-issuer ISS] [-name NAME]
+                                   delete a template and every version (new sandboxes start empty)
 
 Flags may come before or after the arguments. Every command takes:
 `

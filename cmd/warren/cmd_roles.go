@@ -426,6 +426,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	c.register(fs, ":7200")
 	p.registerVault(fs)
 	p.registerDB(fs)
+	p.registerS3(fs) // the workspace templates' store (warren deploy); none: no templates API
 	log, err := c.parse(fs, args, stderr, "billing")
 	if err != nil {
 		return err
@@ -447,6 +448,9 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	mux := http.NewServeMux()
 	a.Mount(mux)
+	if err := mountTemplates(ctx, mux, a, &p, metrics, log); err != nil {
+		return err
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	return serveRole(ctx, "billing", c.listen, mux, metrics, stdout, log)
 }

@@ -295,6 +295,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	api.Mount(mux) // /v1/issuers, /v1/quotas/, /v1/usage, /v1/prices, /v1/openapi.json
+	if err := s.mountTemplates(mux, api, blobDir, reg); err != nil {
+		return nil, err
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	// The playground and its token endpoint exist only here, in the dev stack (internal/playground).
 	mux.Handle(playground.Prefix, playground.Handler(playground.Config{Issuer: DevIssuer, Key: s.devKey,
