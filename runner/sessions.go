@@ -116,13 +116,30 @@ func readDirN(root *os.Root, dir string) []fs.DirEntry {
 	return ents
 }
 
+// openClaude opens home/.claude as a root. The home is the runner's (its parent is not in the sandbox) but
+// .claude is the agent's, and so the tenant's: it is opened through the home's root, which refuses a
+// symlink leading out of the home (os.OpenRoot on the joined path would follow one to any host directory,
+// another user's home included).
+func (x *sessionIndex) openClaude() (*os.Root, error) {
+	home, err := os.OpenRoot(x.home)
+	if err != nil {
+		return nil, err
+	}
+	defer home.Close()
+	root, err := home.OpenRoot(".claude")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, wire.Wrap(wire.PermissionDenied, err, "the agent's .claude is not a directory inside its home")
+	}
+	return root, err
+}
+
 // list describes the sessions, most recently active first.
 func (x *sessionIndex) list(hub *session.Hub) ([]wire.SessionSummary, error) {
 	out := []wire.SessionSummary{}
 	if x.home == "" {
 		return out, nil
 	}
-	root, err := os.OpenRoot(path.Join(x.home, ".claude"))
+	root, err := x.openClaude()
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
 	}
@@ -283,7 +300,7 @@ func (x *sessionIndex) remove(hub *session.Hub, id string) error {
 	if x.home == "" {
 		return wire.Errorf(wire.NotFound, "no session %s in this sandbox", id)
 	}
-	root, err := os.OpenRoot(path.Join(x.home, ".claude"))
+	root, err := x.openClaude()
 	if errors.Is(err, fs.ErrNotExist) {
 		return wire.Errorf(wire.NotFound, "no session %s in this sandbox", id)
 	}

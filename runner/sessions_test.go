@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 const (
@@ -113,6 +114,30 @@ func TestSessionIndexStaysInTheHome(t *testing.T) {
 	}
 	if list, _ := x.list(nil); len(list) != 0 {
 		t.Fatalf("after delete %+v", list)
+	}
+}
+
+// The agent's .claude replaced by a symlink to another directory of the host (another user's home on the
+// same node): the listing shows nothing of it and a delete removes nothing there.
+func TestSessionIndexClaudeSymlinkLeadsNowhere(t *testing.T) {
+	home, other := t.TempDir(), t.TempDir()
+	x := &sessionIndex{home: home, prices: billing.DefaultPrices(), scans: map[string]*transcriptScan{}}
+	victim := writeTranscript(t, other, "-workspace", sessB, `{"type":"user","message":{"content":"someone else's secret"},"timestamp":"2026-01-01T00:00:00Z"}`+"\n")
+	if err := os.Symlink(filepath.Join(other, ".claude"), filepath.Join(home, ".claude")); err != nil {
+		t.Fatal(err)
+	}
+	list, err := x.list(nil)
+	if len(list) != 0 {
+		t.Fatalf("listed another home's sessions: %+v", list)
+	}
+	if wire.CodeOf(err) != wire.PermissionDenied {
+		t.Fatalf("list: %v (want permission_denied)", err)
+	}
+	if err := x.remove(nil, sessB); wire.CodeOf(err) != wire.PermissionDenied {
+		t.Fatalf("remove: %v (want permission_denied)", err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("the other home's transcript: %v", err)
 	}
 }
 
