@@ -9,21 +9,35 @@ import (
 )
 
 // procLog keeps the most recent output of a background process (stdout and stderr interleaved as read,
-// converted to UTF-8): at most max bytes, the oldest chunks dropped first. Offsets count every byte ever
-// written, so a reader knows what it missed. Readers follow it through wake, which is closed and replaced
-// on every write and on close.
+// converted to UTF-8): at most max bytes in at most maxChunks chunks, the oldest chunks dropped first.
+// Offsets count every byte ever written, so a reader knows what it missed. Readers follow it through wake,
+// which is closed and replaced on every write and on close.
+//
+// A chunk costs far more than its bytes (its record, and a JSON object in every answer), and the process
+// chooses how small its writes are: a write continuing the last chunk's stream is appended to it (up to
+// procMergeBytes), and the chunk count is bounded too, so a process writing one byte at a time to stdout
+// and stderr in turn keeps less output, not more memory.
 type procLog struct {
-	mu     sync.Mutex
-	max    int64
-	chunks []wire.ProcChunk
-	start  int64 // offset of the first kept byte
-	end    int64 // offset after the last byte
-	closed bool
-	wake   chan struct{}
+	mu        sync.Mutex
+	max       int64
+	maxChunks int
+	chunks    []wire.ProcChunk
+	start     int64 // offset of the first kept byte
+	end       int64 // offset after the last byte
+	closed    bool
+	wake      chan struct{}
 }
 
-func newProcLog(max int64) *procLog {
-	return &procLog{max: max, wake: make(chan struct{})}
+// procChunkCost is the budget of one chunk: the log of max bytes keeps at most max/procChunkCost chunks
+// (at least procMinChunks).
+const (
+	procChunkCost  = 64
+	procMinChunks  = 64
+	procMergeBytes = 4096
+)
+
+func newProcLog(limit int64) *procLog {
+	return &procLog{max: limit, maxChunks: int(max(limit/procChunkCost, procMinChunks)), wake: make(chan struct{})}
 }
 
 // write appends text of stream (a wire.EventStdout or wire.EventStderr).
@@ -36,24 +50,40 @@ func (l *procLog) write(stream, text string) {
 	if l.closed {
 		return
 	}
-	l.chunks = append(l.chunks, wire.ProcChunk{Stream: stream, Offset: l.end, Data: text})
+	if n := len(l.chunks); n > 0 && l.chunks[n-1].Stream == stream && len(l.chunks[n-1].Data)+len(text) <= procMergeBytes {
+		l.chunks[n-1].Data += text // copies at most procMergeBytes
+	} else {
+		l.chunks = append(l.chunks, wire.ProcChunk{Stream: stream, Offset: l.end, Data: text})
+	}
 	l.end += int64(len(text))
+	if len(l.chunks) > l.maxChunks {
+		l.start = l.chunks[1].Offset
+		l.dropFirst()
+	}
 	for l.end-l.start > l.max && len(l.chunks) > 0 {
 		c := &l.chunks[0]
 		over := l.end - l.start - l.max
 		if over >= int64(len(c.Data)) {
 			l.start += int64(len(c.Data))
-			l.chunks = l.chunks[1:]
+			l.dropFirst()
 			continue
 		}
 		cut := skipToRuneStart(c.Data, int(over))
 		c.Data, c.Offset = c.Data[cut:], c.Offset+int64(cut)
 		l.start = c.Offset
 		if c.Data == "" {
-			l.chunks = l.chunks[1:]
+			l.dropFirst()
 		}
 	}
 	l.broadcast()
+}
+
+// dropFirst forgets the oldest chunk. Its slot is cleared: the array behind the slice keeps the slots
+// before its start until append moves it, and a slot still holding its text would keep that text alive
+// past the byte bound (a cap grown by many small chunks, then filled by large ones).
+func (l *procLog) dropFirst() {
+	l.chunks[0] = wire.ProcChunk{}
+	l.chunks = l.chunks[1:]
 }
 
 func (l *procLog) broadcast() {
