@@ -134,7 +134,7 @@ export class Session implements AsyncIterable<ServerMessage> {
   private lastErr?: WarrenError;
   private pings = new Map<number, () => void>();
   private lastPing = 0;
-  private answering = new Set<string>();
+  private calls = new ToolCalls();
   private closing = false;
   private ended = false;
   private endError?: Error;
@@ -371,13 +371,23 @@ export class Session implements AsyncIterable<ServerMessage> {
     });
   }
 
-  // Queues m; on a connection that replaced a lost one, drops what was received before.
+  // Queues m; on a connection that replaced a lost one, drops what was received before. A tool_call
+  // delivered already (the runner sends the calls still pending again after a failover, with new seqs) is
+  // dropped too, so a handler runs once per call; the answer sent to it, which may have been lost with the
+  // old connection, is sent again.
   private push(m: ServerMessage, dedup: boolean): void {
     const seq = m.seq ?? 0;
-    const call = this.tools.length ? toolCall(m) : undefined;
-    if (call && !this.answering.has(call.callId)) this.answer(call);
     if (dedup && seq > 0 && seq <= this.recvSeq) return;
     this.recvSeq = Math.max(this.recvSeq, seq);
+    const call = toolCall(m);
+    if (call && call.callId !== "") {
+      const { first, answer } = this.calls.deliver(call.callId);
+      if (!first) {
+        if (answer) void this.sendMessage({ type: "tool_result", payload: { callId: call.callId, result: answer } }).catch(() => {});
+        return;
+      }
+      if (this.tools.length) this.answer(call);
+    }
     this.queue.push(m);
     this.wake();
   }
@@ -394,11 +404,10 @@ export class Session implements AsyncIterable<ServerMessage> {
     for (const srv of this.tools) {
       const tool = srv.lookup(call.toolName);
       if (!tool) continue;
-      this.answering.add(call.callId);
-      void runTool(tool, call.input, call).then(
-        (res) => this.sendToolResult(call.callId, res),
-        () => {},
-      ).catch(() => this.answering.delete(call.callId)); // not sent: a later copy of the call is answered
+      // runTool does not reject. A failed send is kept (sendToolResult): a later copy of the call sends it.
+      void runTool(tool, call.input, call)
+        .then((res) => this.sendToolResult(call.callId, res))
+        .catch(() => {});
       return;
     }
   }
@@ -483,8 +492,9 @@ export class Session implements AsyncIterable<ServerMessage> {
     return this.sendMessage({ type: "control", payload: { action: "interrupt" } });
   }
 
-  /** Answers a tool_call. */
+  /** Answers a tool_call. The answer is kept a while: sent again if the call comes back after a reconnect. */
   sendToolResult(callId: string, result: ToolResult): Promise<void> {
+    this.calls.answer(callId, result);
     return this.sendMessage({ type: "tool_result", payload: { callId, result } });
   }
 
@@ -585,4 +595,37 @@ async function withCloseCode(conn: Connection, err: WarrenError): Promise<Warren
   // session's code is the error's, by the protocol's table.
   const code = info.code === 1006 && conn.peerEnded && isCode(err.code) ? closeCodeFor(err.code) : info.code;
   return new WarrenError(err.code, err.message, err.details, { closeCode: code });
+}
+
+/** Bounds of ToolCalls (as the Go SDK's). */
+export const maxDeliveredCalls = 1024; // callIds remembered
+export const maxKeptAnswers = 32; // answers kept to send again (the runner holds at most 16 calls pending)
+
+/**
+ * The tool_call callIds a Session delivered (across its reconnects) and its latest answers, both bounded,
+ * oldest forgotten first.
+ */
+export class ToolCalls {
+  private delivered = new Set<string>(); // in delivery order
+  private answers = new Map<string, ToolResult>(); // in answer order
+
+  /** Records callId: first is false when it was delivered before, with the answer sent to it if kept. */
+  deliver(callId: string): { first: boolean; answer?: ToolResult } {
+    if (this.delivered.has(callId)) return { first: false, answer: this.answers.get(callId) };
+    this.delivered.add(callId);
+    if (this.delivered.size > maxDeliveredCalls) this.delivered.delete(this.delivered.values().next().value!);
+    return { first: true };
+  }
+
+  /** Keeps the latest answer to callId. */
+  answer(callId: string, result: ToolResult): void {
+    this.answers.delete(callId);
+    this.answers.set(callId, result);
+    if (this.answers.size > maxKeptAnswers) this.answers.delete(this.answers.keys().next().value!);
+  }
+
+  /** How many callIds and answers are remembered. */
+  get size(): { delivered: number; answers: number } {
+    return { delivered: this.delivered.size, answers: this.answers.size };
+  }
 }

@@ -48,6 +48,15 @@ export interface Tool {
 
 const nameRe = /^[A-Za-z0-9_-]{1,64}$/;
 
+/**
+ * Whether name is a valid MCP server name (wire.ValidMCPServerName): 1 to 64 of [a-zA-Z0-9_-], without
+ * "__" and not ending with "_". The agent reads mcp__<server>__<tool> up to the first "__", so a server
+ * app__lookup, or app_ (whose tool x reads as server app, tool _x), would name another server's tools.
+ */
+export function validMCPServerName(name: string): boolean {
+  return typeof name === "string" && nameRe.test(name) && !name.includes("__") && !name.endsWith("_");
+}
+
 /** A group of client tools under one MCP server name. */
 export class ToolServer {
   constructor(
@@ -55,7 +64,9 @@ export class ToolServer {
     readonly tools: Tool[],
     readonly version?: string,
   ) {
-    if (!nameRe.test(name)) throw new WarrenError("invalid_argument", `tool server name ${JSON.stringify(name.slice(0, 64))}: want 1 to 64 of [a-zA-Z0-9_-]`);
+    if (!validMCPServerName(name)) {
+      throw new WarrenError("invalid_argument", `tool server name ${JSON.stringify(String(name).slice(0, 64))}: want 1 to 64 of [a-zA-Z0-9_-], without "__" and not ending with "_"`, { field: "name" });
+    }
     for (const t of tools) {
       if (!nameRe.test(t.name)) throw new WarrenError("invalid_argument", `tool name ${JSON.stringify(String(t.name).slice(0, 64))}: want 1 to 64 of [a-zA-Z0-9_-]`);
     }
@@ -79,7 +90,7 @@ export class ToolServer {
   /** The tool the agent called by its full name (mcp__<server>__<tool>). */
   lookup(toolName: string): Tool | undefined {
     const prefix = `mcp__${this.name}__`;
-    if (!toolName.startsWith(prefix)) return undefined;
+    if (!toolName.startsWith(prefix) || !validMCPServerName(this.name)) return undefined;
     const rest = toolName.slice(prefix.length);
     return this.tools.find((t) => t.name === rest);
   }
