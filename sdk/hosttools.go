@@ -41,6 +41,7 @@ const (
 	HostBashDefaultTimeout = 2 * time.Minute
 	HostBashMaxTimeout     = 10 * time.Minute
 	HostBashMaxOutput      = 30_000    // bytes of stdout and stderr kept; the rest is counted
+	HostBashMaxCommand     = 64 << 10  // bytes of a command (a confirmation shows it whole)
 	HostReadDefaultLines   = 2000      // lines a read returns without a limit
 	HostMaxLineBytes       = 2000      // bytes of one line shown by HostRead and HostGrep
 	HostMaxOutput          = 256 << 10 // bytes of text a HostRead, HostGlob or HostGrep returns
@@ -50,6 +51,7 @@ const (
 	HostMaxPattern         = 4096      // bytes of a glob or regular expression
 	hostToolTimeout        = 30 * time.Minute
 	hostBinarySniff        = 8 << 10
+	hostMaxCount           = 100_000 // matches HostGrep counts in one file (more show as 100000+)
 )
 
 // HostCall is one call of a host tool, as the confirmation sees it.
@@ -256,8 +258,8 @@ func checkCount(field string, v, limit float64) error {
 }
 
 func (in *bashInput) check() error {
-	if strings.TrimSpace(in.Command) == "" || strings.IndexByte(in.Command, 0) >= 0 {
-		return errors.New("command is required and must not contain NUL")
+	if strings.TrimSpace(in.Command) == "" || strings.IndexByte(in.Command, 0) >= 0 || len(in.Command) > HostBashMaxCommand {
+		return fmt.Errorf("command is required, at most %d bytes, without NUL", HostBashMaxCommand)
 	}
 	return checkCount("timeout", in.Timeout, float64(HostBashMaxTimeout.Milliseconds()))
 }
@@ -653,8 +655,18 @@ func (h *hostTools) grep(ctx context.Context, r *os.Root, input hostInput) (stri
 		full := filepath.Join(h.root, p)
 		switch in.OutputMode {
 		case "content":
-			for i, line := range strings.Split(string(b), "\n") {
-				if re.MatchString(line) {
+			i := -1
+			for rest := b; rest != nil; {
+				// Line by line, without splitting the whole file first (10 MB of newlines is 10M lines).
+				var line []byte
+				if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+					line, rest = rest[:j], rest[j+1:]
+				} else {
+					line, rest = rest, nil
+				}
+				i++
+				if re.Match(line) {
+					line := string(line)
 					if len(line) > HostMaxLineBytes {
 						line = line[:HostMaxLineBytes] + " ... (line cut)"
 					}
@@ -669,7 +681,12 @@ func (h *hostTools) grep(ctx context.Context, r *os.Root, input hostInput) (stri
 				}
 			}
 		case "count":
-			if n := len(re.FindAllIndex(b, -1)); n > 0 {
+			// At most hostMaxCount matches are found: a pattern matching the empty string would otherwise
+			// make one index pair per byte of a 10 MB file.
+			if n := len(re.FindAllIndex(b, hostMaxCount+1)); n > hostMaxCount {
+				fmt.Fprintf(out, "%s:%d+\n", full, hostMaxCount)
+				results++
+			} else if n > 0 {
 				fmt.Fprintf(out, "%s:%d\n", full, n)
 				results++
 			}

@@ -354,6 +354,7 @@ func TestParseHostInput(t *testing.T) {
 		{"HostEdit", `{"file_path":"a","old_string":"","new_string":"x"}`}, {"HostGlob", `{"pattern":"{a,{b}}"}`},
 		{"HostGlob", `{"pattern":"[a"}`}, {"HostGrep", `{"pattern":"("}`}, {"HostGrep", `{"pattern":"a","output_mode":"all"}`},
 		{"HostGrep", `{"pattern":"` + strings.Repeat("a", HostMaxPattern+1) + `"}`}, {"HostNope", `{}`}, {"HostRead", `{"file_path":"a"} {}`},
+		{"HostBash", `{"command":"` + strings.Repeat("a", HostBashMaxCommand+1) + `"}`},
 	} {
 		if _, err := ParseHostInput(tt.tool, json.RawMessage(tt.input)); err == nil || !strings.Contains(err.Error(), tt.tool) {
 			t.Errorf("%s %s: %v, want an error naming the tool", tt.tool, clipTest(tt.input), err)
@@ -407,4 +408,21 @@ func FuzzGlobRegexp(f *testing.F) {
 			t.Fatalf("%q matches beyond its end", pattern)
 		}
 	})
+}
+
+// TestHostGrepCountBounded: a pattern matching the empty string counts (and so allocates) at most
+// hostMaxCount matches of a file, not one per byte; content mode goes line by line.
+func TestHostGrepCountBounded(t *testing.T) {
+	root, _, srv := hostFixture(t)
+	if err := os.WriteFile(filepath.Join(root, "n.txt"), []byte(strings.Repeat("\n", 1<<20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := callHost(t, srv, "HostGrep", `{"pattern":"x?","output_mode":"count"}`)
+	if err != nil || !strings.Contains(out, "n.txt:100000+\n") {
+		t.Fatalf("count of an empty-matching pattern: %q, %v", out, err)
+	}
+	out, err = callHost(t, srv, "HostGrep", `{"pattern":"^$","glob":"n.txt","output_mode":"content","-n":true,"head_limit":3}`)
+	if err != nil || !strings.Contains(out, "n.txt:3:\n") || strings.Contains(out, "n.txt:4:") {
+		t.Fatalf("content: %q, %v", out, err)
+	}
 }

@@ -3,15 +3,19 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 
 	warren "github.com/warren-mesh/warren/sdk"
 )
@@ -113,10 +117,10 @@ func (p *possessRun) say(format string, args ...any) {
 // event shows the calls of tools another client declared, which this host leaves alone.
 func (p *possessRun) event(ev warren.Event) {
 	if call, ok := ev.ToolCall(); ok && !strings.HasPrefix(call.ToolName, "mcp__"+warren.HostServerName+"__") {
-		p.say("  (%s is another client's tool)", call.ToolName)
+		p.say("  (%s is another client's tool)", printable(call.ToolName))
 	}
 	if e := ev.Err(); e != nil {
-		p.say("warren possess: %s", describeError(e))
+		p.say("warren possess: %s", printable(describeError(e)))
 	}
 }
 
@@ -130,7 +134,7 @@ func (p *possessRun) report(tools *warren.ToolServer) {
 			res, err := run(ctx, input)
 			switch {
 			case err != nil:
-				p.say("  ⎿  %s: %s", name, firstLine(err.Error()))
+				p.say("  ⎿  %s: %s", name, printable(firstLine(err.Error()))) // the model's paths and text
 			default:
 				p.say("  ⎿  %s: done", name)
 			}
@@ -163,20 +167,71 @@ func (p *possessRun) confirm(ctx context.Context, call warren.HostCall) bool {
 
 // shown is a call's input as the confirmation prints it: compact JSON (no carriage return or other
 // whitespace between tokens that could redraw the line), every rune that is not printable (control and
-// format characters such as bidirectional overrides) escaped, clipped to possessMaxShown bytes. What the
-// user reads is what runs.
+// format characters such as bidirectional overrides) escaped. The fields that say what runs and where
+// (command, file_path, path, pattern, ...) come first and are shown whole, whatever order the model wrote
+// them in; only the bulk text (content, old_string, new_string) is clipped, to possessMaxShown bytes each.
+// What the user reads is what runs: a path or a command cannot hide behind a long field.
 func shown(input json.RawMessage) string {
-	var b bytes.Buffer
-	if json.Compact(&b, input) != nil {
-		b.Reset()
-		b.Write(input)
-	}
-	var out strings.Builder
-	for _, r := range strings.ToValidUTF8(b.String(), "\uFFFD") {
-		if out.Len() >= possessMaxShown {
-			out.WriteString(fmt.Sprintf("... (%d bytes in all)", b.Len()))
-			break
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(input, &fields) != nil {
+		var b bytes.Buffer
+		if json.Compact(&b, input) != nil {
+			b.Reset()
+			b.Write(input)
 		}
+		return clipped(printable(b.String()))
+	}
+	keys := slices.Sorted(maps.Keys(fields))
+	bulk := func(k string) int {
+		if possessBulk[k] {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(keys, func(a, b string) int { return cmp.Compare(bulk(a), bulk(b)) })
+	var out strings.Builder
+	out.WriteString("{")
+	for i, k := range keys {
+		if i > 0 {
+			out.WriteString(",")
+		}
+		var v bytes.Buffer
+		if json.Compact(&v, fields[k]) != nil {
+			v.Reset()
+			v.Write(fields[k])
+		}
+		kb, _ := json.Marshal(k)
+		out.WriteString(printable(string(kb)) + ":")
+		if possessBulk[k] {
+			out.WriteString(clipped(printable(v.String())))
+		} else {
+			out.WriteString(printable(v.String()))
+		}
+	}
+	out.WriteString("}")
+	return out.String()
+}
+
+// possessBulk are the fields of the host tools' inputs that carry text to write, not what runs or where.
+var possessBulk = map[string]bool{"content": true, "old_string": true, "new_string": true}
+
+// clipped keeps at most possessMaxShown bytes of s (whole characters), saying how long s was.
+func clipped(s string) string {
+	if len(s) <= possessMaxShown {
+		return s
+	}
+	cut := possessMaxShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("... (%d bytes in all)", len(s))
+}
+
+// printable escapes every rune of s that is not printable (control characters, escape sequences,
+// bidirectional overrides), and invalid UTF-8, so that what reaches the terminal is only text.
+func printable(s string) string {
+	var out strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
 		if unicode.IsPrint(r) {
 			out.WriteRune(r)
 		} else {
