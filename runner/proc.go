@@ -42,7 +42,28 @@ type procTable struct {
 	procs  []*proc
 	closed bool
 
+	// Slots of the requests that stay open following a process (logs streams and waits), and of the waits
+	// for a port among them, which poll the sandbox's socket tables (whose size the tenant controls).
+	followers, portWaits chan struct{}
+
 	starts *prometheus.CounterVec
+}
+
+// Bounds of the requests following processes at once in one sandbox (beyond them: resource_exhausted).
+const (
+	procMaxFollowers = 64
+	procMaxPortWaits = 4
+)
+
+// follow takes a slot of sem (followers or portWaits) for a request that stays open, or refuses it.
+func (t *procTable) follow(sem chan struct{}, what string) (release func(), err error) {
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	default:
+		return nil, wire.Errorf(wire.ResourceExhausted, "%d %s are already open in this sandbox", cap(sem), what).
+			WithDetails(map[string]any{"limit": cap(sem)})
+	}
 }
 
 // proc is one background process.
@@ -67,7 +88,7 @@ type proc struct {
 }
 
 func newProcTable(r *Runner) *procTable {
-	t := &procTable{r: r, starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+	t := &procTable{r: r, followers: make(chan struct{}, procMaxFollowers), portWaits: make(chan struct{}, procMaxPortWaits), starts: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warren_runner_process_starts_total",
 		Help: "Background processes started, by outcome (ok, refused, error).",
 	}, []string{"outcome"})}
@@ -75,6 +96,15 @@ func newProcTable(r *Runner) *procTable {
 		Name: "warren_runner_processes_running",
 		Help: "Background processes running now.",
 	}, func() float64 { return float64(t.running()) }))
+	followers := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warren_runner_process_followers",
+		Help: "Requests following background processes now (logs streams and waits; port: waits for a port).",
+	}, []string{"kind"})
+	r.metrics.reg.MustRegister(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		followers.WithLabelValues("all").Set(float64(len(t.followers)))
+		followers.WithLabelValues("port").Set(float64(len(t.portWaits)))
+		followers.Collect(ch)
+	}))
 	return t
 }
 

@@ -190,6 +190,12 @@ func (a *api) procLogs(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusOK, wire.ProcLogs{Start: max(off, start), Next: next, Chunks: chunks})
 		return
 	}
+	release, err := a.procs.follow(a.procs.followers, "process logs streams and waits")
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	defer release()
 	rc := startEvents(w)
 	ping := time.NewTicker(procKeepAlive)
 	defer ping.Stop()
@@ -230,6 +236,20 @@ func (a *api) waitProc(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		a.fail(w, req, err)
 		return
+	}
+	release, err := a.procs.follow(a.procs.followers, "process logs streams and waits")
+	if err != nil {
+		a.fail(w, req, err)
+		return
+	}
+	defer release()
+	if wr.For == wire.WaitPort {
+		releasePort, err := a.procs.follow(a.procs.portWaits, "waits for a port")
+		if err != nil {
+			a.fail(w, req, err)
+			return
+		}
+		defer releasePort()
 	}
 	timeout := a.r.cfg.DefaultExecTimeout
 	if wr.TimeoutMs > 0 {

@@ -254,7 +254,7 @@ func listening(pid int, ports []uint16) bool {
 	}
 	open := map[uint16]bool{}
 	for _, f := range []string{"tcp", "tcp6"} {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/" + f)
+		b, err := readNetTable("/proc/" + strconv.Itoa(pid) + "/net/" + f)
 		if err != nil {
 			continue
 		}
@@ -268,6 +268,21 @@ func listening(pid int, ports []uint16) bool {
 		}
 	}
 	return true
+}
+
+// maxNetTable bounds what is read of a socket table: the sandbox's programs choose how many sockets it
+// lists, and a wait for a port reads it every procPoll. The kernel lists listening sockets first, so only
+// a sandbox with thousands of them could miss one.
+const maxNetTable = 256 << 10
+
+// readNetTable reads at most maxNetTable bytes of a /proc/PID/net table.
+func readNetTable(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxNetTable))
 }
 
 // listeningPorts parses a /proc/net/tcp table and returns the local ports in state LISTEN (0A).
