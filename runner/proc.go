@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"syscall"
@@ -285,15 +286,24 @@ func (p *proc) signal(name string) error {
 	return nil
 }
 
-// writeStdin writes b to the process's stdin, then closes it when closeAfter. One write at a time; a write
-// the process does not read blocks until ctx ends.
-func (p *proc) writeStdin(ctx context.Context, b []byte, closeAfter bool) error {
+// writeStdin writes body (at most wire.MaxProcStdinWrite bytes) to the process's stdin, then closes it
+// when closeAfter. One write at a time; a write the process does not read blocks until ctx ends. The body
+// is read only once this write's turn has come: writes queued behind one the process does not read hold
+// no memory (a tenant could otherwise queue any number of 1 MiB bodies in the runner).
+func (p *proc) writeStdin(ctx context.Context, body io.Reader, closeAfter bool) error {
 	select {
 	case <-p.stdin:
 	case <-ctx.Done():
 		return wire.Wrap(wire.Unavailable, context.Cause(ctx), "the request ended while another write to stdin was pending")
 	}
 	defer func() { p.stdin <- struct{}{} }()
+	b, err := io.ReadAll(io.LimitReader(body, wire.MaxProcStdinWrite+1))
+	if err != nil {
+		return wire.Wrap(wire.InvalidArgument, err, "stdin body could not be read")
+	}
+	if len(b) > wire.MaxProcStdinWrite {
+		return wire.Errorf(wire.PayloadTooLarge, "one write to stdin is at most %d bytes", wire.MaxProcStdinWrite)
+	}
 	p.mu.Lock()
 	closed := p.stdinClosed
 	p.mu.Unlock()

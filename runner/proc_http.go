@@ -134,16 +134,7 @@ func (a *api) procStdin(w http.ResponseWriter, req *http.Request) {
 		a.fail(w, req, err)
 		return
 	}
-	b, err := io.ReadAll(io.LimitReader(req.Body, wire.MaxProcStdinWrite+1))
-	if err != nil {
-		a.fail(w, req, wire.Wrap(wire.InvalidArgument, err, "stdin body could not be read"))
-		return
-	}
-	if len(b) > wire.MaxProcStdinWrite {
-		a.fail(w, req, wire.Errorf(wire.PayloadTooLarge, "one write to stdin is at most %d bytes", wire.MaxProcStdinWrite))
-		return
-	}
-	if err := p.writeStdin(req.Context(), b, closeAfter); err != nil {
+	if err := p.writeStdin(req.Context(), req.Body, closeAfter); err != nil {
 		a.fail(w, req, err)
 		return
 	}
