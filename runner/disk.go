@@ -31,6 +31,7 @@ type diskGuard struct {
 	at       time.Time
 	used     int64
 	inflight atomic.Int64 // bytes reserved by uploads in progress
+	walks    atomic.Int64 // walks of the workspace so far
 }
 
 const (
@@ -39,13 +40,14 @@ const (
 	entryBytes = 4096
 )
 
-// usage returns the workspace's allocated bytes, measured at most diskCache ago (fresh when force).
-func (g *diskGuard) usage(force bool) int64 {
+// usage returns the workspace's allocated bytes, measured at most maxAge ago.
+func (g *diskGuard) usage(maxAge time.Duration) int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !force && time.Since(g.at) < diskCache {
+	if time.Since(g.at) < maxAge {
 		return g.used
 	}
+	g.walks.Add(1)
 	n, err := walkUsage(g.dir)
 	if err != nil {
 		n = math.MaxInt64 // fail closed
@@ -93,7 +95,7 @@ func (g *diskGuard) checkWith(extra int64) error {
 	if limit <= 0 {
 		return nil
 	}
-	if used := g.usage(false); used == math.MaxInt64 || used+g.inflight.Load()+extra > limit {
+	if used := g.usage(diskCache); used == math.MaxInt64 || used+g.inflight.Load()+extra > limit {
 		return wire.Errorf(wire.ResourceExhausted, "the workspace would hold more than its limit of %d bytes (the quota's max_workspace_bytes): delete files first", limit)
 	}
 	return nil
@@ -112,7 +114,10 @@ func (g *diskGuard) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 			return
 		case <-t.C:
 		}
-		if limit := g.limit(); limit > 0 && g.usage(true) > limit {
+		// Every running command and process has a watcher, all ticking each diskPoll: a measurement of
+		// the last half poll serves them all, so the workspace (whose entries the tenant multiplies) is
+		// walked at most twice a poll whatever their number, not once per watcher.
+		if limit := g.limit(); limit > 0 && g.usage(diskPoll/2) > limit {
 			cancel(ErrWorkspaceFull)
 			return
 		}
