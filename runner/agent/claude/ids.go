@@ -3,7 +3,9 @@ package claude
 import (
 	"crypto/sha1"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -51,36 +53,54 @@ func isUUID(s string) bool {
 }
 
 // transcriptPath finds the CLI's transcript of a session under home ($CLAUDE_CONFIG_DIR/projects/<cwd
-// slug>/<id>.jsonl); "" when there is none.
+// slug>/<id>.jsonl); "" when there is none. The home is the agent's, and so the tenant's: it is searched
+// through an os.Root (a .claude, projects or slug symlink leading out of the home is not followed) and only
+// a regular file, not a symlink, is a transcript.
 func transcriptPath(home, cliID string) string {
-	matches, _ := filepath.Glob(filepath.Join(home, ".claude", "projects", "*", cliID+".jsonl"))
-	for _, m := range matches {
-		if fi, err := os.Stat(m); err == nil && fi.Mode().IsRegular() {
-			return m
-		}
+	if ts := transcripts(home, cliID+".jsonl"); len(ts) > 0 {
+		return filepath.Join(home, filepath.FromSlash(ts[0].rel))
 	}
 	return ""
+}
+
+// homeTranscript is a transcript file found under home.
+type homeTranscript struct {
+	rel string // slash path under home
+	fi  fs.FileInfo
+}
+
+// transcripts lists the regular files matching .claude/projects/*/name (a glob) under home, through an
+// os.Root.
+func transcripts(home, name string) []homeTranscript {
+	root, err := os.OpenRoot(home)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	matches, _ := fs.Glob(root.FS(), ".claude/projects/*/"+name)
+	var out []homeTranscript
+	for _, m := range matches {
+		if fi, err := root.Lstat(m); err == nil && fi.Mode().IsRegular() {
+			out = append(out, homeTranscript{rel: m, fi: fi})
+		}
+	}
+	return out
 }
 
 // latestTranscript is the session id of the most recently written transcript under home other than
 // except; "" when there is none.
 func latestTranscript(home, except string) string {
-	matches, _ := filepath.Glob(filepath.Join(home, ".claude", "projects", "*", "*.jsonl"))
 	var (
 		best   string
 		bestAt time.Time
 	)
-	for _, m := range matches {
-		id := strings.TrimSuffix(filepath.Base(m), ".jsonl")
+	for _, t := range transcripts(home, "*.jsonl") {
+		id := strings.TrimSuffix(path.Base(t.rel), ".jsonl")
 		if !isUUID(id) || id == except {
 			continue
 		}
-		fi, err := os.Stat(m)
-		if err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		if best == "" || fi.ModTime().After(bestAt) {
-			best, bestAt = id, fi.ModTime()
+		if best == "" || t.fi.ModTime().After(bestAt) {
+			best, bestAt = id, t.fi.ModTime()
 		}
 	}
 	return best

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -111,11 +112,15 @@ func transcriptHas(path, uuid string) bool {
 	if path == "" {
 		return false
 	}
-	f, err := os.Open(path)
+	// Not through a symlink (transcriptPath found a regular file; one swapped in since is not followed).
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
 	needle := []byte(`"uuid":"` + uuid + `"`)
 	buf := make([]byte, 0, 1<<20+len(needle))
 	for {
