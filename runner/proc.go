@@ -43,17 +43,20 @@ type procTable struct {
 	procs  []*proc
 	closed bool
 
-	// Slots of the requests that stay open following a process (logs streams and waits), and of the waits
-	// for a port among them, which poll the sandbox's socket tables (whose size the tenant controls).
-	followers, portWaits chan struct{}
+	// Slots of the requests that stay open following a process (logs streams and waits), of the waits for
+	// a port among them, which poll the sandbox's socket tables (whose size the tenant controls), and of the
+	// waits for a regular expression, which match every line of output with it (up to MaxProcRegexCost
+	// steps a byte) in the runner.
+	followers, portWaits, regexWaits chan struct{}
 
 	starts *prometheus.CounterVec
 }
 
 // Bounds of the requests following processes at once in one sandbox (beyond them: resource_exhausted).
 const (
-	procMaxFollowers = 64
-	procMaxPortWaits = 4
+	procMaxFollowers  = 64
+	procMaxPortWaits  = 4
+	procMaxRegexWaits = 4
 )
 
 // follow takes a slot of sem (followers or portWaits) for a request that stays open, or refuses it.
@@ -89,21 +92,23 @@ type proc struct {
 }
 
 func newProcTable(r *Runner) *procTable {
-	t := &procTable{r: r, followers: make(chan struct{}, procMaxFollowers), portWaits: make(chan struct{}, procMaxPortWaits), starts: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "warren_runner_process_starts_total",
-		Help: "Background processes started, by outcome (ok, refused, error).",
-	}, []string{"outcome"})}
+	t := &procTable{r: r, followers: make(chan struct{}, procMaxFollowers), portWaits: make(chan struct{}, procMaxPortWaits),
+		regexWaits: make(chan struct{}, procMaxRegexWaits), starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_runner_process_starts_total",
+			Help: "Background processes started, by outcome (ok, refused, error).",
+		}, []string{"outcome"})}
 	r.metrics.reg.MustRegister(t.starts, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "warren_runner_processes_running",
 		Help: "Background processes running now.",
 	}, func() float64 { return float64(t.running()) }))
 	followers := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warren_runner_process_followers",
-		Help: "Requests following background processes now (logs streams and waits; port: waits for a port).",
+		Help: "Requests following background processes now (all: logs streams and waits; port: waits for a port; regex: waits for a regular expression).",
 	}, []string{"kind"})
 	r.metrics.reg.MustRegister(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
 		followers.WithLabelValues("all").Set(float64(len(t.followers)))
 		followers.WithLabelValues("port").Set(float64(len(t.portWaits)))
+		followers.WithLabelValues("regex").Set(float64(len(t.regexWaits)))
 		followers.Collect(ch)
 	}))
 	return t

@@ -74,3 +74,29 @@ func TestProcessFollowersBounded(t *testing.T) {
 	}
 	h.metricLine(t, `warren_runner_process_followers{kind="all"} 0`)
 }
+
+// Waits for a regular expression (matched in the runner against every line of output) are capped at 4 a
+// sandbox too.
+func TestProcessRegexWaitsBounded(t *testing.T) {
+	h := startRunner(t)
+	p := h.startProc(t, wire.ProcStartRequest{Command: "sleep 1000"})
+	re := wire.ProcWaitRequest{For: wire.WaitLog, Pattern: `never (\d+)`, Regex: true, TimeoutMs: 600_000}
+	done := make(chan *http.Response, 4)
+	for range 4 {
+		go func() { done <- h.doJSON(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/wait", re) }()
+	}
+	h.metricLine(t, `warren_runner_process_followers{kind="regex"} 4`)
+	e := wantError(t, h.doJSON(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/wait", re), wire.ResourceExhausted)
+	if e.Details["limit"] != float64(4) {
+		t.Fatalf("refusal %+v", e)
+	}
+	// A plain pattern is not limited so.
+	plain := re
+	plain.Regex, plain.TimeoutMs = false, 1
+	wantError(t, h.doJSON(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/wait", plain), wire.Timeout)
+	decode(t, h.doJSON(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/signal", wire.ProcSignalRequest{Signal: "KILL"}), http.StatusOK, &wire.ProcInfo{})
+	for range 4 {
+		wantError(t, <-done, wire.Conflict)
+	}
+	h.metricLine(t, `warren_runner_process_followers{kind="regex"} 0`)
+}

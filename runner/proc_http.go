@@ -242,12 +242,24 @@ func (a *api) waitProc(w http.ResponseWriter, req *http.Request) {
 		}
 		defer releasePort()
 	}
+	if wr.For == wire.WaitLog && wr.Regex {
+		releaseRegex, err := a.procs.follow(a.procs.regexWaits, "waits for a regular expression")
+		if err != nil {
+			a.fail(w, req, err)
+			return
+		}
+		defer releaseRegex()
+	}
 	timeout := a.r.cfg.DefaultExecTimeout
 	if wr.TimeoutMs > 0 {
 		timeout = min(time.Duration(min(wr.TimeoutMs, a.r.cfg.MaxExecTimeout.Milliseconds()))*time.Millisecond, a.r.cfg.MaxExecTimeout)
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), timeout)
 	defer cancel()
+	if m := match; m != nil {
+		// Once the wait is over no further line is matched: a costly pattern stops within one line.
+		match = func(line string) bool { return ctx.Err() == nil && m(line) }
+	}
 	var res wire.ProcWaitResult
 	switch wr.For {
 	case wire.WaitExit:

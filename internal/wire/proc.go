@@ -3,6 +3,7 @@ package wire
 import (
 	"io"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -226,6 +227,16 @@ func DecodeProcWait(r io.Reader) (ProcWaitRequest, func(string) bool, error) {
 			pat := w.Pattern
 			return w, func(line string) bool { return strings.Contains(line, pat) }, nil
 		}
+		parsed, err := syntax.Parse(w.Pattern, syntax.Perl)
+		if err != nil {
+			return fail("pattern is not a valid regular expression: %v", err)
+		}
+		// The runner matches every line of the output with it, outside the sandbox: RE2 is linear in the
+		// line but proportional to the program's size too ([a-z]{1000}b takes seconds a 64 KiB line).
+		// Measured before compiling, which expands counted repetitions.
+		if n := regexCost(parsed); n > MaxProcRegexCost {
+			return fail("pattern is too costly: about %d instructions, at most %d (counted repetitions multiply; a plain pattern has no limit)", min(n, 1<<30), MaxProcRegexCost)
+		}
 		re, err := regexp.Compile(w.Pattern)
 		if err != nil {
 			return fail("pattern is not a valid regular expression: %v", err)
@@ -234,6 +245,35 @@ func DecodeProcWait(r io.Reader) (ProcWaitRequest, func(string) bool, error) {
 	default:
 		return fail("for must be %q, %q or %q", WaitExit, WaitPort, WaitLog)
 	}
+}
+
+// MaxProcRegexCost bounds the size of a log wait's regular expression, in about compiled instructions
+// (regexCost): matching costs up to this many steps a byte of output.
+const MaxProcRegexCost = 256
+
+// regexCost estimates the instructions re compiles to, counted repetitions expanded; it saturates instead
+// of overflowing.
+func regexCost(re *syntax.Regexp) int {
+	sat := func(n int) int { return min(n, 1<<30) }
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(re.Rune)
+	case syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		return sat(regexCost(re.Sub[0]) + 2)
+	case syntax.OpRepeat:
+		n := re.Max
+		if n < 0 {
+			n = re.Min + 1
+		}
+		return sat(max(n, 1)*regexCost(re.Sub[0]) + 1)
+	case syntax.OpConcat, syntax.OpAlternate:
+		total := 1
+		for _, sub := range re.Sub {
+			total = sat(total + regexCost(sub))
+		}
+		return total
+	}
+	return 1
 }
 
 // truncateForMessage keeps a client's value short and printable inside an error message.

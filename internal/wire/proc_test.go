@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -60,6 +61,27 @@ func TestParseSignal(t *testing.T) {
 		var we *Error
 		if _, err := ParseSignal(in); !errors.As(err, &we) || we.Code != InvalidArgument {
 			t.Errorf("ParseSignal(%q) = %v, want invalid_argument", in, err)
+		}
+	}
+}
+
+// A log wait's regular expression is matched by the runner against every line of output: one whose
+// program is large ([a-z]{1000}b runs seconds a 64 KiB line, and compiling [a-z]{1000} repeated takes most
+// of a second) is refused before it is compiled; ordinary ones are taken.
+func TestProcWaitRegexCostBounded(t *testing.T) {
+	wait := func(pattern string) error {
+		b, _ := json.Marshal(ProcWaitRequest{For: WaitLog, Pattern: pattern, Regex: true})
+		_, _, err := DecodeProcWait(bytes.NewReader(b))
+		return err
+	}
+	for _, p := range []string{"[a-z]{1000}b", strings.Repeat("[a-z]{1000}", 92), strings.Repeat("a?", 500) + "b", "(?:a{30}){30}", "x{300}"} {
+		if err := wait(p); CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), "too costly") {
+			t.Errorf("pattern %.40q: %v, want a refusal as too costly", p, err)
+		}
+	}
+	for _, p := range []string{`listening on (\d+)`, `ready|started|Server running at http://localhost:\d+`, `^\[\w+\] (INFO|WARN|ERROR) .*done in [0-9.]+ms$`, "x{200}"} {
+		if err := wait(p); err != nil {
+			t.Errorf("pattern %q: %v", p, err)
 		}
 	}
 }
