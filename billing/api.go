@@ -51,6 +51,10 @@ type APIConfig struct {
 	Logger       *slog.Logger
 	Metrics      prometheus.Registerer // optional
 	MaxBodyBytes int64                 // default DefaultMaxBodyBytes
+	// WebhookMaster is the operator's webhook secret the runners sign task webhooks with (their
+	// -webhook-secret-file); GET /v1/issuers/{iss}/webhook-secret answers an issuer's secret derived from it.
+	// Empty: that route answers unavailable.
+	WebhookMaster []byte
 }
 
 // API is the billing role's admin HTTP API (docs/PROTOCOL.md#billing-api). Safe for concurrent use.
@@ -73,6 +77,7 @@ var routes = []route{
 	{http.MethodGet, "/v1/issuers/{iss}", (*API).getIssuer},
 	{http.MethodPut, "/v1/issuers/{iss}", (*API).putIssuer},
 	{http.MethodPost, "/v1/issuers/{iss}/keys", (*API).rotateKey},
+	{http.MethodGet, "/v1/issuers/{iss}/webhook-secret", (*API).webhookSecret},
 	{http.MethodGet, "/v1/quotas/{iss}", (*API).getQuota},
 	{http.MethodPut, "/v1/quotas/{iss}", (*API).putQuota},
 	{http.MethodGet, "/v1/quotas/{iss}/users/{sub}", (*API).getQuota},

@@ -63,6 +63,12 @@ func (b *syncBuffer) String() string {
 
 func newAPIEnv(t *testing.T) *apiEnv {
 	t.Helper()
+	return newAPIEnvWith(t, func(*billing.APIConfig) {})
+}
+
+// newAPIEnvWith is newAPIEnv with the API's configuration changed by edit first.
+func newAPIEnvWith(t *testing.T, edit func(*billing.APIConfig)) *apiEnv {
+	t.Helper()
 	dir := t.TempDir()
 	e := &apiEnv{dbPath: filepath.Join(dir, "ledger.db"), logs: &syncBuffer{}, metrics: prometheus.NewRegistry()}
 	var err error
@@ -76,10 +82,12 @@ func newAPIEnv(t *testing.T) *apiEnv {
 	if e.adminKey, _, err = e.secrets.EnsureAdminKey(); err != nil {
 		t.Fatal(err)
 	}
-	api, err := billing.NewAPI(billing.APIConfig{
+	cfg := billing.APIConfig{
 		Store: e.ledger, Keys: e.secrets, AdminKeys: e.secrets.AdminKeys, Metrics: e.metrics,
 		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	edit(&cfg)
+	api, err := billing.NewAPI(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,11 +35,7 @@ const MaxWebhookURL = 2048
 // WebhookSecret is the secret an issuer verifies its task webhooks with: derived from the operator's
 // configured secret (-webhook-secret-file) and the issuer id, so each issuer can verify its own webhooks
 // and forge no other issuer's. It is hex: HMAC-SHA256(master, "warren-webhook:" + issuer).
-func WebhookSecret(master []byte, issuer string) string {
-	m := hmac.New(sha256.New, master)
-	m.Write([]byte("warren-webhook:" + issuer))
-	return hex.EncodeToString(m.Sum(nil))
-}
+func WebhookSecret(master []byte, issuer string) string { return wire.WebhookSecret(master, issuer) }
 
 // SignWebhook is the value of the signature header for body sent at timestamp ts (unix seconds).
 func SignWebhook(secret string, ts int64, body []byte) string {

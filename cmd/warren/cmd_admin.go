@@ -34,6 +34,7 @@ commands:
   issuers ls                       list registered issuers and their default quotas
   issuers put ISS [-name NAME]     register an issuer, or rename it
   keys rotate ISS                  write a new key version of ISS and print its secret (shown once)
+  issuers webhook-secret ISS       the secret ISS's backend verifies task webhooks with
   quota get ISS [-user SUB]        the issuer's default quota, or a user's override
   quota set ISS [-user SUB] [-ai-usd X] [-compute S] [-window W] [-max-sessions N] [-revision R]
                 [-max-issuer-sessions N] [-connects-per-minute N] [-issuer-connects-per-minute N]

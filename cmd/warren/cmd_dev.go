@@ -85,6 +85,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   scheduler  local process driver, region %[2]q
   billing    SQLite ledger in %[3]s; admin API %[1]s/v1/{issuers,quotas,usage,prices} (try: %[7]s admin issuers ls)
   issuer     %[4]q (%[5]s; secret in %[3]s/secrets.json)
+  webhooks   tasks' webhooks are signed per issuer (may target http://localhost); the issuer's secret:
+             %[7]s webhook-secret -data-dir %[3]s -issuer %[4]s
   isolation  %[6]s
   agent      %[8]s
 

@@ -27,6 +27,7 @@ import (
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/runner"
 	"github.com/warren-mesh/warren/scheduler"
 	schedcockroach "github.com/warren-mesh/warren/scheduler/cockroach"
 	"github.com/warren-mesh/warren/scheduler/nomad"
@@ -427,9 +428,16 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	p.registerVault(fs)
 	p.registerDB(fs)
 	p.registerS3(fs) // the workspace templates' store (warren deploy); none: no templates API
+	webhookSecretFile := fs.String("webhook-secret-file", "", "the runners' -webhook-secret-file: GET /v1/issuers/{iss}/webhook-secret answers each issuer's webhook secret derived from it; unset: that route answers unavailable")
 	log, err := c.parse(fs, args, stderr, "billing")
 	if err != nil {
 		return err
+	}
+	var webhookMaster []byte
+	if *webhookSecretFile != "" {
+		if webhookMaster, err = runner.ReadWebhookMaster(*webhookSecretFile); err != nil {
+			return err
+		}
 	}
 	keys, err := p.openVault(ctx)
 	if err != nil {
@@ -442,7 +450,8 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer pool.Close()
 	metrics := newRoleMetrics()
-	a, err := billing.NewAPI(billing.APIConfig{Store: ledger, Keys: keys, AdminKeys: keys.AdminKeys, Logger: log, Metrics: metrics})
+	a, err := billing.NewAPI(billing.APIConfig{Store: ledger, Keys: keys, AdminKeys: keys.AdminKeys, Logger: log, Metrics: metrics,
+		WebhookMaster: webhookMaster})
 	if err != nil {
 		return err
 	}

@@ -239,13 +239,11 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%s is not set: the runner needs its bearer key", runnerKeyEnv)
 	}
 	if webhookSecretFile != "" {
-		b, err := os.ReadFile(webhookSecretFile)
+		master, err := runner.ReadWebhookMaster(webhookSecretFile)
 		if err != nil {
-			return fmt.Errorf("webhook secret: %w", err)
+			return err
 		}
-		if cfg.Tasks.WebhookSecret = []byte(strings.TrimSpace(string(b))); len(cfg.Tasks.WebhookSecret) < 16 {
-			return errors.New("webhook secret: want at least 16 bytes")
-		}
+		cfg.Tasks.WebhookSecret = master
 	}
 	// Unsetenv only edits Go's copy: the kernel still shows the original environment, key included, in
 	// /proc/<pid>/environ. Non-dumpable makes that file (and ptrace) unavailable to other processes of

@@ -26,10 +26,11 @@ import (
 )
 
 type agentOpts struct {
-	apiKey   string // real key: the test brings its own scripted upstream
-	upstream string
-	idle     time.Duration
-	args     []string // more runner flags
+	apiKey     string // real key: the test brings its own scripted upstream
+	upstream   string
+	idle       time.Duration
+	args       []string // more runner flags
+	noWebhooks bool     // devstack.Config.NoWebhooks
 }
 
 // agentStack is the dev platform with the real Claude Code CLI in every sandbox.
@@ -40,8 +41,8 @@ func agentStack(t *testing.T, o agentOpts) *devstack.Stack {
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Binary: binary, MeterInterval: time.Second,
 		ClaudeCLI: cli, ModelAPIKey: o.apiKey, ModelUpstream: o.upstream, IdleTimeout: o.idle,
 		RunnerArgs:   append([]string{"-log-level", "debug"}, o.args...),
-		DefaultModel: "claude-sonnet-4-5",
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		DefaultModel: "claude-sonnet-4-5", NoWebhooks: o.noWebhooks,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("start dev stack: %v", err)

@@ -79,6 +79,11 @@ type Config struct {
 	// CORSOrigins are the origins whose browser pages may call the edge's HTTP API (edge.CORS); nil: any
 	// origin ("*"), as tokens are bearer headers, not cookies. Empty and non-nil: none.
 	CORSOrigins []string
+	// NoWebhooks starts runners without a webhook secret: tasks asking for a webhook are refused. Otherwise
+	// the data dir's webhook secret (WebhookSecretFile, created on first start) signs them, and runners may
+	// deliver them over http to loopback and private addresses (-webhook-allow-private), so that a backend
+	// on this machine receives them.
+	NoWebhooks bool
 }
 
 // Stack is a running platform.
@@ -102,6 +107,8 @@ type Stack struct {
 	edgeCfg edge.Config
 	wtURL   string
 	wtStop  func() error
+
+	webhookMaster []byte // the operator's webhook secret (nil with NoWebhooks)
 }
 
 // ErrNoBubblewrap is returned when bwrap is missing and Insecure is not set.
@@ -178,7 +185,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Registry = mem.New()
 
-	runnerArgs := slices.Clone(cfg.RunnerArgs)
+	var runnerArgs []string
+	if !cfg.NoWebhooks {
+		if s.webhookMaster, err = ensureWebhookMaster(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		// Before RunnerArgs, which may override them.
+		runnerArgs = append(runnerArgs, "-webhook-secret-file", WebhookSecretPath(cfg.DataDir), "-webhook-allow-private")
+	}
+	runnerArgs = append(runnerArgs, cfg.RunnerArgs...)
 	runnerEnv := []string{}
 	blobDir := filepath.Join(cfg.DataDir, "blobs")
 	runnerArgs = append(runnerArgs, "-blob-dir", blobDir)
@@ -290,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/", ed.Handler())
 	api, err := billing.NewAPI(billing.APIConfig{Store: ledger, Keys: s.secrets, AdminKeys: s.secrets.AdminKeys,
-		Logger: s.log.With("component", "billing"), Metrics: reg})
+		WebhookMaster: s.webhookMaster, Logger: s.log.With("component", "billing"), Metrics: reg})
 	if err != nil {
 		return nil, err
 	}

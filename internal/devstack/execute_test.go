@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -38,15 +37,13 @@ func mainRequestsWith(st *devstack.Stack, s string) int {
 
 // TestExecuteThroughTheEdge runs one-shot tasks end to end: the edge admits and relays POST /v1/execute to
 // the user's runner under bubblewrap, the real Claude CLI runs the prompt against the scripted model, the
-// record is kept in the blob store, and the webhook is signed and delivered to a loopback receiver.
+// record is kept in the blob store, and the webhook is signed and delivered to a loopback receiver with
+// the dev stack's defaults (its own webhook secret, loopback allowed), verified with the secret that
+// `warren webhook-secret` and `warren admin issuers webhook-secret` print.
 func TestExecuteThroughTheEdge(t *testing.T) {
-	master := "test-webhook-master-secret-0123456789"
-	secretFile := filepath.Join(t.TempDir(), "webhook.secret")
-	if err := os.WriteFile(secretFile, []byte(master+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st := agentStack(t, agentOpts{args: []string{"-webhook-secret-file", secretFile, "-webhook-allow-private", "-max-tasks", "2"}})
+	st := agentStack(t, agentOpts{args: []string{"-max-tasks", "2"}})
 	ctx := agentCtx(t)
+	secret := devWebhookSecret(t, st)
 
 	// The receiver fails the first delivery: the runner retries.
 	var (
@@ -128,12 +125,11 @@ func TestExecuteThroughTheEdge(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no webhook")
 	}
-	secret := runner.WebhookSecret([]byte(master), devstack.DevIssuer)
 	hooked, err := warren.VerifyWebhook(secret, call.header, call.body, 0, time.Now())
 	if err != nil || hooked.ID != task.ID || hooked.Status != warren.TaskSucceeded || call.header.Get(warren.HeaderWebhookID) != task.ID {
 		t.Fatalf("webhook: %+v, %v", hooked, err)
 	}
-	if _, err := warren.VerifyWebhook(runner.WebhookSecret([]byte(master), "another-issuer"), call.header, call.body, 0, time.Now()); err == nil {
+	if _, err := warren.VerifyWebhook(st.WebhookSecret("another-issuer"), call.header, call.body, 0, time.Now()); err == nil {
 		t.Fatal("the webhook verifies with another issuer's secret")
 	}
 	tampered := append([]byte(nil), call.body...)
@@ -244,7 +240,7 @@ func TestExecuteThroughTheEdge(t *testing.T) {
 }
 
 func TestExecuteRefusesBadRequests(t *testing.T) {
-	st := agentStack(t, agentOpts{})
+	st := agentStack(t, agentOpts{noWebhooks: true})
 	ctx := agentCtx(t)
 	c := client(t, st, "val", withBudget(5_000_000))
 	for name, o := range map[string]*warren.ExecuteOptions{
@@ -262,4 +258,34 @@ func TestExecuteRefusesBadRequests(t *testing.T) {
 	if n := len(mainRequests(st.Model)); n != 0 {
 		t.Fatalf("refused tasks reached the model %d times", n)
 	}
+}
+
+// devWebhookSecret is the dev issuer's webhook secret as `warren webhook-secret` prints it from the stack's
+// data dir; `warren admin issuers webhook-secret` (the billing API) and the stack's own must agree, and the
+// operator's secret must be a 0600 file of the data dir.
+func devWebhookSecret(t *testing.T, st *devstack.Stack) string {
+	t.Helper()
+	dataDir := st.Config().DataDir
+	path := devstack.WebhookSecretPath(dataDir)
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("webhook secret file %s: %v, %v (want mode 0600)", path, fi, err)
+	}
+	master, err := runner.ReadWebhookMaster(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "webhook-secret", "-data-dir", dataDir, "-issuer", devstack.DevIssuer).Output()
+	if err != nil {
+		t.Fatalf("warren webhook-secret: %v", err)
+	}
+	secret := strings.TrimSpace(string(out))
+	if secret != runner.WebhookSecret(master, devstack.DevIssuer) || secret != st.WebhookSecret(devstack.DevIssuer) {
+		t.Fatalf("warren webhook-secret printed %q, want %q", secret, st.WebhookSecret(devstack.DevIssuer))
+	}
+	adm := exec.Command(binary, "admin", "issuers", "webhook-secret", devstack.DevIssuer, "-url", st.URL(), "-data-dir", dataDir)
+	out, err = adm.Output()
+	if err != nil || strings.TrimSpace(string(out)) != secret {
+		t.Fatalf("warren admin issuers webhook-secret: %q, %v; want %q", out, err, secret)
+	}
+	return secret
 }
