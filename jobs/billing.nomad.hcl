@@ -68,6 +68,12 @@ variable "secrets_path" {
   description = "Vault KV v2 path holding db (CockroachDB URL)"
 }
 
+variable "webhook_secret_path" {
+  type        = string
+  default     = ""
+  description = "Vault KV v2 path holding secret, the operator's task webhook secret the runners sign with (the runners' -webhook-secret-file): rendered to a file for -webhook-secret-file, so GET /v1/issuers/{iss}/webhook-secret answers each issuer's secret. Empty (the default): no template, no flag, and that route answers unavailable. Set it only once the secret is written: a template whose secret is missing keeps the task from starting."
+}
+
 job "warren-billing" {
   region      = var.region
   type        = "service"
@@ -112,12 +118,14 @@ job "warren-billing" {
 
       config {
         command = var.warren_binary
-        args = [
+        args = concat([
           "billing",
           "-listen", "$${NOMAD_ADDR_http}",
           "-region", var.region,
           "-vault", var.vault_addr,
-        ]
+          ], var.webhook_secret_path == "" ? [] : [
+          "-webhook-secret-file", "$${NOMAD_SECRETS_DIR}/webhook-secret",
+        ])
       }
 
       # VAULT_TOKEN and the templates' Vault access: workload identity, or with vault_legacy_token Nomad 1.6's
@@ -152,6 +160,17 @@ job "warren-billing" {
         destination = "secrets/warren.env"
         env         = true
         change_mode = "restart"
+      }
+
+      # The operator's task webhook secret (webhook_secret_path), read at start: a new secret restarts the task.
+      dynamic "template" {
+        for_each = var.webhook_secret_path == "" ? [] : [1]
+        content {
+          data        = format("{{ with secret %q }}{{ .Data.data.secret }}{{ end }}", var.webhook_secret_path)
+          destination = "secrets/webhook-secret"
+          change_mode = "restart"
+          perms       = "600"
+        }
       }
 
       env {

@@ -78,6 +78,8 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 			"wt_cert_secret": "secret/data/warren/wt", "wt_url": "https://wt.example.com/wt"}, "warren-edge", "${NOMAD_SECRETS_DIR}/wt.crt"},
 		{"scheduler", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_args": []string{"-s3-bucket=snapshots", "-idle-timeout=10m"}}, "warren-scheduler", ""},
 		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing", ""},
+		{"billing with webhooks", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1",
+			"webhook_secret_path": "secret/data/warren/webhook"}, "warren-billing", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if legacy && tc.name != "sandbox" {
@@ -162,6 +164,9 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 				if !slices.Equal(wtTemplates, wantTemplates) {
 					t.Errorf("WebTransport templates %q, want %q", wtTemplates, wantTemplates)
 				}
+			}
+			if tc.role == "billing" {
+				checkWebhookSecret(t, job, rawArgs, tc.vars)
 			}
 		})
 	}
@@ -381,4 +386,32 @@ func nomadCLI(t *testing.T, ns *testenv.NomadServer, args ...string) (string, in
 		t.Fatalf("nomad %s: %v", strings.Join(args, " "), err)
 	}
 	return out.String(), 0
+}
+
+// checkWebhookSecret: the billing job renders the operator's webhook secret from Vault and passes
+// -webhook-secret-file exactly when webhook_secret_path is set; without it, neither (a template of a secret
+// that is not there would keep the task from starting).
+func checkWebhookSecret(t *testing.T, job *api.Job, rawArgs []any, vars map[string]any) {
+	t.Helper()
+	var flag string
+	for i := 1; i+1 < len(rawArgs); i += 2 {
+		if rawArgs[i] == "-webhook-secret-file" {
+			flag, _ = rawArgs[i+1].(string)
+		}
+	}
+	var templates []string
+	for _, tpl := range job.TaskGroups[0].Tasks[0].Templates {
+		if strings.Contains(*tpl.DestPath, "webhook") {
+			templates = append(templates, *tpl.DestPath+" "+*tpl.EmbeddedTmpl+" "+*tpl.ChangeMode+" "+*tpl.Perms)
+		}
+	}
+	var wantFlag string
+	var wantTemplates []string
+	if path, _ := vars["webhook_secret_path"].(string); path != "" {
+		wantFlag = "${NOMAD_SECRETS_DIR}/webhook-secret"
+		wantTemplates = []string{`secrets/webhook-secret {{ with secret "` + path + `" }}{{ .Data.data.secret }}{{ end }} restart 600`}
+	}
+	if flag != wantFlag || !slices.Equal(templates, wantTemplates) {
+		t.Errorf("webhook secret: flag %q, templates %q; want %q, %q (args %v)", flag, templates, wantFlag, wantTemplates, rawArgs)
+	}
 }

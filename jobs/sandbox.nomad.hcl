@@ -229,6 +229,18 @@ job "sandbox" {
       #     env         = true
       #     change_mode = "noop"
       #   }
+      #
+      # Task webhooks (docs/PROTOCOL.md#tasks) likewise: the operator's webhook secret, the one the billing job
+      # renders (its webhook_secret_path), into a file, and "-webhook-secret-file",
+      # "${NOMAD_SECRETS_DIR}/webhook-secret" in runner_args (the scheduler's -runner-arg). Only once the secret
+      # exists: a missing one keeps the runner from starting. Without it webhooks are refused.
+      #
+      #   template {
+      #     data        = "{{ with secret \"secret/data/warren/webhook\" }}{{ .Data.data.secret }}{{ end }}"
+      #     destination = "${NOMAD_SECRETS_DIR}/webhook-secret"
+      #     perms       = "600"
+      #     change_mode = "noop"
+      #   }
 
       kill_signal  = "SIGTERM"
       kill_timeout = var.kill_timeout

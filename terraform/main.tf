@@ -52,6 +52,7 @@ module "settings" {
   nomad_role_path    = var.nomad_role_path
   mesh_pki_role      = var.mesh_pki_role
   mesh_pki_mount     = var.mesh_pki_mount
+  webhook_secret     = var.task_webhooks ? var.webhook_secret_path : ""
 }
 
 module "region" {

@@ -91,6 +91,10 @@ variable "nomad_jwks_url" {
 		if got := r.HCL2Vars["edge"]["public_url"]; got != url {
 			t.Errorf("%s: edge public_url %q, want %q", name, got, url)
 		}
+		// Task webhooks are off by default: the billing job renders no secret, its policy reads none.
+		if got := r.HCL2Vars["billing"]["webhook_secret_path"]; got != "" || strings.Contains(r.VaultPolicies["billing"], "webhook") {
+			t.Errorf("%s: task webhooks on by default: webhook_secret_path %q, policy:\n%s", name, got, r.VaultPolicies["billing"])
+		}
 		// eu-west serves WebTransport with its certificate in Vault, us-east none.
 		wantWT := map[string]string{"wt_url": "", "wt_cert_secret": "", "wt_cert_file": "", "wt_key_file": ""}
 		var wantCertPath *string
@@ -190,6 +194,11 @@ func renderTwo(t *testing.T) map[string]rendered {
     r1 = { public_url = "http://r1.warren.test", bucket = { name = "snapshots-r1" } }
     r2 = { public_url = "http://r2.warren.test", bucket = { name = "snapshots-r2" } }
   }`, `"http://127.0.0.1:8200"`, "/usr/local/bin/warren", "nomad/creds/warren-scheduler", `"warren-mesh"`, true)
+	// Task webhooks on (terraform/README.md, "Task webhooks"): the billing jobs read the operator's secret.
+	root = strings.Replace(root, "  kv_mount           = \"secret\"\n", "  kv_mount           = \"secret\"\n  webhook_secret     = \"warren/webhook\"\n", 1)
+	if !strings.Contains(root, "webhook_secret") {
+		t.Fatal("renderTwo: no kv_mount line to put webhook_secret after")
+	}
 	return mustRender(t, t.Context(), testenv.Terraform(t), root).Regions.Value
 }
 
@@ -236,6 +245,10 @@ func TestVaultPolicies(t *testing.T) {
 		{"r2/billing", "PUT", "secret/data/warren/admin", true},
 		{"r2/billing", "GET", "secret/data/warren/model", false},
 		{"r2/billing", "DELETE", "secret/metadata/warren/issuers/acme", false},
+		{"r2/billing", "GET", "secret/data/warren/webhook", true},
+		{"r2/billing", "PUT", "secret/data/warren/webhook", false},
+		{"r1/edge", "GET", "secret/data/warren/webhook", false},
+		{"r1/scheduler", "GET", "secret/data/warren/webhook", false},
 	} {
 		// sys/capabilities answers what a token may do on a path, without needing the path to exist.
 		var caps struct {
@@ -248,6 +261,12 @@ func TestVaultPolicies(t *testing.T) {
 		}
 		if got := slices.Contains(caps.Capabilities, need); got != tc.allowed {
 			t.Errorf("%s %s %s: capabilities %v, want %s allowed=%v", tc.token, tc.method, tc.path, caps.Capabilities, need, tc.allowed)
+		}
+	}
+	// The billing jobs render the webhook secret from the path their policy reads.
+	for region, r := range out {
+		if got := r.HCL2Vars["billing"]["webhook_secret_path"]; got != "secret/data/warren/webhook" {
+			t.Errorf("%s: billing webhook_secret_path %q, want secret/data/warren/webhook", region, got)
 		}
 	}
 	// And for real: r1's edge reads its own secret and is refused r2's.

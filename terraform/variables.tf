@@ -26,6 +26,18 @@ variable "kv_mount" {
   default     = "secret"
 }
 
+variable "task_webhooks" {
+  type        = bool
+  description = "the billing jobs render the operator's task webhook secret from webhook_secret_path and pass -webhook-secret-file (GET /v1/issuers/{iss}/webhook-secret), and their policy reads it; write the secret first (vault kv put <kv_mount>/<webhook_secret_path> secret=...): a job whose template names a missing secret does not start. Off (the default): no template, no flag, webhooks refused"
+  default     = false
+}
+
+variable "webhook_secret_path" {
+  type        = string
+  description = "the KV v2 path in kv_mount of the operator's task webhook secret (key secret, at least 16 bytes), shared by every region's runners and billing jobs; used with task_webhooks"
+  default     = "warren/webhook"
+}
+
 variable "create_kv_mount" {
   type        = bool
   description = "create kv_mount (a KV v2 secrets engine); false when it exists already (e.g. Vault's dev mount secret/)"

@@ -76,6 +76,8 @@ locals {
       vault_role     = local.vault_names.billing
       vault_policies = [local.vault_names.billing]
       secrets_path   = "${local.s.kv_mount}/data/${local.secrets_rel.billing}"
+      # The operator's task webhook secret, for GET /v1/issuers/{iss}/webhook-secret; "": none.
+      webhook_secret_path = local.s.webhook_secret == "" ? "" : "${local.s.kv_mount}/data/${local.s.webhook_secret}"
     })
   }
 
@@ -126,6 +128,11 @@ locals {
         capabilities = ["create", "read", "update"]
       }
       path "${local.s.kv_mount}/metadata/warren/admin" {
+        capabilities = ["read"]
+      }
+    EOT
+      , local.s.webhook_secret == "" ? "" : <<-EOT
+      path "${local.s.kv_mount}/data/${local.s.webhook_secret}" {
         capabilities = ["read"]
       }
     EOT

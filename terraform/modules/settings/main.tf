@@ -22,6 +22,7 @@ output "regions" {
     vault_legacy_token = var.vault_legacy_token
     kv_mount           = var.kv_mount
     nomad_role_path    = var.nomad_role_path
+    webhook_secret     = var.webhook_secret
     mesh_pki_role      = var.mesh_pki_role
     mesh_pki_mount     = var.mesh_pki_mount
     bucket             = r.bucket

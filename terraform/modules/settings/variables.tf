@@ -78,6 +78,12 @@ variable "nomad_role_path" {
   type = string
 }
 
+variable "webhook_secret" {
+  type        = string
+  description = "the KV v2 path in kv_mount of the operator's task webhook secret; empty: task webhooks off"
+  default     = ""
+}
+
 variable "mesh_pki_role" {
   type = string
 }
