@@ -66,6 +66,12 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 			"warren_binary": "/usr/local/bin/warren", "cpu": 100, "memory": 128,
 			"runner_args": []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
 		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7", ""},
+		{"sandbox with webhooks", "runner", jobs.Sandbox, map[string]any{
+			"sandbox_id": scheduler.SandboxID("iss", "alice"), "issuer": "iss", "user": "alice", "epoch": 7, "region": "r1",
+			"warren_binary": "/usr/local/bin/warren", "cpu": 100, "memory": 128,
+			"runner_args":         []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
+			"webhook_secret_path": "secret/data/warren/webhook",
+		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7", ""},
 		{"edge", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200"}, "warren-edge", ""},
 		{"edge with mesh", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
 			"mesh_pki_role": "warren-mesh"}, "warren-edge", ""},
@@ -78,6 +84,7 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 			"wt_cert_secret": "secret/data/warren/wt", "wt_url": "https://wt.example.com/wt"}, "warren-edge", "${NOMAD_SECRETS_DIR}/wt.crt"},
 		{"scheduler", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_args": []string{"-s3-bucket=snapshots", "-idle-timeout=10m"}}, "warren-scheduler", ""},
 		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing", ""},
+		{"scheduler with webhooks", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_webhook_secret_path": "secret/data/warren/webhook"}, "warren-scheduler", ""},
 		{"billing with webhooks", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1",
 			"webhook_secret_path": "secret/data/warren/webhook"}, "warren-billing", ""},
 	} {
@@ -165,8 +172,11 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 					t.Errorf("WebTransport templates %q, want %q", wtTemplates, wantTemplates)
 				}
 			}
-			if tc.role == "billing" {
-				checkWebhookSecret(t, job, rawArgs, tc.vars)
+			switch tc.role {
+			case "billing":
+				checkWebhookSecret(t, job, rawArgs, tc.vars, "restart")
+			case "runner": // a new secret must not kill a live sandbox
+				checkWebhookSecret(t, job, rawArgs, tc.vars, "noop")
 			}
 		})
 	}
@@ -388,10 +398,10 @@ func nomadCLI(t *testing.T, ns *testenv.NomadServer, args ...string) (string, in
 	return out.String(), 0
 }
 
-// checkWebhookSecret: the billing job renders the operator's webhook secret from Vault and passes
-// -webhook-secret-file exactly when webhook_secret_path is set; without it, neither (a template of a secret
-// that is not there would keep the task from starting).
-func checkWebhookSecret(t *testing.T, job *api.Job, rawArgs []any, vars map[string]any) {
+// checkWebhookSecret: the billing and sandbox jobs render the operator's webhook secret from Vault and pass
+// -webhook-secret-file exactly when webhook_secret_path is set, with Vault access then only; without it,
+// neither (a template of a secret that is not there would keep the task from starting).
+func checkWebhookSecret(t *testing.T, job *api.Job, rawArgs []any, vars map[string]any, changeMode string) {
 	t.Helper()
 	var flag string
 	for i := 1; i+1 < len(rawArgs); i += 2 {
@@ -409,7 +419,10 @@ func checkWebhookSecret(t *testing.T, job *api.Job, rawArgs []any, vars map[stri
 	var wantTemplates []string
 	if path, _ := vars["webhook_secret_path"].(string); path != "" {
 		wantFlag = "${NOMAD_SECRETS_DIR}/webhook-secret"
-		wantTemplates = []string{`secrets/webhook-secret {{ with secret "` + path + `" }}{{ .Data.data.secret }}{{ end }} restart 600`}
+		wantTemplates = []string{`secrets/webhook-secret {{ with secret "` + path + `" }}{{ .Data.data.secret }}{{ end }} ` + changeMode + ` 600`}
+	}
+	if task := job.TaskGroups[0].Tasks[0]; task.Config["args"].([]any)[0] == "runner" && (task.Vault != nil) != (wantFlag != "") {
+		t.Errorf("sandbox job: vault %+v with webhook_secret_path %q", task.Vault, vars["webhook_secret_path"])
 	}
 	if flag != wantFlag || !slices.Equal(templates, wantTemplates) {
 		t.Errorf("webhook secret: flag %q, templates %q; want %q, %q (args %v)", flag, templates, wantFlag, wantTemplates, rawArgs)

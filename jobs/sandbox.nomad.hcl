@@ -90,6 +90,30 @@ variable "env" {
   description = "extra environment of the runner (no secrets: those come from Vault, see the template note below)"
 }
 
+variable "webhook_secret_path" {
+  type        = string
+  default     = ""
+  description = "Vault KV v2 path holding secret, the operator's task webhook secret (docs/PROTOCOL.md#tasks): rendered into the task's secrets directory for -webhook-secret-file, with a Vault block of vault_role. Empty (the default): no Vault access, no template, and the runner refuses tasks asking for a webhook. Set it only once the secret is written: a template whose secret is missing keeps the runner from starting."
+}
+
+variable "vault_role" {
+  type        = string
+  default     = "warren-runner"
+  description = "with webhook_secret_path, Nomad 1.7 and later: the role of Vault's JWT auth method for Nomad workload identities the runner logs in with"
+}
+
+variable "vault_legacy_token" {
+  type        = bool
+  default     = false
+  description = "with webhook_secret_path, Nomad 1.6: the legacy token flow with vault_policies instead of vault_role"
+}
+
+variable "vault_policies" {
+  type        = list(string)
+  default     = ["warren-runner"]
+  description = "with webhook_secret_path and vault_legacy_token: the Vault policies of the task's token"
+}
+
 variable "cpu" {
   type        = number
   default     = 500
@@ -205,7 +229,9 @@ job "sandbox" {
           "-state-dir", "${NOMAD_SECRETS_DIR}/state",
           "-home", "${NOMAD_ALLOC_DIR}/home",
           "-snapshot-prefix", "sandboxes/${var.sandbox_id}",
-        ], var.warm ? ["-warm"] : [], var.runner_args)
+          ], var.warm ? ["-warm"] : [], var.webhook_secret_path == "" ? [] : [
+          "-webhook-secret-file", "${NOMAD_SECRETS_DIR}/webhook-secret",
+        ], var.runner_args)
       }
 
       env = merge({
@@ -230,17 +256,44 @@ job "sandbox" {
       #     change_mode = "noop"
       #   }
       #
-      # Task webhooks (docs/PROTOCOL.md#tasks) likewise: the operator's webhook secret, the one the billing job
-      # renders (its webhook_secret_path), into a file, and "-webhook-secret-file",
-      # "${NOMAD_SECRETS_DIR}/webhook-secret" in runner_args (the scheduler's -runner-arg). Only once the secret
-      # exists: a missing one keeps the runner from starting. Without it webhooks are refused.
-      #
-      #   template {
-      #     data        = "{{ with secret \"secret/data/warren/webhook\" }}{{ .Data.data.secret }}{{ end }}"
-      #     destination = "${NOMAD_SECRETS_DIR}/webhook-secret"
-      #     perms       = "600"
-      #     change_mode = "noop"
-      #   }
+      # Task webhooks use a template of this kind when webhook_secret_path is set (the blocks below).
+
+      # The operator's task webhook secret (webhook_secret_path), read by the runner at start. Nothing about
+      # it changing may kill a live sandbox: a new secret reaches the next epoch (change_mode noop).
+      dynamic "vault" {
+        for_each = var.webhook_secret_path != "" && !var.vault_legacy_token ? [1] : []
+        content {
+          role        = var.vault_role
+          change_mode = "noop"
+        }
+      }
+
+      dynamic "identity" {
+        for_each = var.webhook_secret_path != "" && !var.vault_legacy_token ? [1] : []
+        content {
+          name = "vault_default"
+          aud  = ["vault.io"]
+          ttl  = "1h"
+        }
+      }
+
+      dynamic "vault" {
+        for_each = var.webhook_secret_path != "" && var.vault_legacy_token ? [1] : []
+        content {
+          policies    = var.vault_policies
+          change_mode = "noop"
+        }
+      }
+
+      dynamic "template" {
+        for_each = var.webhook_secret_path == "" ? [] : [1]
+        content {
+          data        = format("{{ with secret %q }}{{ .Data.data.secret }}{{ end }}", var.webhook_secret_path)
+          destination = "secrets/webhook-secret"
+          change_mode = "noop"
+          perms       = "600"
+        }
+      }
 
       kill_signal  = "SIGTERM"
       kill_timeout = var.kill_timeout

@@ -64,6 +64,18 @@ variable "runner_args" {
   description = "extra flags for every runner, each passed as -runner-arg (e.g. -s3-bucket=snapshots)"
 }
 
+variable "runner_webhook_secret_path" {
+  type        = string
+  default     = ""
+  description = "Vault KV v2 path of the operator's task webhook secret every sandbox job renders for its runner (-runner-webhook-secret); empty (the default): task webhooks are refused. Set it only once the secret is written: a sandbox whose template names a missing secret does not start."
+}
+
+variable "runner_vault_role" {
+  type        = string
+  default     = "warren-runner"
+  description = "with runner_webhook_secret_path: the Vault role the sandbox jobs log in with (-runner-vault-role)"
+}
+
 variable "vault_role" {
   type        = string
   default     = "warren-scheduler"
@@ -161,6 +173,9 @@ job "warren-scheduler" {
           "-runner-binary", var.warren_binary,
           "-kill-timeout", "45s",
           "-spool", "$${NOMAD_ALLOC_DIR}/data/usage.spool",
+          ], var.runner_webhook_secret_path == "" ? [] : [
+          "-runner-webhook-secret", var.runner_webhook_secret_path,
+          "-runner-vault-role", var.runner_vault_role,
         ], flatten([for a in var.runner_args : ["-runner-arg", a]]))
       }
 

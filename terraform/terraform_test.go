@@ -92,8 +92,9 @@ variable "nomad_jwks_url" {
 			t.Errorf("%s: edge public_url %q, want %q", name, got, url)
 		}
 		// Task webhooks are off by default: the billing job renders no secret, its policy reads none.
-		if got := r.HCL2Vars["billing"]["webhook_secret_path"]; got != "" || strings.Contains(r.VaultPolicies["billing"], "webhook") {
-			t.Errorf("%s: task webhooks on by default: webhook_secret_path %q, policy:\n%s", name, got, r.VaultPolicies["billing"])
+		if got := r.HCL2Vars["billing"]["webhook_secret_path"]; got != "" || strings.Contains(r.VaultPolicies["billing"], "webhook") ||
+			r.HCL2Vars["scheduler"]["runner_webhook_secret_path"] != "" || r.RunnerPolicy != nil {
+			t.Errorf("%s: task webhooks on by default: webhook_secret_path %q, runner policy %v, billing policy:\n%s", name, got, r.RunnerPolicy, r.VaultPolicies["billing"])
 		}
 		// eu-west serves WebTransport with its certificate in Vault, us-east none.
 		wantWT := map[string]string{"wt_url": "", "wt_cert_secret": "", "wt_cert_file": "", "wt_key_file": ""}
@@ -263,10 +264,37 @@ func TestVaultPolicies(t *testing.T) {
 			t.Errorf("%s %s %s: capabilities %v, want %s allowed=%v", tc.token, tc.method, tc.path, caps.Capabilities, need, tc.allowed)
 		}
 	}
-	// The billing jobs render the webhook secret from the path their policy reads.
+	// The billing jobs render the webhook secret from the path their policy reads; so do the sandbox jobs
+	// (through the scheduler), logging in as the region's runner role, whose policy reads that alone.
 	for region, r := range out {
 		if got := r.HCL2Vars["billing"]["webhook_secret_path"]; got != "secret/data/warren/webhook" {
 			t.Errorf("%s: billing webhook_secret_path %q, want secret/data/warren/webhook", region, got)
+		}
+		if got, role := r.HCL2Vars["scheduler"]["runner_webhook_secret_path"], r.HCL2Vars["scheduler"]["runner_vault_role"]; got != "secret/data/warren/webhook" || role != "warren-"+region+"-runner" {
+			t.Errorf("%s: scheduler runner_webhook_secret_path %q, runner_vault_role %q", region, got, role)
+		}
+		if r.RunnerPolicy == nil {
+			t.Fatalf("%s: no runner policy with task webhooks on", region)
+		}
+		vaultDo(t, vs, http.MethodPut, "/v1/sys/policies/acl/warren-"+region+"-runner", map[string]any{"policy": *r.RunnerPolicy})
+		var tok struct {
+			Auth struct {
+				ClientToken string `json:"client_token"`
+			} `json:"auth"`
+		}
+		vaultDoOut(t, vs, http.MethodPost, "/v1/auth/token/create", map[string]any{"policies": []string{"warren-" + region + "-runner"}, "no_default_policy": true}, &tok)
+		for path, want := range map[string][]string{
+			"secret/data/warren/webhook":            {"read"},
+			"secret/data/warren/issuers/acme":       {"deny"},
+			"secret/data/warren/regions/r1/billing": {"deny"},
+		} {
+			var caps struct {
+				Capabilities []string `json:"capabilities"`
+			}
+			vaultDoOut(t, vs, http.MethodPost, "/v1/sys/capabilities", map[string]any{"token": tok.Auth.ClientToken, "paths": []string{path}}, &caps)
+			if !slices.Equal(caps.Capabilities, want) {
+				t.Errorf("%s runner on %s: capabilities %v, want %v", region, path, caps.Capabilities, want)
+			}
 		}
 	}
 	// And for real: r1's edge reads its own secret and is refused r2's.
@@ -314,6 +342,7 @@ func TestRegionsValidation(t *testing.T) {
 
 // rendered is what modules/jobs renders for one region (its outputs).
 type rendered struct {
+	RunnerPolicy  *string                      `json:"runner_vault_policy"`
 	Jobspecs      map[string]string            `json:"jobspecs"`
 	HCL2Vars      map[string]map[string]string `json:"hcl2_vars"`
 	Vars          map[string]map[string]any    `json:"vars"`

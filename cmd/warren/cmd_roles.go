@@ -302,6 +302,8 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&templatePath, "sandbox-template", os.Getenv("WARREN_SANDBOX_TEMPLATE"), "sandbox job template (HCL2 with the variables of jobs/sandbox.nomad.hcl); default: the built-in one. Use your own to add Vault templates for the runners' secrets (model key, database URL, S3 keys) instead of -runner-env")
 	fs.Var(&runnerArgs, "runner-arg", "extra flag for every runner (repeatable), e.g. -runner-arg=-idle-timeout=10m")
 	fs.Var(&runnerEnv, "runner-env", "K=V in every runner's environment (repeatable; prefer Vault templates for secrets)")
+	runnerWebhook := fs.String("runner-webhook-secret", "", "Vault KV v2 path of the operator's task webhook secret (key secret) each sandbox job renders for its runner's -webhook-secret-file (the template's webhook_secret_path); unset: task webhooks are refused")
+	runnerVaultRole := fs.String("runner-vault-role", "", "with -runner-webhook-secret: the Vault role the sandbox jobs log in with (default: the template's, warren-runner)")
 	log, err := c.parse(fs, args, stderr, "scheduler")
 	if err != nil {
 		return err
@@ -348,6 +350,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	driver, err := nomad.New(nomad.Config{
 		Client: nc, Registry: reg, Template: template, Datacenters: []string{dcs}, Binary: binary, Driver: drv,
 		RunnerArgs: args2, Env: env, CPU: cpu, MemoryMB: mem, KillTimeout: killTimeout,
+		WebhookSecretPath: *runnerWebhook, VaultRole: *runnerVaultRole,
 		Logger: log.With("component", "nomad"), Metrics: metrics,
 		Pool: nomad.PoolConfig{Size: warmPool, Region: c.region, Registry: reg},
 	})

@@ -64,6 +64,11 @@ type Config struct {
 	// KillTimeout is the grace between SIGTERM and SIGKILL on Stop (the runner's graceful stop and final
 	// snapshot); 0: the template's default (45s). Nomad caps it at the clients' max_kill_timeout.
 	KillTimeout time.Duration
+	// WebhookSecretPath is the Vault KV v2 path of the operator's task webhook secret the template renders
+	// for the runner's -webhook-secret-file (its webhook_secret_path), logging in with VaultRole (its
+	// vault_role; "": the template's default). "": none, task webhooks are refused.
+	WebhookSecretPath string
+	VaultRole         string
 	// Pool, when its Size is > 0, keeps warm runners ready for Start to claim (pool.go).
 	Pool    PoolConfig
 	Logger  *slog.Logger
@@ -474,6 +479,12 @@ func (d *Driver) variables(spec scheduler.Spec, warm bool) (string, error) {
 	}
 	if d.cfg.KillTimeout > 0 {
 		v["kill_timeout"] = d.cfg.KillTimeout.String()
+	}
+	if d.cfg.WebhookSecretPath != "" {
+		v["webhook_secret_path"] = d.cfg.WebhookSecretPath
+		if d.cfg.VaultRole != "" {
+			v["vault_role"] = d.cfg.VaultRole
+		}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

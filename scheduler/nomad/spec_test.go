@@ -99,8 +99,9 @@ func FuzzSpecVariables(f *testing.F) {
 	})
 }
 
-func TestVariablesOmitUnsetSettings(t *testing.T) {
-	d := &Driver{cfg: Config{Datacenters: []string{"dc1"}, Driver: "exec"}}
+// variablesOf is the sandbox job variables d makes for a spec, decoded.
+func variablesOf(t *testing.T, d *Driver) map[string]any {
+	t.Helper()
 	vars, err := d.variables(spec("iss", "u"), false)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +110,12 @@ func TestVariablesOmitUnsetSettings(t *testing.T) {
 	if err := json.Unmarshal([]byte(vars), &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"cpu", "memory", "kill_timeout", "warren_binary"} {
+	return m
+}
+
+func TestVariablesOmitUnsetSettings(t *testing.T) {
+	m := variablesOf(t, &Driver{cfg: Config{Datacenters: []string{"dc1"}, Driver: "exec"}})
+	for _, k := range []string{"cpu", "memory", "kill_timeout", "warren_binary", "webhook_secret_path", "vault_role"} {
 		if _, ok := m[k]; ok {
 			t.Errorf("variable %s set although unconfigured: the template's default must apply", k)
 		}
@@ -186,5 +192,14 @@ func TestCancelledStartTouchesNothing(t *testing.T) {
 	}
 	if calls != 0 {
 		t.Fatalf("a cancelled start made %d requests to Nomad", calls)
+	}
+}
+
+// The operator's webhook secret reaches the template's variables only when configured.
+func TestVariablesWebhookSecret(t *testing.T) {
+	m := variablesOf(t, &Driver{cfg: Config{Datacenters: []string{"dc1"}, Driver: "exec",
+		WebhookSecretPath: "secret/data/warren/webhook", VaultRole: "warren-eu-runner"}})
+	if m["webhook_secret_path"] != "secret/data/warren/webhook" || m["vault_role"] != "warren-eu-runner" {
+		t.Fatalf("variables %v, want webhook_secret_path and vault_role", m)
 	}
 }

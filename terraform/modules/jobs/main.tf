@@ -69,6 +69,9 @@ locals {
       vault_policies     = [local.vault_names.scheduler]
       secrets_path       = "${local.s.kv_mount}/data/${local.secrets_rel.scheduler}"
       nomad_role_path    = local.s.nomad_role_path
+      # Every sandbox job renders the operator's task webhook secret, logging in as the region's runner role.
+      runner_webhook_secret_path = local.s.webhook_secret == "" ? "" : "${local.s.kv_mount}/data/${local.s.webhook_secret}"
+      runner_vault_role          = "warren-${local.s.region}-runner"
     })
     billing = merge(local.common, {
       count          = local.s.billing_count
@@ -138,6 +141,13 @@ locals {
     EOT
     ])
   }
+
+  # The runners (sandbox jobs) read the operator's task webhook secret and nothing else, when webhooks are on.
+  runner_policy = local.s.webhook_secret == "" ? null : <<-EOT
+    path "${local.s.kv_mount}/data/${local.s.webhook_secret}" {
+      capabilities = ["read"]
+    }
+  EOT
 
   # Consul ACL rules of the tokens the processes use with -consul (Nomad registers the services with its own):
   # the edge reads the owners (each user's runner and its key); the scheduler also claims warm runners and

@@ -43,3 +43,8 @@ output "consul_policies" {
     ]
   ])) }
 }
+
+output "runner_vault_policy" {
+  description = "with task webhooks: the Vault policy of the sandbox jobs (warren-<region>-runner), reading the operator's webhook secret; null otherwise"
+  value       = local.runner_policy
+}

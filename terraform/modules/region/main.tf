@@ -9,6 +9,11 @@ module "jobs" {
 
 locals {
   roles = toset(["edge", "scheduler", "billing"])
+  # The JWT roles by task: the service jobs', and with task webhooks the sandbox jobs' (task runner), whose
+  # job ids are sandbox-<id>-e<epoch>, hence the glob; only the scheduler submits such jobs (its Nomad token).
+  jwt_roles = { for task, r in merge({ for r in local.roles : r => { job = "warren-${r}", glob = false } }, {
+    runner = { job = "sandbox-*", glob = true }
+  }) : task => r if task != "runner" || module.jobs.runner_vault_policy != null }
 }
 
 resource "vault_policy" "role" {
@@ -23,15 +28,16 @@ resource "vault_policy" "role" {
 # so the roles of two regions accept each other's identities unless each region's servers sign with their
 # own issuer and auth method (terraform/README.md, "Known limits").
 resource "vault_jwt_auth_backend_role" "role" {
-  for_each = var.settings.vault_legacy_token ? toset([]) : local.roles
+  for_each = { for task, r in local.jwt_roles : task => r if !var.settings.vault_legacy_token }
 
-  backend         = var.jwt_auth_path
-  role_name       = module.jobs.vault_names[each.key]
-  role_type       = "jwt"
-  bound_audiences = ["vault.io"]
+  backend           = var.jwt_auth_path
+  role_name         = "warren-${var.settings.region}-${each.key}"
+  role_type         = "jwt"
+  bound_audiences   = ["vault.io"]
+  bound_claims_type = each.value.glob ? "glob" : "string"
   bound_claims = {
     nomad_namespace = "default"
-    nomad_job_id    = "warren-${each.key}"
+    nomad_job_id    = each.value.job
     nomad_task      = each.key
   }
   user_claim              = "/nomad_job_id"
@@ -42,8 +48,18 @@ resource "vault_jwt_auth_backend_role" "role" {
     nomad_task      = "nomad_task"
   }
   token_type     = "service"
-  token_policies = [vault_policy.role[each.key].name]
+  token_policies = ["warren-${var.settings.region}-${each.key}"]
   token_period   = 1800
+
+  depends_on = [vault_policy.role, vault_policy.runner]
+}
+
+# With task webhooks: the sandbox jobs' policy (the scheduler passes -runner-vault-role warren-<region>-runner).
+resource "vault_policy" "runner" {
+  count = module.jobs.runner_vault_policy == null ? 0 : 1
+
+  name   = "warren-${var.settings.region}-runner"
+  policy = module.jobs.runner_vault_policy
 }
 
 resource "nomad_job" "role" {
@@ -58,7 +74,7 @@ resource "nomad_job" "role" {
   purge_on_destroy = true
 
   # The tasks' Vault policies and roles exist before they log in.
-  depends_on = [vault_policy.role, vault_jwt_auth_backend_role.role]
+  depends_on = [vault_policy.role, vault_jwt_auth_backend_role.role, vault_policy.runner]
 }
 
 # Consul ACL policies of the tokens edges, the scheduler and runners use with -consul (edge, scheduler, runner;
