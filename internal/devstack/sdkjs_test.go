@@ -22,25 +22,9 @@ const sdkJSDir = "../../sdk/js"
 // typed errors and the SDK's own tokens, which the edge verifies (the tests mint every token they use with
 // the dev issuer's secret); and the browser build in headless Chromium over the browser's own WebSocket.
 func TestTypeScriptSDK(t *testing.T) {
-	tsc := filepath.Join(sdkJSDir, "node_modules", "typescript", "bin", "tsc")
-	if _, err := os.Stat(tsc); err != nil {
-		t.Fatalf("the TypeScript SDK's npm packages are not installed (%v): run make sdk-js (part of make tools)", err)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found: run make tools (%v)", err)
-	}
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium not found: run make tools (it installs Debian's chromium): %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", ".")
-	build.Dir = sdkJSDir
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("tsc: %v\n%s", err, out)
-	}
+	node, chromium := buildSDKJS(t, ctx)
 
 	master := "js-webhook-master-secret-0123456789"
 	secretFile := filepath.Join(t.TempDir(), "webhook.secret")
@@ -69,4 +53,28 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
 	t.Logf("node --test:\n%s", out)
+}
+
+// buildSDKJS compiles the TypeScript SDK (its sources, tests and benchmark into sdk/js/dist) and returns node
+// and chromium; it fails when they or the SDK's npm packages are not installed.
+func buildSDKJS(tb testing.TB, ctx context.Context) (node, chromium string) {
+	tb.Helper()
+	tsc := filepath.Join(sdkJSDir, "node_modules", "typescript", "bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		tb.Fatalf("the TypeScript SDK's npm packages are not installed (%v): run make sdk-js (part of make tools)", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		tb.Fatalf("node not found: run make tools (%v)", err)
+	}
+	chromium, err = exec.LookPath("chromium")
+	if err != nil {
+		tb.Fatalf("chromium not found: run make tools (it installs Debian's chromium): %v", err)
+	}
+	build := exec.CommandContext(ctx, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", ".")
+	build.Dir = sdkJSDir
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("tsc: %v\n%s", err, out)
+	}
+	return node, chromium
 }

@@ -39,6 +39,10 @@ func benchStack(b *testing.B) *devstack.Stack {
 	return st
 }
 
+// benchPrompt is the prompt of the events benchmarks' turns (from Go and from the browser): the scripted model
+// answers it with the "long" scenario.
+const benchPrompt = "tell me a long story"
+
 // reportQuantiles reports the p50 and p99 of ds in microseconds.
 func reportQuantiles(b *testing.B, ds []time.Duration) {
 	if len(ds) == 0 {
@@ -112,7 +116,7 @@ func BenchmarkAgentChannel(b *testing.B) {
 			n, busy := 0, time.Duration(0)
 			for b.Loop() {
 				start := time.Now()
-				for _, err := range s.Prompt(ctx, "tell me a long story") {
+				for _, err := range s.Prompt(ctx, benchPrompt) {
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -8,26 +8,19 @@
 // protocol with the ws package. Run by internal/devstack's TestTypeScriptSDK with WARREN_CHROMIUM set.
 
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, normalize } from "node:path";
+import { join } from "node:path";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
-
-import WebSocket from "ws";
 
 import { mintToken } from "../src/token.js";
+import { CDP, launch, runPage, serve, stop } from "./chromium.js";
 
 function env(name: string): string {
   const v = process.env[name];
   if (!v) throw new Error(`${name} is not set: run go test ./internal/devstack -run TestTypeScriptSDK (make tools installs chromium)`);
   return v;
 }
-
-const srcDir = join(dirname(fileURLToPath(import.meta.url)), "..", "src");
 
 const page = `<!doctype html><meta charset="utf-8"><title>warren sdk</title>
 <script type="module">
@@ -111,92 +104,17 @@ window.__result = (async () => ({
 }))().catch((e) => ({ error: String(e), code: e.code, closeCode: e.closeCode, stack: e.stack }));
 </script>`;
 
-// A static server for the page and the SDK's compiled modules.
-async function serve(): Promise<{ url: string; close: () => void }> {
-  const srv = createServer((req, res) => {
-    const u = new URL(req.url ?? "/", "http://x");
-    if (u.pathname === "/") {
-      res.writeHead(200, { "Content-Type": "text/html" }).end(page);
-      return;
-    }
-    const rel = normalize(u.pathname.replace(/^\/sdk\//, ""));
-    if (!u.pathname.startsWith("/sdk/") || rel.startsWith("..") || !rel.endsWith(".js")) {
-      res.writeHead(404).end();
-      return;
-    }
-    try {
-      res.writeHead(200, { "Content-Type": "text/javascript" }).end(readFileSync(join(srcDir, rel)));
-    } catch {
-      res.writeHead(404).end();
-    }
-  });
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, close: () => srv.close() };
-}
-
-// A DevTools protocol client over one WebSocket (flattened sessions).
-class CDP {
-  private id = 0;
-  private calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-  readonly console: string[] = [];
-  constructor(private ws: WebSocket) {
-    ws.on("message", (data) => {
-      const m = JSON.parse(String(data));
-      if (m.id !== undefined) {
-        const c = this.calls.get(m.id);
-        this.calls.delete(m.id);
-        if (m.error) c?.reject(new Error(`${m.error.message} (${m.error.code})`));
-        else c?.resolve(m.result);
-      } else if (m.method === "Runtime.consoleAPICalled") {
-        this.console.push(m.params.args.map((a: { value?: unknown; description?: string }) => a.value ?? a.description).join(" "));
-      } else if (m.method === "Runtime.exceptionThrown") {
-        this.console.push("exception: " + JSON.stringify(m.params.exceptionDetails).slice(0, 2000));
-      }
-    });
-  }
-  send(method: string, params: Record<string, unknown> = {}, sessionId?: string): Promise<any> {
-    const id = ++this.id;
-    this.ws.send(JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) }));
-    return new Promise((resolve, reject) => this.calls.set(id, { resolve, reject }));
-  }
-}
-
-async function launch(chromium: string, dir: string): Promise<{ proc: ChildProcess; ws: WebSocket }> {
-  const proc = spawn(
-    chromium,
-    ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--remote-debugging-port=0", `--user-data-dir=${dir}`, "about:blank"],
-    // A process group of its own, killed whole at the end: Chromium's helpers outlive a killed browser.
-    { stdio: ["ignore", "ignore", "pipe"], detached: true },
-  );
-  // Chromium prints "DevTools listening on ws://..." on stderr.
-  const url = await new Promise<string>((resolve, reject) => {
-    let err = "";
-    proc.stderr!.on("data", (b) => {
-      err += String(b);
-      const m = /DevTools listening on (ws:\/\/\S+)/.exec(err);
-      if (m) resolve(m[1]!);
-    });
-    proc.on("exit", (code) => reject(new Error(`chromium exited with ${code}: ${err.slice(-2000)}`)));
-  });
-  const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 64 << 20 });
-  await new Promise((r, j) => ws.once("open", r).once("error", j));
-  return { proc, ws };
-}
-
 test("the browser build runs a session over the browser's WebSocket and over WebTransport, with typed errors", async (ctx) => {
   const chromium = env("WARREN_CHROMIUM");
   const url = env("WARREN_URL");
   const claims = { iss: env("WARREN_ISSUER"), sub: "js-browser", budget: { ai: 5_000_000, compute: 3600, window: "lifetime" as const } };
   const token = mintToken(env("WARREN_SECRET"), claims, { kid: env("WARREN_KID") });
   const bad = mintToken("wsk_" + "x".repeat(43), claims, { kid: env("WARREN_KID") });
-  const site = await serve();
+  const site = await serve(page);
   const dir = mkdtempSync(join(tmpdir(), "warren-chromium-"));
   const { proc, ws } = await launch(chromium, dir);
   try {
     const cdp = new CDP(ws);
-    const { targetId } = await cdp.send("Target.createTarget", { url: "about:blank" });
-    const { sessionId } = await cdp.send("Target.attachToTarget", { targetId, flatten: true });
-    await cdp.send("Runtime.enable", {}, sessionId);
     // The edge's WebTransport endpoint and its dev certificate's hash, as GET /v1/regions publishes them
     // (the page reads that answer itself too, across origins: autoDiscovered).
     const regions = (await (await fetch(`${url}/v1/regions`, { headers: { Authorization: `Bearer ${token}` } })).json()) as {
@@ -207,20 +125,7 @@ test("the browser build runs a session over the browser's WebSocket and over Web
     assert.ok(mine?.webtransport && mine.certificateHashes?.length, `regions: ${JSON.stringify(regions)}`);
     const wt = JSON.stringify({ url: mine.webtransport, certificateHashes: mine.certificateHashes });
     const q = new URLSearchParams({ url, token, bad, wt });
-    await cdp.send("Page.navigate", { url: `${site.url}/?${q}` }, sessionId);
-    // Wait for the module to have set __result, then for its promise.
-    let out: any;
-    for (;;) {
-      // A navigation in progress destroys the context the evaluation runs in: ask again.
-      const r = await cdp
-        .send("Runtime.evaluate", { expression: "window.__result", awaitPromise: true, returnByValue: true }, sessionId)
-        .catch(() => undefined);
-      if (r?.result?.type === "object") {
-        out = r.result.value;
-        break;
-      }
-      await new Promise((res) => setTimeout(res, 100));
-    }
+    const out = await runPage(cdp, `${site.url}/?${q}`);
     assert.ok(!out.error, `in the browser: ${JSON.stringify(out)}\nconsole:\n${cdp.console.join("\n")}`);
     assert.equal(out.hasProcess, false, "not a browser context");
     assert.equal(out.hasWebTransport, true);
@@ -243,16 +148,7 @@ test("the browser build runs a session over the browser's WebSocket and over Web
       assert.deepEqual(t.closeCodes, Array(20).fill("unauthenticated:4401"), name);
     }
   } finally {
-    ws.close();
-    if (proc.exitCode === null) {
-      const exited = new Promise((r) => proc.once("exit", r));
-      try {
-        process.kill(-proc.pid!, "SIGKILL");
-      } catch {
-        proc.kill("SIGKILL");
-      }
-      await exited;
-    }
+    await stop(proc, ws);
     site.close();
     rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 }); // Chromium's helpers may still be writing there
   }
