@@ -105,7 +105,7 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 
 // sandboxRequest is what Sandboxes.Ensure is asked for a's user.
 func (a *admitted) sandboxRequest() SandboxRequest {
-	return SandboxRequest{Issuer: a.claims.Issuer, User: a.claims.Subject, Account: a.account, ComputeLimit: a.budget.ComputeSeconds, Anchor: a.anchor()}
+	return SandboxRequest{Issuer: a.claims.Issuer, User: a.claims.Subject, Account: a.account, ComputeLimit: a.budget.ComputeSeconds, Anchor: a.anchor(), Template: a.claims.Template}
 }
 
 // grant is what the runner is told about this caller: for a forwarded caller, what its edge admitted.

@@ -30,6 +30,7 @@ type SandboxRequest struct {
 	Account      billing.Account
 	ComputeLimit int64     // seconds in Account's window; < 0 unlimited
 	Anchor       time.Time // non-zero: Account's window rolls over from it (the token's windowStart)
+	Template     string    // the token's template claim: a new sandbox starts from it ("": the runner's default)
 }
 
 // Sandboxes finds or starts users' runners (the scheduler). Safe for concurrent use.

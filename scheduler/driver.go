@@ -13,6 +13,9 @@ type Spec struct {
 	User   string
 	Epoch  int64
 	Region string
+	// Template, when set, is the runner's -template (a valid template name, checked by the token and by
+	// the scheduler's API): the workspace template a sandbox without a snapshot of its own starts from.
+	Template string
 }
 
 // Sandbox is a started runner.

@@ -62,6 +62,9 @@ type Request struct {
 	// Anchor, when set, is the token's windowStart: Account's bounded window rolls over from it, so compute
 	// of a sandbox that outlives a window is charged to the window it is used in.
 	Anchor time.Time
+	// Template, when set, is the workspace template a new sandbox starts from (the token's template
+	// claim, a valid name): given to the runner, which uses it only without a snapshot of its own.
+	Template string
 }
 
 // Scheduler gives every (issuer, user) at most one live runner. Safe for concurrent use.
@@ -267,7 +270,7 @@ func (s *Scheduler) start(ctx context.Context, id string, req Request) (registry
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "claim sandbox placement")
 	}
 	log = log.With("epoch", claimed.Epoch)
-	sb, err := s.cfg.Driver.Start(ctx, Spec{ID: id, Issuer: req.Issuer, User: req.User, Epoch: claimed.Epoch, Region: s.cfg.Region})
+	sb, err := s.cfg.Driver.Start(ctx, Spec{ID: id, Issuer: req.Issuer, User: req.User, Epoch: claimed.Epoch, Region: s.cfg.Region, Template: req.Template})
 	if err != nil {
 		s.metrics.starts.WithLabelValues("error").Inc()
 		log.Error("start sandbox", "err", err)

@@ -266,7 +266,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 type remoteSandboxes struct{ c *remote.Client }
 
 func (a remoteSandboxes) Ensure(ctx context.Context, r edge.SandboxRequest) (registry.Entry, error) {
-	return a.c.Ensure(ctx, scheduler.Request{Issuer: r.Issuer, User: r.User, Account: r.Account, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor})
+	return a.c.Ensure(ctx, scheduler.Request{Issuer: r.Issuer, User: r.User, Account: r.Account, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor, Template: r.Template})
 }
 
 func (a remoteSandboxes) Forget(ctx context.Context, e registry.Entry) { a.c.Forget(ctx, e) }

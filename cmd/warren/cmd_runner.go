@@ -170,6 +170,9 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if a.Region != "" {
 			cfg.Region = a.Region
 		}
+		if a.Template != "" {
+			cfg.Template = a.Template
+		}
 	}
 	if claudeCLI != "" {
 		ledger, closeLedger, err := openRunnerLedger(ctx, ledgerPath, &prod)

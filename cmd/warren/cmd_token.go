@@ -45,6 +45,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tools := fs.String("tools", "", "comma-separated tools the agent may use, permissions.tools (default: no restriction)")
 	blocked := fs.String("blocked-tools", "", "comma-separated tools the agent may not use, permissions.blockedTools")
 	maxTurns := fs.Int("max-turns", 0, "cap on agent turns per prompt, permissions.maxTurns (0: none)")
+	tmpl := fs.String("template", "", "workspace template a NEW sandbox of this user starts from, the template claim (default: the runner's, \"default\"); see warren deploy")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,6 +99,12 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *aud != "" {
 		claims.Audience = []string{*aud}
+	}
+	if *tmpl != "" {
+		if !token.ValidTemplate(*tmpl) {
+			return fmt.Errorf("-template %q: want 1 to %d bytes of [a-z0-9._-], starting with a letter or digit", *tmpl, token.MaxTemplateLen)
+		}
+		claims.Template = *tmpl
 	}
 
 	given, err := givenSecret(*secretFile)

@@ -33,7 +33,7 @@ func TestRunTokenMintsVerifiableToken(t *testing.T) {
 	dir, store := devStore(t)
 	var stdout, stderr bytes.Buffer
 	args := []string{"-data-dir", dir, "-user", "alice", "-ai-usd", "1.25", "-compute", "60", "-window", "week",
-		"-tools", "Read, Bash", "-max-turns", "7", "-model", "m1", "-aud", "warren"}
+		"-tools", "Read, Bash", "-max-turns", "7", "-model", "m1", "-aud", "warren", "-template", "py"}
 	if err := runToken(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("runToken: %v (stderr %q)", err, stderr.String())
 	}
@@ -52,6 +52,9 @@ func TestRunTokenMintsVerifiableToken(t *testing.T) {
 	}
 	if p := c.Permissions; !slices.Equal(p.Tools, []string{"Read", "Bash"}) || p.MaxTurns != 7 || p.Model != "m1" || p.BlockedTools != nil {
 		t.Fatalf("permissions %+v", p)
+	}
+	if c.Template != "py" {
+		t.Fatalf("template claim %q, want py", c.Template)
 	}
 	if got := c.ExpiresAt.Sub(c.IssuedAt); got.Hours() != 1 {
 		t.Fatalf("ttl %v, want 1h", got)
@@ -169,6 +172,7 @@ func TestRunTokenErrors(t *testing.T) {
 		{"empty secret file", []string{"-data-dir", dir, "-user", "a", "-secret-file", emptyFile}, "-secret-file is empty"},
 		{"missing secret file", []string{"-data-dir", dir, "-user", "a", "-secret-file", emptyFile + ".none"}, "-secret-file"},
 		{"zero ttl", []string{"-data-dir", dir, "-user", "a", "-ttl", "0s"}, "-ttl"},
+		{"bad template", []string{"-data-dir", dir, "-user", "a", "-template", "../py"}, "-template"},
 		{"stray argument", []string{"-data-dir", dir, "-user", "a", "extra"}, "unexpected arguments"},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/registry/consul"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -26,6 +27,8 @@ type assignment struct {
 	User   string `json:"user"`
 	Epoch  int64  `json:"epoch"`
 	Region string `json:"region"`
+	// Template is the token's template claim (scheduler.Spec.Template): the runner's -template.
+	Template string `json:"template,omitempty"`
 }
 
 // parseAssignment decodes an assignment body strictly (it crosses the network).
@@ -41,6 +44,9 @@ func parseAssignment(b []byte) (assignment, error) {
 	}
 	if a.Issuer == "" || a.User == "" || len(a.Issuer) > 256 || len(a.User) > 256 || a.Epoch < 1 || len(a.Region) > 64 {
 		return assignment{}, wire.Errorf(wire.InvalidArgument, "an assignment needs issuer and user (≤ 256 bytes) and an epoch ≥ 1")
+	}
+	if a.Template != "" && !token.ValidTemplate(a.Template) {
+		return assignment{}, wire.Errorf(wire.InvalidArgument, "the assignment's template is not a template name")
 	}
 	return a, nil
 }

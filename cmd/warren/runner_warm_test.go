@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -209,6 +210,8 @@ func FuzzParseAssignment(f *testing.F) {
 	f.Add([]byte(`{"issuer":"i","user":"u","epoch":1} {}`))
 	f.Add([]byte(`{"issuer":"` + strings.Repeat("x", 257) + `","user":"u","epoch":1}`))
 	f.Add([]byte(`{"issuer":"i","user":"u","epoch":1,"region":"` + strings.Repeat("r", 65) + `"}`))
+	f.Add([]byte(`{"issuer":"i","user":"u","epoch":1,"template":"py"}`))
+	f.Add([]byte(`{"issuer":"i","user":"u","epoch":1,"template":"../py"}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte("\xff{"))
@@ -225,7 +228,7 @@ func FuzzParseAssignment(f *testing.F) {
 			}
 			return
 		}
-		if a.Issuer == "" || a.User == "" || len(a.Issuer) > 256 || len(a.User) > 256 || a.Epoch < 1 || len(a.Region) > 64 {
+		if a.Issuer == "" || a.User == "" || len(a.Issuer) > 256 || len(a.User) > 256 || a.Epoch < 1 || len(a.Region) > 64 || (a.Template != "" && !token.ValidTemplate(a.Template)) {
 			t.Fatalf("accepted %+v", a)
 		}
 	})

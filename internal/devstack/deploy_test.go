@@ -3,6 +3,9 @@ package devstack_test
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io/fs"
 	"net/http"
@@ -11,8 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 	warren "github.com/warren-mesh/warren/sdk"
 )
@@ -199,4 +205,78 @@ func countFiles(t *testing.T, dir string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// The token's template claim picks the template a new sandbox starts from (issue #14 item 6): with two
+// templates deployed, a new user whose token says "py" gets py's files, one whose token says nothing gets
+// the default's; a token naming something that is not a template name is refused at connect, typed
+// (unauthenticated, the claim named), and starts no sandbox.
+func TestTokenChoosesTemplate(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	deploy := func(name string, files map[string]string) {
+		t.Helper()
+		dir := t.TempDir()
+		writeTree(t, dir, files)
+		cmd := exec.Command(binary, "deploy", dir, "-name", name)
+		cmd.Env = append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_DATA_DIR="+st.Config().DataDir)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "version 1 ") {
+			t.Fatalf("deploy %s: %v %s", name, err, out)
+		}
+	}
+	deploy("default", map[string]string{"which.txt": "default\n"})
+	deploy("py", map[string]string{"which.txt": "py\n", "main.py": "print(1)\n"})
+
+	read := func(c *warren.Client, path string) (string, error) {
+		b, err := c.Sandbox().ReadFile(ctx, path)
+		return string(b), err
+	}
+	py := client(t, st, "wants-py", func(c *token.Claims) { c.Template = "py" })
+	if got, err := read(py, "which.txt"); err != nil || got != "py\n" {
+		t.Fatalf("new user with template py: %q %v", got, err)
+	}
+	if got, err := read(py, "main.py"); err != nil || got != "print(1)\n" {
+		t.Fatalf("new user with template py, main.py: %q %v", got, err)
+	}
+	plain := client(t, st, "no-claim")
+	if got, err := read(plain, "which.txt"); err != nil || got != "default\n" {
+		t.Fatalf("new user without a template claim: %q %v", got, err)
+	}
+	if _, err := read(plain, "main.py"); !warren.IsCode(err, wire.NotFound) {
+		t.Fatalf("py's file in the default sandbox: %v", err)
+	}
+
+	// Mint refuses a bad name, so the token is signed here by hand, as a buggy or hostile issuer would.
+	for _, bad := range []string{"../py", "Py", "", strings.Repeat("p", 65)} {
+		c, err := warren.New(st.URL(), signRaw(t, st.DevKey, map[string]any{
+			"iss": devstack.DevIssuer, "sub": "bad-template", "exp": time.Now().Add(time.Hour).Unix(), "template": bad,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = read(c, "which.txt")
+		if !warren.IsCode(err, wire.Unauthenticated) || !strings.Contains(err.Error(), "template") {
+			t.Fatalf("template %q: %v, want unauthenticated naming the template claim", bad, err)
+		}
+	}
+	// The refused user got no sandbox: a valid token of the same user starts a fresh one from default.
+	if got, err := read(client(t, st, "bad-template"), "which.txt"); err != nil || got != "default\n" {
+		t.Fatalf("the refused user's first valid connect: %q %v", got, err)
+	}
+}
+
+// signRaw signs payload as an HS256 JWT with key, without the claim checks token.Mint makes.
+func signRaw(t *testing.T, key secrets.Key, payload map[string]any) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	signed := enc(map[string]string{"alg": "HS256", "typ": "JWT", "kid": key.ID}) + "." + enc(payload)
+	mac := hmac.New(sha256.New, key.Secret)
+	mac.Write([]byte(signed))
+	return signed + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }

@@ -436,7 +436,7 @@ func (s *Stack) Served() <-chan error { return s.served }
 type sandboxes struct{ s *scheduler.Scheduler }
 
 func (a sandboxes) Ensure(ctx context.Context, r edge.SandboxRequest) (registry.Entry, error) {
-	return a.s.Ensure(ctx, scheduler.Request{Issuer: r.Issuer, User: r.User, Account: r.Account, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor})
+	return a.s.Ensure(ctx, scheduler.Request{Issuer: r.Issuer, User: r.User, Account: r.Account, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor, Template: r.Template})
 }
 
 func (a sandboxes) Forget(ctx context.Context, e registry.Entry) { a.s.Forget(ctx, e) }

@@ -33,6 +33,7 @@ type payload struct {
 	Budget      json.RawMessage `json:"budget,omitempty"`
 	Permissions json.RawMessage `json:"permissions,omitempty"`
 	SDKConfig   json.RawMessage `json:"sdkConfig,omitempty"`
+	Template    *string         `json:"template,omitempty"`
 }
 
 // claimError is an invalid claim. detail is fixed text naming the claim (it reaches clients); cause, when
@@ -90,6 +91,12 @@ func decodeClaims(data []byte) (*Claims, error) {
 		}
 		c.SDKConfig = buf.Bytes()
 	}
+	if p.Template != nil {
+		if *p.Template == "" {
+			return nil, badClaim(templateDetail)
+		}
+		c.Template = *p.Template
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -127,8 +134,14 @@ func (c *Claims) validate() error {
 	if c.SDKConfig != nil && !isObject(c.SDKConfig) {
 		return badClaim("sdkConfig must be a JSON object")
 	}
+	if c.Template != "" && !ValidTemplate(c.Template) {
+		return badClaim(templateDetail)
+	}
 	return nil
 }
+
+// templateDetail is the refusal of a template claim that is not a template name.
+const templateDetail = "template must be 1 to 64 bytes of a-z, 0-9, '.', '_' or '-', starting with a letter or digit"
 
 func (c *Claims) validateBudget() error {
 	b := c.Budget
@@ -179,6 +192,9 @@ func (c *Claims) marshal() ([]byte, error) {
 	p.Exp = dateOf(c.ExpiresAt)
 	p.Nbf = dateOf(c.NotBefore)
 	p.Iat = dateOf(c.IssuedAt)
+	if c.Template != "" {
+		p.Template = &c.Template
+	}
 	var err error
 	if c.HasBudget {
 		b := c.Budget

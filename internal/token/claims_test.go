@@ -36,6 +36,15 @@ func TestDecodeClaims(t *testing.T) {
 		{"sdkConfig string", `{` + base + `,"sdkConfig":"{}"}`, true},
 		{"sub bidi override", `{"iss":"acme","sub":"u\u202e","exp":1900000000}`, true},
 		{"not an object", `[]`, true},
+		{"template", `{` + base + `,"template":"py"}`, false},
+		{"template with dots and dashes", `{` + base + `,"template":"py-3.12_x"}`, false},
+		{"template null", `{` + base + `,"template":null}`, false},
+		{"template empty", `{` + base + `,"template":""}`, true},
+		{"template upper case", `{` + base + `,"template":"Py"}`, true},
+		{"template path", `{` + base + `,"template":"../x"}`, true},
+		{"template leading dot", `{` + base + `,"template":".x"}`, true},
+		{"template too long", `{` + base + `,"template":"` + string(bytes.Repeat([]byte("t"), 65)) + `"}`, true},
+		{"template number", `{` + base + `,"template":3}`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +73,8 @@ func FuzzClaims(f *testing.F) {
 		`{"iss":"acme","sub":"u","exp":"1"}`,
 		`{"ISS":"a","iss":"b","sub":"u","exp":1}`,
 		`null`, `[]`, `{}`, `{"budget":{}}`,
+		`{"iss":"acme","sub":"u","exp":1900000000,"template":"py"}`,
+		`{"iss":"acme","sub":"u","exp":1900000000,"template":"a/b"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -103,6 +114,7 @@ var fixedDetails = []string{
 	"budget has a wrong type or an unknown field",
 	"permissions has a wrong type or an unknown field",
 	"sdkConfig must be a JSON object",
+	templateDetail,
 	"iss must be 1 to 256 bytes without control characters",
 	"sub must be 1 to 256 bytes without control characters",
 	"exp is required",

@@ -30,6 +30,28 @@ type Claims struct {
 	// (docs/PROTOCOL.md#session-options) that override the client's. This package checks only that it is an
 	// object; the session layer decodes it.
 	SDKConfig json.RawMessage
+
+	// Template is the template claim: the name of the issuer's workspace template a NEW sandbox of this
+	// user starts from (docs/ARCHITECTURE.md#templates), "" when absent (the runner's default). A valid
+	// name is 1 to 64 bytes of [a-z0-9._-] starting with a letter or digit (ValidTemplate). It matters only
+	// when the sandbox is created: a sandbox with a snapshot of its own keeps its files whatever a later
+	// token names.
+	Template string
+}
+
+// MaxTemplateLen bounds a template name (the template claim; runner/templates uses the same rule).
+const MaxTemplateLen = 64
+
+// ValidTemplate reports whether name is a workspace template name: 1 to MaxTemplateLen bytes of
+// [a-z0-9._-], starting with a letter or digit. runner/templates.CheckName applies the same rule.
+func ValidTemplate(name string) bool {
+	ok := name != "" && len(name) <= MaxTemplateLen
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		alnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		ok = alnum || (i > 0 && (c == '.' || c == '_' || c == '-'))
+	}
+	return ok
 }
 
 // Budget is the budget claim: what the user may spend in the current window.

@@ -381,6 +381,7 @@ func TestVerifyClaimsRoundTrip(t *testing.T) {
 		c.Audience = []string{"warren"}
 		c.NotBefore = testNow.Add(-time.Minute)
 		c.Permissions.Tools = []string{} // allows no tool: must not come back as nil (= unrestricted)
+		c.Template = "py"
 	})
 	got, err := v.Verify(context.Background(), mint(t, e.v3, want))
 	if err != nil {
@@ -511,6 +512,7 @@ func TestMintRefuses(t *testing.T) {
 		{"missing window start", key, with(func(c *token.Claims) { c.Budget.WindowStart = time.Time{} })},
 		{"negative compute", key, with(func(c *token.Claims) { c.Budget.ComputeSeconds = -1 })},
 		{"sdkConfig not an object", key, with(func(c *token.Claims) { c.SDKConfig = json.RawMessage(`"x"`) })},
+		{"template not a name", key, with(func(c *token.Claims) { c.Template = "../py" })},
 		{"exp before 1970", key, with(func(c *token.Claims) { c.ExpiresAt = time.Unix(-5, 0) })},
 		{"oversize", key, with(func(c *token.Claims) { c.SDKConfig = json.RawMessage(`{"p":"` + strings.Repeat("x", 9000) + `"}`) })},
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/internal/blob"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/snapshot"
 )
@@ -43,7 +44,7 @@ const DefaultName = "default"
 
 // maxNameLen bounds a template's name; maxIssuerLen an issuer id (as billing.MaxNameLen).
 const (
-	maxTemplateName = 64
+	maxTemplateName = token.MaxTemplateLen
 	maxIssuerLen    = 256
 	// maxVersions bounds the versions List reads.
 	maxVersions = 1000
@@ -52,13 +53,7 @@ const (
 // CheckName validates a template name: 1 to 64 bytes of [a-z0-9._-], starting with a letter or digit.
 // Its wire code is invalid_argument.
 func CheckName(name string) error {
-	ok := name != "" && len(name) <= maxTemplateName
-	for i := 0; ok && i < len(name); i++ {
-		c := name[i]
-		alnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
-		ok = alnum || (i > 0 && (c == '.' || c == '_' || c == '-'))
-	}
-	if !ok {
+	if !token.ValidTemplate(name) {
 		return wire.Errorf(wire.InvalidArgument, "template name %q must be 1 to %d bytes of [a-z0-9._-], starting with a letter or digit", name, maxTemplateName)
 	}
 	return nil

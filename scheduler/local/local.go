@@ -111,6 +111,10 @@ func (d *Driver) Start(ctx context.Context, spec scheduler.Spec) (scheduler.Sand
 		args = append(args, "-insecure-no-sandbox")
 	}
 	args = append(args, d.cfg.ExtraArgs...)
+	if spec.Template != "" {
+		// After ExtraArgs: the token's template wins over a -template the operator set as the default.
+		args = append(args, "-template", spec.Template)
+	}
 	cmd := exec.Command(d.cfg.Binary, args...)
 	cmd.Dir = state
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + state, "WARREN_RUNNER_KEY=" + keyHex}, d.cfg.Env...)

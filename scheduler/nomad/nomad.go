@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/jobs"
 	"github.com/warren-mesh/warren/scheduler"
 )
@@ -459,7 +460,7 @@ func (d *Driver) variables(spec scheduler.Spec, warm bool) (string, error) {
 		"region":      spec.Region,
 		"datacenters": d.cfg.Datacenters,
 		"driver":      d.cfg.Driver,
-		"runner_args": append([]string{}, d.cfg.RunnerArgs...),
+		"runner_args": runnerArgs(d.cfg.RunnerArgs, spec),
 		"env":         map[string]string{},
 	}
 	if warm {
@@ -493,6 +494,16 @@ func (d *Driver) variables(spec scheduler.Spec, warm bool) (string, error) {
 	return string(b), nil
 }
 
+// runnerArgs are the operator's runner flags, then the spec's -template (last, so it wins over a default
+// among them).
+func runnerArgs(base []string, spec scheduler.Spec) []string {
+	args := append([]string{}, base...)
+	if spec.Template != "" {
+		args = append(args, "-template", spec.Template)
+	}
+	return args
+}
+
 var sandboxIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // CheckSpec reports whether spec can become a sandbox job. Issuer, user and region may hold any valid UTF-8
@@ -507,6 +518,9 @@ func CheckSpec(spec scheduler.Spec) error {
 	}
 	if spec.Issuer == "" || spec.User == "" {
 		return fmt.Errorf("%w: empty issuer or user", ErrInvalidSpec)
+	}
+	if spec.Template != "" && !token.ValidTemplate(spec.Template) {
+		return fmt.Errorf("%w: template %q is not a template name", ErrInvalidSpec, spec.Template)
 	}
 	for _, f := range []struct{ name, v string }{{"issuer", spec.Issuer}, {"user", spec.User}, {"region", spec.Region}} {
 		switch {

@@ -382,7 +382,11 @@ func allocAddrs(a *api.Allocation) []string {
 // assign tells w which sandbox it now is. An error wrapping errRefused means the runner answered without
 // accepting; notDelivered tells the errors where the request never reached it.
 func (p *pool) assign(ctx context.Context, w consul.Warm, spec scheduler.Spec) error {
-	body, _ := json.Marshal(map[string]any{"issuer": spec.Issuer, "user": spec.User, "epoch": spec.Epoch, "region": spec.Region})
+	a := map[string]any{"issuer": spec.Issuer, "user": spec.User, "epoch": spec.Epoch, "region": spec.Region}
+	if spec.Template != "" {
+		a["template"] = spec.Template
+	}
+	body, _ := json.Marshal(a)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+w.Addr+"/v1/assign", bytes.NewReader(body))
 	if err != nil {
 		return err

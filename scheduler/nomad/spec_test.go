@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,45 @@ func TestVariablesOmitUnsetSettings(t *testing.T) {
 	}
 	if m["runner_args"] == nil || m["env"] == nil {
 		t.Errorf("runner_args and env must be present (empty), got %v", m)
+	}
+}
+
+// The token's template reaches the runner as its last flags (after the operator's, so it wins over a
+// -template default among them); none named: no flag, the runner's default applies. A name that is not a
+// template name is refused before any job is written.
+func TestVariablesCarryTemplate(t *testing.T) {
+	d := &Driver{cfg: Config{Datacenters: []string{"dc1"}, Driver: "exec", RunnerArgs: []string{"-template", "base"}}}
+	runnerArgsOf := func(sp scheduler.Spec) []any {
+		t.Helper()
+		vars, err := d.variables(sp, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			RunnerArgs []any `json:"runner_args"`
+		}
+		if err := json.Unmarshal([]byte(vars), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.RunnerArgs
+	}
+	sp := spec("iss", "u")
+	if got := runnerArgsOf(sp); !reflect.DeepEqual(got, []any{"-template", "base"}) {
+		t.Fatalf("runner_args without a template claim = %v", got)
+	}
+	sp.Template = "py"
+	if got := runnerArgsOf(sp); !reflect.DeepEqual(got, []any{"-template", "base", "-template", "py"}) {
+		t.Fatalf("runner_args with template py = %v", got)
+	}
+	if len(d.cfg.RunnerArgs) != 2 {
+		t.Fatalf("the driver's RunnerArgs were changed: %v", d.cfg.RunnerArgs)
+	}
+	if err := CheckSpec(sp); err != nil {
+		t.Fatalf("CheckSpec(template py) = %v", err)
+	}
+	sp.Template = "../py"
+	if err := CheckSpec(sp); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("CheckSpec(template ../py) = %v, want ErrInvalidSpec", err)
 	}
 }
 

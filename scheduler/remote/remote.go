@@ -27,6 +27,7 @@ import (
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/scheduler"
 )
@@ -47,6 +48,7 @@ type EnsureRequest struct {
 	Account      Account   `json:"account"`
 	ComputeLimit int64     `json:"computeLimit"`
 	Anchor       time.Time `json:"anchor,omitzero"`
+	Template     string    `json:"template,omitempty"`
 }
 
 // Account is billing.Account on the wire.
@@ -86,12 +88,15 @@ func ParseEnsure(b []byte) (scheduler.Request, error) {
 	if r.Issuer == "" || r.User == "" || len(r.Issuer) > 256 || len(r.User) > 256 {
 		return scheduler.Request{}, wire.Errorf(wire.InvalidArgument, "issuer and user are required (at most 256 bytes each)")
 	}
+	if r.Template != "" && !token.ValidTemplate(r.Template) {
+		return scheduler.Request{}, wire.Errorf(wire.InvalidArgument, "template is not a template name (1 to %d bytes of [a-z0-9._-])", token.MaxTemplateLen)
+	}
 	w := billing.Window(r.Account.Window)
 	if r.Account.Window != "" && !w.Valid() {
 		return scheduler.Request{}, wire.Errorf(wire.InvalidArgument, "unknown budget window %q", r.Account.Window)
 	}
 	return scheduler.Request{
-		Issuer: r.Issuer, User: r.User, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor,
+		Issuer: r.Issuer, User: r.User, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor, Template: r.Template,
 		Account: billing.Account{Issuer: r.Account.Issuer, User: r.Account.User, Window: w, WindowStart: r.Account.WindowStart},
 	}, nil
 }
@@ -195,7 +200,7 @@ func (c *Client) Ensure(ctx context.Context, req scheduler.Request) (registry.En
 		}
 	}
 	body, _ := json.Marshal(EnsureRequest{
-		Issuer: req.Issuer, User: req.User, ComputeLimit: req.ComputeLimit, Anchor: req.Anchor,
+		Issuer: req.Issuer, User: req.User, ComputeLimit: req.ComputeLimit, Anchor: req.Anchor, Template: req.Template,
 		Account: Account{Issuer: req.Account.Issuer, User: req.Account.User, Window: string(req.Account.Window), WindowStart: req.Account.WindowStart},
 	})
 	var out Entry

@@ -13,6 +13,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/mem"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/scheduler"
 	"github.com/warren-mesh/warren/scheduler/remote"
@@ -65,14 +66,14 @@ func TestEnsureAndForgetRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	acct := billing.Account{Issuer: "iss", User: "u", Window: billing.Window("day"), WindowStart: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
 	anchor := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	e, err := c.Ensure(ctx, scheduler.Request{Issuer: "iss", User: "u", Account: acct, ComputeLimit: 60, Anchor: anchor})
+	e, err := c.Ensure(ctx, scheduler.Request{Issuer: "iss", User: "u", Account: acct, ComputeLimit: 60, Anchor: anchor, Template: "py"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e.Epoch != 3 || e.Key != "runner-key" || e.Addr != "127.0.0.1:9" || !e.Since.Equal(time.Unix(1700000000, 0)) {
 		t.Fatalf("entry = %+v", e)
 	}
-	if got := rec.ensured[0]; got.Account != acct || got.ComputeLimit != 60 || !got.Anchor.Equal(anchor) {
+	if got := rec.ensured[0]; got.Account != acct || got.ComputeLimit != 60 || !got.Anchor.Equal(anchor) || got.Template != "py" {
 		t.Fatalf("scheduler got %+v, want account %+v", got, acct)
 	}
 	c.Forget(ctx, e)
@@ -143,7 +144,7 @@ func TestBadBodiesRefused(t *testing.T) {
 	rec := &recorder{reg: mem.New()}
 	srv := httptest.NewServer(remote.Handler(rec, key, nil))
 	defer srv.Close()
-	for _, body := range []string{``, `{}`, `{"issuer":"i"}`, `{"issuer":"i","user":"u","extra":1}`, `{"issuer":"i","user":"u","account":{"window":"fortnight"}}`, `{"issuer":"i","user":"u"} x`} {
+	for _, body := range []string{``, `{}`, `{"issuer":"i"}`, `{"issuer":"i","user":"u","extra":1}`, `{"issuer":"i","user":"u","account":{"window":"fortnight"}}`, `{"issuer":"i","user":"u"} x`, `{"issuer":"i","user":"u","template":"../py"}`, `{"issuer":"i","user":"u","template":"Py"}`} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/sandboxes/ensure", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
@@ -162,12 +163,12 @@ func TestBadBodiesRefused(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{`{"issuer":"i","user":"u","account":{"issuer":"i","user":"u","window":"day","windowStart":"2026-11-22T00:00:00Z"},"computeLimit":5}`,
-		`{"issuer":"i","user":"u","epoch":2,"alloc":"a","addr":"h:1","key":"k","since":"2026-11-22T00:00:00Z"}`, `[]`, `{"epoch":-1}`} {
+		`{"issuer":"i","user":"u","epoch":2,"alloc":"a","addr":"h:1","key":"k","since":"2026-11-22T00:00:00Z"}`, `[]`, `{"epoch":-1}`, `{"issuer":"i","user":"u","template":"py"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := remote.ParseEnsure(b); err == nil {
-			if r.Issuer == "" || r.User == "" || (r.Account.Window != "" && !r.Account.Window.Valid()) {
+			if r.Issuer == "" || r.User == "" || (r.Account.Window != "" && !r.Account.Window.Valid()) || (r.Template != "" && !token.ValidTemplate(r.Template)) {
 				t.Fatalf("accepted invalid ensure %+v", r)
 			}
 		} else if !errors.As(err, new(*wire.Error)) {

@@ -36,6 +36,11 @@ export interface Claims {
   permissions?: PermissionsClaim;
   /** Session options that replace the client's. */
   sdkConfig?: Record<string, unknown>;
+  /**
+   * The workspace template a NEW sandbox of this user starts from (`warren deploy -name`); default: the
+   * runner's ("default"). It has no effect on a sandbox that already exists.
+   */
+  template?: string;
   [claim: string]: unknown;
 }
 
@@ -48,6 +53,9 @@ export interface MintOptions {
 
 /** The largest token an edge accepts. */
 export const maxTokenBytes = 8 << 10;
+
+// A template name, as the edge verifies the template claim.
+const templateRe = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
 const textSecretRe = /^wsk_[A-Za-z0-9]{43,256}$/;
 
@@ -80,6 +88,9 @@ export function mintToken(secret: string | Uint8Array, claims: Claims, opts: Min
   checkName("iss", claims.iss);
   checkName("sub", claims.sub);
   if (opts.kid !== undefined) checkName("kid", opts.kid);
+  if (claims.template !== undefined && (typeof claims.template !== "string" || !templateRe.test(claims.template))) {
+    throw new WarrenError("invalid_argument", "template must be 1 to 64 bytes of a-z, 0-9, '.', '_' or '-', starting with a letter or digit");
+  }
   const now = Math.floor(Date.now() / 1000);
   const body: Claims = { ...claims, exp: claims.exp ?? now + (opts.expiresInSeconds ?? 3600) };
   if (!Number.isInteger(body.exp) || body.exp! < 0) throw new WarrenError("invalid_argument", "exp must be a whole number of Unix seconds");

@@ -147,6 +147,11 @@ test("tokens: HS256 over the secret's UTF-8 bytes, as any JWT library signs; bad
   assert.throws(() => mintToken("wsk_short", { iss: "a", sub: "b" }), WarrenError);
   assert.throws(() => mintToken(secret, { iss: "", sub: "b" }), WarrenError);
   assert.throws(() => mintToken(secret, { iss: "a", sub: "b\n" }), WarrenError);
+  const withTemplate = mintToken(secret, { iss: "a", sub: "b", template: "py-3.12" });
+  assert.equal(JSON.parse(Buffer.from(withTemplate.split(".")[1]!, "base64url").toString()).template, "py-3.12");
+  for (const bad of ["", "Py", "../py", ".py", "p".repeat(65)]) {
+    assert.throws(() => mintToken(secret, { iss: "a", sub: "b", template: bad }), WarrenError, `template ${JSON.stringify(bad)}`);
+  }
   assert.throws(() => mintToken(secret, { iss: "a", sub: "b", sdkConfig: { systemPrompt: "x".repeat(9000) } }), (e: unknown) => e instanceof WarrenError && e.code === "payload_too_large");
 });
 
