@@ -3,13 +3,11 @@ package scheduler_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/warren-mesh/warren/internal/registry/mem"
 	"github.com/warren-mesh/warren/scheduler"
-	"github.com/warren-mesh/warren/scheduler/sqlite"
 )
 
 // stuckDriver starts sandboxes that never exit and whose Stop never finishes before its context ends.
@@ -36,11 +34,7 @@ const hangCatch = 30 * time.Second
 // once, so a later Close finds it done.
 func TestCloseBoundedByContext(t *testing.T) {
 	ctx := context.Background()
-	placements, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { placements.Close() })
+	placements := sqlitePlacements(t)
 	d := &stuckDriver{stops: make(chan error, 1)}
 	s, err := scheduler.New(scheduler.Config{Region: "r1", Placements: placements, Registry: mem.New(), Driver: d,
 		StartTimeout: time.Hour})

@@ -37,15 +37,22 @@ func (d *specDriver) Stop(ctx context.Context, alloc string) error {
 	return nil
 }
 
+// sqlitePlacements is a placement store in a temporary file, closed when t ends.
+func sqlitePlacements(t *testing.T) *sqlite.Placements {
+	t.Helper()
+	p, err := sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 // The request's template (the token's claim) reaches the driver's Spec, which turns it into the runner's
 // -template; a request without one leaves the Spec's empty (the runner's default applies).
 func TestEnsurePassesTemplate(t *testing.T) {
 	ctx := context.Background()
-	placements, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "placements.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { placements.Close() })
+	placements := sqlitePlacements(t)
 	d := &specDriver{exited: map[string]chan struct{}{}}
 	s, err := scheduler.New(scheduler.Config{Region: "r1", Placements: placements, Registry: mem.New(), Driver: d})
 	if err != nil {
