@@ -2,7 +2,7 @@ package runner
 
 import (
 	"io/fs"
-	"path/filepath"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -28,30 +28,49 @@ type workspaceListing struct {
 	complete bool
 }
 
+// walkHook, when set (tests only), is called with each directory's path (relative to the workspace)
+// before the walk reads it: where a racing tenant would swap it for a symlink.
+var walkHook func(rel string)
+
+// listWorkspace walks dir through an os.Root of it: the tree is the tenant's, changed while it is walked
+// (the agent's commands keep running), so a directory swapped for a symlink to the host's / between being
+// listed and being read must not lead the walk (run by the runner, on the host, as root) out of the
+// workspace. Every open and lstat is confined to the root; a symlink that leads out is an error and its
+// subtree skipped.
 func listWorkspace(dir string) workspaceListing {
 	l := workspaceListing{files: map[string]fileState{}, complete: true}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		l.complete = false
+		return l
+	}
+	defer root.Close()
 	n := 0
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	_ = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return nil // vanished or unreadable: skipped (a directory error skips its subtree)
+			return nil // vanished, unreadable or leading out: skipped (a directory error skips its subtree)
 		}
 		n++
 		if n > maxWalkEntries {
 			l.complete = false
-			return filepath.SkipAll
+			return fs.SkipAll
 		}
-		if d.IsDir() || (!d.Type().IsRegular() && d.Type()&fs.ModeSymlink == 0) {
+		if d.IsDir() {
+			if walkHook != nil {
+				walkHook(p)
+			}
 			return nil
 		}
-		info, err := d.Info()
+		if !d.Type().IsRegular() && d.Type()&fs.ModeSymlink == 0 {
+			return nil
+		}
+		// root.Lstat, not d.Info: the entry's Info lstats by a path string, through whatever its parent
+		// has become meanwhile.
+		info, err := root.Lstat(p)
 		if err != nil {
 			return nil
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return nil
-		}
-		l.files[filepath.ToSlash(rel)] = fileState{size: info.Size(), mtime: info.ModTime(), mode: info.Mode()}
+		l.files[p] = fileState{size: info.Size(), mtime: info.ModTime(), mode: info.Mode()}
 		return nil
 	})
 	return l
