@@ -57,12 +57,19 @@ var gitBaseArgs = []string{
 
 // gitAPI serves the git routes.
 type gitAPI struct {
-	a   *api
-	ops *prometheus.CounterVec
+	a       *api
+	ops     *prometheus.CounterVec
+	bundles chan struct{} // one per bundle spooled or being sent (maxBundles)
 }
 
+// maxBundles bounds the bundles a sandbox has spooled at once. A spool is a file of the runner's state
+// directory, outside the workspace's quota, of up to MaxFileSize, kept until its download ends: without
+// a bound, a tenant reading each download slowly (git's exec slot is free once the bundle is written)
+// held any number of them, filling the host's disk.
+const maxBundles = 2
+
 func (a *api) gitRoutes(mux *http.ServeMux) {
-	g := &gitAPI{a: a, ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+	g := &gitAPI{a: a, bundles: make(chan struct{}, maxBundles), ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warren_runner_git_total",
 		Help: "Git operations of the sandbox API, by operation and outcome (ok or the wire error code).",
 	}, []string{"op", "outcome"})}
@@ -585,6 +592,12 @@ func (g *gitAPI) bundle(w http.ResponseWriter, req *http.Request) {
 				return err
 			}
 			revs = base + ".." + ref
+		}
+		select {
+		case g.bundles <- struct{}{}:
+			defer func() { <-g.bundles }()
+		default:
+			return wire.Errorf(wire.ResourceExhausted, "%d bundles are already being made or downloaded in this sandbox; finish one first", maxBundles)
 		}
 		tmpDir := g.a.r.cfg.StateDir
 		if tmpDir == "" {
