@@ -87,15 +87,49 @@ func CheckWebhookURL(raw string, allowPrivate bool) (*url.URL, error) {
 	return u, nil
 }
 
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+// nonPublic are the ranges publicAddr refuses beyond what netip classifies: carrier-grade NAT, "this
+// network" 0/8, the IETF protocol assignments, benchmarking (often used inside clusters), reserved and
+// broadcast, the IPv4-compatible ::/96, deprecated site-local fec0::/10, and the local-use NAT64 prefix
+// 64:ff9b:1::/48 (its mapping is the network's own).
+var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("192.0.0.0/24"), netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("fec0::/10"), netip.MustParsePrefix("64:ff9b:1::/48"),
+}
+
+// Prefixes of IPv6 addresses that carry an IPv4 address a gateway may forward to: the well-known NAT64
+// prefix (the IPv4 address in the last 32 bits; an IPv6-only cluster's DNS64/NAT64 reaches 10/8 through
+// it) and 6to4 (bits 16 to 48).
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
 
 // publicAddr reports whether ip may be reached by a webhook in production: not loopback, private,
-// link-local, unspecified, multicast or carrier-grade NAT (IPv4-mapped IPv6 judged as IPv4).
+// link-local, unspecified, multicast, or in nonPublic; an IPv4 address embedded in an IPv6 one
+// (IPv4-mapped, NAT64, 6to4) is judged as IPv4.
 func publicAddr(ip netip.Addr) bool {
 	ip = ip.Unmap()
-	return ip.IsValid() && !ip.IsLoopback() && !ip.IsPrivate() && !ip.IsLinkLocalUnicast() &&
-		!ip.IsLinkLocalMulticast() && !ip.IsInterfaceLocalMulticast() && !ip.IsMulticast() &&
-		!ip.IsUnspecified() && !cgnat.Contains(ip)
+	if ip.Is6() {
+		b := ip.As16()
+		switch {
+		case nat64.Contains(ip):
+			return publicAddr(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFour.Contains(ip):
+			return publicAddr(netip.AddrFrom4([4]byte(b[2:6])))
+		}
+	}
+	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
+		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(ip) {
+			return false
+		}
+	}
+	return true
 }
 
 // errPrivateAddr refuses a dial to a non-public address.

@@ -47,6 +47,13 @@ func TestPublicAddr(t *testing.T) {
 	for s, want := range map[string]bool{
 		"8.8.8.8": true, "2606:4700::1": true, "127.0.0.2": false, "10.1.2.3": false, "169.254.169.254": false,
 		"::1": false, "::ffff:10.0.0.1": false, "100.127.255.255": false, "0.0.0.0": false, "ff02::1": false,
+		// IPv4 reached through IPv6 forms a gateway translates (NAT64 in an IPv6-only cluster, 6to4), the
+		// IPv4-compatible form, and ranges netip does not call private.
+		"64:ff9b::a00:1": false, "64:ff9b::7f00:1": false, "64:ff9b::a9fe:a9fe": false, "64:ff9b::808:808": true,
+		"64:ff9b:1::a00:1": false, "2002:a00:1::1": false, "2002:7f00:1::": false, "2002:808:808::1": true,
+		"::a00:1": false, "::127.0.0.1": false, "fec0::1": false, "fd00::1": false, "fe80::1": false,
+		"0.1.2.3": false, "198.18.0.1": false, "192.0.0.8": false, "240.0.0.1": false, "255.255.255.255": false,
+		"::ffff:169.254.169.254": false,
 	} {
 		if got := publicAddr(netip.MustParseAddr(s)); got != want {
 			t.Errorf("publicAddr(%s) = %v, want %v", s, got, want)
