@@ -138,7 +138,12 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 	inR.Close()
 	outW.Close()
 	errW.Close()
-	p := &Process{Stdin: inW, Stdout: outR, Stderr: errR, cmd: &procState{pid: cmd.Process.Pid}, box: cmd, done: make(chan struct{})}
+	return started(cmd, inW, outR, errR), nil
+}
+
+// started tracks a started command: the Process is done once it has been reaped and its sandbox is gone.
+func started(cmd *boxCmd, stdin, stdout, stderr *os.File) *Process {
+	p := &Process{Stdin: stdin, Stdout: stdout, Stderr: stderr, cmd: &procState{pid: cmd.Process.Pid}, box: cmd, done: make(chan struct{})}
 	go func() {
 		err := cmd.wait()
 		cmd.reapStragglers()
@@ -146,7 +151,7 @@ func (s *Sandbox) Start(ctx context.Context, spec ProcessSpec) (*Process, error)
 		p.cmd.state, p.cmd.err = cmd.ProcessState, err
 		close(p.done)
 	}()
-	return p, nil
+	return p
 }
 
 // Pid is the host process id of the process (the outer bwrap under bubblewrap), which is also its
