@@ -118,27 +118,12 @@ func newProcTable(r *Runner) *procTable {
 func (t *procTable) running() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
-	for _, p := range t.procs {
-		if !p.exited() {
-			n++
-		}
-	}
+	n, _ := census(t.procs)
 	return n
 }
 
 // counted records the outcome of a start request in warren_runner_process_starts_total.
-func (t *procTable) counted(err error) error {
-	switch {
-	case err == nil:
-		t.starts.WithLabelValues(outcomeOK).Inc()
-	case wire.CodeOf(err) == wire.Internal:
-		t.starts.WithLabelValues(outcomeError).Inc()
-	default:
-		t.starts.WithLabelValues("refused").Inc()
-	}
-	return err
-}
+func (t *procTable) counted(err error) error { return countStart(t.starts, err) }
 
 // start validates req and starts it. ctx is the runner's lifetime: the process dies when it ends.
 func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
@@ -151,14 +136,7 @@ func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartReq
 		return nil, wire.Errorf(wire.Unavailable, "the sandbox is stopping")
 	}
 	limit := t.r.cfg.MaxProcesses
-	running, oldestExited := 0, -1
-	for i, p := range t.procs {
-		if !p.exited() {
-			running++
-		} else if oldestExited < 0 {
-			oldestExited = i
-		}
-	}
+	running, oldestExited := census(t.procs)
 	if running >= limit {
 		return nil, wire.Errorf(wire.ResourceExhausted, "%d background processes are already running in this sandbox (the runner's -max-processes)", limit).
 			WithDetails(map[string]any{"limit": limit})
@@ -386,27 +364,12 @@ func (t *procTable) close(ctx context.Context) error {
 	t.closed = true
 	procs := append([]*proc(nil), t.procs...)
 	t.mu.Unlock()
-	for _, p := range procs {
-		p.cancel(ErrShuttingDown)
-	}
-	for _, p := range procs {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return fmt.Errorf("stop background processes: %w", ctx.Err())
-		}
-	}
-	return nil
+	return stopAll(ctx, procs, "background processes")
 }
 
 // keepAwake reports whether running processes keep the sandbox awake now: while one runs and the last
 // request is less than ProcessKeepAwake ago.
-func (t *procTable) keepAwake(now time.Time) bool {
-	if t.r.cfg.ProcessKeepAwake < 0 || t.running() == 0 {
-		return false
-	}
-	return now.Sub(time.Unix(0, t.r.lastActive.Load())) < t.r.cfg.ProcessKeepAwake
-}
+func (t *procTable) keepAwake(now time.Time) bool { return t.r.keptAwake(t.running(), now) }
 
 func truncateID(id string) string {
 	if len(id) > 64 {

@@ -31,30 +31,28 @@ const procPoll = 50 * time.Millisecond
 
 func (a *api) procRoutes(mux *http.ServeMux) {
 	mux.Handle("/v1/sandbox/procs", a.auth(methods{http.MethodGet: a.listProcs, http.MethodPost: a.startProc}))
-	mux.Handle("/v1/sandbox/procs/", a.auth(http.HandlerFunc(a.procRoute)))
+	mux.Handle("/v1/sandbox/procs/", a.auth(a.itemRoute("/v1/sandbox/procs/", map[string]http.Handler{
+		"":       methods{http.MethodGet: a.getProc, http.MethodDelete: a.deleteProc},
+		"signal": methods{http.MethodPost: a.signalProc},
+		"stdin":  methods{http.MethodPost: a.procStdin},
+		"logs":   methods{http.MethodGet: a.procLogs},
+		"wait":   methods{http.MethodPost: a.waitProc},
+	})))
 }
 
-func (a *api) procRoute(w http.ResponseWriter, req *http.Request) {
-	rest := strings.TrimPrefix(req.URL.Path, "/v1/sandbox/procs/")
-	id, action, _ := strings.Cut(rest, "/")
-	var h http.Handler
-	switch action {
-	case "":
-		h = methods{http.MethodGet: a.getProc, http.MethodDelete: a.deleteProc}
-	case "signal":
-		h = methods{http.MethodPost: a.signalProc}
-	case "stdin":
-		h = methods{http.MethodPost: a.procStdin}
-	case "logs":
-		h = methods{http.MethodGet: a.procLogs}
-	case "wait":
-		h = methods{http.MethodPost: a.waitProc}
-	default:
-		a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
-		return
+// itemRoute serves prefix{id}[/action] with the handler of action (not_found for another), the id as the
+// path value "id".
+func (a *api) itemRoute(prefix string, actions map[string]http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		id, action, _ := strings.Cut(strings.TrimPrefix(req.URL.Path, prefix), "/")
+		h, ok := actions[action]
+		if !ok {
+			a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
+			return
+		}
+		req.SetPathValue("id", id)
+		h.ServeHTTP(w, req)
 	}
-	req.SetPathValue("id", id)
-	h.ServeHTTP(w, req)
 }
 
 // procOf finds the request's process, answering not_found itself.

@@ -319,6 +319,24 @@ func TestProcessKeepsSandboxAwake(t *testing.T) {
 			t.Fatalf("the process outlived its sandbox: %v", pids)
 		}
 	})
+	t.Run("a terminal, up to the operator's cap", func(t *testing.T) {
+		marker := "keep-awake-term-" + randomHex(t, 4)
+		h, done := run(t, 500*time.Millisecond)
+		var in wire.TermInfo
+		decode(t, h.doJSON(t, http.MethodPost, "/v1/sandbox/terminals", wire.TermCreateRequest{Command: "sleep 1000; echo " + marker}), http.StatusCreated, &in)
+		waitFor(t, "the terminal's program", func() bool { return len(processesMatching(marker)) > 0 })
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run after sleeping: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a terminal kept the sandbox awake past the operator's cap")
+		}
+		if pids := processesMatching(marker); len(pids) != 0 {
+			t.Fatalf("the terminal outlived its sandbox: %v", pids)
+		}
+	})
 }
 
 // BenchmarkProcessFirstLog measures a background process from the start request to its first line of

@@ -60,6 +60,7 @@ type Runner struct {
 	hub        *session.Hub
 	lease      leaseWatch
 	procs      *procTable    // background processes
+	terms      *termTable    // terminals
 	sessions   *sessionIndex // the session listing
 	tasks      *taskTable    // one-shot tasks (tasks.go)
 }
@@ -86,6 +87,7 @@ func New(cfg Config) (*Runner, error) {
 		func() float64 { return float64(r.running.Load()) },
 	)
 	r.procs = newProcTable(r)
+	r.terms = newTermTable(r)
 	r.sessions = newSessionIndex(r)
 	taskStore, taskPrefix, err := r.openTaskStore()
 	if err != nil {
@@ -219,7 +221,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	g.Go(func() error {
 		r.idleLoop(gctx, func() bool {
 			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0 ||
-				r.procs.keepAwake(r.cfg.Now()) || r.tasks.busy()
+				r.procs.keepAwake(r.cfg.Now()) || r.terms.keepAwake(r.cfg.Now()) || r.tasks.busy()
 		})
 		return nil
 	})
@@ -259,6 +261,9 @@ func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.C
 		errs = append(errs, err)
 	}
 	if err := r.procs.close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.terms.close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

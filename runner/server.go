@@ -45,6 +45,7 @@ func (a *api) routes() http.Handler {
 	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
 	a.fileRoutes(mux)
 	a.procRoutes(mux)
+	a.termRoutes(mux)
 	a.sessionRoutes(mux)
 	a.gitRoutes(mux)
 	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))

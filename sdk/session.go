@@ -134,9 +134,20 @@ func (c *Client) Dial(ctx context.Context, opts *SessionOptions) (*Session, erro
 
 // dialWS opens the WebSocket to the edge's /ws.
 func (c *Client) dialWS(ctx context.Context) (*websocket.Conn, error) {
+	conn, err := c.dialWebSocket(ctx, "/ws")
+	if err != nil {
+		return nil, err
+	}
+	conn.SetReadLimit(wire.MaxFrame)
+	return conn, nil
+}
+
+// dialWebSocket opens a WebSocket to path with the client's credentials; a refused upgrade is the *Error
+// of its answer.
+func (c *Client) dialWebSocket(ctx context.Context, path string) (*websocket.Conn, error) {
 	h := http.Header{}
 	c.header(h)
-	conn, resp, err := websocket.Dial(ctx, c.endpoint("/ws", nil), &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(ctx, c.endpoint(path, nil), &websocket.DialOptions{
 		HTTPClient: c.hc,
 		HTTPHeader: h,
 	})
@@ -150,7 +161,6 @@ func (c *Client) dialWS(ctx context.Context) (*websocket.Conn, error) {
 		}
 		return nil, err
 	}
-	conn.SetReadLimit(wire.MaxFrame)
 	return conn, nil
 }
 

@@ -40,20 +40,6 @@ type Terminal struct {
 	PTY *os.File
 }
 
-// Terminal size bounds accepted by StartTerminal and Resize.
-const (
-	MaxTerminalCols = 1000
-	MaxTerminalRows = 1000
-)
-
-func checkSize(cols, rows int) error {
-	if cols < 1 || cols > MaxTerminalCols || rows < 1 || rows > MaxTerminalRows {
-		return wire.Errorf(wire.InvalidArgument, "terminal size %dx%d is out of bounds (columns 1 to %d, rows 1 to %d)",
-			cols, rows, MaxTerminalCols, MaxTerminalRows).WithDetails(map[string]any{"maxCols": MaxTerminalCols, "maxRows": MaxTerminalRows})
-	}
-	return nil
-}
-
 // StartTerminal starts spec inside the sandbox (the boundary of Start) with a new pseudo-terminal of cols
 // by rows as its standard streams and controlling terminal, and returns without waiting. Binds are not
 // supported (nil). Errors are those of Start, and invalid_argument for a size out of bounds. The program
@@ -63,7 +49,7 @@ func (s *Sandbox) StartTerminal(ctx context.Context, spec ProcessSpec, cols, row
 	if err := Validate(Spec{Command: spec.Command, Args: spec.Args, Dir: spec.Dir, Env: spec.Env, Timeout: time.Hour}); err != nil {
 		return nil, err
 	}
-	if err := checkSize(cols, rows); err != nil {
+	if err := wire.CheckTermSize(cols, rows); err != nil {
 		return nil, err
 	}
 	if spec.Binds != nil {
@@ -101,7 +87,7 @@ func (s *Sandbox) StartTerminal(ctx context.Context, spec ProcessSpec, cols, row
 
 // Resize sets the terminal's size; the kernel sends SIGWINCH to its foreground process group.
 func (t *Terminal) Resize(cols, rows int) error {
-	if err := checkSize(cols, rows); err != nil {
+	if err := wire.CheckTermSize(cols, rows); err != nil {
 		return err
 	}
 	if err := pty.Setsize(t.PTY, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil {

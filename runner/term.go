@@ -1,0 +1,385 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/isolate"
+)
+
+// Terminals (docs/PROTOCOL.md#terminals): an interactive program on a pseudo-terminal, started with
+// isolate.Sandbox.StartTerminal (the boundary of exec), attached over WebSockets. Like a background process
+// it belongs to the runner, not to the request that created it: it survives its clients' disconnects, keeps
+// the last TermReplayBytes of its output for the next client to attach, and ends with the sandbox.
+
+// Bounds of terminals.
+const (
+	// MaxTerminals bounds the terminals running at once in a sandbox; as many exited ones are kept (the
+	// oldest is dropped to make room).
+	MaxTerminals = 8
+	// TermReplayBytes is the output a terminal keeps for replay when a client attaches.
+	TermReplayBytes = 64 << 10
+	// MaxTermAttached bounds the clients attached to one terminal at once.
+	MaxTermAttached = 4
+)
+
+// defaultShell is what a terminal runs when the request names no command.
+const defaultShell = `if command -v bash >/dev/null 2>&1; then exec bash -i; fi; exec sh -i`
+
+// termTable holds the sandbox's terminals.
+type termTable struct {
+	r      *Runner
+	mu     sync.Mutex
+	terms  []*term // in start order
+	closed bool
+
+	starts *prometheus.CounterVec
+}
+
+// term is one terminal.
+type term struct {
+	id      string
+	command string
+	args    []string
+	cwd     string
+	started time.Time
+	t       *isolate.Terminal
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed once exited and its output read
+
+	inMu sync.Mutex // one write of input at a time
+
+	mu       sync.Mutex
+	out      ring
+	changed  chan struct{} // closed and replaced when output arrives or the terminal ends
+	cols     int
+	rows     int
+	attached int
+	ended    time.Time
+	exitCode int
+	why      string
+}
+
+func newTermTable(r *Runner) *termTable {
+	t := &termTable{r: r}
+	t.starts = startMetrics(r, "warren_runner_terminal_starts_total", "Terminals created, by outcome (ok, refused, error).",
+		"warren_runner_terminals_running", "Terminals running now.", t.running)
+	return t
+}
+
+func (t *termTable) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, _ := census(t.terms)
+	return n
+}
+
+// counted records the outcome of a create request in warren_runner_terminal_starts_total.
+func (t *termTable) counted(err error) error { return countStart(t.starts, err) }
+
+// start validates req (already bounded by wire.DecodeTermCreate) and starts it in dir. ctx is the runner's
+// lifetime: the terminal dies when it ends.
+func (t *termTable) start(ctx context.Context, dir string, req wire.TermCreateRequest) (*term, error) {
+	if err := t.r.disk.check(); err != nil {
+		return nil, err
+	}
+	env := map[string]string{"TERM": "xterm-256color"}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	command := req.Command
+	if command == "" {
+		command = defaultShell
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, wire.Errorf(wire.Unavailable, "the sandbox is stopping")
+	}
+	running, oldestExited := census(t.terms)
+	if running >= MaxTerminals {
+		return nil, wire.Errorf(wire.ResourceExhausted, "%d terminals are already running in this sandbox", MaxTerminals).
+			WithDetails(map[string]any{"limit": MaxTerminals})
+	}
+	tctx, cancel := context.WithCancelCause(ctx)
+	it, err := t.r.sandbox.StartTerminal(tctx, isolate.ProcessSpec{Command: command, Args: req.Args, Dir: dir, Env: env}, req.Cols, req.Rows)
+	if err != nil {
+		cancel(nil)
+		if wire.CodeOf(err) == wire.Internal {
+			err = fmt.Errorf("start terminal: %w", err)
+		}
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	tm := &term{
+		id: hex.EncodeToString(b[:]), command: req.Command, args: req.Args, cwd: dir, started: t.r.cfg.Now(),
+		t: it, cancel: cancel, done: make(chan struct{}), out: ring{buf: make([]byte, TermReplayBytes)},
+		changed: make(chan struct{}), cols: req.Cols, rows: req.Rows,
+	}
+	if len(t.terms) >= 2*MaxTerminals && oldestExited >= 0 {
+		t.terms = append(t.terms[:oldestExited], t.terms[oldestExited+1:]...)
+	}
+	t.terms = append(t.terms, tm)
+	go t.r.disk.watch(tctx, cancel)
+	go tm.supervise(tctx, t.r)
+	t.r.log.Info("terminal started", "terminal", tm.id)
+	return tm, nil
+}
+
+// supervise copies the output into the replay buffer, kills the tree when ctx ends and records the exit.
+func (tm *term) supervise(ctx context.Context, r *Runner) {
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := tm.t.ReadOutput(buf)
+			if n > 0 {
+				tm.mu.Lock()
+				tm.out.write(buf[:n])
+				tm.notifyLocked()
+				tm.mu.Unlock()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = tm.t.Kill() })
+	code, _ := tm.t.Wait(context.Background())
+	stop()
+	select {
+	case <-read:
+	case <-time.After(drainWait): // a descendant that escaped in insecure mode may hold the terminal
+	}
+	_ = tm.t.Close() // closes the master: a read still blocked returns
+	<-read
+	tm.mu.Lock()
+	tm.ended, tm.exitCode = r.cfg.Now(), code
+	if tm.why == "" && ctx.Err() != nil {
+		tm.why = endedSandbox
+		if errors.Is(context.Cause(ctx), ErrWorkspaceFull) {
+			tm.why = endedWorkspaceFull
+		}
+	}
+	close(tm.done)
+	tm.notifyLocked()
+	tm.mu.Unlock()
+	tm.cancel(nil)
+	r.log.Info("terminal exited", "terminal", tm.id, "exit_code", code, "ended", tm.why)
+}
+
+// notifyLocked wakes the attached clients; tm.mu is held.
+func (tm *term) notifyLocked() {
+	close(tm.changed)
+	tm.changed = make(chan struct{})
+}
+
+func (tm *term) exited() bool {
+	select {
+	case <-tm.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// info describes the terminal now.
+func (tm *term) info() wire.TermInfo {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	in := wire.TermInfo{
+		ID: tm.id, Command: tm.command, Args: tm.args, Cwd: tm.cwd, Status: wire.ProcRunning,
+		StartedAt: tm.started.UTC().Format(time.RFC3339Nano), Cols: tm.cols, Rows: tm.rows,
+		Attached: tm.attached, Output: tm.out.total,
+	}
+	if in.Cwd == "" {
+		in.Cwd = "."
+	}
+	if tm.exited() {
+		code := tm.exitCode
+		in.Status, in.ExitCode, in.Ended = wire.ProcExited, &code, tm.why
+		in.EndedAt = tm.ended.UTC().Format(time.RFC3339Nano)
+	}
+	return in
+}
+
+// resize sets the terminal's size (the program gets SIGWINCH).
+func (tm *term) resize(cols, rows int) error {
+	if err := wire.CheckTermSize(cols, rows); err != nil {
+		return err
+	}
+	if tm.exited() {
+		return wire.Errorf(wire.Conflict, "terminal %s has exited", tm.id)
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if err := tm.t.Resize(cols, rows); err != nil {
+		return fmt.Errorf("terminal %s: %w", tm.id, err)
+	}
+	tm.cols, tm.rows = cols, rows
+	return nil
+}
+
+// input writes keyboard input. A write the program does not read (its input queue is full) blocks until
+// ctx ends.
+func (tm *term) input(ctx context.Context, b []byte) error {
+	tm.inMu.Lock()
+	defer tm.inMu.Unlock()
+	if tm.exited() {
+		return wire.Errorf(wire.Conflict, "terminal %s has exited", tm.id)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = tm.t.PTY.SetWriteDeadline(time.Now()) })
+	_, err := tm.t.PTY.Write(b)
+	stop()
+	_ = tm.t.PTY.SetWriteDeadline(time.Time{})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return wire.Wrap(wire.Unavailable, err, "the connection ended before the terminal read its input")
+	case err != nil:
+		return wire.Wrap(wire.Conflict, err, "the terminal no longer reads input")
+	}
+	return nil
+}
+
+// attach counts a client in, refusing past MaxTermAttached; the returned func counts it out.
+func (tm *term) attach() (func(), error) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if tm.attached >= MaxTermAttached {
+		return nil, wire.Errorf(wire.ResourceExhausted, "%d clients are already attached to terminal %s", MaxTermAttached, tm.id).
+			WithDetails(map[string]any{"limit": MaxTermAttached})
+	}
+	tm.attached++
+	return sync.OnceFunc(func() {
+		tm.mu.Lock()
+		tm.attached--
+		tm.mu.Unlock()
+	}), nil
+}
+
+// outputFrom returns the output kept from offset (or from the oldest byte kept, when offset is older), at
+// most limit bytes, the offset after it, whether the terminal has exited (with its code) and a channel closed
+// when there is more.
+func (tm *term) outputFrom(offset int64, limit int) (data []byte, next int64, exited bool, code int, more <-chan struct{}) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	data, next = tm.out.from(offset, limit)
+	select {
+	case <-tm.done:
+		exited, code = true, tm.exitCode
+	default:
+	}
+	return data, next, exited, code, tm.changed
+}
+
+// kill ends the terminal's program (SIGKILL to its whole tree).
+func (tm *term) kill() {
+	tm.mu.Lock()
+	if tm.why == "" && !tm.exited() {
+		tm.why = endedKilled
+	}
+	tm.mu.Unlock()
+	tm.cancel(errTermKilled)
+}
+
+var errTermKilled = errors.New("terminal killed")
+
+// get finds a terminal by id.
+func (t *termTable) get(id string) (*term, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tm := range t.terms {
+		if tm.id == id {
+			return tm, nil
+		}
+	}
+	return nil, wire.Errorf(wire.NotFound, "no terminal %q in this sandbox", truncateID(id))
+}
+
+// list describes every terminal, oldest first.
+func (t *termTable) list() []wire.TermInfo {
+	t.mu.Lock()
+	terms := append([]*term(nil), t.terms...)
+	t.mu.Unlock()
+	out := make([]wire.TermInfo, 0, len(terms))
+	for _, tm := range terms {
+		out = append(out, tm.info())
+	}
+	return out
+}
+
+// remove kills a terminal if it runs, waits (until ctx ends) for it to end, and forgets it.
+func (t *termTable) remove(ctx context.Context, id string) error {
+	tm, err := t.get(id)
+	if err != nil {
+		return err
+	}
+	tm.kill()
+	select {
+	case <-tm.done:
+	case <-ctx.Done():
+		return wire.Wrap(wire.Unavailable, context.Cause(ctx), "the request ended before the terminal did")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, x := range t.terms {
+		if x == tm {
+			t.terms = append(t.terms[:i], t.terms[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+// close refuses new terminals and kills every running one, waiting (until ctx ends) for them to end.
+func (t *termTable) close(ctx context.Context) error {
+	t.mu.Lock()
+	t.closed = true
+	terms := append([]*term(nil), t.terms...)
+	t.mu.Unlock()
+	return stopAll(ctx, terms, "terminals")
+}
+
+// keepAwake is procTable.keepAwake for terminals.
+func (t *termTable) keepAwake(now time.Time) bool { return t.r.keptAwake(t.running(), now) }
+
+// ring keeps the last len(buf) bytes written; total counts every byte ever written.
+type ring struct {
+	buf   []byte
+	total int64
+}
+
+func (r *ring) write(b []byte) {
+	n := int64(len(r.buf))
+	if int64(len(b)) > n {
+		r.total += int64(len(b)) - n
+		b = b[int64(len(b))-n:]
+	}
+	at := int(r.total % n)
+	c := copy(r.buf[at:], b)
+	copy(r.buf, b[c:])
+	r.total += int64(len(b))
+}
+
+// from returns at most limit bytes from offset (moved up to the oldest byte kept) and the offset after them.
+func (r *ring) from(offset int64, limit int) ([]byte, int64) {
+	n := int64(len(r.buf))
+	offset = min(r.total, offset)
+	offset = max(offset, r.total-n, 0)
+	size := min(r.total-offset, int64(limit))
+	out := make([]byte, size)
+	at := int(offset % n)
+	c := copy(out, r.buf[at:])
+	copy(out[c:], r.buf)
+	return out, offset + size
+}
