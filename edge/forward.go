@@ -276,6 +276,7 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		head.ContentLength = 0
 	}
+	upgrade := isUpgrade(req.Header)
 	frame, err := appendHead(nil, head)
 	if err != nil {
 		if req.Body != nil {
@@ -309,7 +310,9 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return // the peer stopped reading (it answered early); its answer is still read
 			}
 		}
-		_ = s.CloseWrite()
+		if !upgrade { // an upgraded connection's bytes follow (upgradedBody)
+			_ = s.CloseWrite()
+		}
 	}()
 	var rh respHead
 	if err := readHead(s, &rh); err != nil {
@@ -321,9 +324,19 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if v := rh.Header.Get("Content-Length"); v != "" {
 		cl = parseLen(v)
 	}
+	if rh.Status == http.StatusSwitchingProtocols && !upgrade {
+		stop()
+		s.Abort()
+		return nil, wire.Errorf(wire.Unavailable, "the forwarded request was answered with a protocol switch it did not ask for")
+	}
+	var body io.ReadCloser = &streamBody{s: s, stop: stop}
+	if upgrade && rh.Status == http.StatusSwitchingProtocols {
+		body = upgradedBody{body.(*streamBody)}
+		cl = 0 // as net/http has it for a 101: what follows is the upgraded connection, not a body
+	}
 	return &http.Response{
 		Status: http.StatusText(rh.Status), StatusCode: rh.Status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: rh.Header, Body: &streamBody{s: s, stop: stop}, ContentLength: cl, Request: req,
+		Header: rh.Header, Body: body, ContentLength: cl, Request: req,
 	}, nil
 }
 
@@ -500,6 +513,11 @@ func (e *Edge) serveForwardedHTTP(ctx context.Context, from string, s meshStream
 		wire.WriteHTTPError(w, a.log, ensureErr)
 		return
 	}
+	if isUpgrade(head.Header) {
+		e.m.forwardServed.WithLabelValues("http", from, "ok").Inc()
+		e.relayUpgrade(ctx, s, w, head, a)
+		return
+	}
 	var body io.ReadCloser = http.NoBody
 	if head.ContentLength != 0 {
 		body = io.NopCloser(s)
@@ -593,10 +611,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = t.entry.Addr
 			pr.Out.Host = t.entry.Addr
-			pr.Out.Header.Set("Authorization", "Bearer "+t.entry.Key)
-			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
-			pr.Out.Header.Del("Cookie")
-			pr.Out.Header.Set(wire.HeaderGrant, a.grant(a.budget).Encode())
+			runnerHeaders(pr.Out.Header, a, requestID(pr.In.Context()))
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			g.answering(resp.Header) // an answer before the body's end closes the client's connection

@@ -219,7 +219,8 @@ func (h *reqHead) check() error {
 }
 
 func (h *respHead) check() error {
-	if h.Status < 200 || h.Status > 599 {
+	// 101 answers a forwarded upgrade (relayUpgrade); other informational answers are not forwarded.
+	if (h.Status < 200 && h.Status != http.StatusSwitchingProtocols) || h.Status > 599 {
 		return badFrame("status %d", h.Status)
 	}
 	return checkHeader(h.Header)

@@ -98,6 +98,8 @@ func routeLabel(path string) string {
 		return "files"
 	case path == "/v1/sandbox/procs" || strings.HasPrefix(path, "/v1/sandbox/procs/"):
 		return "procs"
+	case path == "/v1/sandbox/terminals" || strings.HasPrefix(path, "/v1/sandbox/terminals/"):
+		return "terminals"
 	case path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/"):
 		return "sessions"
 	default:
