@@ -19,6 +19,7 @@ require (
 	github.com/quic-go/webtransport-go v0.13.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sync v0.24.0
+	golang.org/x/term v0.47.0
 	modernc.org/sqlite v1.61.1
 )
 

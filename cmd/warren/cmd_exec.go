@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("exec", "run a command in your sandbox: warren exec [-url U] [-token T] -- CMD [ARGS...]", runExec)
+	register("exec", "run a command in your sandbox: warren exec [-url U] [-token T] [-t] -- CMD [ARGS...]", runExec)
 }
 
 // envVars collects repeated -env K=V flags.
@@ -39,12 +39,19 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	env := envVars{}
 	fs.Var(env, "env", "set an environment variable `K=V` (repeatable)")
 	withStdin := fs.Bool("stdin", false, "send this process's standard input to the command")
+	tty := fs.Bool("t", false, "run the command (default: an interactive shell) on a terminal and connect this one to it: raw mode, Ctrl-C goes to the sandbox, Ctrl-] detaches")
+	attach := fs.String("attach", "", "with -t: re-attach to the terminal with this `id` (it replays its recent output)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: warren exec [flags] -- CMD [ARGS...]
 
 Runs a command in your sandbox, streaming its output, and exits with its exit code. With one argument the
 sandbox runs it with sh -c, so warren exec -- 'echo hi > f && cat f' works; with several, CMD is executed
 directly with ARGS.
+
+With -t the command (by default an interactive shell) runs on a terminal in the sandbox, connected to
+this one in raw mode: every key goes to it (Ctrl-C interrupts the remote program), the window size
+follows, and warren exits with its exit code. Ctrl-] detaches and leaves it running; -attach ID
+re-attaches and replays its recent output.
 
 flags:
 `)
@@ -54,6 +61,23 @@ flags:
 		return err
 	}
 	argv := fs.Args()
+	if *tty || *attach != "" {
+		if *withStdin || *timeout != 0 {
+			return errors.New("-stdin and -timeout do not apply to -t")
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		req := warren.TerminalRequest{Cwd: *cwd}
+		if len(argv) > 0 {
+			req.Command, req.Args = argv[0], argv[1:]
+		}
+		if len(env) > 0 {
+			req.Env = env
+		}
+		return execTerminal(ctx, c, *attach, req, stdout, stderr)
+	}
 	if len(argv) == 0 {
 		fs.Usage()
 		return errors.New("no command given: warren exec -- CMD [ARGS...]")
