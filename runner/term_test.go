@@ -38,13 +38,6 @@ func attachTerminal(t *testing.T, sb *warren.Sandbox, id string) (*warren.Termin
 	return tc, termtest.Watch(tc)
 }
 
-func typeIn(t *testing.T, w io.Writer, s string) {
-	t.Helper()
-	if _, err := io.WriteString(w, s); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestTerminal drives an interactive shell under bubblewrap through the SDK: output, resize, Ctrl-C, the
 // boundary, detach and re-attach with replay, a second client, exit.
 func TestTerminal(t *testing.T) {
@@ -60,30 +53,30 @@ func TestTerminal(t *testing.T) {
 	}
 	tc, scr := attachTerminal(t, sb, info.ID)
 	// Quotes split the words, so the echo of the typed line does not match what the command prints.
-	typeIn(t, tc, "echo h''i-there\n")
+	termtest.Type(t, tc, "echo h''i-there\n")
 	scr.WaitFor(t, "hi-there")
-	typeIn(t, tc, "stty size\n")
+	termtest.Type(t, tc, "stty size\n")
 	scr.WaitFor(t, "30 100")
 	if err := tc.Resize(120, 40); err != nil {
 		t.Fatal(err)
 	}
-	typeIn(t, tc, "stty size\n")
+	termtest.Type(t, tc, "stty size\n")
 	scr.WaitFor(t, "40 120")
 	if _, err := sb.ResizeTerminal(ctx, info.ID, 90, 20); err != nil {
 		t.Fatal(err)
 	}
-	typeIn(t, tc, "stty size\n")
+	termtest.Type(t, tc, "stty size\n")
 	scr.WaitFor(t, "20 90")
 
 	// Ctrl-C is a byte; the terminal turns it into SIGINT for the foreground job (sleep would last 100 s).
-	typeIn(t, tc, "sh -c 'echo sle\"\"eping; exec sleep 100'\n")
+	termtest.Type(t, tc, "sh -c 'echo sle\"\"eping; exec sleep 100'\n")
 	scr.WaitFor(t, "sleeping")
-	typeIn(t, tc, "\x03")
-	typeIn(t, tc, "echo ali''ve\n")
+	termtest.Type(t, tc, "\x03")
+	termtest.Type(t, tc, "echo ali''ve\n")
 	scr.WaitFor(t, "alive")
 
 	// The boundary of exec: the sandbox's uid and hostname, its own PID namespace, no host files.
-	typeIn(t, tc, "echo id=$(id -u) host=$(hostname) init=$(cat /proc/1/comm) secret=$(cat "+h.secrets+" 2>&1 | head -c 40) e''nd\n")
+	termtest.Type(t, tc, "echo id=$(id -u) host=$(hostname) init=$(cat /proc/1/comm) secret=$(cat "+h.secrets+" 2>&1 | head -c 40) e''nd\n")
 	scr.WaitFor(t, "id="+strconv.Itoa(isolate.SandboxUID)+" host="+isolate.Hostname+" init=bwrap secret=cat: ")
 	scr.WaitFor(t, "end")
 	if strings.Contains(scr.String(), h.secretVal) {
@@ -91,7 +84,7 @@ func TestTerminal(t *testing.T) {
 	}
 
 	// Detach: the terminal runs on; the next client gets the kept output first.
-	typeIn(t, tc, "echo mark''er-1\n")
+	termtest.Type(t, tc, "echo mark''er-1\n")
 	scr.WaitFor(t, "marker-1")
 	if err := tc.Close(); err != nil {
 		t.Fatal(err)
@@ -111,14 +104,14 @@ func TestTerminal(t *testing.T) {
 	scr2.WaitFor(t, "marker-1")
 	tc3, scr3 := attachTerminal(t, sb, info.ID) // a second client sees the same terminal
 	scr3.WaitFor(t, "marker-1")
-	typeIn(t, tc3, "echo fr''om-3\n")
+	termtest.Type(t, tc3, "echo fr''om-3\n")
 	scr2.WaitFor(t, "from-3")
 	scr3.WaitFor(t, "from-3")
 	if list, err := sb.Terminals(ctx); err != nil || len(list) != 1 || list[0].Attached != 2 {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
 
-	typeIn(t, tc2, "exit 5\n")
+	termtest.Type(t, tc2, "exit 5\n")
 	for _, c := range []struct {
 		tc  *warren.TerminalConn
 		scr *termtest.Screen

@@ -19,13 +19,6 @@ import (
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
-func typeKeys(t *testing.T, w io.Writer, s string) {
-	t.Helper()
-	if _, err := io.WriteString(w, s); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A terminal through the edge with the SDK, the runner under bubblewrap: typed commands and their output,
 // resize, Ctrl-C, the boundary of exec, detach and re-attach with replay, typed refusals.
 func TestTerminalThroughTheEdge(t *testing.T) {
@@ -42,23 +35,23 @@ func TestTerminalThroughTheEdge(t *testing.T) {
 	}
 	scr := termtest.Watch(tc)
 	// Quotes split the words, so the terminal's echo of the typed line does not match the output.
-	typeKeys(t, tc, "echo h''i\n")
+	termtest.Type(t, tc, "echo h''i\n")
 	scr.WaitFor(t, "hi\r\n")
 	if err := tc.Resize(132, 50); err != nil {
 		t.Fatal(err)
 	}
-	typeKeys(t, tc, "stty size\n")
+	termtest.Type(t, tc, "stty size\n")
 	scr.WaitFor(t, "50 132")
-	typeKeys(t, tc, "sh -c 'echo sle\"\"eping; exec sleep 100'\n")
+	termtest.Type(t, tc, "sh -c 'echo sle\"\"eping; exec sleep 100'\n")
 	scr.WaitFor(t, "sleeping")
-	typeKeys(t, tc, "\x03") // SIGINT for the foreground job: without it the next line waits 100 s
-	typeKeys(t, tc, "echo interr''upted\n")
+	termtest.Type(t, tc, "\x03") // SIGINT for the foreground job: without it the next line waits 100 s
+	termtest.Type(t, tc, "echo interr''upted\n")
 	scr.WaitFor(t, "interrupted")
 
 	// Isolated like exec: the sandbox's uid and hostname, a PID namespace of its own (bwrap is its init,
 	// none of the host's processes, this test's included, is visible), no host home.
 	self := strconv.Itoa(os.Getpid())
-	typeKeys(t, tc, "echo uid=$(id -u) host=$(hostname) init=$(cat /proc/1/comm) procs=$(ls -d /proc/[0-9]* | wc -l) me=$(cat /proc/"+self+"/comm 2>/dev/null || echo none) root=$(ls /root 2>&1 | head -c 20) e''nd\n")
+	termtest.Type(t, tc, "echo uid=$(id -u) host=$(hostname) init=$(cat /proc/1/comm) procs=$(ls -d /proc/[0-9]* | wc -l) me=$(cat /proc/"+self+"/comm 2>/dev/null || echo none) root=$(ls /root 2>&1 | head -c 20) e''nd\n")
 	scr.WaitFor(t, "uid="+strconv.Itoa(isolate.SandboxUID)+" host="+isolate.Hostname+" init=bwrap procs=")
 	scr.WaitFor(t, "end")
 	line := scr.String()[strings.LastIndex(scr.String(), "uid="):]
@@ -74,7 +67,7 @@ func TestTerminalThroughTheEdge(t *testing.T) {
 	}
 
 	// Disconnect, output while nobody is attached, re-attach: the replay has both, then it is live.
-	typeKeys(t, tc, "(sleep 1; echo wh''ile-away) &\n")
+	termtest.Type(t, tc, "(sleep 1; echo wh''ile-away) &\n")
 	if err := tc.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -87,9 +80,9 @@ func TestTerminalThroughTheEdge(t *testing.T) {
 	scr2.WaitFor(t, "hi\r\n")
 	scr2.WaitFor(t, "50 132")
 	scr2.WaitFor(t, "while-away")
-	typeKeys(t, tc2, "echo ba''ck\n")
+	termtest.Type(t, tc2, "echo ba''ck\n")
 	scr2.WaitFor(t, "back")
-	typeKeys(t, tc2, "exit 9\n")
+	termtest.Type(t, tc2, "exit 9\n")
 	if err := scr2.Wait(t); err != io.EOF {
 		t.Fatalf("end = %v", err)
 	}
@@ -134,7 +127,7 @@ func TestExecTerminalCLI(t *testing.T) {
 	}
 	defer local.Close()
 	scr := termtest.Watch(local)
-	typeKeys(t, local, "stty size\r")
+	termtest.Type(t, local, "stty size\r")
 	scr.WaitFor(t, "27 91")
 	if err := pty.Setsize(local, &pty.Winsize{Cols: 101, Rows: 33}); err != nil {
 		t.Fatal(err)
@@ -144,15 +137,15 @@ func TestExecTerminalCLI(t *testing.T) {
 		if i == 200 {
 			t.Fatalf("the window change did not reach the sandbox:\n%s", scr.String())
 		}
-		typeKeys(t, local, "stty size; echo ro''und-"+strconv.Itoa(i)+"\r")
+		termtest.Type(t, local, "stty size; echo ro''und-"+strconv.Itoa(i)+"\r")
 		scr.WaitFor(t, "round-"+strconv.Itoa(i)+"\r\n")
 	}
-	typeKeys(t, local, "sh -c 'echo sle\"\"eping; exec sleep 100'\r")
+	termtest.Type(t, local, "sh -c 'echo sle\"\"eping; exec sleep 100'\r")
 	scr.WaitFor(t, "sleeping")
-	typeKeys(t, local, "\x03")
-	typeKeys(t, local, "echo sti''ll-here\r")
+	termtest.Type(t, local, "\x03")
+	termtest.Type(t, local, "echo sti''ll-here\r")
 	scr.WaitFor(t, "still-here")
-	typeKeys(t, local, "exit 3\r")
+	termtest.Type(t, local, "exit 3\r")
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 {

@@ -109,3 +109,11 @@ func (s *Screen) String() string {
 	defer s.mu.Unlock()
 	return s.buf.String()
 }
+
+// Type writes s (keys, as a terminal would send them) to w.
+func Type(t testing.TB, w io.Writer, s string) {
+	t.Helper()
+	if _, err := io.WriteString(w, s); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -22,13 +22,6 @@ func startTerminal(t *testing.T, s *Sandbox, spec ProcessSpec, cols, rows int) (
 	return term, termtest.Watch(termtest.ReaderFunc(term.ReadOutput))
 }
 
-func typeIn(t *testing.T, term *Terminal, s string) {
-	t.Helper()
-	if _, err := term.PTY.Write([]byte(s)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // ttyNr is field 7 of /proc/PID/stat: the controlling terminal's device number, 0 for none.
 func ttyNr(t *testing.T, pid int) int {
 	t.Helper()
@@ -65,27 +58,27 @@ func TestStartTerminal(t *testing.T) {
 			t.Run("interactive shell: resize, Ctrl-C, job control", func(t *testing.T) {
 				term, scr := startTerminal(t, s, ProcessSpec{Command: "sh", Args: []string{"-i"}, Env: map[string]string{"PS1": "$ "}}, 80, 24)
 				// The quotes keep the echo of the typed line from matching what the command prints.
-				typeIn(t, term, "echo he''llo\n")
+				termtest.Type(t, term.PTY, "echo he''llo\n")
 				scr.WaitFor(t, "hello")
 				if err := term.Resize(132, 43); err != nil {
 					t.Fatal(err)
 				}
-				typeIn(t, term, "stty size\n")
+				termtest.Type(t, term.PTY, "stty size\n")
 				scr.WaitFor(t, "43 132")
 				// The job itself says when it runs (then it is the foreground group), so Ctrl-C cannot reach the
 				// shell before the job started.
-				typeIn(t, term, "sh -c 'echo sle\"\"eping; exec sleep 100'\n")
+				termtest.Type(t, term.PTY, "sh -c 'echo sle\"\"eping; exec sleep 100'\n")
 				scr.WaitFor(t, "sleeping")
-				typeIn(t, term, "\x03") // Ctrl-C: SIGINT for the foreground job; without it sleep lasts 100 s
-				typeIn(t, term, "echo ali''ve\n")
+				termtest.Type(t, term.PTY, "\x03") // Ctrl-C: SIGINT for the foreground job; without it sleep lasts 100 s
+				termtest.Type(t, term.PTY, "echo ali''ve\n")
 				scr.WaitFor(t, "alive")
 				if mode.insecure {
-					typeIn(t, term, "exit 0\n")
+					termtest.Type(t, term.PTY, "exit 0\n")
 				} else {
 					// Inside the boundary: the sandbox's user, hostname and PID namespace.
-					typeIn(t, term, "echo id=$(id -u) host=$(hostname) procs=$(ls -d /proc/[0-9]* | wc -l) end\n")
+					termtest.Type(t, term.PTY, "echo id=$(id -u) host=$(hostname) procs=$(ls -d /proc/[0-9]* | wc -l) end\n")
 					scr.WaitFor(t, "id="+strconv.Itoa(SandboxUID)+" host="+Hostname+" procs=")
-					typeIn(t, term, "exit 0\n")
+					termtest.Type(t, term.PTY, "exit 0\n")
 				}
 				if code := waitExit(t, term.Process); code != 0 {
 					t.Fatalf("exit = %d, want 0", code)
