@@ -39,15 +39,6 @@ func census[T liveItem](items []T) (running, oldestExited int) {
 	return running, oldestExited
 }
 
-// startMetrics registers a table's counter of starts (by outcome: ok, refused, error) and its gauge of
-// running programs.
-func startMetrics(r *Runner, starts, startsHelp, running, runningHelp string, count func() int) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: starts, Help: startsHelp}, []string{"outcome"})
-	r.metrics.reg.MustRegister(c, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: running, Help: runningHelp},
-		func() float64 { return float64(count()) }))
-	return c
-}
-
 // countStart records the outcome of a start request.
 func countStart(starts *prometheus.CounterVec, err error) error {
 	switch {

@@ -69,9 +69,14 @@ type term struct {
 }
 
 func newTermTable(r *Runner) *termTable {
-	t := &termTable{r: r}
-	t.starts = startMetrics(r, "warren_runner_terminal_starts_total", "Terminals created, by outcome (ok, refused, error).",
-		"warren_runner_terminals_running", "Terminals running now.", t.running)
+	t := &termTable{r: r, starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warren_runner_terminal_starts_total",
+		Help: "Terminals created, by outcome (ok, refused, error).",
+	}, []string{"outcome"})}
+	r.metrics.reg.MustRegister(t.starts, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warren_runner_terminals_running",
+		Help: "Terminals running now.",
+	}, func() float64 { return float64(t.running()) }))
 	return t
 }
 

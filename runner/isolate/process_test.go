@@ -35,119 +35,126 @@ func waitExit(t testing.TB, p *Process) int {
 	return code
 }
 
-func TestStart(t *testing.T) {
+// eachMode runs f as a subtest under bubblewrap and in insecure mode, with a sandbox of that mode.
+func eachMode(t *testing.T, f func(t *testing.T, s *Sandbox, insecure bool)) {
 	for _, mode := range []struct {
 		name     string
 		insecure bool
 	}{{"bwrap", false}, {"insecure", true}} {
 		t.Run(mode.name, func(t *testing.T) {
 			s, _ := newSandbox(t, mode.insecure)
+			f(t, s, mode.insecure)
+		})
+	}
+}
 
-			t.Run("pipes", func(t *testing.T) {
-				p := startProcess(t, s, context.Background(), ProcessSpec{
-					Command: `while read -r line; do echo "got $line"; echo "err $line" >&2; done; exit 7`,
-				})
-				out, errs := bufio.NewReader(p.Stdout), bufio.NewReader(p.Stderr)
-				for _, in := range []string{"one", "two"} {
-					if _, err := fmt.Fprintln(p.Stdin, in); err != nil {
-						t.Fatal(err)
-					}
-					if l, err := out.ReadString('\n'); err != nil || l != "got "+in+"\n" {
-						t.Fatalf("stdout line = %q, %v", l, err)
-					}
-					if l, err := errs.ReadString('\n'); err != nil || l != "err "+in+"\n" {
-						t.Fatalf("stderr line = %q, %v", l, err)
-					}
-				}
-				p.Stdin.Close()
-				if code := waitExit(t, p); code != 7 {
-					t.Fatalf("exit = %d, want 7", code)
-				}
-				if rest, _ := io.ReadAll(out); len(rest) != 0 {
-					t.Fatalf("unexpected output %q", rest)
-				}
-				if got := p.ExitError(); got != "exit status 7" {
-					t.Errorf("ExitError = %q", got)
-				}
+func TestStart(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *Sandbox, insecure bool) {
+
+		t.Run("pipes", func(t *testing.T) {
+			p := startProcess(t, s, context.Background(), ProcessSpec{
+				Command: `while read -r line; do echo "got $line"; echo "err $line" >&2; done; exit 7`,
 			})
-
-			t.Run("env", func(t *testing.T) {
-				t.Setenv("WARREN_ISOLATE_TEST_SECRET", "leak")
-				p := startProcess(t, s, context.Background(), ProcessSpec{
-					Command: "/bin/sh", Args: []string{"-c", `echo "$HOME|$FOO|$WARREN_ISOLATE_TEST_SECRET"`},
-					Env: map[string]string{"HOME": "/elsewhere", "FOO": "bar"},
-				})
-				b, _ := io.ReadAll(p.Stdout)
-				if string(b) != "/elsewhere|bar|\n" {
-					t.Fatalf("output %q", b)
-				}
-			})
-
-			t.Run("close kills the tree", func(t *testing.T) {
-				marker := fmt.Sprintf("86400.%d", rand.Uint32())
-				p := startProcess(t, s, context.Background(), ProcessSpec{
-					Command: fmt.Sprintf("sleep %s & sleep %s & echo ready; wait", marker, marker),
-				})
-				if l, err := bufio.NewReader(p.Stdout).ReadString('\n'); err != nil || l != "ready\n" {
-					t.Fatalf("first line %q, %v", l, err)
-				}
-				if err := p.Close(); err != nil {
+			out, errs := bufio.NewReader(p.Stdout), bufio.NewReader(p.Stderr)
+			for _, in := range []string{"one", "two"} {
+				if _, err := fmt.Fprintln(p.Stdin, in); err != nil {
 					t.Fatal(err)
 				}
-				select {
-				case <-p.Done():
-				default:
-					t.Fatal("Close returned before the process was reaped")
+				if l, err := out.ReadString('\n'); err != nil || l != "got "+in+"\n" {
+					t.Fatalf("stdout line = %q, %v", l, err)
 				}
-				if !mode.insecure {
-					// Under bwrap, Close returns once the sandbox's PID namespace is gone.
-					if pids := findProcesses("sleep " + marker); len(pids) > 0 {
-						t.Errorf("processes %v still alive when Close returned", pids)
-					}
+				if l, err := errs.ReadString('\n'); err != nil || l != "err "+in+"\n" {
+					t.Fatalf("stderr line = %q, %v", l, err)
 				}
-				waitNoProcess(t, "sleep "+marker)
-				if err := p.Close(); err != nil {
-					t.Fatalf("second Close: %v", err)
-				}
-				if _, err := p.Stdin.Write([]byte("x")); err == nil {
-					t.Fatal("write to a closed process succeeded")
-				}
-			})
+			}
+			p.Stdin.Close()
+			if code := waitExit(t, p); code != 7 {
+				t.Fatalf("exit = %d, want 7", code)
+			}
+			if rest, _ := io.ReadAll(out); len(rest) != 0 {
+				t.Fatalf("unexpected output %q", rest)
+			}
+			if got := p.ExitError(); got != "exit status 7" {
+				t.Errorf("ExitError = %q", got)
+			}
+		})
 
-			t.Run("ctx ends the process", func(t *testing.T) {
-				marker := fmt.Sprintf("86400.%d", rand.Uint32())
+		t.Run("env", func(t *testing.T) {
+			t.Setenv("WARREN_ISOLATE_TEST_SECRET", "leak")
+			p := startProcess(t, s, context.Background(), ProcessSpec{
+				Command: "/bin/sh", Args: []string{"-c", `echo "$HOME|$FOO|$WARREN_ISOLATE_TEST_SECRET"`},
+				Env: map[string]string{"HOME": "/elsewhere", "FOO": "bar"},
+			})
+			b, _ := io.ReadAll(p.Stdout)
+			if string(b) != "/elsewhere|bar|\n" {
+				t.Fatalf("output %q", b)
+			}
+		})
+
+		t.Run("close kills the tree", func(t *testing.T) {
+			marker := fmt.Sprintf("86400.%d", rand.Uint32())
+			p := startProcess(t, s, context.Background(), ProcessSpec{
+				Command: fmt.Sprintf("sleep %s & sleep %s & echo ready; wait", marker, marker),
+			})
+			if l, err := bufio.NewReader(p.Stdout).ReadString('\n'); err != nil || l != "ready\n" {
+				t.Fatalf("first line %q, %v", l, err)
+			}
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-p.Done():
+			default:
+				t.Fatal("Close returned before the process was reaped")
+			}
+			if !insecure {
+				// Under bwrap, Close returns once the sandbox's PID namespace is gone.
+				if pids := findProcesses("sleep " + marker); len(pids) > 0 {
+					t.Errorf("processes %v still alive when Close returned", pids)
+				}
+			}
+			waitNoProcess(t, "sleep "+marker)
+			if err := p.Close(); err != nil {
+				t.Fatalf("second Close: %v", err)
+			}
+			if _, err := p.Stdin.Write([]byte("x")); err == nil {
+				t.Fatal("write to a closed process succeeded")
+			}
+		})
+
+		t.Run("ctx ends the process", func(t *testing.T) {
+			marker := fmt.Sprintf("86400.%d", rand.Uint32())
+			ctx, cancel := context.WithCancel(context.Background())
+			p := startProcess(t, s, ctx, ProcessSpec{Command: "sleep", Args: []string{marker}})
+			cancel()
+			if code := waitExit(t, p); code != 128+9 {
+				t.Errorf("exit after cancel = %d, want %d", code, 128+9)
+			}
+			waitNoProcess(t, "sleep "+marker)
+		})
+
+		t.Run("cancel right after start never leaks", func(t *testing.T) {
+			// A kill landing between bwrap's clone and its child's parent-death signal used to leave
+			// the sandbox running (about 1 in 50); a hundred immediate cancels catch that nearly always.
+			marker := fmt.Sprintf("86400.%d", rand.Uint32())
+			for range 100 {
 				ctx, cancel := context.WithCancel(context.Background())
 				p := startProcess(t, s, ctx, ProcessSpec{Command: "sleep", Args: []string{marker}})
 				cancel()
-				if code := waitExit(t, p); code != 128+9 {
-					t.Errorf("exit after cancel = %d, want %d", code, 128+9)
-				}
-				waitNoProcess(t, "sleep "+marker)
-			})
-
-			t.Run("cancel right after start never leaks", func(t *testing.T) {
-				// A kill landing between bwrap's clone and its child's parent-death signal used to leave
-				// the sandbox running (about 1 in 50); a hundred immediate cancels catch that nearly always.
-				marker := fmt.Sprintf("86400.%d", rand.Uint32())
-				for range 100 {
-					ctx, cancel := context.WithCancel(context.Background())
-					p := startProcess(t, s, ctx, ProcessSpec{Command: "sleep", Args: []string{marker}})
-					cancel()
-					waitExit(t, p)
-				}
-				waitNoProcess(t, "sleep "+marker)
-			})
-
-			t.Run("invalid spec", func(t *testing.T) {
-				if _, err := s.Start(context.Background(), ProcessSpec{}); !errors.Is(err, ErrInvalidSpec) {
-					t.Errorf("empty command: %v", err)
-				}
-				if _, err := s.Start(context.Background(), ProcessSpec{Command: "true", Env: map[string]string{"A-B": "x"}}); !errors.Is(err, ErrInvalidSpec) {
-					t.Errorf("bad env: %v", err)
-				}
-			})
+				waitExit(t, p)
+			}
+			waitNoProcess(t, "sleep "+marker)
 		})
-	}
+
+		t.Run("invalid spec", func(t *testing.T) {
+			if _, err := s.Start(context.Background(), ProcessSpec{}); !errors.Is(err, ErrInvalidSpec) {
+				t.Errorf("empty command: %v", err)
+			}
+			if _, err := s.Start(context.Background(), ProcessSpec{Command: "true", Env: map[string]string{"A-B": "x"}}); !errors.Is(err, ErrInvalidSpec) {
+				t.Errorf("bad env: %v", err)
+			}
+		})
+	})
 }
 
 func TestStartBinds(t *testing.T) {
