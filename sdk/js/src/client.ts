@@ -4,6 +4,7 @@ import { WarrenError, errorFromHTTP } from "./errors.js";
 import type { ServerMessage } from "./events.js";
 import { Tasks } from "./execute.js";
 import { Sandbox } from "./sandbox.js";
+import { Terminals } from "./terminal.js";
 import { type ConnectOptions, Session, type SessionOptions } from "./session.js";
 import { type Transport, WebSocketTransport, edgeURL } from "./transport.js";
 
@@ -46,6 +47,8 @@ export class Client {
   readonly sandbox: Sandbox;
   /** The one-shot tasks of the token's user (POST /v1/execute). */
   readonly tasks: Tasks;
+  /** The terminals of the token's user's sandbox. */
+  readonly terminals: Terminals;
   private fetchFn: typeof fetch;
 
   constructor(baseURL: string, token: string, opts: ClientOptions = {}) {
@@ -68,6 +71,7 @@ export class Client {
     this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.sandbox = new Sandbox(this);
     this.tasks = new Tasks(this);
+    this.terminals = new Terminals(this);
   }
 
   /** Opens an agent session. */

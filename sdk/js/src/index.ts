@@ -10,6 +10,7 @@ export * from "./sandbox.js";
 export * from "./git.js";
 export * from "./execute.js";
 export * from "./files.js";
+export * from "./terminal.js";
 export * from "./session.js";
 export * from "./client.js";
 export * from "./webtransport.js";

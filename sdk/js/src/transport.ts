@@ -40,11 +40,11 @@ export interface Transport {
   connect(baseURL: string, token: string, signal?: AbortSignal): Promise<Connection>;
 }
 
-// The WebSocket API the transport needs: the browser's (WHATWG) one, which the ws package also offers.
-interface WSLike {
+/** The WebSocket API the SDK needs: the browser's (WHATWG) one, which the ws package also offers. */
+export interface WSLike {
   readonly readyState: number;
   binaryType: string;
-  send(data: string): void;
+  send(data: string | Uint8Array): void;
   close(code?: number, reason?: string): void;
   terminate?: () => void;
   onopen: ((ev: unknown) => void) | null;
@@ -56,9 +56,11 @@ type WSConstructor = new (url: string, protocols?: string | string[], options?: 
 
 let nodeWS: Promise<WSConstructor> | undefined;
 
-// The WebSocket class: the platform's, else (Node 20) the ws package's, which also lets the token go in a
-// header instead of the URL.
-async function webSocketClass(): Promise<{ ctor: WSConstructor; headers: boolean }> {
+/**
+ * The WebSocket class: the platform's, else (Node 20) the ws package's, which also lets the token go in a
+ * header instead of the URL (headers: true).
+ */
+export async function webSocketClass(): Promise<{ ctor: WSConstructor; headers: boolean }> {
   const g = (globalThis as { WebSocket?: WSConstructor }).WebSocket;
   if (g && typeof process === "undefined") return { ctor: g, headers: false };
   nodeWS ??= import("ws").then((m) => (m.default ?? m.WebSocket) as unknown as WSConstructor);

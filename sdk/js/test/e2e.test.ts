@@ -267,6 +267,51 @@ test("exec, streamed exec and files with the same token", async () => {
   await assert.rejects(sb.readFile("../etc/passwd"), (e: unknown) => e instanceof WarrenError && e.code === "permission_denied");
 });
 
+// Reads a terminal's output until it contains want (after from); returns the text read so far.
+async function readUntil(it: AsyncIterator<Uint8Array>, seen: { text: string }, want: string): Promise<void> {
+  const dec = new TextDecoder();
+  while (!seen.text.includes(want)) {
+    const { value, done } = await it.next();
+    if (done) throw new Error(`the terminal ended without ${JSON.stringify(want)}: ${JSON.stringify(seen.text)}`);
+    seen.text += dec.decode(value, { stream: true });
+  }
+}
+
+test("a terminal: typed input, resize, Ctrl-C, detach and re-attach with replay, exit code", async () => {
+  const terms = client("js-terminal").terminals;
+  const info = await terms.create({ command: "sh", args: ["-i"], cols: 80, rows: 24, env: { PS1: "$ " } });
+  assert.equal(info.status, "running");
+  let conn = await terms.attach(info.id);
+  let it = conn[Symbol.asyncIterator]();
+  let seen = { text: "" };
+  conn.write("echo h''i-js\n"); // the quotes keep the terminal's echo of the line from matching
+  await readUntil(it, seen, "hi-js");
+  conn.resize(120, 40);
+  conn.write("stty size\n");
+  await readUntil(it, seen, "40 120");
+  conn.write("sh -c 'echo sle\"\"eping; exec sleep 100'\n");
+  await readUntil(it, seen, "sleeping");
+  conn.write("\x03"); // Ctrl-C: without it the next line would wait 100 s
+  conn.write("echo ali''ve\n");
+  await readUntil(it, seen, "alive");
+  conn.close();
+  assert.deepEqual(await conn.ended, {});
+  assert.equal((await terms.get(info.id)).status, "running");
+
+  conn = await terms.attach(info.id); // the kept output comes first
+  it = conn[Symbol.asyncIterator]();
+  seen = { text: "" };
+  await readUntil(it, seen, "hi-js");
+  await readUntil(it, seen, "alive");
+  conn.write("exit 6\n");
+  for (;;) if ((await it.next()).done) break;
+  assert.deepEqual(await conn.ended, { exitCode: 6 });
+  assert.equal((await terms.list()).find((t) => t.id === info.id)?.exitCode, 6);
+  await terms.kill(info.id);
+  await assert.rejects(terms.attach(info.id), (e: unknown) => e instanceof WarrenError && e.code === "not_found");
+  await assert.rejects(terms.create({ cols: 5000, rows: 1 }), (e: unknown) => e instanceof WarrenError && e.code === "invalid_argument");
+});
+
 test("a bad token is a typed unauthenticated error on the channel and over REST", async () => {
   const forged = mintToken("wsk_" + "x".repeat(43), { iss: issuer, sub: "js-bad" }, { kid });
   const c = new Client(url, forged);

@@ -18,6 +18,7 @@ import {
   parseWatchEvent,
   parseRegions,
   parseServerMessage,
+  parseTermControl,
   runTool,
   toolCall,
 } from "../src/index.js";
@@ -168,4 +169,24 @@ test("watch events parse, unknown ones are skipped, malformed ones throw", () =>
   for (const [ev, data] of [["change", "{"], ["change", `{"path":"a"}`], ["change", `{"path":"a","ops":[1]}`], ["ready", "[]"], ["overflow", "{}"]]) {
     assert.throws(() => parseWatchEvent(ev, data), (e: unknown) => e instanceof WarrenError && e.code === "internal");
   }
+});
+
+test("terminal control messages are checked as the runner checks them", () => {
+  assert.deepEqual(parseTermControl(`{"type":"resize","cols":80,"rows":24}`), { type: "resize", cols: 80, rows: 24 });
+  assert.deepEqual(parseTermControl(`{"type":"exit","code":3}`), { type: "exit", code: 3 });
+  for (const bad of [
+    `{"type":"resize","cols":0,"rows":24}`,
+    `{"type":"resize","cols":80,"rows":1001}`,
+    `{"type":"resize","cols":80.5,"rows":24}`,
+    `{"type":"resize","cols":80,"rows":24,"code":1}`,
+    `{"type":"exit"}`,
+    `{"type":"exit","code":1,"cols":2}`,
+    `{"type":"signal"}`,
+    `{"type":"exit","code":0,"extra":1}`,
+    `[]`,
+    `nope`,
+  ]) {
+    assert.throws(() => parseTermControl(bad), (e: unknown) => e instanceof WarrenError && e.code === "invalid_argument", bad);
+  }
+  assert.throws(() => parseTermControl(" ".repeat(1025)), (e: unknown) => e instanceof WarrenError && e.code === "payload_too_large");
 });
