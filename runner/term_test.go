@@ -281,3 +281,38 @@ func readUntilClose(ctx context.Context, conn *websocket.Conn) (websocket.Messag
 		}
 	}
 }
+
+// BenchmarkTerminalKeystroke measures one keystroke's round trip through an attached terminal under
+// bubblewrap: a byte over the WebSocket into the pseudo-terminal, read by cat (raw mode, no echo) and
+// written back, out of the pseudo-terminal and over the WebSocket to the client.
+func BenchmarkTerminalKeystroke(b *testing.B) {
+	h := startRunner(b)
+	sb := h.sandboxClient(b)
+	ctx := context.Background()
+	in, err := sb.CreateTerminal(ctx, warren.TerminalRequest{Command: "stty raw -echo && echo ready && exec cat"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tc, err := sb.AttachTerminal(ctx, in.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tc.Close()
+	var seen []byte
+	buf := make([]byte, 4096)
+	for !strings.Contains(string(seen), "ready\n") {
+		n, err := tc.Read(buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		seen = append(seen, buf[:n]...)
+	}
+	for b.Loop() {
+		if _, err := tc.Write([]byte{'k'}); err != nil {
+			b.Fatal(err)
+		}
+		if n, err := io.ReadAtLeast(tc, buf[:1], 1); err != nil || n != 1 || buf[0] != 'k' {
+			b.Fatalf("read %q, %v", buf[:n], err)
+		}
+	}
+}
