@@ -85,6 +85,8 @@ type Config struct {
 	// every request. A quota changed meanwhile applies to sandbox API requests within this time; the usage
 	// is read for every admission, and agent channels read the quotas afresh.
 	AdmissionCacheTTL time.Duration
+	// Previews, when set, serves preview URLs of ports of users' sandboxes (edge/preview.go).
+	Previews *PreviewConfig
 }
 
 // Rates are per-minute limits; the burst equals the rate. They are billing's, which quotas override.
@@ -104,6 +106,7 @@ type Edge struct {
 	mux     *http.ServeMux
 	peers   *peers
 	admits  admissionCache
+	pv      *previewState // nil without Config.Previews
 }
 
 // New validates cfg and returns an Edge.
@@ -152,7 +155,7 @@ func New(cfg Config) (*Edge, error) {
 
 // Handler is the edge's HTTP handler: /ws (and /ws/), /v1/sandbox/*, /v1/sessions[/*], /v1/regions, /healthz,
 // /readyz.
-func (e *Edge) Handler() http.Handler { return e.withRequestID(e.withCORS(e.mux)) }
+func (e *Edge) Handler() http.Handler { return e.withRequestID(e.previewHosts(e.withCORS(e.mux))) }
 
 func (e *Edge) routes() {
 	mux := http.NewServeMux()
@@ -164,6 +167,7 @@ func (e *Edge) routes() {
 	mux.HandleFunc("GET /v1/regions", e.serveRegions)
 	mux.HandleFunc("/v1/execute", e.serveExecute) // one-shot tasks (execute.go)
 	mux.HandleFunc("/v1/execute/", e.serveExecute)
+	e.previewRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))

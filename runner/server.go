@@ -46,6 +46,7 @@ func (a *api) routes() http.Handler {
 	a.fileRoutes(mux)
 	a.procRoutes(mux)
 	a.termRoutes(mux)
+	a.previewRoutes(mux)
 	a.sessionRoutes(mux)
 	a.gitRoutes(mux)
 	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))

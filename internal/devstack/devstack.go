@@ -29,6 +29,7 @@ import (
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/playground"
+	previewsqlite "github.com/warren-mesh/warren/internal/previews/sqlite"
 	"github.com/warren-mesh/warren/internal/regions"
 	regionsqlite "github.com/warren-mesh/warren/internal/regions/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
@@ -70,6 +71,9 @@ type Config struct {
 	DefaultModel  string
 	IdleTimeout   time.Duration // sandboxes sleep after this long idle (0: never)
 	Rates         edge.Rates    // zero: edge.DefaultRates
+	// Previews configures preview URLs (their store is always the placements' SQLite file); nil: the
+	// defaults, path-based (/preview/<token>/).
+	Previews *edge.PreviewConfig
 	// NoWebTransport turns WebTransport off; otherwise the edge serves it on UDP at the TCP port number,
 	// with a self-signed certificate (WebTransportCert, default a fresh edge.SelfSigned for the listen
 	// address and localhost) whose hash GET /v1/regions publishes. A UDP port that cannot be bound only
@@ -266,6 +270,16 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, dir.Close)
+	pvStore, err := previewsqlite.Open(ctx, filepath.Join(cfg.DataDir, "placements.db"))
+	if err != nil {
+		return nil, fmt.Errorf("devstack: previews: %w", err)
+	}
+	s.closers = append(s.closers, pvStore.Close)
+	pv := edge.PreviewConfig{}
+	if cfg.Previews != nil {
+		pv = *cfg.Previews
+	}
+	pv.Store = pvStore
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("devstack: listen: %w", err)
 	}
@@ -279,7 +293,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.edgeCfg = edge.Config{
 		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger,
 		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates, Directory: dir,
-		Logger: s.log.With("component", "edge"), Metrics: reg, WebTransport: wt,
+		Logger: s.log.With("component", "edge"), Metrics: reg, WebTransport: wt, Previews: &pv,
 	}
 	if cfg.CORSOrigins == nil {
 		cfg.CORSOrigins = []string{"*"}

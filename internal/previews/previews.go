@@ -22,16 +22,16 @@ import (
 
 // Preview is one preview URL.
 type Preview struct {
-	ID      string    `json:"id"`
-	Issuer  string    `json:"-"`
-	User    string    `json:"-"`
-	Port    int       `json:"port"`
-	Public  bool      `json:"public"`
-	Created time.Time `json:"created"`
-	Expires time.Time `json:"expires"`
+	ID      string
+	Issuer  string
+	User    string
+	Port    int
+	Public  bool
+	Created time.Time
+	Expires time.Time
 	// Grant is the encoded wire.Grant the edge admitted when the preview was made: the account and limits
 	// its traffic runs the sandbox under.
-	Grant string `json:"-"`
+	Grant string
 }
 
 // Store keeps previews and the signing key in the database every edge of every region shares. Safe for
@@ -212,3 +212,13 @@ func CheckCookie(key []byte, p Preview, v string, now time.Time) bool {
 	want := CookieValue(key, p, time.Unix(exp, 0))
 	return hmac.Equal([]byte(v), []byte(want))
 }
+
+// Headers between the edge and the runner's preview relay: the edge passes what it keeps of the client's
+// request in them; the runner turns them back into Cookie and X-Forwarded-* for the sandbox's server and
+// removes every other X-Warren-* header.
+const (
+	CookieHeader = "X-Warren-Preview-Cookie" // the client's cookies, the edge's access cookie removed
+	HostHeader   = "X-Warren-Preview-Host"   // the public host the client asked (X-Forwarded-Host)
+	ProtoHeader  = "X-Warren-Preview-Proto"  // http or https (X-Forwarded-Proto)
+	PrefixHeader = "X-Warren-Preview-Prefix" // a path-based URL's prefix (X-Forwarded-Prefix)
+)
