@@ -1,0 +1,56 @@
+package runner_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// The preview relay reaches the sandbox's own loopback and nothing else: a listener on the runner's
+// (host's) loopback is not reachable through it, the runner's own port is refused, ports outside 1..65535
+// and junk are refused, and the route needs the runner's key.
+func TestPreviewRelayReachesOnlyTheSandbox(t *testing.T) {
+	h := startRunner(t)
+	host, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	go func() {
+		for {
+			c, err := host.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nHOST")
+			c.Close()
+		}
+	}()
+	hostPort := strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
+	u, _ := url.Parse(h.url)
+	cases := []struct {
+		path    string
+		headers []string
+		code    wire.Code
+	}{
+		{"/v1/preview/" + hostPort + "/", nil, wire.Unavailable},    // the host's listener is not the sandbox's
+		{"/v1/preview/" + u.Port() + "/", nil, wire.PermissionDenied}, // the runner's own API
+		{"/v1/preview/0/", nil, wire.InvalidArgument},
+		{"/v1/preview/65536/", nil, wire.InvalidArgument},
+		{"/v1/preview/080/", nil, wire.InvalidArgument},
+		{"/v1/preview/x/", nil, wire.InvalidArgument},
+		{"/v1/preview/" + hostPort + "/", []string{"Authorization", ""}, wire.Unauthenticated},
+	}
+	for _, c := range cases {
+		resp := h.do(t, http.MethodGet, c.path, nil, c.headers...)
+		body, _ := io.ReadAll(resp.Body)
+		if got := wire.CodeOf(wire.ReadHTTPError(resp.StatusCode, body)); resp.StatusCode == http.StatusOK || got != c.code {
+			t.Errorf("%s %v: %d %s, want %s", c.path, c.headers, resp.StatusCode, body, c.code)
+		}
+	}
+}
