@@ -8,6 +8,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -251,6 +252,36 @@ func TestPreviewURLs(t *testing.T) {
 			if _, err := sb.CreatePreview(ctx, req); !warren.IsCode(err, wire.InvalidArgument) {
 				t.Fatalf("create %+v: %v", req, err)
 			}
+		}
+	})
+
+	t.Run("CLI", func(t *testing.T) {
+		run := func(args ...string) string {
+			t.Helper()
+			cmd := exec.Command(binary, args...)
+			cmd.Env = append(os.Environ(), "WARREN_URL="+st.URL(), "WARREN_TOKEN="+alice)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("warren %v: %v", args, err)
+			}
+			return strings.TrimSpace(string(out))
+		}
+		var p warren.Preview
+		if err := json.Unmarshal([]byte(run("preview", "create", "-public", "-ttl", "10m", "-json", itoa(port))), &p); err != nil {
+			t.Fatal(err)
+		}
+		if !p.Public || p.Expires.Sub(p.Created) != 10*time.Minute {
+			t.Fatalf("created %+v", p)
+		}
+		if resp, body := get(t, st, noRedirect, pathURL(st, p.Token), ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("the CLI's preview: %d %s", resp.StatusCode, body)
+		}
+		if out := run("preview", "ls"); !strings.Contains(out, p.ID) || !strings.Contains(out, "public") {
+			t.Fatalf("ls: %q", out)
+		}
+		run("preview", "rm", p.ID)
+		if out := run("preview", "ls"); strings.Contains(out, p.ID) {
+			t.Fatalf("ls after rm: %q", out)
 		}
 	})
 
