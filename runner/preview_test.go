@@ -38,7 +38,7 @@ func TestPreviewRelayReachesOnlyTheSandbox(t *testing.T) {
 		headers []string
 		code    wire.Code
 	}{
-		{"/v1/preview/" + hostPort + "/", nil, wire.Unavailable},    // the host's listener is not the sandbox's
+		{"/v1/preview/" + hostPort + "/", nil, wire.Unavailable},      // the host's listener is not the sandbox's
 		{"/v1/preview/" + u.Port() + "/", nil, wire.PermissionDenied}, // the runner's own API
 		{"/v1/preview/0/", nil, wire.InvalidArgument},
 		{"/v1/preview/65536/", nil, wire.InvalidArgument},

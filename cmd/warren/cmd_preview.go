@@ -11,10 +11,6 @@ import (
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
-func init() {
-	register("preview", "preview URLs of ports of your sandbox: warren preview create|ls|rm", runPreview)
-}
-
 const previewUsage = `usage: warren preview [-url U] [-token T] COMMAND ...
 
 commands:
@@ -26,6 +22,10 @@ commands:
   ls [-json]            list your live preview URLs
   rm ID                 revoke one, at once, at every edge
 `
+
+func init() {
+	register("preview", "preview URLs of ports of your sandbox: warren preview create|ls|rm", runPreview)
+}
 
 func runPreview(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runSubcommands(ctx, "preview", previewUsage, args, stdout, stderr, map[string]subcommand{
