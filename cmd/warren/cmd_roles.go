@@ -135,6 +135,8 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	mf.register(fs)
 	var wf wtFlags
 	wf.register(fs)
+	var pf previewFlags
+	pf.register(fs)
 	var publicURL, edgeID string
 	fs.StringVar(&publicURL, "public-url", os.Getenv("WARREN_PUBLIC_URL"), "this region's public base URL clients connect to (its load balancer), announced in GET /v1/regions; default http://<listen address> ($WARREN_PUBLIC_URL)")
 	fs.StringVar(&edgeID, "edge-id", envOr("NOMAD_ALLOC_ID", hostname()), "this edge's id in the region directory (default $NOMAD_ALLOC_ID or the host name)")
@@ -203,6 +205,10 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	pv, err := pf.config(ctx, pool)
+	if err != nil {
+		return err
+	}
 	client := &remote.Client{URL: sched, Key: key, Registry: reg}
 	em, err := mf.newEdgeMesh(ctx, c.region, keys, log, metrics)
 	if err != nil {
@@ -211,7 +217,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := edge.Config{
 		Region: c.region, Verifier: token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{}),
 		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(ledger), Quotas: ledger, Sessions: sessions, RateBuckets: buckets,
-		Directory: dir, Logger: log, Metrics: metrics, WebTransport: wt,
+		Directory: dir, Logger: log, Metrics: metrics, WebTransport: wt, Previews: pv,
 	}
 	if len(corsOrigins) > 0 {
 		cfg.CORS = &edge.CORS{Origins: corsOrigins}

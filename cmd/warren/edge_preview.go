@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warren-mesh/warren/edge"
+	previewscockroach "github.com/warren-mesh/warren/internal/previews/cockroach"
+)
+
+// previewFlags configure the edge's preview URLs (docs/ARCHITECTURE.md#previews): always on, kept in the
+// database every region shares.
+type previewFlags struct {
+	domain string
+	max    int
+}
+
+func (f *previewFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.domain, "preview-domain", os.Getenv("WARREN_PREVIEW_DOMAIN"), "wildcard domain whose names reach the edges (*.DOMAIN): preview URLs are https://<token>.DOMAIN/, each on its own origin; unset: /preview/<token>/ on the edge's host ($WARREN_PREVIEW_DOMAIN)")
+	def, _ := strconv.Atoi(os.Getenv("WARREN_PREVIEW_MAX_PER_USER"))
+	fs.IntVar(&f.max, "preview-max-per-user", def, "live preview URLs per user (0: 20) ($WARREN_PREVIEW_MAX_PER_USER)")
+}
+
+// config opens the preview store in pool.
+func (f *previewFlags) config(ctx context.Context, pool *pgxpool.Pool) (*edge.PreviewConfig, error) {
+	if f.max < 0 {
+		return nil, fmt.Errorf("-preview-max-per-user must not be negative")
+	}
+	st, err := previewscockroach.New(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return &edge.PreviewConfig{Store: st, Domain: f.domain, MaxPerUser: f.max}, nil
+}
