@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startStack(t *testing.T, mods ...func(*devstack.Config)) *devstack.Stack {
+func startStack(t testing.TB, mods ...func(*devstack.Config)) *devstack.Stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end: starts runner processes under bubblewrap")

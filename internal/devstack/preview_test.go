@@ -31,7 +31,7 @@ type seen struct {
 }
 
 // startPreviewServer starts the tenant's server on port, a background process of the sandbox.
-func startPreviewServer(t *testing.T, ctx context.Context, sb *warren.Sandbox, port int) {
+func startPreviewServer(t testing.TB, ctx context.Context, sb *warren.Sandbox, port int) {
 	t.Helper()
 	src, err := os.ReadFile("testdata/previewserver.py")
 	if err != nil {

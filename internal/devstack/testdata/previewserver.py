@@ -9,6 +9,7 @@ GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no delayed-ACK stall between them
 
     def do_GET(self):
         if self.headers.get("Upgrade", "").lower() == "websocket":
