@@ -11,6 +11,7 @@ export * from "./git.js";
 export * from "./execute.js";
 export * from "./files.js";
 export * from "./terminal.js";
+export * from "./preview.js";
 export * from "./session.js";
 export * from "./client.js";
 export * from "./webtransport.js";

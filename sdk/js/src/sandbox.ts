@@ -3,6 +3,7 @@
 
 import { WarrenError } from "./errors.js";
 import * as files from "./files.js";
+import { type Preview, type PreviewRequest, createPreview, listPreviews, revokePreview } from "./preview.js";
 import { SSEParser } from "./sse.js";
 import { Git } from "./git.js";
 
@@ -112,6 +113,21 @@ export class Sandbox {
     const r = await this.c.request("GET", "/v1/sandbox/files/list", { query: { path }, signal });
     const v = (await r.json()) as { entries?: FileInfo[] };
     return Array.isArray(v.entries) ? v.entries : [];
+  }
+
+  /** Makes a preview URL of a port of the sandbox (docs/PROTOCOL.md#previews). */
+  createPreview(req: PreviewRequest, signal?: AbortSignal): Promise<Preview> {
+    return createPreview(this.c, req, signal);
+  }
+
+  /** The user's live preview URLs, oldest first. */
+  previews(signal?: AbortSignal): Promise<Preview[]> {
+    return listPreviews(this.c, signal);
+  }
+
+  /** Revokes a preview URL at once, at every edge. */
+  revokePreview(id: string, signal?: AbortSignal): Promise<void> {
+    return revokePreview(this.c, id, signal);
   }
 
   /** Removes a file, or a directory with recursive. */

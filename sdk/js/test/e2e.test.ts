@@ -376,3 +376,46 @@ test("files: mkdir -p, stat, move, ranged reads and a recursive watch that sees 
   await until(() => (seen.get("w") ?? []).includes("remove"));
   ac.abort();
 });
+
+test("preview URLs: a server of the sandbox through the edge, private and public, listed and revoked", async () => {
+  const c = client("js-preview");
+  const port = 18797;
+  // A server in the sandbox, as a background process (the process API over the client's request).
+  const started = await c.request("POST", "/v1/sandbox/procs", {
+    body: JSON.stringify({ command: "python3", args: ["-m", "http.server", String(port)] }),
+    headers: { "Content-Type": "application/json" },
+  });
+  const proc = (await started.json()) as { id: string };
+  await c.request("POST", `/v1/sandbox/procs/${proc.id}/wait`, {
+    body: JSON.stringify({ for: "port", port }),
+    headers: { "Content-Type": "application/json" },
+  });
+  const priv = await c.sandbox.createPreview({ port });
+  const pub = await c.sandbox.createPreview({ port, public: true, ttl_seconds: 600 });
+  assert.equal(priv.public, false);
+  assert.ok(priv.token.startsWith(`${port}-${priv.id}-`), priv.token);
+  assert.ok(priv.url.endsWith(`/preview/${priv.token}/`), priv.url);
+  assert.equal(Date.parse(pub.expires) - Date.parse(pub.created), 600_000);
+
+  const listing = await fetch(pub.url);
+  assert.equal(listing.status, 200);
+  assert.match(await listing.text(), /Directory listing/);
+  const refused = await fetch(priv.url);
+  assert.equal(refused.status, 401);
+  assert.equal(((await refused.json()) as { code: string }).code, "unauthenticated");
+  const owner = await fetch(priv.url, { headers: { Authorization: `Bearer ${c.token}` } });
+  assert.equal(owner.status, 200);
+  await owner.body?.cancel();
+  const other = await fetch(priv.url, { headers: { Authorization: `Bearer ${client("js-preview-other").token}` } });
+  assert.equal(other.status, 403);
+  await other.body?.cancel();
+
+  assert.deepEqual((await c.sandbox.previews()).map((p) => p.id), [priv.id, pub.id]);
+  await c.sandbox.revokePreview(priv.id);
+  assert.deepEqual((await c.sandbox.previews()).map((p) => p.id), [pub.id]);
+  const gone = await fetch(priv.url, { headers: { Authorization: `Bearer ${c.token}` } });
+  assert.equal(gone.status, 404);
+  await gone.body?.cancel();
+  await assert.rejects(c.sandbox.revokePreview(priv.id), (e: unknown) => e instanceof WarrenError && e.code === "not_found");
+  await assert.rejects(c.sandbox.createPreview({ port: 0 }), (e: unknown) => e instanceof WarrenError && e.code === "invalid_argument");
+});
