@@ -183,7 +183,7 @@ type meshRegion struct {
 // twoRegions is regions a and b, each an edge with a real mesh node (one dev CA) and its own ledger and
 // sandboxes, sharing one region directory: a's sandboxes answer rn, b's refuse as owned by a. announce
 // says how each region's edge is announced (nil: not at all).
-func twoRegions(t testing.TB, rn *meshRunner, announce func(r *meshRegion) *regions.Edge) (a, b *meshRegion, dir *regionsqlite.Directory) {
+func twoRegions(t testing.TB, rn *meshRunner, announce func(r *meshRegion) *regions.Edge, mods ...func(*Config)) (a, b *meshRegion, dir *regionsqlite.Directory) {
 	t.Helper()
 	ctx := context.Background()
 	tmp := t.TempDir()
@@ -212,11 +212,15 @@ func twoRegions(t testing.TB, rn *meshRunner, announce func(r *meshRegion) *regi
 		if err != nil {
 			t.Fatal(err)
 		}
-		ed, err = New(Config{
+		cfg := Config{
 			Region: name, Verifier: r.verifier, Sandboxes: sb, Ledger: r.ledger, Quotas: r.ledger, Sessions: r.ledger.Sessions(),
 			Directory: dir, Mesh: node, Metrics: r.reg,
 			Rates: Rates{ConnectsPerUser: -1, ConnectsPerIssuer: -1, PromptsPerUser: -1, PromptsPerIssuer: -1},
-		})
+		}
+		for _, m := range mods {
+			m(&cfg)
+		}
+		ed, err = New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

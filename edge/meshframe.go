@@ -162,7 +162,7 @@ func sendableCloseCode(code websocket.StatusCode) bool {
 // reqHead is a forwarded request's head.
 type reqHead struct {
 	Method        string      `json:"method"`
-	Path          string      `json:"path"` // path and query, under /v1/sandbox/ or /v1/sessions (relayedPath)
+	Path          string      `json:"path"` // path and query, under /v1/sandbox/ or /v1/sessions (relayedPath), or /v1/preview/ (previewPath)
 	Header        http.Header `json:"header"`
 	ContentLength int64       `json:"contentLength"` // -1: unknown, the body ends at the half-close
 }
@@ -210,7 +210,7 @@ func (h *reqHead) check() error {
 	switch {
 	case !validMethod(h.Method):
 		return badFrame("method %q", truncateStr(h.Method))
-	case !relayedPath(h.Path) || strings.ContainsFunc(h.Path, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+	case !relayedPath(h.Path) && !previewPath(h.Path) || strings.ContainsFunc(h.Path, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 		return badFrame("path %q", truncateStr(h.Path))
 	case h.ContentLength < -1:
 		return badFrame("content length %d", h.ContentLength)

@@ -431,3 +431,7 @@ func previewRequest(r *http.Request, p previews.Preview, prefix, path string) *h
 	}
 	return out
 }
+
+// previewPath reports whether path is a runner's preview relay path (/v1/preview/<port>/...), which a peer
+// edge may forward over the mesh besides the relayed sandbox API (relayedPath).
+func previewPath(path string) bool { return strings.HasPrefix(path, "/v1/preview/") }
