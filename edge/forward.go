@@ -12,7 +12,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -612,12 +611,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = t.entry.Addr
 			pr.Out.Host = t.entry.Addr
-			runnerHeaders(pr.Out.Header, a, requestID(pr.In.Context()))
-			if strings.HasPrefix(pr.Out.URL.Path, "/v1/preview/") {
-				// A preview's request runs under the grant made when the preview was; it must not take the
-				// place of the one the user's newest request brought (edge/preview.go).
-				pr.Out.Header.Del(wire.HeaderGrant)
-			}
+			runnerHeaders(pr.Out.Header, a, requestID(pr.In.Context()), pr.Out.URL.Path)
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			g.answering(resp.Header) // an answer before the body's end closes the client's connection

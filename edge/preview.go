@@ -331,12 +331,6 @@ func (e *Edge) servePreview(w http.ResponseWriter, r *http.Request, tok, prefix,
 	entry, err := e.cfg.Sandboxes.Ensure(ctx, a.sandboxRequest())
 	if err != nil {
 		if owner := ownerRegion(err); owner != "" && owner != e.cfg.Region && e.cfg.Mesh != nil {
-			if r.Header.Get("Upgrade") != "" {
-				// The mesh relays requests and responses, not upgraded connections (yet).
-				fail("unavailable", wire.Errorf(wire.Unavailable, "a WebSocket to this preview is served only by an edge of region %s, which holds the sandbox", owner).
-					WithDetails(map[string]any{"region": owner}))
-				return
-			}
 			a.owner, a.log = owner, a.log.With("owner", owner)
 			_ = http.NewResponseController(w).EnableFullDuplex()
 			e.proxyForward(w, out, a)

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/coder/websocket"
 
 	previewsqlite "github.com/warren-mesh/warren/internal/previews/sqlite"
 	"github.com/warren-mesh/warren/internal/wire"
@@ -15,8 +18,8 @@ import (
 
 // A preview URL of a sandbox region a holds, reached through region b's edge: b verifies it against the
 // store both regions share and forwards the request over the mesh to a, whose edge relays it to the real
-// runner (under bubblewrap, the server in the sandbox's network namespace). A WebSocket to it through b is
-// refused naming region a (the mesh carries no upgraded connections).
+// runner (under bubblewrap, the server in the sandbox's network namespace), HTTP and a WebSocket echo (the
+// upgraded connection carried by the mesh stream).
 func TestForwardPreview(t *testing.T) {
 	rn := realRunner(t)
 	store, err := previewsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "previews.db"))
@@ -41,7 +44,15 @@ func TestForwardPreview(t *testing.T) {
 		return resp, out
 	}
 	alice := []string{"Authorization", "Bearer alice"}
-	resp, body := call("POST", "/v1/sandbox/procs", `{"command":"python3","args":["-m","http.server","18792"]}`, alice...)
+	// The tenant's server of internal/devstack's preview tests: HTTP and a WebSocket echo.
+	src, err := os.ReadFile(filepath.Join("..", "internal", "devstack", "testdata", "previewserver.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := call("PUT", "/v1/sandbox/files?path=srv.py", string(src), alice...); resp.StatusCode >= 300 {
+		t.Fatalf("upload the server through b: %d %s", resp.StatusCode, body)
+	}
+	resp, body := call("POST", "/v1/sandbox/procs", `{"command":"python3","args":["srv.py","18792"]}`, alice...)
 	var p wire.ProcInfo
 	if err := json.Unmarshal(body, &p); err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("start the server through b: %d %s", resp.StatusCode, body)
@@ -59,7 +70,7 @@ func TestForwardPreview(t *testing.T) {
 		if !public {
 			hdr = alice
 		}
-		if resp, body := call("GET", "/preview/"+pv.Token+"/", "", hdr...); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Directory listing") {
+		if resp, body := call("GET", "/preview/"+pv.Token+"/", "", hdr...); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"path": "/"`) {
 			t.Fatalf("public=%v through b: %d %s", public, resp.StatusCode, body)
 		}
 		if !public {
@@ -68,11 +79,18 @@ func TestForwardPreview(t *testing.T) {
 			}
 			continue
 		}
-		resp, body = call("GET", "/preview/"+pv.Token+"/ws", "", "Connection", "Upgrade", "Upgrade", "websocket",
-			"Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
-		we := wire.ReadHTTPError(resp.StatusCode, body)
-		if we.Code != wire.Unavailable || we.Details["region"] != "a" {
-			t.Fatalf("a WebSocket through b: %d %s", resp.StatusCode, body)
+		conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(b.url, "http")+"/preview/"+pv.Token+"/ws", nil)
+		if err != nil {
+			t.Fatalf("a WebSocket through b: %v", err)
 		}
+		for _, msg := range []string{"one", strings.Repeat("x", 5000)} {
+			if err := conn.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			if typ, got, err := conn.Read(ctx); err != nil || typ != websocket.MessageText || string(got) != "echo: "+msg {
+				t.Fatalf("echo through b: %v %.40q %v", typ, got, err)
+			}
+		}
+		conn.Close(websocket.StatusNormalClosure, "")
 	}
 }

@@ -42,10 +42,16 @@ func (b upgradedBody) Write(p []byte) (int, error) { return b.s.Write(p) }
 
 // runnerHeaders sets what a request relayed to a's runner carries: the runner's key instead of the user's
 // token, the request id, a's grant, no cookies.
-func runnerHeaders(h http.Header, a *admitted, requestID string) {
+func runnerHeaders(h http.Header, a *admitted, requestID, path string) {
 	h.Set("Authorization", "Bearer "+a.entry.Key)
 	h.Set("X-Request-Id", requestID)
 	h.Del("Cookie")
+	if strings.HasPrefix(path, "/v1/preview/") {
+		// A preview's request runs under the grant made when the preview was; it must not take the place of
+		// the one the user's newest request brought (edge/preview.go).
+		h.Del(wire.HeaderGrant)
+		return
+	}
 	h.Set(wire.HeaderGrant, a.grant(a.budget).Encode())
 }
 
@@ -59,7 +65,7 @@ func (e *Edge) relayUpgrade(ctx context.Context, s meshStream, w *streamResponse
 	}
 	req.Header = head.Header.Clone()
 	req.Host = a.entry.Addr
-	runnerHeaders(req.Header, a, head.Header.Get("X-Request-Id"))
+	runnerHeaders(req.Header, a, head.Header.Get("X-Request-Id"), head.Path)
 	resp, err := e.runners.Transport.RoundTrip(req)
 	if err != nil {
 		a.log.Warn("runner unreachable for an upgrade", "addr", a.entry.Addr, "err", err)
