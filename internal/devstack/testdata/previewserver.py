@@ -59,5 +59,6 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)  # listening from here
 print("serving", flush=True)
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+server.serve_forever()
