@@ -333,7 +333,9 @@ func (e *Edge) servePreview(w http.ResponseWriter, r *http.Request, tok, prefix,
 		if owner := ownerRegion(err); owner != "" && owner != e.cfg.Region && e.cfg.Mesh != nil {
 			a.owner, a.log = owner, a.log.With("owner", owner)
 			_ = http.NewResponseController(w).EnableFullDuplex()
-			e.proxyForward(w, out, a)
+			body := guardBody(out, w, nil) // as serveSandbox: the body is not read once this returns
+			defer body.finish()
+			e.proxyForward(w, out, a, body)
 			return
 		}
 		fail("unavailable", err)
@@ -341,7 +343,9 @@ func (e *Edge) servePreview(w http.ResponseWriter, r *http.Request, tok, prefix,
 	}
 	a.entry, a.log = entry, a.log.With("epoch", entry.Epoch)
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	e.proxyToRunner(w, out, a)
+	body := guardBody(out, w, nil)
+	defer body.finish()
+	e.proxyToRunner(w, out, a, body)
 }
 
 // previewAccess lets the owner of private preview p in: a valid access cookie, or the owner's token in
