@@ -32,6 +32,12 @@ type PreviewConfig struct {
 	// Domain, when set, is a wildcard domain that reaches the edges: previews are https://<token>.<Domain>/
 	// (each on an origin of its own). Unset: previews are paths of the edge's own host, /preview/<token>/.
 	Domain string
+	// PathMode allows previews as paths of the edge's own host (/preview/<token>/) when Domain is unset:
+	// for development only, since every such preview shares the edge's origin, so one preview's page could
+	// read another's (a private one included, with its owner's access cookie) and set cookies for them all.
+	// Without Domain and PathMode, creating a preview is refused (unavailable) and no /preview/ path is
+	// served.
+	PathMode bool
 	// MaxPerUser bounds a user's live previews (0: DefaultMaxPreviews).
 	MaxPerUser int
 	// DefaultTTL is a preview's lifetime when the request names none (0: one hour); MaxTTL the longest a
@@ -83,7 +89,9 @@ func (e *Edge) previewRoutes(mux *http.ServeMux) {
 	e.pv = st
 	mux.HandleFunc("/v1/sandbox/previews", e.servePreviewAPI)
 	mux.HandleFunc("/v1/sandbox/previews/{id}", e.servePreviewAPI)
-	mux.HandleFunc("/preview/", e.servePreviewPath)
+	if cfg.Domain == "" && cfg.PathMode {
+		mux.HandleFunc("/preview/", e.servePreviewPath)
+	}
 }
 
 // previewHosts serves requests to <token>.<Domain> as previews, the rest with next.
@@ -172,6 +180,10 @@ func (e *Edge) createPreview(w http.ResponseWriter, r *http.Request) error {
 		return wire.Errorf(wire.InvalidArgument, "port must be 1 to 65535")
 	}
 	cfg := e.pv.cfg
+	if cfg.Domain == "" && !cfg.PathMode {
+		return wire.Errorf(wire.Unavailable, "preview URLs need a wildcard domain on this edge (warren edge -preview-domain): "+
+			"previews as paths would share the edge's origin")
+	}
 	ttl := cfg.DefaultTTL
 	if req.TTLSeconds != 0 {
 		if req.TTLSeconds < 0 || req.TTLSeconds > int64(cfg.MaxTTL/time.Second) {

@@ -27,7 +27,7 @@ func TestForwardPreview(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	_, b, _ := twoRegions(t, rn, live, func(c *Config) { c.Previews = &PreviewConfig{Store: store} })
+	_, b, _ := twoRegions(t, rn, live, func(c *Config) { c.Previews = &PreviewConfig{Store: store, PathMode: true} })
 	ctx := testCtx(t)
 	call := func(method, path, body string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()

@@ -60,6 +60,11 @@ type Config struct {
 	// HostNetwork shares the runner's network with the sandbox instead of giving it one of its own
 	// (-sandbox-network=host; development only: every host listener on loopback is reachable).
 	HostNetwork bool
+	// PreviewHostLoopback lets preview URLs reach the host's loopback when the sandbox has no network of its
+	// own (HostNetwork, or Insecure): development only, where the host is the developer's machine. Without
+	// it such a runner refuses preview requests, which would otherwise put every service listening on the
+	// host's loopback (Nomad, Consul, the runner's neighbours) on the internet.
+	PreviewHostLoopback bool
 	// Pasta and Nsenter are the programs the sandbox's network needs (default: looked up in PATH).
 	Pasta, Nsenter string
 	// EgressAllow opens destinations the sandbox network refuses by default (private, link-local,

@@ -149,6 +149,9 @@ func (p *previewRelay) dial(ctx context.Context, _, addr string) (net.Conn, erro
 	if n := p.a.r.network(); n != nil {
 		c, err = n.DialLoopback(ctx, port)
 	} else {
+		if !p.a.r.cfg.PreviewHostLoopback {
+			return nil, wire.Errorf(wire.Unavailable, "preview URLs need the sandbox's own network: this runner shares the host's (-sandbox-network=host or -insecure-no-sandbox; -preview-host-loopback allows it, for development only)")
+		}
 		var d net.Dialer
 		c, err = d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", portS))
 	}

@@ -73,6 +73,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return nil
 	})
+	fs.BoolVar(&cfg.PreviewHostLoopback, "preview-host-loopback", false, "let preview URLs reach the host's loopback when the sandbox shares the host's network or runs without bubblewrap (development only; otherwise such a runner refuses previews)")
 	fs.Func("egress-allow", "a destination (CIDR) the sandbox may reach although the default policy refuses it (private, link-local, loopback, the host's addresses); repeatable", func(v string) error {
 		p, err := netip.ParsePrefix(v)
 		if err != nil {

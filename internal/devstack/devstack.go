@@ -235,6 +235,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.HostNetwork {
 		runnerArgs = append(runnerArgs, "-sandbox-network=host")
 	}
+	if cfg.HostNetwork || cfg.Insecure {
+		// One machine, the developer's own: previews may reach its loopback (a production runner refuses).
+		runnerArgs = append(runnerArgs, "-preview-host-loopback")
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	driver, err := local.New(local.Config{
@@ -280,6 +284,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		pv = *cfg.Previews
 	}
 	pv.Store = pvStore
+	pv.PathMode = true // development: one machine, the user's own previews
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("devstack: listen: %w", err)
 	}

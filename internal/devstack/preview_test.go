@@ -143,6 +143,20 @@ func TestPreviewURLs(t *testing.T) {
 				t.Fatalf("the server saw %+v", s)
 			}
 			assertNoWarrenCredentials(t, s, alice)
+			// A request that is not redirected (Authorization given too, as a WebSocket's or a POST's would be)
+			// still loses the ?token= on its way to the tenant's server.
+			resp, body = get(t, st, noRedirect, u.url+"?x=y&token="+url.QueryEscape(alice), u.host, "Authorization", "Bearer "+alice)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s with the owner's token twice: %d %s", u.url, resp.StatusCode, body)
+			}
+			s = seen{}
+			if err := json.Unmarshal(body, &s); err != nil {
+				t.Fatal(err)
+			}
+			if s.Path != "/hello?x=y" {
+				t.Fatalf("the server saw %+v", s)
+			}
+			assertNoWarrenCredentials(t, s, alice)
 		}
 	})
 

@@ -1,0 +1,61 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	previewsqlite "github.com/warren-mesh/warren/internal/previews/sqlite"
+	"github.com/warren-mesh/warren/internal/wire"
+)
+
+// Without a preview domain a production edge makes no preview URLs: as paths of its own host every preview
+// would share the edge's origin, so a tenant's page at one preview could read another user's private preview
+// (the victim's access cookie goes along) and set cookies for every preview. Creating one is unavailable
+// and no /preview/ path is served; PathMode (warren dev) allows them.
+func TestPathPreviewsOnlyWhenAllowed(t *testing.T) {
+	store, err := previewsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "previews.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	for _, pathMode := range []bool{false, true} {
+		ledger, d := regionsFixture(t)
+		e, err := New(Config{Region: "r1", Verifier: grantVerifier{}, Sandboxes: grantRunner{}, Ledger: ledger, Directory: d,
+			Metrics: prometheus.NewRegistry(), Previews: &PreviewConfig{Store: store, PathMode: pathMode}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(e.Handler())
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/sandbox/previews", strings.NewReader(`{"port":8000}`))
+		req.Header.Set("Authorization", "Bearer alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Code wire.Code }
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if !pathMode && (resp.StatusCode != http.StatusServiceUnavailable || body.Code != wire.Unavailable) {
+			t.Errorf("create without a domain or path mode: %d %q, want 503 unavailable", resp.StatusCode, body.Code)
+		}
+		if pathMode && body.Code == wire.Unavailable {
+			t.Errorf("create in path mode: %d %q", resp.StatusCode, body.Code)
+		}
+		resp, err = http.Get(srv.URL + "/preview/aaaa-bbbb-cccc/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if !pathMode && resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /preview/... without path mode: %d %q, want 404", resp.StatusCode, body.Code)
+		}
+		srv.Close()
+	}
+}
