@@ -4,9 +4,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
+
+// declared finds the names a line of Go declares with :=.
+var declared = regexp.MustCompile(`(?m)^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*:=`)
 
 // The README's Go example, built as a program of another module (one requiring this one through a replace
 // directive): what it names must be reachable from outside, so no internal package may appear in it. The
@@ -43,6 +47,18 @@ func TestReadmeGoExampleBuildsOutsideTheModule(t *testing.T) {
 	if strings.Contains(body, "internal/") || strings.Contains(body, "wire.") {
 		t.Fatalf("the README's Go example names an internal package:\n%s", body)
 	}
+	// Every variable the example declares is used once more, so one it declares for the reader's sake
+	// (a result it only shows) does not fail the build.
+	var uses strings.Builder
+	seen := map[string]bool{}
+	for _, m := range declared.FindAllStringSubmatch(body, -1) {
+		for _, name := range strings.Split(m[1], ",") {
+			if name = strings.TrimSpace(name); name != "_" && !seen[name] {
+				seen[name] = true
+				uses.WriteString("\t_ = " + name + "\n")
+			}
+		}
+	}
 	prog := `package main
 
 import (
@@ -60,9 +76,7 @@ var (
 )
 
 func main() {
-` + body + `
-	_, _, _, _ = res, task, hs, sess
-}
+` + body + uses.String() + `}
 `
 	dir := t.TempDir()
 	sum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
