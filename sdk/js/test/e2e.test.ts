@@ -52,6 +52,15 @@ async function untilResult(s: Session, each?: (m: ServerMessage) => void): Promi
   throw new Error(`the session ended after ${out.length} messages without a result`);
 }
 
+// brief names a message for an assertion's explanation: its seq, type and subtype or state; a result's text.
+function brief(m: ServerMessage): string {
+  const r = m as { subtype?: string; is_error?: boolean; result?: unknown };
+  const st = sessionState(m);
+  let s = `${m.seq ?? "-"}:${m.type}${st ? ":" + st : r.subtype ? ":" + r.subtype : ""}`;
+  if (isResult(m)) s += `(is_error=${r.is_error} ${JSON.stringify(String(r.result ?? "")).slice(0, 120)})`;
+  return s;
+}
+
 function assertIncreasing(msgs: ServerMessage[], after = 0): void {
   let last = after;
   for (const m of msgs) {
@@ -177,7 +186,7 @@ test("interrupt ends the running turn and the session goes on", async () => {
     const r = next.at(-1)!;
     assert.ok(
       isResult(r) && !r.is_error && next.some((m) => m.type === "assistant"),
-      `after the interrupt: ${next.map((m) => m.type + (sessionState(m) ? ":" + sessionState(m) : "")).join(" ")}`,
+      `after the interrupt: ${next.map(brief).join(" ")}; the interrupted turn: ${msgs.map(brief).join(" ")}`,
     );
   } finally {
     await s.close();
