@@ -35,8 +35,8 @@ type PreviewConfig struct {
 	// PathMode allows previews as paths of the edge's own host (/preview/<token>/) when Domain is unset:
 	// for development only, since every such preview shares the edge's origin, so one preview's page could
 	// read another's (a private one included, with its owner's access cookie) and set cookies for them all.
-	// Without Domain and PathMode, creating a preview is refused (unavailable) and no /preview/ path is
-	// served.
+	// With Domain too, both forms are served (the API answers the host form). Without PathMode no
+	// /preview/ path is served, and without Domain either creating a preview is refused (unavailable).
 	PathMode bool
 	// MaxPerUser bounds a user's live previews (0: DefaultMaxPreviews).
 	MaxPerUser int
@@ -89,7 +89,7 @@ func (e *Edge) previewRoutes(mux *http.ServeMux) {
 	e.pv = st
 	mux.HandleFunc("/v1/sandbox/previews", e.servePreviewAPI)
 	mux.HandleFunc("/v1/sandbox/previews/{id}", e.servePreviewAPI)
-	if cfg.Domain == "" && cfg.PathMode {
+	if cfg.PathMode {
 		mux.HandleFunc("/preview/", e.servePreviewPath)
 	}
 }
