@@ -17,22 +17,7 @@ import (
 // and junk are refused, and the route needs the runner's key.
 func TestPreviewRelayReachesOnlyTheSandbox(t *testing.T) {
 	h := startRunner(t)
-	host, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	go func() {
-		for {
-			c, err := host.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nHOST")
-			c.Close()
-		}
-	}()
-	hostPort := strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
+	hostPort := hostListener(t)
 	u, _ := url.Parse(h.url)
 	cases := []struct {
 		path    string
@@ -60,22 +45,7 @@ func TestPreviewRelayReachesOnlyTheSandbox(t *testing.T) {
 // is a development machine: there a preview's dial on "the sandbox's loopback" is the host's, and would put
 // the host's loopback services (Nomad, Consul, neighbours' runners) on the internet.
 func TestPreviewRefusedOnTheHostsNetwork(t *testing.T) {
-	host, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	go func() {
-		for {
-			c, err := host.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nHOST")
-			c.Close()
-		}
-	}()
-	hostPort := strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
+	hostPort := hostListener(t)
 	for _, allow := range []bool{false, true} {
 		h := startRunner(t, func(c *runner.Config) { c.HostNetwork = true; c.PreviewHostLoopback = allow })
 		resp := h.do(t, http.MethodGet, "/v1/preview/"+hostPort+"/", nil)
@@ -88,4 +58,26 @@ func TestPreviewRefusedOnTheHostsNetwork(t *testing.T) {
 			t.Errorf("host network with -preview-host-loopback: %d %s, want the host's listener", resp.StatusCode, body)
 		}
 	}
+}
+
+// hostListener is a server on the host's (the runner's) loopback answering every connection "HOST"; its
+// port.
+func hostListener(t *testing.T) string {
+	t.Helper()
+	host, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	go func() {
+		for {
+			c, err := host.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nHOST")
+			c.Close()
+		}
+	}()
+	return strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
 }
