@@ -24,6 +24,11 @@
 # networking (exec, raw_exec) the task binds both itself, so the network block declares nothing more; the
 # load balancer or firewall in front must pass UDP to that port too. wt_url is the public WebTransport URL
 # announced in GET /v1/regions (https://host:port/wt); empty: https://<the edge's own address>/wt.
+#
+# Preview URLs (docs/PROTOCOL.md#previews) need preview_domain, a wildcard domain whose names all reach the
+# edges' load balancer (DNS *.<preview_domain>, and a wildcard TLS certificate for it where TLS ends):
+# previews are then https://<port>-<id>-<sig>.<preview_domain>/, each on its own origin. Empty (the
+# default): no -preview-domain, and the edge refuses to create previews (unavailable).
 
 variable "datacenters" {
   type    = list(string)
@@ -75,6 +80,12 @@ variable "wt_url" {
   type        = string
   default     = ""
   description = "with a WebTransport certificate: this region's public WebTransport URL (https://host:port/wt), announced in GET /v1/regions; empty: https://<each edge's own address>/wt"
+}
+
+variable "preview_domain" {
+  type        = string
+  default     = ""
+  description = "wildcard domain of preview URLs (-preview-domain): *.<preview_domain> must reach the edges; empty: no preview URLs"
 }
 
 variable "count" {
@@ -197,6 +208,8 @@ job "warren-edge" {
           "-wt-key", var.wt_key_file,
           ] : [], var.wt_url == "" || (var.wt_cert_secret == "" && var.wt_cert_file == "") ? [] : [
           "-wt-url", var.wt_url,
+          ], var.preview_domain == "" ? [] : [
+          "-preview-domain", var.preview_domain,
         ])
       }
 

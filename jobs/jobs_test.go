@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +83,9 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 			"wt_cert_file": "/etc/warren/wt.crt", "wt_key_file": "/etc/warren/wt.key", "wt_url": "https://wt.example.com/wt"}, "warren-edge", "/etc/warren/wt.crt"},
 		{"edge with WebTransport from Vault", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
 			"wt_cert_secret": "secret/data/warren/wt", "wt_url": "https://wt.example.com/wt"}, "warren-edge", "${NOMAD_SECRETS_DIR}/wt.crt"},
+		// Preview URLs: -preview-domain exactly when preview_domain is set.
+		{"edge with previews", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
+			"preview_domain": "preview.warren.example.com"}, "warren-edge", ""},
 		{"scheduler", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_args": []string{"-s3-bucket=snapshots", "-idle-timeout=10m"}}, "warren-scheduler", ""},
 		{"billing", "billing", jobs.Billing, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1"}, "warren-billing", ""},
 		{"scheduler with webhooks", "scheduler", jobs.Scheduler, map[string]any{"driver": "raw_exec", "region": "r1", "runner_webhook_secret_path": "secret/data/warren/webhook"}, "warren-scheduler", ""},
@@ -155,6 +159,10 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 						t.Errorf("%s %q, want %q (args %v)", f, flags[f], want[f], rawArgs)
 					}
 				}
+				wantDomain, _ := tc.vars["preview_domain"].(string)
+				if flags["-preview-domain"] != wantDomain || slices.Contains(rawArgs, any("-preview-domain")) != (wantDomain != "") {
+					t.Errorf("-preview-domain %q, want %q (args %v)", flags["-preview-domain"], wantDomain, rawArgs)
+				}
 				var wtTemplates []string
 				for _, tpl := range job.TaskGroups[0].Tasks[0].Templates {
 					if strings.HasPrefix(*tpl.DestPath, "secrets/wt.") {
@@ -177,6 +185,7 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 				checkWebhookSecret(t, job, rawArgs, tc.vars, "restart")
 			case "runner": // a new secret must not kill a live sandbox
 				checkWebhookSecret(t, job, rawArgs, tc.vars, "noop")
+				checkSandboxNetwork(t, client, tc.vars)
 			}
 		})
 	}
@@ -396,6 +405,36 @@ func nomadCLI(t *testing.T, ns *testenv.NomadServer, args ...string) (string, in
 		t.Fatalf("nomad %s: %v", strings.Join(args, " "), err)
 	}
 	return out.String(), 0
+}
+
+// checkSandboxNetwork: the sandbox job as production runs it (driver exec, the schedulers' default) gives each
+// sandbox a network of its own, where preview URLs work: its runner runs as root (pasta needs it) and is given
+// none of the development-only flags that share the host's network or skip bubblewrap (the runner would then
+// refuse previews, or let them reach the host's loopback).
+func checkSandboxNetwork(t *testing.T, client *api.Client, vars map[string]any) {
+	t.Helper()
+	prod := maps.Clone(vars)
+	prod["driver"] = "exec"
+	b, _ := json.Marshal(prod)
+	job, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(jobs.Sandbox), Variables: string(b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := job.TaskGroups[0].Tasks[0]
+	if task.Driver != "exec" || task.User != "root" {
+		t.Errorf("sandbox job under %s runs as %q, want exec as root (a network namespace of its own needs it)", task.Driver, task.User)
+	}
+	rawArgs, _ := task.Config["args"].([]any)
+	for i, a := range rawArgs {
+		s, _ := a.(string)
+		next := ""
+		if i+1 < len(rawArgs) {
+			next, _ = rawArgs[i+1].(string)
+		}
+		if s == "-insecure-no-sandbox" || s == "-preview-host-loopback" || s == "-sandbox-network=host" || (s == "-sandbox-network" && next == "host") {
+			t.Errorf("sandbox job passes the development-only %s (args %v)", s, rawArgs)
+		}
+	}
 }
 
 // checkWebhookSecret: the billing and sandbox jobs render the operator's webhook secret from Vault and pass

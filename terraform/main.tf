@@ -53,6 +53,7 @@ module "settings" {
   mesh_pki_role      = var.mesh_pki_role
   mesh_pki_mount     = var.mesh_pki_mount
   webhook_secret     = var.task_webhooks ? var.webhook_secret_path : ""
+  preview_domain     = var.preview_domain
 }
 
 module "region" {

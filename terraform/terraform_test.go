@@ -80,7 +80,12 @@ variable "nomad_address" {
 variable "nomad_jwks_url" {
   type = string
 }
-` + renderRoot(t, "var.regions", "var.vault_address", "/usr/local/bin/warren", "nomad/creds/warren-scheduler", "var.mesh_pki_role", false)
+
+variable "preview_domain" {
+  type = string
+}
+` + withSettings(t, renderRoot(t, "var.regions", "var.vault_address", "/usr/local/bin/warren", "nomad/creds/warren-scheduler", "var.mesh_pki_role", false),
+		"preview_domain = var.preview_domain")
 	out := mustRender(t, context.Background(), tf, root, "-var-file="+example)
 	want := map[string]string{"eu-west": "https://eu-west.warren.example.com", "us-east": "https://us-east.warren.example.com"}
 	if len(out.Regions.Value) != len(want) {
@@ -113,6 +118,10 @@ variable "nomad_jwks_url" {
 		}
 		if got := strings.Contains(r.VaultPolicies["edge"], "webtransport"); got != (wantCertPath != nil) {
 			t.Errorf("%s: the edge's policy reads a WebTransport certificate: %t, want %t:\n%s", name, got, wantCertPath != nil, r.VaultPolicies["edge"])
+		}
+		// Previews on: every region's edges get the example's wildcard domain.
+		if got := r.HCL2Vars["edge"]["preview_domain"]; got != "preview.warren.example.com" {
+			t.Errorf("%s: edge preview_domain %q, want preview.warren.example.com", name, got)
 		}
 		if got := r.HCL2Vars["edge"]["mesh_pki_role"]; got != "warren-mesh" {
 			t.Errorf("%s: edge mesh_pki_role %q", name, got)
@@ -196,10 +205,7 @@ func renderTwo(t *testing.T) map[string]rendered {
     r2 = { public_url = "http://r2.warren.test", bucket = { name = "snapshots-r2" } }
   }`, `"http://127.0.0.1:8200"`, "/usr/local/bin/warren", "nomad/creds/warren-scheduler", `"warren-mesh"`, true)
 	// Task webhooks on (terraform/README.md, "Task webhooks"): the billing jobs read the operator's secret.
-	root = strings.Replace(root, "  kv_mount           = \"secret\"\n", "  kv_mount           = \"secret\"\n  webhook_secret     = \"warren/webhook\"\n", 1)
-	if !strings.Contains(root, "webhook_secret") {
-		t.Fatal("renderTwo: no kv_mount line to put webhook_secret after")
-	}
+	root = withSettings(t, root, `webhook_secret = "warren/webhook"`)
 	return mustRender(t, t.Context(), testenv.Terraform(t), root).Regions.Value
 }
 
@@ -315,19 +321,35 @@ func consulDo(t *testing.T, cs *testenv.ConsulServer, method, path string, body,
 // A map of regions Warren cannot run is refused at plan time, with the check's message.
 func TestRegionsValidation(t *testing.T) {
 	tf := testenv.Terraform(t)
-	for _, tc := range []struct{ name, regions, want string }{
-		{"no region", `{}`, "regions must name at least one region"},
-		{"region name", `{ "EU west" = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" } } }`, "lower-case letters, digits and '-'"},
-		{"public_url scheme", `{ eu = { public_url = "ftp://eu.example.com", bucket = { name = "snaps-eu" } } }`, "public_url must be an http:// or https:// URL"},
-		{"public_url path", `{ eu = { public_url = "https://eu.example.com/x?y", bucket = { name = "snaps-eu" } } }`, "without path, query or user"},
-		{"edge_count", `{ eu = { public_url = "https://eu.example.com", edge_count = 0, bucket = { name = "snaps-eu" } } }`, "edge_count and billing_count must be whole numbers"},
-		{"bucket", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "Snaps/EU" } } }`, "S3 bucket name"},
-		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, `attribute "bucket" is required`},
-		{"webtransport url", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, webtransport = { url = "http://eu.example.com/wt" } } }`, "webtransport.url must be an https:// URL"},
-		{"webtransport key", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, webtransport = { url = "https://eu.example.com/wt", cert_file = "/etc/wt.crt" } } }`, "cert_file and webtransport.key_file go together"},
+	const eu = `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" } } }`
+	for _, tc := range []struct{ name, regions, want, settings string }{
+		{"no region", `{}`, "regions must name at least one region", ""},
+		{"region name", `{ "EU west" = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" } } }`, "lower-case letters, digits and '-'", ""},
+		{"public_url scheme", `{ eu = { public_url = "ftp://eu.example.com", bucket = { name = "snaps-eu" } } }`, "public_url must be an http:// or https:// URL", ""},
+		{"public_url path", `{ eu = { public_url = "https://eu.example.com/x?y", bucket = { name = "snaps-eu" } } }`, "without path, query or user", ""},
+		{"edge_count", `{ eu = { public_url = "https://eu.example.com", edge_count = 0, bucket = { name = "snaps-eu" } } }`, "edge_count and billing_count must be whole numbers", ""},
+		{"bucket", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "Snaps/EU" } } }`, "S3 bucket name", ""},
+		{"missing bucket", `{ eu = { public_url = "https://eu.example.com" } }`, `attribute "bucket" is required`, ""},
+		{"webtransport url", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, webtransport = { url = "http://eu.example.com/wt" } } }`, "webtransport.url must be an https:// URL", ""},
+		{"webtransport key", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, webtransport = { url = "https://eu.example.com/wt", cert_file = "/etc/wt.crt" } } }`, "cert_file and webtransport.key_file go together", ""},
+		// Production sandboxes keep a network of their own (preview URLs need it) and bubblewrap.
+		{"runner_args host network", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, runner_args = ["-idle-timeout=10m", "-sandbox-network", "host"] } }`, "development-only flags", ""},
+		{"runner_args host network with =", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, runner_args = ["--sandbox-network=host"] } }`, "development-only flags", ""},
+		{"runner_args no sandbox", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, runner_args = ["-insecure-no-sandbox"] } }`, "development-only flags", ""},
+		{"runner_args preview loopback", `{ eu = { public_url = "https://eu.example.com", bucket = { name = "snaps-eu" }, runner_args = ["-preview-host-loopback=true"] } }`, "development-only flags", ""},
+		// The preview domain is a DNS name, not a URL or a wildcard.
+		{"preview_domain scheme", eu, "preview_domain must be a lower-case DNS name", `preview_domain = "https://preview.example.com"`},
+		{"preview_domain wildcard", eu, "preview_domain must be a lower-case DNS name", `preview_domain = "*.preview.example.com"`},
+		{"preview_domain port", eu, "preview_domain must be a lower-case DNS name", `preview_domain = "preview.example.com:443"`},
+		{"preview_domain one label", eu, "preview_domain must be a lower-case DNS name", `preview_domain = "localhost"`},
+		{"preview_domain upper case", eu, "preview_domain must be a lower-case DNS name", `preview_domain = "Preview.Example.com"`},
+		{"preview_domain too long", eu, "preview_domain must be a lower-case DNS name", `preview_domain = "` + strings.Repeat("a.", 98) + `com"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := renderRoot(t, tc.regions, `"https://vault.example.com:8200"`, "/usr/local/bin/warren", "", `""`, false)
+			if tc.settings != "" {
+				root = withSettings(t, root, tc.settings)
+			}
 			_, err := terraform(context.Background(), tf, root, t.TempDir())
 			if err == nil {
 				t.Fatalf("regions %s accepted", tc.regions)
@@ -610,6 +632,16 @@ output "settings" {
 }
 `, filepath.Join(modules, "settings"), jobsDir, regions, vaultAddress, warren, legacyToken, nomadRolePath, meshPKIRole,
 		filepath.Join(modules, "jobs"))
+}
+
+// withSettings adds lines (HCL attributes) to the arguments of renderRoot's module "settings".
+func withSettings(t *testing.T, root string, lines ...string) string {
+	t.Helper()
+	const after = "  kv_mount           = \"secret\"\n"
+	if !strings.Contains(root, after) {
+		t.Fatal("withSettings: no kv_mount line to add settings after")
+	}
+	return strings.Replace(root, after, after+"  "+strings.Join(lines, "\n  ")+"\n", 1)
 }
 
 // terraform runs `terraform init` and `apply` (nothing to create: no providers) on root in a directory of

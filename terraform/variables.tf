@@ -38,6 +38,12 @@ variable "webhook_secret_path" {
   default     = "warren/webhook"
 }
 
+variable "preview_domain" {
+  type        = string
+  description = "the wildcard domain of preview URLs (docs/PROTOCOL.md#previews), e.g. preview.example.com: every region's edges get -preview-domain and make previews at https://<port>-<id>-<sig>.<preview_domain>/. The operator provides a wildcard DNS record *.<preview_domain> to the edges' load balancer(s) and a wildcard TLS certificate for it (terraform/README.md, \"Preview URLs\"). Empty (the default): previews off, the edges refuse to create them. A lower-case DNS name without scheme (checked in modules/settings)"
+  default     = ""
+}
+
 variable "create_kv_mount" {
   type        = bool
   description = "create kv_mount (a KV v2 secrets engine); false when it exists already (e.g. Vault's dev mount secret/)"

@@ -1,12 +1,17 @@
 package prodstack_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +74,11 @@ func startTopology(t *testing.T, ctx context.Context, edges, warm int) *topology
 
 	const schedKey = "scheduler-key-for-the-prod-e2e-test"
 	vaultEnv := stacktest.VaultEnv(tp.vs)
-	tp.billing = stacktest.StartBilling(t, ctx, bin, tp.vs, dsn)
+	// Billing serves the workspace templates API (warren deploy) over the runners' bucket, where they read
+	// templates from.
+	tp.billing = stacktest.StartBillingWith(t, ctx, bin, tp.vs, dsn,
+		[]string{"AWS_ACCESS_KEY_ID=" + tp.s3.AccessKey(), "AWS_SECRET_ACCESS_KEY=" + tp.s3.SecretKey()},
+		"-s3-endpoint="+tp.s3.Endpoint(), "-s3-bucket="+tp.bucket, "-s3-path-style")
 	tp.sched = stacktest.StartRole(t, bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + schedKey, "NOMAD_ADDR=" + tp.ns.Addr()},
 		"-listen", "127.0.0.1:0", "-region", "r1", "-consul", tp.cs.Addr(), "-db", dsn, "-nomad", tp.ns.Addr(),
 		"-runner-binary", bin, "-nomad-driver", "raw_exec", "-warm-pool", fmt.Sprint(warm), "-runner-memory", "512", "-kill-timeout", "40s",
@@ -128,11 +137,54 @@ func (tp *topology) client(t *testing.T, i int, user string, opts ...warren.Opti
 	return c
 }
 
+// deployTemplate writes files (path: content) to a directory and runs the real CLI, `warren deploy DIR
+// -issuer acme` against the billing role's API with the admin key in $WARREN_ADMIN_KEY, as a platform team
+// does; the billing API then lists it as acme's current template "default" (GET
+// /v1/admin/templates/acme/default).
+func deployTemplate(t *testing.T, ctx context.Context, tp *topology, files map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.CommandContext(ctx, testenv.WarrenBinary(t), "deploy", dir, "-issuer", "acme", "-url", "http://"+tp.billing.Addr)
+	cmd.Env = append(os.Environ(), "WARREN_ADMIN_KEY="+tp.billing.AdminKey())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("warren deploy: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "deployed template default of acme: version ") {
+		t.Fatalf("warren deploy printed %q", stdout.String())
+	}
+	var list struct {
+		Versions []struct {
+			Version string `json:"version"`
+			Files   int    `json:"files"`
+			Current bool   `json:"current"`
+		} `json:"versions"`
+	}
+	if err := json.Unmarshal(tp.admin(http.MethodGet, "/v1/admin/templates/acme/default", ""), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Versions) != 1 || !list.Versions[0].Current || list.Versions[0].Files != len(files) {
+		t.Fatalf("acme's template versions after warren deploy: %+v; want one current version of %d files", list.Versions, len(files))
+	}
+	t.Logf("warren deploy: %s", strings.TrimSpace(stdout.String()))
+}
+
 // TestProductionTopology is issue 4's end-to-end test: an agent session through separate edge, scheduler
-// and billing processes over Vault, Consul, Nomad, PostgreSQL and S3. A warm runner Nomad started ahead of
-// demand is claimed for the user, Consul resolves it, the turn completes, the snapshot lands in S3, the job
-// is stopped when the sandbox sleeps, and a new allocation (next epoch) resumes the conversation and the
-// workspace.
+// and billing processes over Vault, Consul, Nomad, PostgreSQL and S3. The platform team first deploys a
+// workspace template with the real CLI (`warren deploy DIR` against the billing role, which keeps it in S3).
+// A warm runner Nomad started ahead of demand is claimed for the user and starts with the template's files,
+// Consul resolves it, the turn completes, the snapshot lands in S3, the job is stopped when the sandbox
+// sleeps, and a new allocation (next epoch) resumes the conversation and the workspace.
 func TestProductionTopology(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -140,6 +192,7 @@ func TestProductionTopology(t *testing.T) {
 	c := tp.client(t, 0, "ada")
 	reg, ns, s3, bucket, model := tp.reg, tp.ns, tp.s3, tp.bucket, tp.model
 	var err error
+	deployTemplate(t, ctx, tp, map[string]string{"README.md": "acme's starter\n", "src/app/main.py": "print('hi')\n"})
 
 	// The scheduler keeps one warm runner started in Nomad ahead of demand.
 	stacktest.WaitFor(t, 60*time.Second, "the warm pool to fill", func() bool {
@@ -176,6 +229,12 @@ func TestProductionTopology(t *testing.T) {
 	if job, _, err := nc.Jobs().Info(alloc1.JobID, nil); err != nil || job.Meta["warren_role"] != "warm" {
 		t.Fatalf("job %s of the first sandbox: %v, role %q; want a claimed warm-pool job", alloc1.JobID, err, job.Meta["warren_role"])
 	}
+	// The new sandbox started from acme's template (read from S3 by the runner).
+	for name, want := range map[string]string{"README.md": "acme's starter\n", "src/app/main.py": "print('hi')\n"} {
+		if b, err := c.Sandbox().ReadFile(ctx, name); err != nil || string(b) != want {
+			t.Fatalf("%s from the template = %q, %v; want %q", name, b, err, want)
+		}
+	}
 	t.Logf("turn 1 served by allocation %s (job %s), epoch %d, at %s", alloc1.ID, alloc1.JobID, e1.Epoch, e1.Addr)
 	_ = s.Close()
 
@@ -211,6 +270,9 @@ func TestProductionTopology(t *testing.T) {
 	defer s2.Close()
 	if b, err := c.Sandbox().ReadFile(ctx, "plan.txt"); err != nil || string(b) != "step one" {
 		t.Fatalf("plan.txt after wake = %q, %v", b, err)
+	}
+	if b, err := c.Sandbox().ReadFile(ctx, "README.md"); err != nil || string(b) != "acme's starter\n" {
+		t.Fatalf("the template's README.md after wake = %q, %v", b, err)
 	}
 	before := len(model.Requests())
 	if r := stacktest.Turn(t, ctx, s2, "and then?"); r.IsError {

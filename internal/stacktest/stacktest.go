@@ -164,6 +164,13 @@ type Billing struct {
 // database dsn.
 func StartBilling(t testing.TB, ctx context.Context, bin string, vs *testenv.VaultServer, dsn string) *Billing {
 	t.Helper()
+	return StartBillingWith(t, ctx, bin, vs, dsn, nil)
+}
+
+// StartBillingWith is StartBilling with env added to the process's environment and args to its flags (e.g.
+// the S3 store of workspace templates: -s3-bucket and the AWS_* keys).
+func StartBillingWith(t testing.TB, ctx context.Context, bin string, vs *testenv.VaultServer, dsn string, env []string, args ...string) *Billing {
+	t.Helper()
 	keys, err := vault.New(ctx, vault.Config{Addr: vs.Addr(), Token: vs.RootToken()})
 	if err != nil {
 		t.Fatal(err)
@@ -173,12 +180,15 @@ func StartBilling(t testing.TB, ctx context.Context, bin string, vs *testenv.Vau
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := StartRole(t, bin, "billing", VaultEnv(vs), "-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn)
+	r := StartRole(t, bin, "billing", append(VaultEnv(vs), env...), append([]string{"-listen", "127.0.0.1:0", "-vault", vs.Addr(), "-db", dsn}, args...)...)
 	return &Billing{Role: r, Keys: keys, adminKey: adminKey}
 }
 
 // VaultEnv is the environment of a role that logs in to vs with its root token.
 func VaultEnv(vs *testenv.VaultServer) []string { return []string{"VAULT_TOKEN=" + vs.RootToken()} }
+
+// AdminKey is the billing API's admin key (for a CLI's $WARREN_ADMIN_KEY).
+func (b *Billing) AdminKey() string { return b.adminKey }
 
 // Admin calls the billing API with the admin key and returns the body of its 2xx answer.
 func (b *Billing) Admin(t testing.TB, ctx context.Context, method, path, body string) []byte {

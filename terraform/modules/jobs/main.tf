@@ -58,6 +58,7 @@ locals {
       wt_cert_file   = local.s.wt_cert_file
       wt_key_file    = local.s.wt_key_file
       wt_cert_secret = local.s.wt_vault ? "${local.s.kv_mount}/data/${local.wt_rel}" : ""
+      preview_domain = local.s.preview_domain
     })
     scheduler = merge(local.common, {
       consul_addr        = local.s.consul_addr

@@ -19,6 +19,7 @@ variable "settings" {
     kv_mount           = string # the KV v2 mount of Warren's secrets
     nomad_role_path    = string # Vault path minting the scheduler's Nomad token; empty: none (Nomad without ACLs)
     webhook_secret     = string # KV v2 path in kv_mount of the operator's task webhook secret; empty: webhooks off
+    preview_domain     = string # the wildcard domain of preview URLs (the edges' -preview-domain); empty: previews off
     mesh_pki_role      = string # Vault PKI role of the mesh certificates; empty: no mesh
     mesh_pki_mount     = string
     bucket = object({ # the region's snapshot bucket

@@ -25,6 +25,7 @@ output "regions" {
     webhook_secret     = var.webhook_secret
     mesh_pki_role      = var.mesh_pki_role
     mesh_pki_mount     = var.mesh_pki_mount
+    preview_domain     = var.preview_domain
     bucket             = r.bucket
     other_buckets      = { for other, o in var.regions : other => o.bucket if other != name }
     runner_args        = r.runner_args

@@ -46,6 +46,16 @@ variable "regions" {
     condition     = alltrue([for _, r in var.regions : r.webtransport == null ? true : (r.webtransport.cert_file == "") == (r.webtransport.key_file == "")])
     error_message = "webtransport.cert_file and webtransport.key_file go together (both empty: the certificate comes from Vault)."
   }
+  # Production sandboxes have a network of their own (the runner's default, -sandbox-network own): the
+  # development-only flags would share the host's network or drop bubblewrap (and preview URLs with it).
+  validation {
+    condition = alltrue(flatten([for _, r in var.regions : [for i, a in r.runner_args : !(
+      can(regex("^--?(insecure-no-sandbox|preview-host-loopback)(=.*)?$", a)) ||
+      can(regex("^--?sandbox-network=host$", a)) ||
+      (can(regex("^--?sandbox-network$", a)) && try(r.runner_args[i + 1], "") == "host")
+    )]]))
+    error_message = "runner_args must not carry the runner's development-only flags (-insecure-no-sandbox, -sandbox-network host, -preview-host-loopback): production sandboxes have a network of their own."
+  }
   validation {
     condition     = alltrue([for _, r in var.regions : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", r.bucket.name))])
     error_message = "every bucket name must be an S3 bucket name (3 to 63 lower-case letters, digits, '.' and '-')."
@@ -82,6 +92,19 @@ variable "webhook_secret" {
   type        = string
   description = "the KV v2 path in kv_mount of the operator's task webhook secret; empty: task webhooks off"
   default     = ""
+}
+
+variable "preview_domain" {
+  type        = string
+  description = "the wildcard domain of preview URLs (the edges' -preview-domain): *.<preview_domain> must reach the edges' load balancers; empty: previews off"
+  default     = ""
+
+  # A DNS name without scheme, port or path, lower case, with room for the 55-character preview label
+  # (<port>-<id>-<sig>.) within DNS's 253 characters.
+  validation {
+    condition     = var.preview_domain == "" || (length(var.preview_domain) <= 197 && can(regex("^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", var.preview_domain)))
+    error_message = "preview_domain must be a lower-case DNS name of at least two labels (e.g. preview.example.com), without scheme, port, path or wildcard, at most 197 characters; empty: previews off."
+  }
 }
 
 variable "mesh_pki_role" {
