@@ -117,6 +117,9 @@ func New(cfg Config) (*Edge, error) {
 	if cfg.Region == "" {
 		return nil, errors.New("edge: region is required")
 	}
+	if err := cfg.Previews.check(); err != nil {
+		return nil, err
+	}
 	if cfg.Mesh != nil && cfg.Directory == nil {
 		return nil, errors.New("edge: a mesh needs the region directory")
 	}

@@ -40,6 +40,11 @@ type PreviewConfig struct {
 	PathMode bool
 	// MaxPerUser bounds a user's live previews (0: DefaultMaxPreviews).
 	MaxPerUser int
+	// Scheme is the scheme clients reach preview URLs with: "https" when TLS ends in front of the edges (a
+	// load balancer holding the wildcard certificate), which the edge cannot see. It makes the URLs the API
+	// answers, the access cookie's Secure attribute and the X-Forwarded-Proto the tenant's server sees.
+	// Empty: the request's own (https over TLS, else http).
+	Scheme string
 	// DefaultTTL is a preview's lifetime when the request names none (0: one hour); MaxTTL the longest a
 	// request may ask (0: seven days).
 	DefaultTTL, MaxTTL time.Duration
@@ -108,6 +113,25 @@ func (e *Edge) previewHosts(next http.Handler) http.Handler {
 	})
 }
 
+// check refuses a configuration the edge cannot serve; nil (no previews) is fine.
+func (c *PreviewConfig) check() error {
+	if c != nil && c.Scheme != "" && c.Scheme != "http" && c.Scheme != "https" {
+		return errors.New("edge: preview scheme " + strconv.Quote(c.Scheme) + ": want http or https")
+	}
+	return nil
+}
+
+// scheme is the scheme clients reach r's edge with: PreviewConfig.Scheme, else r's own.
+func (st *previewState) scheme(r *http.Request) string {
+	switch {
+	case st.cfg.Scheme != "":
+		return st.cfg.Scheme
+	case r.TLS != nil:
+		return "https"
+	}
+	return "http"
+}
+
 func (st *previewState) signingKey(ctx context.Context) ([]byte, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -123,10 +147,7 @@ func (st *previewState) signingKey(ctx context.Context) ([]byte, error) {
 
 func (e *Edge) viewOf(r *http.Request, key []byte, p previews.Preview) wire.Preview {
 	tok := previews.Token(key, p)
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
+	scheme := e.pv.scheme(r)
 	var u string
 	if d := e.pv.cfg.Domain; d != "" {
 		host := tok + "." + d
@@ -338,7 +359,7 @@ func (e *Edge) servePreview(w http.ResponseWriter, r *http.Request, tok, prefix,
 		fail("unavailable", wire.Wrap(wire.Internal, err, "the preview's grant"))
 		return
 	}
-	out := previewRequest(r, p, prefix, path)
+	out := previewRequest(r, p, prefix, path, e.pv.scheme(r))
 	a := forwardedAdmission(g, log)
 	entry, err := e.cfg.Sandboxes.Ensure(ctx, a.sandboxRequest())
 	if err != nil {
@@ -387,7 +408,7 @@ func (e *Edge) previewAccess(w http.ResponseWriter, r *http.Request, key []byte,
 		exp = claims.ExpiresAt
 	}
 	http.SetCookie(w, &http.Cookie{Name: previews.Cookie, Value: previews.CookieValue(key, p, exp), Path: prefix + "/",
-		Expires: exp, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
+		Expires: exp, HttpOnly: true, Secure: e.pv.scheme(r) == "https", SameSite: http.SameSiteLaxMode})
 	u := withoutToken(r.URL)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
@@ -397,8 +418,8 @@ func (e *Edge) previewAccess(w http.ResponseWriter, r *http.Request, key []byte,
 
 // previewRequest is r as the runner's preview relay takes it: /v1/preview/<port><path>, the client's
 // headers without any credential of Warren's (its Authorization, the access cookie, X-Warren-*), the
-// client's other cookies and the public host, scheme and prefix in the previews.*Header headers.
-func previewRequest(r *http.Request, p previews.Preview, prefix, path string) *http.Request {
+// client's other cookies and the public host, scheme (proto) and prefix in the previews.*Header headers.
+func previewRequest(r *http.Request, p previews.Preview, prefix, path, proto string) *http.Request {
 	out := r.Clone(r.Context())
 	esc := "/v1/preview/" + strconv.Itoa(p.Port) + path
 	u, err := url.PathUnescape(esc)
@@ -429,10 +450,6 @@ func previewRequest(r *http.Request, p previews.Preview, prefix, path string) *h
 	out.Header.Del("Cookie")
 	if len(kept) > 0 {
 		out.Header.Set(previews.CookieHeader, strings.Join(kept, "; "))
-	}
-	proto := "http"
-	if r.TLS != nil {
-		proto = "https"
 	}
 	out.Header.Set(previews.HostHeader, r.Host)
 	out.Header.Set(previews.ProtoHeader, proto)

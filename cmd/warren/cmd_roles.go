@@ -205,7 +205,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	pv, err := pf.config(ctx, pool)
+	pv, err := pf.config(ctx, pool, publicURL)
 	if err != nil {
 		return err
 	}

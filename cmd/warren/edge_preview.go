@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 
@@ -26,8 +27,9 @@ func (f *previewFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.max, "preview-max-per-user", def, "live preview URLs per user (0: 20) ($WARREN_PREVIEW_MAX_PER_USER)")
 }
 
-// config opens the preview store in pool.
-func (f *previewFlags) config(ctx context.Context, pool *pgxpool.Pool) (*edge.PreviewConfig, error) {
+// config opens the preview store in pool. Preview URLs take the scheme of the region's public URL
+// (-public-url): behind a load balancer that ends TLS the edge sees plain HTTP, yet clients use https.
+func (f *previewFlags) config(ctx context.Context, pool *pgxpool.Pool, publicURL string) (*edge.PreviewConfig, error) {
 	if f.max < 0 {
 		return nil, fmt.Errorf("-preview-max-per-user must not be negative")
 	}
@@ -35,5 +37,9 @@ func (f *previewFlags) config(ctx context.Context, pool *pgxpool.Pool) (*edge.Pr
 	if err != nil {
 		return nil, err
 	}
-	return &edge.PreviewConfig{Store: st, Domain: f.domain, MaxPerUser: f.max}, nil
+	u, err := url.Parse(publicURL)
+	if err != nil {
+		return nil, fmt.Errorf("-public-url: %w", err)
+	}
+	return &edge.PreviewConfig{Store: st, Domain: f.domain, MaxPerUser: f.max, Scheme: u.Scheme}, nil
 }
