@@ -94,6 +94,22 @@ type SandboxQuota struct {
 	MaxConcurrentExecs int64 `json:"max_concurrent_execs"`
 	// MaxStoredBytes caps the bytes the user's snapshots keep in the blob store.
 	MaxStoredBytes int64 `json:"max_stored_bytes"`
+	// MaxBackgroundProcesses caps the background processes running at once (the runner's -max-processes
+	// when not set; unlimited is the runner's hard ceiling).
+	MaxBackgroundProcesses int64 `json:"max_background_processes"`
+	// MaxProcessLogBytes caps the output kept of each background process (the runner's -process-log-bytes
+	// when not set). The log is held in the runner's memory, outside the sandbox's cgroup, so it may not be
+	// unlimited and is at most MaxSandboxProcessLogBytes.
+	MaxProcessLogBytes int64 `json:"max_process_log_bytes"`
+	// MaxFileWatches caps the file watch subscribers of a sandbox at once.
+	MaxFileWatches int64 `json:"max_file_watches"`
+	// MaxTerminals caps the terminals running at once in a sandbox.
+	MaxTerminals int64 `json:"max_terminals"`
+	// MaxTasks caps the user's one-shot tasks queued or running at once (the runner's -max-tasks when not
+	// set).
+	MaxTasks int64 `json:"max_tasks"`
+	// MaxPreviewURLs caps the user's live preview URLs (the edge's -preview-max-per-user when not set).
+	MaxPreviewURLs int64 `json:"max_preview_urls"`
 }
 
 // The smallest limits a SandboxQuota may set (besides 0, not set, and -1, unlimited).
@@ -105,7 +121,35 @@ const (
 	MinSandboxWorkspaceBytes  = 1 << 20
 	MinSandboxConcurrentExecs = 1
 	MinSandboxStoredBytes     = 1 << 20
+
+	MinSandboxBackgroundProcesses = 1
+	MinSandboxProcessLogBytes     = 4 << 10
+	MinSandboxFileWatches         = 1
+	MinSandboxTerminals           = 1
+	MinSandboxTasks               = 1
+	MinSandboxPreviewURLs         = 1
 )
+
+// MaxSandboxProcessLogBytes is the largest max_process_log_bytes, which may not be -1 either: each
+// process's log lives in the runner's memory, outside the sandbox's cgroup, and a runner keeps up to twice
+// its background process cap of them, so an unbounded log would let a tenant's program fill the runner's
+// memory by printing.
+const MaxSandboxProcessLogBytes = 64 << 20
+
+// sandboxCeilings are the fields with a largest value, which refuse -1 (unlimited) too.
+var sandboxCeilings = map[string]int64{"max_process_log_bytes": MaxSandboxProcessLogBytes}
+
+// SandboxFieldBounds reports what the SandboxQuota field of JSON name accepts besides 0 (not set): -1 when
+// unlimited, and a positive value from min to max (max 0: no largest). ok is false for an unknown name.
+func SandboxFieldBounds(name string) (min, max int64, unlimited, ok bool) {
+	for _, f := range sandboxFields {
+		if f.name == name {
+			max = sandboxCeilings[name]
+			return f.min, max, max == 0, true
+		}
+	}
+	return 0, 0, false, false
+}
 
 // sandboxField is one field of a SandboxQuota and of the wire.SandboxLimits it becomes.
 type sandboxField struct {
@@ -130,13 +174,33 @@ var sandboxFields = []sandboxField{
 		func(s *SandboxQuota) *int64 { return &s.MaxConcurrentExecs }, func(l *wire.SandboxLimits) *int64 { return &l.ConcurrentExecs }},
 	{"max_stored_bytes", MinSandboxStoredBytes,
 		func(s *SandboxQuota) *int64 { return &s.MaxStoredBytes }, func(l *wire.SandboxLimits) *int64 { return &l.StoredBytes }},
+	{"max_background_processes", MinSandboxBackgroundProcesses,
+		func(s *SandboxQuota) *int64 { return &s.MaxBackgroundProcesses }, func(l *wire.SandboxLimits) *int64 { return &l.BackgroundProcesses }},
+	{"max_process_log_bytes", MinSandboxProcessLogBytes,
+		func(s *SandboxQuota) *int64 { return &s.MaxProcessLogBytes }, func(l *wire.SandboxLimits) *int64 { return &l.ProcessLogBytes }},
+	{"max_file_watches", MinSandboxFileWatches,
+		func(s *SandboxQuota) *int64 { return &s.MaxFileWatches }, func(l *wire.SandboxLimits) *int64 { return &l.FileWatches }},
+	{"max_terminals", MinSandboxTerminals,
+		func(s *SandboxQuota) *int64 { return &s.MaxTerminals }, func(l *wire.SandboxLimits) *int64 { return &l.Terminals }},
+	{"max_tasks", MinSandboxTasks,
+		func(s *SandboxQuota) *int64 { return &s.MaxTasks }, func(l *wire.SandboxLimits) *int64 { return &l.Tasks }},
+	{"max_preview_urls", MinSandboxPreviewURLs,
+		func(s *SandboxQuota) *int64 { return &s.MaxPreviewURLs }, func(l *wire.SandboxLimits) *int64 { return &l.PreviewURLs }},
 }
 
-// invalidField names the first field of s out of range (below -1, or positive and below its minimum) and
-// says why; "" when every field is valid.
+// invalidField names the first field of s out of range (below -1, or positive and below its minimum; for a
+// field with a ceiling, -1 or above it) and says why; "" when every field is valid.
 func (s SandboxQuota) invalidField() (field, why string) {
 	for _, f := range sandboxFields {
-		if v := *f.quota(&s); v < Unlimited || (v > 0 && v < f.min) {
+		v := *f.quota(&s)
+		if ceiling := sandboxCeilings[f.name]; ceiling > 0 {
+			if v < 0 || (v > 0 && (v < f.min || v > ceiling)) {
+				return f.name, fmt.Sprintf("%s must be 0 (not set) or %d to %d, not %d (it cannot be unlimited: "+
+					"the runner holds it in memory)", f.name, f.min, ceiling, v)
+			}
+			continue
+		}
+		if v < Unlimited || (v > 0 && v < f.min) {
 			return f.name, fmt.Sprintf("%s must be -1 (unlimited), 0 (not set) or at least %d, not %d",
 				f.name, f.min, v)
 		}

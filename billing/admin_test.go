@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/warren-mesh/warren/billing"
@@ -176,6 +177,11 @@ func TestEffectiveLimitSandbox(t *testing.T) {
 				WorkspaceBytes: 3 << 30, ConcurrentExecs: 4, StoredBytes: 16 << 20}},
 		{"issuer unlimited, override unset", with(billing.SandboxQuota{MaxProcesses: -1, MaxConcurrentExecs: -1}), &base,
 			wire.SandboxLimits{Processes: -1, ConcurrentExecs: -1}},
+		{"the per-user limits that were flags, override over issuer", with(billing.SandboxQuota{MaxBackgroundProcesses: 4,
+			MaxProcessLogBytes: 8 << 10, MaxFileWatches: 2, MaxTerminals: 3, MaxTasks: 5, MaxPreviewURLs: 6}),
+			with(billing.SandboxQuota{MaxBackgroundProcesses: 1, MaxPreviewURLs: -1}),
+			wire.SandboxLimits{BackgroundProcesses: 1, ProcessLogBytes: 8 << 10, FileWatches: 2, Terminals: 3, Tasks: 5,
+				PreviewURLs: -1}},
 		{"override alone, beside an issuer default without them", &base,
 			with(billing.SandboxQuota{MaxTmpBytes: 64 << 20, MaxWorkspaceBytes: -1}),
 			wire.SandboxLimits{TmpBytes: 64 << 20, WorkspaceBytes: -1}},
@@ -206,6 +212,11 @@ func TestQuotaValidateSandbox(t *testing.T) {
 		{"workspace", billing.MinSandboxWorkspaceBytes, func(s *billing.SandboxQuota) *int64 { return &s.MaxWorkspaceBytes }},
 		{"execs", billing.MinSandboxConcurrentExecs, func(s *billing.SandboxQuota) *int64 { return &s.MaxConcurrentExecs }},
 		{"stored", billing.MinSandboxStoredBytes, func(s *billing.SandboxQuota) *int64 { return &s.MaxStoredBytes }},
+		{"background processes", billing.MinSandboxBackgroundProcesses, func(s *billing.SandboxQuota) *int64 { return &s.MaxBackgroundProcesses }},
+		{"file watches", billing.MinSandboxFileWatches, func(s *billing.SandboxQuota) *int64 { return &s.MaxFileWatches }},
+		{"terminals", billing.MinSandboxTerminals, func(s *billing.SandboxQuota) *int64 { return &s.MaxTerminals }},
+		{"tasks", billing.MinSandboxTasks, func(s *billing.SandboxQuota) *int64 { return &s.MaxTasks }},
+		{"preview urls", billing.MinSandboxPreviewURLs, func(s *billing.SandboxQuota) *int64 { return &s.MaxPreviewURLs }},
 	} {
 		for _, v := range []int64{-1, 0, f.min, f.min + 1, 1 << 40} {
 			ok := q
@@ -254,5 +265,35 @@ func TestPricesMatch(t *testing.T) {
 		if name != tc.want || p != ps.Lookup(tc.model) {
 			t.Errorf("Match(%q) = %q, %+v; want %q and Lookup's price", tc.model, name, p, tc.want)
 		}
+	}
+}
+
+// max_process_log_bytes is 0 or MinSandboxProcessLogBytes to MaxSandboxProcessLogBytes: the runner keeps
+// each log in its own memory, so it cannot be unlimited (-1) nor above the ceiling.
+func TestQuotaValidateProcessLogBytes(t *testing.T) {
+	q := billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day, MaxConcurrentSessions: 1}
+	for v, want := range map[int64]bool{0: true, billing.MinSandboxProcessLogBytes: true, 1 << 20: true,
+		billing.MaxSandboxProcessLogBytes: true, -1: false, -2: false, 1: false, billing.MinSandboxProcessLogBytes - 1: false,
+		billing.MaxSandboxProcessLogBytes + 1: false, 1 << 40: false} {
+		q.MaxProcessLogBytes = v
+		for _, k := range []billing.QuotaKey{{Issuer: "acme"}, {Issuer: "acme", User: "u"}} {
+			err := q.ValidateFor(k)
+			if want && err != nil {
+				t.Errorf("max_process_log_bytes %d on %+v: %v", v, k, err)
+			}
+			if !want && (!errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), "max_process_log_bytes")) {
+				t.Errorf("max_process_log_bytes %d on %+v: %v, want ErrInvalid naming the field", v, k, err)
+			}
+		}
+	}
+	min, max, unlimited, ok := billing.SandboxFieldBounds("max_process_log_bytes")
+	if !ok || min != billing.MinSandboxProcessLogBytes || max != billing.MaxSandboxProcessLogBytes || unlimited {
+		t.Errorf("SandboxFieldBounds(max_process_log_bytes) = %d, %d, %v, %v", min, max, unlimited, ok)
+	}
+	if _, max, unlimited, ok := billing.SandboxFieldBounds("max_terminals"); !ok || max != 0 || !unlimited {
+		t.Errorf("SandboxFieldBounds(max_terminals) = %d, %v, %v", max, unlimited, ok)
+	}
+	if _, _, _, ok := billing.SandboxFieldBounds("ai_microdollars"); ok {
+		t.Error("SandboxFieldBounds knows a field that is not a sandbox limit")
 	}
 }

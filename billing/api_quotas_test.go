@@ -36,6 +36,8 @@ func FuzzPutQuota(f *testing.F) {
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,
 			"max_processes":64,"max_memory_bytes":1073741824,"cpu_millis":-1,"max_tmp_bytes":1048576,"max_workspace_bytes":-1,
 			"max_concurrent_execs":2,"max_stored_bytes":5368709120}`,
+		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,
+			"max_background_processes":1,"max_process_log_bytes":-1,"max_file_watches":-1,"max_terminals":2,"max_tasks":3,"max_preview_urls":4}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"max_memory_bytes":16777215}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"max_processes":7}`,
 		`{"ai_microdollars":1,"compute_seconds":1,"window":"day","max_concurrent_sessions":1,"revision":0,"cpu_millis":-2}`,
@@ -170,6 +172,14 @@ func TestAPISandboxLimits(t *testing.T) {
 		{"max_workspace_bytes", `"1GiB"`},
 		{"max_concurrent_execs", "-5"},
 		{"max_stored_bytes", "1"},
+		{"max_background_processes", "-2"},
+		{"max_process_log_bytes", "-1"},
+		{"max_process_log_bytes", "4095"},
+		{"max_process_log_bytes", "67108865"},
+		{"max_file_watches", "-2"},
+		{"max_terminals", "1.5"},
+		{"max_tasks", "-3"},
+		{"max_preview_urls", `"5"`},
 	} {
 		t.Run(tc.field+"="+tc.value, func(t *testing.T) {
 			for _, path := range []string{"/v1/quotas/acme", "/v1/quotas/acme/users/alice"} {
@@ -185,10 +195,14 @@ func TestAPISandboxLimits(t *testing.T) {
 	}
 
 	all := `,"max_processes":64,"max_memory_bytes":1073741824,"cpu_millis":1500,"max_tmp_bytes":1048576,` +
-		`"max_workspace_bytes":-1,"max_concurrent_execs":2,"max_stored_bytes":5368709120`
+		`"max_workspace_bytes":-1,"max_concurrent_execs":2,"max_stored_bytes":5368709120,` +
+		`"max_background_processes":1,"max_process_log_bytes":65536,"max_file_watches":-1,"max_terminals":2,"max_tasks":3,` +
+		`"max_preview_urls":4`
 	e.mustPutDefault(t, body(0, all), billing.Quota{AIMicros: 1, ComputeSeconds: 1, Window: billing.Day,
 		MaxConcurrentSessions: 1, Revision: 1, SandboxQuota: billing.SandboxQuota{MaxProcesses: 64, MaxMemoryBytes: 1 << 30,
-			CPUMillis: 1500, MaxTmpBytes: 1 << 20, MaxWorkspaceBytes: -1, MaxConcurrentExecs: 2, MaxStoredBytes: 5 << 30}})
+			CPUMillis: 1500, MaxTmpBytes: 1 << 20, MaxWorkspaceBytes: -1, MaxConcurrentExecs: 2, MaxStoredBytes: 5 << 30,
+			MaxBackgroundProcesses: 1, MaxProcessLogBytes: 64 << 10, MaxFileWatches: -1, MaxTerminals: 2, MaxTasks: 3,
+			MaxPreviewURLs: 4}})
 
 	var got quotaJSON
 
@@ -208,7 +222,8 @@ func TestAPISandboxLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"max_processes", "max_memory_bytes", "cpu_millis", "max_tmp_bytes", "max_workspace_bytes",
-		"max_concurrent_execs", "max_stored_bytes"} {
+		"max_concurrent_execs", "max_stored_bytes", "max_background_processes", "max_process_log_bytes", "max_file_watches",
+		"max_terminals", "max_tasks", "max_preview_urls"} {
 		if v, ok := raw[f]; !ok || v != float64(0) {
 			t.Errorf("answer's %s = %v (present %v), want 0", f, v, ok)
 		}

@@ -135,11 +135,11 @@ func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartReq
 	if t.closed {
 		return nil, wire.Errorf(wire.Unavailable, "the sandbox is stopping")
 	}
-	limit := t.r.cfg.MaxProcesses
+	limit := t.r.backgroundProcessLimit()
 	running, oldestExited := census(t.procs)
 	if running >= limit {
-		return nil, wire.Errorf(wire.ResourceExhausted, "%d background processes are already running in this sandbox (the runner's -max-processes)", limit).
-			WithDetails(map[string]any{"limit": limit})
+		return nil, wire.Errorf(wire.ResourceExhausted, "%d background processes are already running in this sandbox (the quota's max_background_processes, else the runner's -max-processes)", limit).
+			WithDetails(map[string]any{"limit": limit, "quota": "max_background_processes"})
 	}
 	pctx, cancel := context.WithCancelCause(ctx)
 	ip, err := t.r.sandbox.Start(pctx, isolate.ProcessSpec{Command: req.Command, Args: req.Args, Dir: dir, Env: req.Env})
@@ -154,7 +154,7 @@ func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartReq
 	_, _ = rand.Read(b[:])
 	p := &proc{
 		id: hex.EncodeToString(b[:]), command: req.Command, args: req.Args, cwd: dir, started: t.r.cfg.Now(),
-		p: ip, log: newProcLog(t.r.cfg.ProcessLogBytes), cancel: cancel, done: make(chan struct{}),
+		p: ip, log: newProcLog(t.r.processLogLimit()), cancel: cancel, done: make(chan struct{}),
 		stdin: make(chan struct{}, 1),
 	}
 	p.stdin <- struct{}{}

@@ -352,9 +352,9 @@ func (tt *taskTable) create(ctx context.Context, er ExecuteRequest, opts json.Ra
 			return nil, false, wire.Wrap(wire.Unavailable, err, "the task store is unavailable")
 		}
 	}
-	if tt.active >= tt.cfg.MaxActive {
-		return nil, false, wire.Errorf(wire.ConcurrencyLimit, "%d tasks are already queued or running; wait for one to finish", tt.active).
-			WithDetails(map[string]any{"limit": tt.cfg.MaxActive})
+	if limit := tt.r.taskLimit(tt.cfg.MaxActive); tt.active >= limit {
+		return nil, false, wire.Errorf(wire.ConcurrencyLimit, "%d tasks are already queued or running; wait for one to finish (the quota's max_tasks, else the runner's -max-tasks)", tt.active).
+			WithDetails(map[string]any{"limit": limit, "quota": "max_tasks"})
 	}
 	t := Task{ID: newTaskID(), Status: wire.TaskQueued, Prompt: er.Prompt, IdempotencyKey: key,
 		CreatedAt: tt.r.cfg.Now().UTC(), FilesChanged: []FileChange{}}

@@ -109,10 +109,11 @@ func (t *termTable) start(ctx context.Context, dir string, req wire.TermCreateRe
 	if t.closed {
 		return nil, wire.Errorf(wire.Unavailable, "the sandbox is stopping")
 	}
+	limit := t.r.terminalLimit()
 	running, oldestExited := census(t.terms)
-	if running >= MaxTerminals {
-		return nil, wire.Errorf(wire.ResourceExhausted, "%d terminals are already running in this sandbox", MaxTerminals).
-			WithDetails(map[string]any{"limit": MaxTerminals})
+	if running >= limit {
+		return nil, wire.Errorf(wire.ResourceExhausted, "%d terminals are already running in this sandbox (the quota's max_terminals)", limit).
+			WithDetails(map[string]any{"limit": limit, "quota": "max_terminals"})
 	}
 	tctx, cancel := context.WithCancelCause(ctx)
 	it, err := t.r.sandbox.StartTerminal(tctx, isolate.ProcessSpec{Command: command, Args: req.Args, Dir: dir, Env: env}, req.Cols, req.Rows)
@@ -130,7 +131,7 @@ func (t *termTable) start(ctx context.Context, dir string, req wire.TermCreateRe
 		t: it, cancel: cancel, done: make(chan struct{}), out: ring{buf: make([]byte, TermReplayBytes)},
 		changed: make(chan struct{}), cols: req.Cols, rows: req.Rows,
 	}
-	if len(t.terms) >= 2*MaxTerminals && oldestExited >= 0 {
+	if len(t.terms) >= 2*limit && oldestExited >= 0 {
 		t.terms = append(t.terms[:oldestExited], t.terms[oldestExited+1:]...)
 	}
 	t.terms = append(t.terms, tm)

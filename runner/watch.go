@@ -66,11 +66,13 @@ func newWatchTable(r *Runner) *watchTable {
 	return t
 }
 
-func (t *watchTable) join() error {
+// join takes one of the limit subscribers' places (the quota's max_file_watches, else maxWatches).
+func (t *watchTable) join(limit int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.watches >= maxWatches {
-		return wire.Errorf(wire.ResourceExhausted, "the sandbox already has %d file watches, the most it may have", maxWatches)
+	if t.watches >= limit {
+		return wire.Errorf(wire.ResourceExhausted, "the sandbox already has %d file watches, the most it may have (the quota's max_file_watches)", limit).
+			WithDetails(map[string]any{"limit": limit, "quota": "max_file_watches"})
 	}
 	t.watches++
 	return nil
@@ -427,7 +429,7 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 		err = wire.Errorf(wire.InvalidArgument, "a watch is a stream: send Accept: text/event-stream")
 	}
 	if err == nil {
-		err = a.watches.join()
+		err = a.watches.join(a.r.fileWatchLimit())
 	}
 	if err != nil {
 		a.fileFail(w, req, "watch", err)

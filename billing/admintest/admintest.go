@@ -194,6 +194,14 @@ func testInvalidQuota(t *testing.T, s Store) {
 		"memory too low":  {SandboxQuota: billing.SandboxQuota{MaxMemoryBytes: billing.MinSandboxMemoryBytes - 1}, Window: billing.Day},
 		"cpu too low":     {SandboxQuota: billing.SandboxQuota{CPUMillis: 1}, Window: billing.Day},
 		"stored below":    {SandboxQuota: billing.SandboxQuota{MaxStoredBytes: -3}, Window: billing.Day},
+		"bg procs below":  {SandboxQuota: billing.SandboxQuota{MaxBackgroundProcesses: -2}, Window: billing.Day},
+		"log unlimited":   {SandboxQuota: billing.SandboxQuota{MaxProcessLogBytes: -1}, Window: billing.Day},
+		"log too low":     {SandboxQuota: billing.SandboxQuota{MaxProcessLogBytes: billing.MinSandboxProcessLogBytes - 1}, Window: billing.Day},
+		"log too high":    {SandboxQuota: billing.SandboxQuota{MaxProcessLogBytes: billing.MaxSandboxProcessLogBytes + 1}, Window: billing.Day},
+		"watches below":   {SandboxQuota: billing.SandboxQuota{MaxFileWatches: -2}, Window: billing.Day},
+		"terminals below": {SandboxQuota: billing.SandboxQuota{MaxTerminals: -2}, Window: billing.Day},
+		"tasks below":     {SandboxQuota: billing.SandboxQuota{MaxTasks: -2}, Window: billing.Day},
+		"previews below":  {SandboxQuota: billing.SandboxQuota{MaxPreviewURLs: -2}, Window: billing.Day},
 		"negative expect": Quota(1),
 	} {
 		expected := int64(0)
@@ -270,7 +278,9 @@ func testQuotaSandboxLimits(t *testing.T, s Store) {
 	}
 	full := Quota(5)
 	full.SandboxQuota = billing.SandboxQuota{MaxProcesses: 128, MaxMemoryBytes: 2 << 30, CPUMillis: 1500,
-		MaxTmpBytes: 256 << 20, MaxWorkspaceBytes: -1, MaxConcurrentExecs: 3, MaxStoredBytes: 10 << 30}
+		MaxTmpBytes: 256 << 20, MaxWorkspaceBytes: -1, MaxConcurrentExecs: 3, MaxStoredBytes: 10 << 30,
+		MaxBackgroundProcesses: 2, MaxProcessLogBytes: 64 << 10, MaxFileWatches: -1, MaxTerminals: 3, MaxTasks: 5,
+		MaxPreviewURLs: 7}
 	q := MustPutQuota(t, s, issuer, full, 1)
 	if q.SandboxQuota != full.SandboxQuota {
 		t.Fatalf("PutQuota = %+v, want the sandbox limits %+v", q, full.SandboxQuota)
@@ -279,14 +289,21 @@ func testQuotaSandboxLimits(t *testing.T, s Store) {
 
 	override := Quota(1)
 	override.MaxMemoryBytes, override.CPUMillis = billing.MinSandboxMemoryBytes, -1
+	override.MaxTerminals, override.MaxPreviewURLs, override.MaxProcessLogBytes = 1, -1, billing.MaxSandboxProcessLogBytes
 	u := MustPutQuota(t, s, user, override, 0)
-	if got := MustGetQuota(t, s, user); got != u || got.MaxMemoryBytes != billing.MinSandboxMemoryBytes || got.CPUMillis != -1 {
+	if got := MustGetQuota(t, s, user); got != u || got.MaxMemoryBytes != billing.MinSandboxMemoryBytes || got.CPUMillis != -1 ||
+		got.MaxTerminals != 1 || got.MaxPreviewURLs != -1 || got.MaxProcessLogBytes != billing.MaxSandboxProcessLogBytes {
 		t.Fatalf("GetQuota override = %+v, want %+v", got, u)
 	}
 	bad := override
 	bad.MaxProcesses = billing.MinSandboxProcesses - 1
 	if _, err := s.PutQuota(ctx, user, bad, u.Revision); !errors.Is(err, billing.ErrInvalid) {
 		t.Errorf("processes below the minimum on an override: %v, want ErrInvalid", err)
+	}
+	bad = override
+	bad.MaxProcessLogBytes = billing.Unlimited
+	if _, err := s.PutQuota(ctx, user, bad, u.Revision); !errors.Is(err, billing.ErrInvalid) {
+		t.Errorf("unlimited process log bytes on an override: %v, want ErrInvalid", err)
 	}
 	if got := MustGetQuota(t, s, user); got != u {
 		t.Fatalf("a refused write changed the override: %+v, want %+v", got, u)
@@ -334,6 +351,7 @@ func SandboxLimitsMigrated(t *testing.T, l Store) {
 		t.Fatalf("GetIssuer after the migration = %+v, %v", iss.Quota, err)
 	}
 	want.MaxMemoryBytes, want.MaxProcesses, want.MaxStoredBytes = 1<<30, 256, -1
+	want.MaxBackgroundProcesses, want.MaxTasks, want.MaxPreviewURLs = 1, -1, 3
 	if got := MustPutQuota(t, l, issuer, want, 2); got.SandboxQuota != want.SandboxQuota {
 		t.Fatalf("quota written after the migration = %+v", got)
 	}

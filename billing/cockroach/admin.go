@@ -98,7 +98,8 @@ const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute,
 	q.issuer_prompts_per_minute,
 	COALESCE(q.max_processes, 0), COALESCE(q.max_memory_bytes, 0), COALESCE(q.cpu_millis, 0), COALESCE(q.max_tmp_bytes, 0),
-	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0)
+	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0),
+	COALESCE(q.max_background_processes, 0), COALESCE(q.max_process_log_bytes, 0), COALESCE(q.max_file_watches, 0), COALESCE(q.max_terminals, 0), COALESCE(q.max_tasks, 0), COALESCE(q.max_preview_urls, 0)
 	FROM issuers AS i LEFT JOIN quotas AS q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, tx pgx.Tx, id string) (billing.Issuer, error) {
@@ -123,7 +124,7 @@ func scanIssuer(row pgx.Row) (billing.Issuer, error) {
 	if err := row.Scan(&iss.ID, &iss.Name, &iss.Created, &ai, &compute, &window, &sessions, &rev,
 		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts,
 		&sb.MaxProcesses, &sb.MaxMemoryBytes, &sb.CPUMillis, &sb.MaxTmpBytes, &sb.MaxWorkspaceBytes, &sb.MaxConcurrentExecs,
-		&sb.MaxStoredBytes); err != nil {
+		&sb.MaxStoredBytes, &sb.MaxBackgroundProcesses, &sb.MaxProcessLogBytes, &sb.MaxFileWatches, &sb.MaxTerminals, &sb.MaxTasks, &sb.MaxPreviewURLs); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = iss.Created.UTC()
@@ -146,12 +147,14 @@ func (l *Ledger) GetQuota(ctx context.Context, k billing.QuotaKey) (billing.Quot
 	err := l.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision,
 			max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute,
-			max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes
+			max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes,
+			max_background_processes, max_process_log_bytes, max_file_watches, max_terminals, max_tasks, max_preview_urls
 			FROM quotas WHERE issuer = $1 AND "user" = $2`, k.Issuer, k.User).
 			Scan(&q.AIMicros, &q.ComputeSeconds, &q.Window, &q.MaxConcurrentSessions, &q.Revision,
 				&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute,
 				&q.IssuerPromptsPerMinute,
-				&q.MaxProcesses, &q.MaxMemoryBytes, &q.CPUMillis, &q.MaxTmpBytes, &q.MaxWorkspaceBytes, &q.MaxConcurrentExecs, &q.MaxStoredBytes)
+				&q.MaxProcesses, &q.MaxMemoryBytes, &q.CPUMillis, &q.MaxTmpBytes, &q.MaxWorkspaceBytes, &q.MaxConcurrentExecs, &q.MaxStoredBytes,
+				&q.MaxBackgroundProcesses, &q.MaxProcessLogBytes, &q.MaxFileWatches, &q.MaxTerminals, &q.MaxTasks, &q.MaxPreviewURLs)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("no quota: %w", billing.ErrNotFound)
 		}
@@ -204,24 +207,28 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 				(issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
 					max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute,
 					issuer_prompts_per_minute,
-					max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+					max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes,
+				max_background_processes, max_process_log_bytes, max_file_watches, max_terminals, max_tasks, max_preview_urls)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)
 				ON CONFLICT (issuer, "user") DO NOTHING`,
 				k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision,
 				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
 				q.IssuerPromptsPerMinute,
-				q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes)
+				q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes,
+				q.MaxBackgroundProcesses, q.MaxProcessLogBytes, q.MaxFileWatches, q.MaxTerminals, q.MaxTasks, q.MaxPreviewURLs)
 		} else {
 			tag, err = tx.Exec(ctx, `UPDATE quotas SET ai_micros = $3, compute_seconds = $4, "window" = $5,
 				max_sessions = $6, revision = $7, max_issuer_sessions = $9, connects_per_minute = $10,
 				issuer_connects_per_minute = $11, prompts_per_minute = $12, issuer_prompts_per_minute = $13,
 				max_processes = $14, max_memory_bytes = $15, cpu_millis = $16, max_tmp_bytes = $17,
-				max_workspace_bytes = $18, max_concurrent_execs = $19, max_stored_bytes = $20
+				max_workspace_bytes = $18, max_concurrent_execs = $19, max_stored_bytes = $20,
+				max_background_processes = $21, max_process_log_bytes = $22, max_file_watches = $23, max_terminals = $24, max_tasks = $25, max_preview_urls = $26
 				WHERE issuer = $1 AND "user" = $2 AND revision = $8`,
 				k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision, expected,
 				q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
 				q.IssuerPromptsPerMinute,
-				q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes)
+				q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes,
+				q.MaxBackgroundProcesses, q.MaxProcessLogBytes, q.MaxFileWatches, q.MaxTerminals, q.MaxTasks, q.MaxPreviewURLs)
 		}
 		if err != nil {
 			return fmt.Errorf("write quota: %w", err)

@@ -116,6 +116,14 @@ var migrations = []string{
 	`ALTER TABLE quotas ADD COLUMN max_workspace_bytes INT8 NOT NULL DEFAULT 0 CHECK (max_workspace_bytes >= -1)`,
 	`ALTER TABLE quotas ADD COLUMN max_concurrent_execs INT8 NOT NULL DEFAULT 0 CHECK (max_concurrent_execs >= -1)`,
 	`ALTER TABLE quotas ADD COLUMN max_stored_bytes INT8 NOT NULL DEFAULT 0 CHECK (max_stored_bytes >= -1)`,
+	// The sandbox's per-user limits that were runner and edge flags (billing.SandboxQuota), read as the hard
+	// limits above, one column per step; minimums and ceilings are billing's.
+	`ALTER TABLE quotas ADD COLUMN max_background_processes INT8 NOT NULL DEFAULT 0 CHECK (max_background_processes >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN max_process_log_bytes INT8 NOT NULL DEFAULT 0 CHECK (max_process_log_bytes >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN max_file_watches INT8 NOT NULL DEFAULT 0 CHECK (max_file_watches >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN max_terminals INT8 NOT NULL DEFAULT 0 CHECK (max_terminals >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN max_tasks INT8 NOT NULL DEFAULT 0 CHECK (max_tasks >= -1)`,
+	`ALTER TABLE quotas ADD COLUMN max_preview_urls INT8 NOT NULL DEFAULT 0 CHECK (max_preview_urls >= -1)`,
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as

@@ -79,7 +79,8 @@ const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute,
 	q.issuer_prompts_per_minute,
 	COALESCE(q.max_processes, 0), COALESCE(q.max_memory_bytes, 0), COALESCE(q.cpu_millis, 0), COALESCE(q.max_tmp_bytes, 0),
-	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0)
+	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0),
+	COALESCE(q.max_background_processes, 0), COALESCE(q.max_process_log_bytes, 0), COALESCE(q.max_file_watches, 0), COALESCE(q.max_terminals, 0), COALESCE(q.max_tasks, 0), COALESCE(q.max_preview_urls, 0)
 	FROM issuers i LEFT JOIN quotas q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, db querier, id string) (billing.Issuer, error) {
@@ -104,7 +105,7 @@ func scanIssuer(row interface{ Scan(...any) error }) (billing.Issuer, error) {
 	if err := row.Scan(&iss.ID, &iss.Name, &created, &ai, &compute, &window, &sessions, &rev,
 		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts,
 		&sb.MaxProcesses, &sb.MaxMemoryBytes, &sb.CPUMillis, &sb.MaxTmpBytes, &sb.MaxWorkspaceBytes, &sb.MaxConcurrentExecs,
-		&sb.MaxStoredBytes); err != nil {
+		&sb.MaxStoredBytes, &sb.MaxBackgroundProcesses, &sb.MaxProcessLogBytes, &sb.MaxFileWatches, &sb.MaxTerminals, &sb.MaxTasks, &sb.MaxPreviewURLs); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = time.Unix(created, 0).UTC()
@@ -164,8 +165,9 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 			(issuer, "user", ai_micros, compute_seconds, "window", max_sessions, revision,
 				max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute,
 				issuer_prompts_per_minute,
-				max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes,
+				max_background_processes, max_process_log_bytes, max_file_watches, max_terminals, max_tasks, max_preview_urls)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer, "user") DO UPDATE SET
 				ai_micros = excluded.ai_micros, compute_seconds = excluded.compute_seconds, "window" = excluded."window",
 				max_sessions = excluded.max_sessions, revision = excluded.revision,
@@ -175,11 +177,13 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 				max_processes = excluded.max_processes, max_memory_bytes = excluded.max_memory_bytes,
 				cpu_millis = excluded.cpu_millis, max_tmp_bytes = excluded.max_tmp_bytes,
 				max_workspace_bytes = excluded.max_workspace_bytes, max_concurrent_execs = excluded.max_concurrent_execs,
-				max_stored_bytes = excluded.max_stored_bytes`,
+				max_stored_bytes = excluded.max_stored_bytes,
+				max_background_processes = excluded.max_background_processes, max_process_log_bytes = excluded.max_process_log_bytes, max_file_watches = excluded.max_file_watches, max_terminals = excluded.max_terminals, max_tasks = excluded.max_tasks, max_preview_urls = excluded.max_preview_urls`,
 			k.Issuer, k.User, q.AIMicros, q.ComputeSeconds, string(q.Window), q.MaxConcurrentSessions, q.Revision,
 			q.MaxIssuerSessions, q.ConnectsPerMinute, q.IssuerConnectsPerMinute, q.PromptsPerMinute,
 			q.IssuerPromptsPerMinute,
-			q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes); err != nil {
+			q.MaxProcesses, q.MaxMemoryBytes, q.CPUMillis, q.MaxTmpBytes, q.MaxWorkspaceBytes, q.MaxConcurrentExecs, q.MaxStoredBytes,
+			q.MaxBackgroundProcesses, q.MaxProcessLogBytes, q.MaxFileWatches, q.MaxTerminals, q.MaxTasks, q.MaxPreviewURLs); err != nil {
 			return fmt.Errorf("write quota: %w", err)
 		}
 		return nil
@@ -221,12 +225,14 @@ func getQuota(ctx context.Context, db querier, k billing.QuotaKey) (billing.Quot
 	var q billing.Quota
 	err := db.QueryRowContext(ctx, `SELECT ai_micros, compute_seconds, "window", max_sessions, revision,
 		max_issuer_sessions, connects_per_minute, issuer_connects_per_minute, prompts_per_minute, issuer_prompts_per_minute,
-		max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes
+		max_processes, max_memory_bytes, cpu_millis, max_tmp_bytes, max_workspace_bytes, max_concurrent_execs, max_stored_bytes,
+			max_background_processes, max_process_log_bytes, max_file_watches, max_terminals, max_tasks, max_preview_urls
 		FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).
 		Scan(&q.AIMicros, &q.ComputeSeconds, &q.Window, &q.MaxConcurrentSessions, &q.Revision,
 			&q.MaxIssuerSessions, &q.ConnectsPerMinute, &q.IssuerConnectsPerMinute, &q.PromptsPerMinute,
 			&q.IssuerPromptsPerMinute,
-			&q.MaxProcesses, &q.MaxMemoryBytes, &q.CPUMillis, &q.MaxTmpBytes, &q.MaxWorkspaceBytes, &q.MaxConcurrentExecs, &q.MaxStoredBytes)
+			&q.MaxProcesses, &q.MaxMemoryBytes, &q.CPUMillis, &q.MaxTmpBytes, &q.MaxWorkspaceBytes, &q.MaxConcurrentExecs, &q.MaxStoredBytes,
+			&q.MaxBackgroundProcesses, &q.MaxProcessLogBytes, &q.MaxFileWatches, &q.MaxTerminals, &q.MaxTasks, &q.MaxPreviewURLs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return billing.Quota{}, fmt.Errorf("no quota: %w", billing.ErrNotFound)
 	}

@@ -105,6 +105,14 @@ var migrations = []string{
 	ALTER TABLE quotas ADD COLUMN max_workspace_bytes INTEGER NOT NULL DEFAULT 0 CHECK (max_workspace_bytes >= -1);
 	ALTER TABLE quotas ADD COLUMN max_concurrent_execs INTEGER NOT NULL DEFAULT 0 CHECK (max_concurrent_execs >= -1);
 	ALTER TABLE quotas ADD COLUMN max_stored_bytes INTEGER NOT NULL DEFAULT 0 CHECK (max_stored_bytes >= -1)`,
+	// The sandbox's per-user limits that were runner and edge flags (billing.SandboxQuota), read as the hard
+	// limits above: 0 not set (the flag applies), -1 unlimited; minimums and ceilings are billing's.
+	`ALTER TABLE quotas ADD COLUMN max_background_processes INTEGER NOT NULL DEFAULT 0 CHECK (max_background_processes >= -1);
+	ALTER TABLE quotas ADD COLUMN max_process_log_bytes INTEGER NOT NULL DEFAULT 0 CHECK (max_process_log_bytes >= -1);
+	ALTER TABLE quotas ADD COLUMN max_file_watches INTEGER NOT NULL DEFAULT 0 CHECK (max_file_watches >= -1);
+	ALTER TABLE quotas ADD COLUMN max_terminals INTEGER NOT NULL DEFAULT 0 CHECK (max_terminals >= -1);
+	ALTER TABLE quotas ADD COLUMN max_tasks INTEGER NOT NULL DEFAULT 0 CHECK (max_tasks >= -1);
+	ALTER TABLE quotas ADD COLUMN max_preview_urls INTEGER NOT NULL DEFAULT 0 CHECK (max_preview_urls >= -1)`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

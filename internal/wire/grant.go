@@ -47,6 +47,20 @@ type SandboxLimits struct {
 	ConcurrentExecs int64 `json:"concurrentExecs,omitempty"`
 	// StoredBytes caps the bytes the user's snapshots keep in the blob store.
 	StoredBytes int64 `json:"storedBytes,omitempty"`
+	// BackgroundProcesses caps the background processes running at once (-1: the runner's hard ceiling).
+	BackgroundProcesses int64 `json:"backgroundProcesses,omitempty"`
+	// ProcessLogBytes caps the output kept of each background process started from now on (never -1: the
+	// billing API refuses it; the runner reads a negative value as not set).
+	ProcessLogBytes int64 `json:"processLogBytes,omitempty"`
+	// FileWatches caps the file watch subscribers at once (-1: the runner's hard ceiling).
+	FileWatches int64 `json:"fileWatches,omitempty"`
+	// Terminals caps the terminals running at once (-1: the runner's hard ceiling).
+	Terminals int64 `json:"terminals,omitempty"`
+	// Tasks caps the one-shot tasks queued or running at once (-1: the runner's hard ceiling).
+	Tasks int64 `json:"tasks,omitempty"`
+	// PreviewURLs caps the user's live preview URLs; the edge enforces it, not the runner (-1: the edge's
+	// hard ceiling).
+	PreviewURLs int64 `json:"previewUrls,omitempty"`
 }
 
 // Encode is the header value: base64url of the JSON.
