@@ -224,12 +224,14 @@ func (e *Edge) createPreview(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := e.cfg.Now().UTC().Truncate(time.Microsecond) // what every store keeps
+	g := a.grant(a.budget)
 	p := previews.Preview{ID: previews.NewID(), Issuer: a.claims.Issuer, User: a.claims.Subject, Port: req.Port,
-		Public: req.Public, Created: now, Expires: now.Add(ttl), Grant: a.grant(a.budget).Encode()}
-	switch err := cfg.Store.Create(r.Context(), p, cfg.MaxPerUser); {
+		Public: req.Public, Created: now, Expires: now.Add(ttl), Grant: g.Encode()}
+	limit := previewLimit(g.Limits, cfg.MaxPerUser) // the user's quota, else -preview-max-per-user
+	switch err := cfg.Store.Create(r.Context(), p, limit); {
 	case errors.Is(err, previews.ErrLimit):
-		return wire.Wrap(wire.ResourceExhausted, err, "too many live preview URLs; revoke one first").
-			WithDetails(map[string]any{"max_previews": cfg.MaxPerUser})
+		return wire.Wrap(wire.ResourceExhausted, err, "too many live preview URLs (the quota's max_preview_urls, else the edge's -preview-max-per-user); revoke one first").
+			WithDetails(map[string]any{"max_previews": limit, "quota": "max_preview_urls"})
 	case err != nil:
 		return wire.Wrap(wire.Unavailable, err, "previews are unavailable")
 	}

@@ -41,6 +41,8 @@ commands:
                 [-prompts-per-minute N] [-issuer-prompts-per-minute N]
                 [-max-processes N] [-max-memory SIZE] [-cpu-millis N] [-max-tmp SIZE] [-max-workspace SIZE]
                 [-max-concurrent-execs N] [-max-stored SIZE]
+                [-max-background-processes N] [-max-process-log SIZE] [-max-file-watches N]
+                [-max-terminals N] [-max-tasks N] [-max-preview-urls N]
                                    change a quota (flags left out keep their value; a new quota needs the
                                    first four; the others default to "default": the edge's setting, or the
                                    runner's for the sandbox limits; SIZE is bytes or 512MiB, 2GiB, ...)
@@ -350,6 +352,18 @@ func printQuota(w io.Writer, q quotaView) {
 	line("workspace", optionalSize(q.MaxWorkspaceBytes, "", notSet))
 	line("execs", optionalLimit(q.MaxConcurrentExecs, " at once", notSet))
 	line("stored", optionalSize(q.MaxStoredBytes, " of snapshots", notSet))
+	// The per-user limits that were runner and edge flags; the process log is a size.
+	for _, l := range []struct {
+		label, suffix string
+		v             int64
+	}{
+		{"bg processes", " at once", q.MaxBackgroundProcesses}, {"file watches", " at once", q.MaxFileWatches},
+		{"terminals", " at once", q.MaxTerminals}, {"tasks", " queued or running", q.MaxTasks},
+		{"preview urls", " live", q.MaxPreviewURLs},
+	} {
+		line(l.label, optionalLimit(l.v, l.suffix, notSet))
+	}
+	line("process log", optionalSize(q.MaxProcessLogBytes, " per process", notSet))
 }
 
 // optionalSize is optionalLimit for a size in bytes, shown in the largest binary unit that divides it.
@@ -401,6 +415,12 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	fs.String("max-workspace", "", "bytes under each user's /workspace (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
 	fs.String("max-concurrent-execs", "", "commands running at once in each user's sandbox (`N`), unlimited, or default (the issuer's, else the runner's)")
 	fs.String("max-stored", "", "bytes each user's snapshots keep in the blob store (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
+	fs.String("max-background-processes", "", "background processes running at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 1024), or default (the issuer's, else the runner's -max-processes)")
+	fs.String("max-process-log", "", "output kept of each background process (`SIZE`, 4KiB to 64MiB; never unlimited: it is held in the runner's memory), or default (the issuer's, else the runner's -process-log-bytes)")
+	fs.String("max-file-watches", "", "file watches at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)")
+	fs.String("max-terminals", "", "terminals running at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)")
+	fs.String("max-tasks", "", "one-shot tasks each user may have queued or running (`N`), unlimited (the runner's ceiling, 256), or default (the issuer's, else the runner's -max-tasks)")
+	fs.String("max-preview-urls", "", "live preview URLs of each user (`N`), unlimited (the edge's ceiling, 1000), or default (the issuer's, else the edge's -preview-max-per-user)")
 	revision := fs.Int64("revision", -1, "the `revision` you read (default: the current one, read just before writing)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -456,6 +476,12 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		{"max-workspace", &q.MaxWorkspaceBytes, parseOptionalSize},
 		{"max-concurrent-execs", &q.MaxConcurrentExecs, parseOptionalLimit},
 		{"max-stored", &q.MaxStoredBytes, parseOptionalSize},
+		{"max-background-processes", &q.MaxBackgroundProcesses, parseOptionalLimit},
+		{"max-process-log", &q.MaxProcessLogBytes, parseOptionalSize},
+		{"max-file-watches", &q.MaxFileWatches, parseOptionalLimit},
+		{"max-terminals", &q.MaxTerminals, parseOptionalLimit},
+		{"max-tasks", &q.MaxTasks, parseOptionalLimit},
+		{"max-preview-urls", &q.MaxPreviewURLs, parseOptionalLimit},
 	} {
 		if !flagSet(fs, f.name) {
 			continue
@@ -506,7 +532,9 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		"issuer_prompts_per_minute": q.IssuerPromptsPerMinute, "max_processes": q.MaxProcesses,
 		"max_memory_bytes": q.MaxMemoryBytes, "cpu_millis": q.CPUMillis, "max_tmp_bytes": q.MaxTmpBytes,
 		"max_workspace_bytes": q.MaxWorkspaceBytes, "max_concurrent_execs": q.MaxConcurrentExecs,
-		"max_stored_bytes": q.MaxStoredBytes}
+		"max_stored_bytes": q.MaxStoredBytes, "max_background_processes": q.MaxBackgroundProcesses,
+		"max_process_log_bytes": q.MaxProcessLogBytes, "max_file_watches": q.MaxFileWatches, "max_terminals": q.MaxTerminals,
+		"max_tasks": q.MaxTasks, "max_preview_urls": q.MaxPreviewURLs}
 	var stored quotaView
 	if err := c.call(ctx, "PUT", path, nil, body, &stored); err != nil {
 		return err

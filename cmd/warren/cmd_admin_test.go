@@ -533,3 +533,45 @@ func TestAdminArgs(t *testing.T) {
 		t.Fatal("admin is not registered")
 	}
 }
+
+// The per-user limit flags that were runner and edge flags: set, shown, in -json, back to default; the
+// process log size with a unit, refused as unlimited by the API naming the field.
+func TestAdminQuotaPerUserLimits(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	flags := [][3]string{ // flag, value, as shown
+		{"-max-background-processes", "1", "bg processes     1 at once"},
+		{"-max-process-log", "64KiB", "process log      64 KiB per process"},
+		{"-max-file-watches", "unlimited", "file watches     unlimited"},
+		{"-max-terminals", "2", "terminals        2 at once"},
+		{"-max-tasks", "3", "tasks            3 queued or running"},
+		{"-max-preview-urls", "4", "preview urls     4 live"},
+	}
+	args := []string{"quota", "set", "acme", "-user", "alice", "-ai-usd", "5", "-compute", "3600", "-window", "day", "-max-sessions", "2"}
+	for _, f := range flags {
+		args = append(args, f[0], f[1])
+	}
+	out := e.mustRun(t, args...)
+	for _, f := range flags {
+		if !strings.Contains(out, f[2]) {
+			t.Fatalf("quota set %s %s: the output lacks %q:\n%s", f[0], f[1], f[2], out)
+		}
+	}
+	var q quotaView
+	e.mustJSON(t, &q, "quota", "set", "acme", "-user", "alice", "-max-terminals", "default")
+	want := billing.SandboxQuota{MaxBackgroundProcesses: 1, MaxProcessLogBytes: 64 << 10, MaxFileWatches: -1, MaxTasks: 3,
+		MaxPreviewURLs: 4}
+	if q.SandboxQuota != want {
+		t.Fatalf("quota set = %+v, want %+v", q.SandboxQuota, want)
+	}
+	if out := e.mustRun(t, "quota", "get", "acme", "-user", "alice"); !strings.Contains(out, "terminals        issuer default") {
+		t.Fatalf("quota get after -max-terminals default:\n%s", out)
+	}
+	_, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-max-process-log", "unlimited")
+	if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), "max_process_log_bytes") {
+		t.Errorf("-max-process-log unlimited: %v, want invalid_argument naming max_process_log_bytes", err)
+	}
+	if _, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-max-tasks", "0"); err == nil || !strings.Contains(err.Error(), "-max-tasks") {
+		t.Errorf("-max-tasks 0: %v, want an error naming the flag", err)
+	}
+}

@@ -612,22 +612,8 @@ func TestSessionCapAndConnectRate(t *testing.T) {
 func TestIssuerSessionCapAndQuotaConnectRate(t *testing.T) {
 	st := startStack(t)
 	ctx := ctxT(t)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, st.URL()+"/v1/quotas/"+devstack.DevIssuer, strings.NewReader(
-		`{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime","max_concurrent_sessions":-1,
-		"max_issuer_sessions":2,"connects_per_minute":2,"revision":0}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+st.AdminKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PUT quota: %d %s", resp.StatusCode, b)
-	}
+	putQuota(t, st, "/v1/quotas/"+devstack.DevIssuer, `{"ai_microdollars":-1,"compute_seconds":-1,"window":"lifetime",
+		"max_concurrent_sessions":-1,"max_issuer_sessions":2,"connects_per_minute":2,"revision":0}`)
 
 	vera := client(t, st, "vera")
 	s1, err := vera.Dial(ctx, nil) // vera's connect 1

@@ -153,6 +153,10 @@ resource "warren_quota" "alice" {
   max_concurrent_sessions = 1
   prompts_per_minute      = 30
   cpu_millis              = 500
+  max_background_processes = 1
+  max_process_log_bytes    = 65536
+  max_terminals            = -1
+  max_preview_urls         = 3
 }
 
 resource "warren_price" "custom" {
@@ -248,7 +252,9 @@ func TestTerraform(t *testing.T) {
 		t.Fatalf("acme's quota after apply = %+v, want %+v", q, want)
 	}
 	alice := api.quota("/v1/quotas/acme/users/alice")
-	if alice.AIMicros != billing.Unlimited || alice.Window != billing.Week || alice.PromptsPerMinute != 30 || alice.CPUMillis != 500 {
+	if alice.AIMicros != billing.Unlimited || alice.Window != billing.Week || alice.PromptsPerMinute != 30 || alice.CPUMillis != 500 ||
+		alice.MaxBackgroundProcesses != 1 || alice.MaxProcessLogBytes != 64<<10 || alice.MaxTerminals != -1 || alice.MaxPreviewURLs != 3 ||
+		alice.MaxFileWatches != 0 || alice.MaxTasks != 0 {
 		t.Fatalf("alice's quota after apply = %+v", alice)
 	}
 	var price struct {
@@ -371,6 +377,7 @@ resource "warren_quota" "bad" {
   max_concurrent_sessions = 1
   max_issuer_sessions     = 5
   max_memory_bytes        = 1000
+  max_process_log_bytes   = -1
 }
 
 resource "warren_price" "bad" {
@@ -401,6 +408,7 @@ data "warren_usage" "bad" {
 		`window value must be one of`,
 		`max_issuer_sessions applies to all of the issuer's users together`,
 		`max_memory_bytes must be -1 (unlimited), 0 (not set) or at least 16777216, not 1000`,
+		`max_process_log_bytes must be 0 (not set) or 4096 to 67108864, not -1`,
 		`input value must be between 0 and 1000000000000, got: -1`,
 		`iss must be 1 to 256 bytes of UTF-8 without control characters`,
 		`from "yesterday": want RFC 3339`,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -148,15 +149,15 @@ func validateString(v validator.String, s string) bool {
 
 // TestValidatorsAgreeWithTheAPI: each validator accepts exactly what the billing API's own check does.
 func TestValidatorsAgreeWithTheAPI(t *testing.T) {
+	resp := &resource.SchemaResponse{}
+	(&quotaResource{}).Schema(context.Background(), resource.SchemaRequest{}, resp)
 	for _, f := range quotaFields {
-		vs := optionalLimitValidators(f.min)
-		if f.required {
-			vs = limitValidators()
-		}
-		for _, n := range []int64{-3, -2, -1, 0, 1, f.min - 1, f.min, f.min + 1, 1 << 40} {
-			var q billing.Quota
+		vs := resp.Schema.Attributes[f.name].(schema.Int64Attribute).Validators
+		for _, n := range []int64{-3, -2, -1, 0, 1, f.min - 1, f.min, f.min + 1, billing.MaxSandboxProcessLogBytes,
+			billing.MaxSandboxProcessLogBytes + 1, 1 << 40} {
+			q := billing.Quota{Window: billing.Day}
 			*f.field(&q) = n
-			apiOK := n >= billing.Unlimited && (f.required || n <= 0 || n >= f.min)
+			apiOK := q.ValidateFor(billing.QuotaKey{Issuer: "acme"}) == nil // the API's own check
 			got := true
 			for _, v := range vs {
 				got = got && validateInt64(v, n)

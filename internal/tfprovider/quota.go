@@ -68,6 +68,18 @@ var quotaFields = []quotaField{
 		func(q *billing.Quota) *int64 { return &q.MaxConcurrentExecs }},
 	{"max_stored_bytes", false, billing.MinSandboxStoredBytes, false, "Bytes the user's snapshots keep in the blob store.",
 		func(q *billing.Quota) *int64 { return &q.MaxStoredBytes }},
+	{"max_background_processes", false, billing.MinSandboxBackgroundProcesses, false, "Background processes running at once in a sandbox (0 the runner's -max-processes, -1 the runner's ceiling).",
+		func(q *billing.Quota) *int64 { return &q.MaxBackgroundProcesses }},
+	{"max_process_log_bytes", false, billing.MinSandboxProcessLogBytes, false, "Output kept of each background process in bytes (0 the runner's -process-log-bytes; never unlimited, as the runner holds it in memory).",
+		func(q *billing.Quota) *int64 { return &q.MaxProcessLogBytes }},
+	{"max_file_watches", false, billing.MinSandboxFileWatches, false, "File watches at once in a sandbox (0 the runner's default, -1 the runner's ceiling).",
+		func(q *billing.Quota) *int64 { return &q.MaxFileWatches }},
+	{"max_terminals", false, billing.MinSandboxTerminals, false, "Terminals running at once in a sandbox (0 the runner's default, -1 the runner's ceiling).",
+		func(q *billing.Quota) *int64 { return &q.MaxTerminals }},
+	{"max_tasks", false, billing.MinSandboxTasks, false, "One-shot tasks a user has queued or running (0 the runner's -max-tasks, -1 the runner's ceiling).",
+		func(q *billing.Quota) *int64 { return &q.MaxTasks }},
+	{"max_preview_urls", false, billing.MinSandboxPreviewURLs, false, "Live preview URLs of a user (0 the edge's -preview-max-per-user, -1 the edge's ceiling).",
+		func(q *billing.Quota) *int64 { return &q.MaxPreviewURLs }},
 }
 
 // windows are the budget windows the API accepts.
@@ -104,11 +116,15 @@ func (r *quotaResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 			continue
 		}
 		desc := f.desc
-		if f.min > 1 {
+		vs := optionalLimitValidators(f.min)
+		if _, max, _, ok := billing.SandboxFieldBounds(f.name); ok && max > 0 {
+			desc += fmt.Sprintf(" 0 not set, else %d to %d.", f.min, max)
+			vs = []validator.Int64{optionalLimit{min: f.min, max: max}}
+		} else if f.min > 1 {
 			desc += fmt.Sprintf(" 0 not set, -1 unlimited, else at least %d.", f.min)
 		}
 		attrs[f.name] = schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(0),
-			Description: desc, Validators: optionalLimitValidators(f.min)}
+			Description: desc, Validators: vs}
 	}
 	resp.Schema = schema.Schema{
 		Description: "An issuer's default quota, or one user's override of it: every field of the billing API's quota. " +

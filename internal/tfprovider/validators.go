@@ -52,10 +52,14 @@ func optionalLimitValidators(min int64) []validator.Int64 {
 	return []validator.Int64{optionalLimit{min: min}}
 }
 
-// optionalLimit refuses a sandbox limit below -1 or between 0 and its minimum, in the API's words.
-type optionalLimit struct{ min int64 }
+// optionalLimit refuses a sandbox limit below -1 or between 0 and its minimum, in the API's words; with a
+// max (billing.SandboxFieldBounds), -1 and anything above max too.
+type optionalLimit struct{ min, max int64 }
 
 func (v optionalLimit) Description(context.Context) string {
+	if v.max > 0 {
+		return fmt.Sprintf("0 (not set) or %d to %d", v.min, v.max)
+	}
 	return fmt.Sprintf("-1 (unlimited), 0 (not set) or at least %d", v.min)
 }
 
@@ -65,7 +69,12 @@ func (v optionalLimit) ValidateInt64(ctx context.Context, req validator.Int64Req
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if n := req.ConfigValue.ValueInt64(); n < billing.Unlimited || (n > 0 && n < v.min) {
+	n := req.ConfigValue.ValueInt64()
+	bad := n < billing.Unlimited || (n > 0 && n < v.min)
+	if v.max > 0 {
+		bad = n < 0 || (n > 0 && (n < v.min || n > v.max))
+	}
+	if bad {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Warren sandbox limit",
 			fmt.Sprintf("%s must be %s, not %d.", req.Path, v.Description(ctx), n))
 	}

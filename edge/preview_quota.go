@@ -1,0 +1,25 @@
+package edge
+
+import "github.com/warren-mesh/warren/internal/wire"
+
+// MaxPreviewsCeiling bounds a user's live preview URLs whatever the quota says: max_preview_urls -1
+// (unlimited) means this many, and a larger value is read as this, since each live preview is a row of
+// the shared store that every create counts in its transaction.
+const MaxPreviewsCeiling = 1000
+
+// previewLimit is the user's limit of live previews from the grant's limits (the user's effective quota,
+// max_preview_urls): def (PreviewConfig.MaxPerUser, the -preview-max-per-user flag) when not set, else the
+// quota's, at most MaxPreviewsCeiling.
+func previewLimit(l *wire.SandboxLimits, def int) int {
+	var v int64
+	if l != nil {
+		v = l.PreviewURLs
+	}
+	switch {
+	case v == 0:
+		return def
+	case v < 0 || v > MaxPreviewsCeiling:
+		return MaxPreviewsCeiling
+	}
+	return int(v)
+}
