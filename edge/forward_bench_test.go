@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,20 +15,41 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/secrets/file"
+	"github.com/warren-mesh/warren/internal/token"
 )
 
 // BenchmarkHops is what each hop adds, in one run on loopback: a ping (one message echoed on an open agent
 // channel) and an exec (one REST request with a tiny streamed answer), straight to the runner, through the
 // edge of the runner's region (a), and through another region's edge (b) forwarded over the mesh to a's
 // edge; with 1 and with 500 sessions at once (a user each, each doing its requests one after the other).
-// Each reports p50 and p99 per request; the difference between two targets is what a hop adds.
+// Each reports p50 and p99 per request; the difference between two targets is what a hop adds. The edges
+// verify real tokens (HS256, one minted per user) with the verifier and the issuer key source of warren dev
+// (a secrets file behind a secrets.Cache), so the edge's figure includes token verification.
 //
 //	go test ./edge -run XXX -bench Hops -benchtime 2000x
 func BenchmarkHops(bm *testing.B) {
 	rn := newMeshRunner(bm)
 	close(rn.release)
-	a, b, _ := twoRegions(bm, rn, live)
+	keys, err := file.Open(filepath.Join(bm.TempDir(), file.DefaultFileName))
+	if err != nil {
+		bm.Fatal(err)
+	}
+	key, _, err := keys.EnsureIssuer("acme")
+	if err != nil {
+		bm.Fatal(err)
+	}
+	verifier := token.NewVerifier(secrets.NewCache(keys, secrets.CacheOptions{}), token.VerifierOptions{})
+	a, b, _ := twoRegions(bm, rn, live, func(c *Config) { c.Verifier = verifier })
 	ctx := context.Background()
+	tokens := make([]string, 500)
+	for i := range tokens {
+		if tokens[i], err = token.Mint(key, token.Claims{Issuer: "acme", Subject: fmt.Sprintf("user%d", i),
+			IssuedAt: time.Now(), ExpiresAt: time.Now().Add(24 * time.Hour)}); err != nil {
+			bm.Fatal(err)
+		}
+	}
 	for _, r := range []*meshRegion{a, b} { // both admit as the other does, so targets differ by hops alone
 		if _, err := r.ledger.PutIssuer(ctx, "acme", ""); err != nil && r == a {
 			bm.Fatal(err)
@@ -44,7 +66,7 @@ func BenchmarkHops(bm *testing.B) {
 		if target == "direct" {
 			return "Bearer runner-key"
 		}
-		return fmt.Sprintf("Bearer user%d", user)
+		return "Bearer " + tokens[user]
 	}
 	exec := func(url, auth string) error {
 		req, _ := http.NewRequest("POST", url+"/v1/sandbox/exec", strings.NewReader("x"))
