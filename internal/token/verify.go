@@ -2,6 +2,7 @@ package token
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,6 +31,13 @@ type VerifierOptions struct {
 	Leeway time.Duration
 	// MaxSize is the largest token accepted, in bytes: DefaultMaxSize when zero or negative.
 	MaxSize int
+	// CacheTTL is how long a verified token's claims are reused for the same token (never past its expiry):
+	// DefaultCacheTTL when zero; negative turns the cache off. A reuse still looks the issuer's keys up
+	// in the store and requires the key that signed the token to be among them, so a revoked key refuses
+	// its tokens as soon as without the cache.
+	CacheTTL time.Duration
+	// CacheSize bounds the verified tokens kept: DefaultCacheSize when zero or negative.
+	CacheSize int
 }
 
 // Verifier checks end-user tokens against issuer keys from a secrets.Store. Safe for concurrent use.
@@ -40,6 +48,7 @@ type Verifier struct {
 	leeway  time.Duration
 	maxSize int
 	parser  *jwt.Parser
+	cache   *verifiedCache // nil: off
 }
 
 // NewVerifier returns a Verifier reading keys from store, normally a *secrets.Cache. When store is a
@@ -59,6 +68,15 @@ func NewVerifier(store secrets.Store, opts VerifierOptions) *Verifier {
 	if v.maxSize <= 0 {
 		v.maxSize = DefaultMaxSize
 	}
+	if opts.CacheTTL >= 0 {
+		v.cache = &verifiedCache{ttl: opts.CacheTTL, size: opts.CacheSize}
+		if v.cache.ttl == 0 {
+			v.cache.ttl = DefaultCacheTTL
+		}
+		if v.cache.size <= 0 {
+			v.cache.size = DefaultCacheSize
+		}
+	}
 	// Claims are validated by Verify itself (one clock, one leeway, one set of reasons); the parser checks
 	// structure, the algorithm and the signature. Strict base64 keeps a signature to one encoding.
 	v.parser = jwt.NewParser(
@@ -76,10 +94,18 @@ func NewVerifier(store secrets.Store, opts VerifierOptions) *Verifier {
 // Order: size; structure and header (alg exactly HS256, kid a string, no crit); iss read from the unverified
 // payload only to choose keys; keys (kid selects among the current and previous versions, no kid tries
 // both); signature; then the signed claims: shape, iss equal to the one used to choose the key, exp, nbf and
-// iat with the leeway, audience.
+// iat with the leeway, audience. A token verified before is answered from a cache (VerifierOptions.CacheTTL)
+// while the key that signed it is still the issuer's current or previous one and its times are valid.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if len(raw) > v.maxSize {
 		return nil, reject(ErrOversize, nil, "")
+	}
+	var hash [sha256.Size]byte
+	if v.cache != nil {
+		hash = sha256.Sum256([]byte(raw))
+		if c, ok := v.cached(ctx, hash); ok {
+			return c, nil
+		}
 	}
 	unverified := jwt.MapClaims{}
 	tok, parts, err := v.parser.ParseUnverified(raw, unverified)
@@ -112,12 +138,12 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if err != nil {
 		return nil, storeError(err)
 	}
-	err = v.checkSignature(raw, keys, kid, hasKid)
+	signer, err := v.checkSignature(raw, keys, kid, hasKid)
 	if r, ok := v.store.(secrets.Refresher); ok && (errors.Is(err, ErrUnknownKid) || errors.Is(err, ErrBadSignature)) {
 		if keys, rerr := r.Refresh(ctx, iss); rerr != nil {
 			err = storeError(rerr)
 		} else {
-			err = v.checkSignature(raw, keys, kid, hasKid)
+			signer, err = v.checkSignature(raw, keys, kid, hasKid)
 		}
 	}
 	if err != nil {
@@ -139,52 +165,63 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if c.Issuer != iss { // json key case-folding could make the typed decode see another iss
 		return nil, reject(ErrBadClaims, nil, "iss is ambiguous")
 	}
-	now := v.now()
-	switch {
-	case !now.Before(c.ExpiresAt.Add(v.leeway)):
-		return nil, reject(ErrExpired, nil, "")
-	case !c.NotBefore.IsZero() && now.Add(v.leeway).Before(c.NotBefore):
-		return nil, reject(ErrNotYetValid, nil, "")
-	case !c.IssuedAt.IsZero() && now.Add(v.leeway).Before(c.IssuedAt):
-		return nil, reject(ErrNotYetValid, errors.New("iat in the future"), "")
-	case v.aud != "" && !slices.Contains(c.Audience, v.aud):
+	if err := v.checkTimes(c, v.now()); err != nil {
+		return nil, err
+	}
+	if v.aud != "" && !slices.Contains(c.Audience, v.aud) {
 		return nil, reject(ErrBadAudience, nil, "")
+	}
+	if v.cache != nil {
+		v.remember(hash, c, signer)
 	}
 	return c, nil
 }
 
-// checkSignature verifies raw against the candidate keys: the current and previous versions (the first two
-// of keys), narrowed to the one named by kid when there is one. Older versions are never accepted.
-func (v *Verifier) checkSignature(raw string, keys []secrets.Key, kid string, hasKid bool) error {
-	if len(keys) == 0 {
-		return reject(ErrUnknownIssuer, errors.New("store returned no keys"), "")
+// checkTimes checks c's exp, nbf and iat at now, with the leeway.
+func (v *Verifier) checkTimes(c *Claims, now time.Time) error {
+	switch {
+	case !now.Before(c.ExpiresAt.Add(v.leeway)):
+		return reject(ErrExpired, nil, "")
+	case !c.NotBefore.IsZero() && now.Add(v.leeway).Before(c.NotBefore):
+		return reject(ErrNotYetValid, nil, "")
+	case !c.IssuedAt.IsZero() && now.Add(v.leeway).Before(c.IssuedAt):
+		return reject(ErrNotYetValid, errors.New("iat in the future"), "")
 	}
-	candidates := keys[:min(2, len(keys))]
-	set := jwt.VerificationKeySet{}
-	for _, k := range candidates {
+	return nil
+}
+
+// checkSignature verifies raw against the candidate keys: the current and previous versions (the first two
+// of keys), narrowed to the one named by kid when there is one, and answers the key that signed it. Older
+// versions are never accepted.
+func (v *Verifier) checkSignature(raw string, keys []secrets.Key, kid string, hasKid bool) (secrets.Key, error) {
+	if len(keys) == 0 {
+		return secrets.Key{}, reject(ErrUnknownIssuer, errors.New("store returned no keys"), "")
+	}
+	tried := false
+	for _, k := range keys[:min(2, len(keys))] {
 		if hasKid && k.ID != kid {
 			continue
 		}
 		if len(k.Secret) == 0 { // an empty HMAC key would let anyone sign
 			continue
 		}
-		set.Keys = append(set.Keys, k.Secret)
-	}
-	if len(set.Keys) == 0 {
-		if hasKid {
-			return reject(ErrUnknownKid, fmt.Errorf("kid %q is neither the current nor the previous key", kid), "")
+		tried = true
+		_, err := v.parser.ParseWithClaims(raw, jwt.MapClaims{}, func(*jwt.Token) (any, error) { return k.Secret, nil })
+		switch {
+		case err == nil:
+			return k, nil
+		case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		default:
+			return secrets.Key{}, reject(ErrMalformed, err, "")
 		}
-		return reject(ErrBadSignature, errors.New("issuer has no usable key"), "")
 	}
-	_, err := v.parser.ParseWithClaims(raw, jwt.MapClaims{}, func(*jwt.Token) (any, error) { return set, nil })
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return reject(ErrBadSignature, nil, "")
-	default:
-		return reject(ErrMalformed, err, "")
+	if !tried {
+		if hasKid {
+			return secrets.Key{}, reject(ErrUnknownKid, fmt.Errorf("kid %q is neither the current nor the previous key", kid), "")
+		}
+		return secrets.Key{}, reject(ErrBadSignature, errors.New("issuer has no usable key"), "")
 	}
+	return secrets.Key{}, reject(ErrBadSignature, nil, "")
 }
 
 // storeError maps a secrets.Store failure: an issuer the store does not know is a bad token; anything else

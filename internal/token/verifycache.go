@@ -1,0 +1,119 @@
+package token
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/warren-mesh/warren/internal/secrets"
+)
+
+// Verified-token cache defaults (VerifierOptions.CacheTTL, CacheSize).
+const (
+	DefaultCacheTTL  = time.Minute
+	DefaultCacheSize = 20_000
+)
+
+// verified is a token whose signature and claims passed, remembered by the SHA-256 of its raw form: the
+// claims, and the issuer key that signed it. A later Verify of the same token skips the HS256 check and
+// the claims decoding only while that key is still the issuer's current or previous one in the store (the
+// same lookup a full verification makes), so a revoked or rotated-out key refuses its tokens exactly as
+// soon as it would without the cache. The times are checked on every use.
+type verified struct {
+	claims *Claims
+	keyID  string
+	secret []byte
+	until  time.Time // the entry is not used from then on (it is also dropped within two TTLs)
+}
+
+// verifiedCache is a bounded map of verified tokens in two generations, swapped every TTL (as
+// edge/admitcache.go): an entry lives at most two TTLs, every operation is O(1), and once a generation
+// holds size/2 tokens the others are verified every time. Safe for concurrent use.
+type verifiedCache struct {
+	ttl  time.Duration
+	size int
+
+	mu        sync.Mutex
+	cur, prev map[[sha256.Size]byte]verified
+	swapAt    time.Time
+}
+
+func (c *verifiedCache) get(k [sha256.Size]byte, now time.Time) (verified, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rotate(now)
+	v, ok := c.cur[k]
+	if !ok {
+		v, ok = c.prev[k]
+	}
+	if !ok || !now.Before(v.until) {
+		return verified{}, false
+	}
+	return v, true
+}
+
+func (c *verifiedCache) put(k [sha256.Size]byte, v verified, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rotate(now)
+	if c.cur == nil {
+		c.cur = make(map[[sha256.Size]byte]verified)
+	}
+	if len(c.cur) >= c.size/2 {
+		return
+	}
+	c.cur[k] = v
+}
+
+// rotate drops the older generation once a TTL has passed since the last swap (two TTLs: both).
+func (c *verifiedCache) rotate(now time.Time) {
+	switch {
+	case now.Before(c.swapAt):
+	case now.Before(c.swapAt.Add(c.ttl)):
+		c.prev, c.cur = c.cur, nil
+		c.swapAt = now.Add(c.ttl)
+	default:
+		c.prev, c.cur = nil, nil
+		c.swapAt = now.Add(c.ttl)
+	}
+}
+
+// cached answers raw from the cache when it was verified before, its signing key is still one the store
+// gives for its issuer, and its times are still valid now; ok false otherwise (the caller verifies it in
+// full, which also gives the precise error).
+func (v *Verifier) cached(ctx context.Context, k [sha256.Size]byte) (*Claims, bool) {
+	now := v.now()
+	e, ok := v.cache.get(k, now)
+	if !ok || v.checkTimes(e.claims, now) != nil {
+		return nil, false
+	}
+	keys, err := v.store.IssuerKeys(ctx, e.claims.Issuer)
+	if err != nil {
+		return nil, false
+	}
+	if !slices.ContainsFunc(keys[:min(2, len(keys))], func(key secrets.Key) bool {
+		return key.ID == e.keyID && bytes.Equal(key.Secret, e.secret)
+	}) {
+		return nil, false
+	}
+	c := *e.claims // the caller may change its copy
+	return &c, true
+}
+
+// remember keeps c, signed by key, for the token whose hash is k: until its expiry (with the leeway) or the
+// cache's TTL, whichever comes first.
+func (v *Verifier) remember(k [sha256.Size]byte, c *Claims, key secrets.Key) {
+	now := v.now()
+	until := now.Add(v.cache.ttl)
+	if exp := c.ExpiresAt.Add(v.leeway); exp.Before(until) {
+		until = exp
+	}
+	if !now.Before(until) {
+		return
+	}
+	kept := *c
+	v.cache.put(k, verified{claims: &kept, keyID: key.ID, secret: key.Secret, until: until}, now)
+}
