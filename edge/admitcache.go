@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -17,12 +18,21 @@ const DefaultAdmissionCacheTTL = time.Second
 // generation.
 const maxAdmissionCache = 100_000
 
+// runningAdmissionTTL is how long a sandbox API request may be admitted on the usage read of the same user's
+// last fully admitted one, and relayed to the runner that one found, without reading the usage or asking
+// Sandboxes.Ensure again (docs/ARCHITECTURE.md#admission).
+const runningAdmissionTTL = 250 * time.Millisecond
+
 // admissionReads are what admission reads from the stores for one user: the issuer's and the user's quota
-// (nil where none is set), which may be kept for a while, and the usage of the account's window, which is
-// read for every admission.
+// (nil where none is set), which may be kept for a while, and the usage of the account's window, read for
+// every admission that may start or claim a sandbox. running is set when the usage and entry are the
+// kept ones of a running sandbox (admissionCache.running).
 type admissionReads struct {
 	issuer, user *billing.Quota
 	usage        billing.Usage
+	at           time.Time // when the usage was read
+	running      bool
+	entry        registry.Entry // of a running sandbox, with running
 }
 
 type admissionKey struct{ issuer, user string }
@@ -30,12 +40,19 @@ type admissionKey struct{ issuer, user string }
 type cachedReads struct {
 	admissionReads
 	until time.Time
+	// runUntil: until then, usage and entry (a runner this edge relayed to, found by a full admission whose
+	// usage read is usage) admit the user's sandbox API requests without a usage read or an Ensure.
+	runUntil time.Time
 }
 
 // admissionCache keeps a user's quotas for a short time so that a burst of sandbox API requests (exec,
-// files) reads them once. The usage is never kept: a spent budget refuses the next request, so a sandbox
-// stopped for its budget is not started again by a request admitted on an old read. Agent channels read
-// the quotas afresh too. Errors are never kept. Two generations, swapped every TTL, make every operation
+// files) reads them once. The usage is kept only with the runner a full admission found (setRunning), for
+// runningAdmissionTTL: a request admitted on it goes to that running sandbox and never asks Ensure, so a
+// spent budget still refuses the next request that could start or claim a sandbox (a sandbox stopped for its
+// budget is not started again by a request admitted on an old read), and what a request to a running sandbox
+// spends is bounded where it is spent (model calls by the model proxy's holds, compute by the scheduler's
+// meter, which stops the sandbox). A runner that cannot be reached drops it (dropRunning). Agent channels
+// read the quotas and the usage afresh. Errors are never kept. Two generations, swapped every TTL, make every operation
 // O(1): an entry lives at most two TTLs in the maps, and is served only within one. Safe for concurrent use.
 type admissionCache struct {
 	ttl       time.Duration // <= 0: off
@@ -58,7 +75,37 @@ func (c *admissionCache) get(k admissionKey, now time.Time) (admissionReads, boo
 	if !ok || !now.Before(r.until) {
 		return admissionReads{}, false
 	}
+	r.running = now.Before(r.runUntil)
 	return r.admissionReads, true
+}
+
+// setRunning keeps, with k's quotas, the usage read at r.at and the runner entry a full admission found, for
+// runningAdmissionTTL from the read (never past the quotas' own TTL).
+func (c *admissionCache) setRunning(k admissionKey, r admissionReads, entry registry.Entry, now time.Time) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rotate(now)
+	cr, ok := c.cur[k]
+	if !ok {
+		return // kept in the older generation, or not at all: the next request reads
+	}
+	cr.usage, cr.at, cr.entry, cr.runUntil = r.usage, r.at, entry, r.at.Add(runningAdmissionTTL)
+	c.cur[k] = cr
+}
+
+// dropRunning forgets k's running sandbox: its next request reads the usage and asks Ensure.
+func (c *admissionCache) dropRunning(k admissionKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range []map[admissionKey]cachedReads{c.cur, c.prev} {
+		if cr, ok := m[k]; ok {
+			cr.runUntil = time.Time{}
+			m[k] = cr
+		}
+	}
 }
 
 func (c *admissionCache) put(k admissionKey, r admissionReads, now time.Time) {
@@ -102,6 +149,11 @@ func (e *Edge) readAdmission(ctx context.Context, acct billing.Account, cached b
 	}
 	switch {
 	case e.cfg.Quotas == nil:
+	case hit && r.running:
+		// The user's sandbox was found running by an admission that read the usage less than
+		// runningAdmissionTTL ago: relayed to it on that read (no Ensure, so nothing is started or claimed).
+		e.m.admissionReads.WithLabelValues("running").Inc()
+		return r, nil
 	case hit:
 		e.m.admissionReads.WithLabelValues("cached").Inc()
 	default:
@@ -118,6 +170,6 @@ func (e *Edge) readAdmission(ctx context.Context, acct billing.Account, cached b
 	if err != nil {
 		return r, wire.Wrap(wire.Unavailable, err, "the ledger is unavailable; new sessions are refused until it is back")
 	}
-	r.usage = u
+	r.usage, r.at, r.running = u, now, false
 	return r, nil
 }

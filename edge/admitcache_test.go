@@ -31,8 +31,9 @@ func (q *failingQuotas) GetQuota(ctx context.Context, k billing.QuotaKey) (billi
 }
 
 // Sandbox API requests reuse a user's quota reads for AdmissionCacheTTL (one read for a burst), never an
-// error (the request after a failed read reads again), and never the usage: a budget spent within the TTL
-// refuses the next request. A negative TTL reads for every request.
+// error (the request after a failed read reads again), and the usage only for runningAdmissionTTL, to the
+// running sandbox (TestRunningAdmission): past it, a budget spent within the TTL refuses the next request.
+// A negative TTL reads for every request.
 func TestAdmissionReadsCached(t *testing.T) {
 	ctx := context.Background()
 	inner, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
@@ -98,8 +99,15 @@ func TestAdmissionReadsCached(t *testing.T) {
 			t.Fatalf("request: %d", code)
 		}
 	}
-	if r, c := reads(reg, "read"), reads(reg, "cached"); r != 1 || c != 4 {
-		t.Fatalf("5 requests within the TTL: %v read, %v cached; want 1 and 4", r, c)
+	if r, c := reads(reg, "read"), reads(reg, "running"); r != 1 || c != 4 {
+		t.Fatalf("5 requests within the TTL: %v read, %v on the running sandbox; want 1 and 4", r, c)
+	}
+	clock.Advance(runningAdmissionTTL) // the quotas kept, the usage read again
+	if code := get(); code != http.StatusOK {
+		t.Fatalf("request: %d", code)
+	}
+	if r, c := reads(reg, "read"), reads(reg, "cached"); r != 1 || c != 1 {
+		t.Fatalf("a request past the running bound, within the TTL: %v read, %v cached; want 1 and 1", r, c)
 	}
 	quotas.fail.Store(true)
 	if code := get(); code != http.StatusOK {
@@ -117,8 +125,12 @@ func TestAdmissionReadsCached(t *testing.T) {
 	if err := inner.Record(ctx, billing.UsageEvent{Key: "spend", Account: acct, Kind: billing.KindAI, AIMicros: 100}); err != nil {
 		t.Fatal(err)
 	}
+	if code := get(); code != http.StatusOK {
+		t.Fatalf("the budget spent within runningAdmissionTTL of the last read, to the running sandbox: %d, want 200", code)
+	}
+	clock.Advance(runningAdmissionTTL)
 	if code := get(); code != http.StatusPaymentRequired {
-		t.Fatalf("the budget spent within the TTL of the last read: %d, want 402", code)
+		t.Fatalf("the budget spent within the TTL of the quota read, past the running bound: %d, want 402", code)
 	}
 
 	_, _, reg, get = start(-1)

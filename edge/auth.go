@@ -41,6 +41,9 @@ type admitted struct {
 	limit       billing.Limit // the quota's caps and rates, with Config.Rates where it sets none
 	lease       string        // the agent connection's session lease ("" without one)
 	entry       registry.Entry
+	// running: entry is the running sandbox an earlier admission found, not Ensure's answer to this one
+	// (admitcache.go); a runner that cannot be reached is then asked for again, once.
+	running bool
 	// owner is the region that holds the user when it is another one ("": this region's runner, entry):
 	// the connection or request is forwarded there over the mesh.
 	owner string
@@ -83,6 +86,11 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 		return nil, wire.Wrap(wire.BudgetExceeded, err, "the budget of this window is spent")
 	}
 	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, limit: lim, log: log}
+	if reads.running { // the user's sandbox is running (admitcache.go): no Ensure
+		e.m.admissions.WithLabelValues("ok").Inc()
+		a.entry, a.running, a.log = reads.entry, true, a.log.With("epoch", reads.entry.Epoch)
+		return a, nil
+	}
 	if channel {
 		if err := e.admitChannel(ctx, a); err != nil {
 			return nil, err
@@ -100,6 +108,9 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 		return nil, err
 	}
 	a.entry, a.log = entry, a.log.With("epoch", entry.Epoch) // a.log has the lease
+	if !channel {
+		e.admits.setRunning(admissionKey{issuer: acct.Issuer, user: acct.User}, reads, entry, e.cfg.Now())
+	}
 	return a, nil
 }
 

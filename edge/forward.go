@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -599,8 +600,11 @@ func (w *streamResponse) finish() bool {
 func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted, g *bodyGuard) {
 	t := &proxyTarget{entry: a.entry}
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = requestBody{r.Body}
+		if _, ok := r.Body.(*requestBody); !ok {
+			r.Body = &requestBody{ReadCloser: r.Body}
+		}
 	}
+	again, in := false, r // a.running's runner could not be dialled: asked for afresh (retryRunning)
 	p := &httputil.ReverseProxy{
 		Transport:     e.runners.Transport,
 		FlushInterval: -1, // flush every write: exec streams as it happens
@@ -618,11 +622,12 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			g.answering(w.Header())
 			if r.Context().Err() != nil {
+				g.answering(w.Header())
 				return // the client went away
 			}
 			if errors.Is(err, errRequestBody) {
+				g.answering(w.Header())
 				// The client's body broke off (over the mesh, the forwarding edge's client went away): the
 				// runner is not at fault and must not be stopped for it.
 				a.log.Info("request body cut short", "err", err)
@@ -632,19 +637,62 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			// The runner could not be reached: forget it so the next request starts a fresh one.
 			a.log.Warn("runner unreachable", "addr", t.entry.Addr, "err", err)
 			e.cfg.Sandboxes.Forget(context.WithoutCancel(r.Context()), t.entry)
+			if a.running {
+				e.admits.dropRunning(admissionKey{issuer: a.account.Issuer, user: a.account.User})
+				if again = retryable(in, err); again {
+					return // nothing written: admitted and relayed afresh below
+				}
+			}
+			g.answering(w.Header())
 			wire.WriteHTTPError(w, a.log, wire.Wrap(wire.Unavailable, err, "your sandbox was restarting; retry the request"))
 		},
 	}
 	p.ServeHTTP(w, r)
+	if again {
+		e.retryRunning(w, r, a, g)
+	}
+}
+
+// retryable reports whether a request (the handler's, r) whose runner could not be dialled can be sent
+// again: the failure was the dial and its body (if any) was never read.
+func retryable(r *http.Request, err error) bool {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		return false
+	}
+	b, ok := r.Body.(*requestBody)
+	return r.Body == nil || r.Body == http.NoBody || ok && !b.touched.Load()
+}
+
+// retryRunning admits r afresh (the usage read, Ensure) after the running sandbox a was admitted to could
+// not be dialled (it stopped, for its budget say, or moved), and relays it to the runner found, once.
+func (e *Edge) retryRunning(w http.ResponseWriter, r *http.Request, a *admitted, g *bodyGuard) {
+	a.log.Info("the running sandbox was not there; admitting the request afresh")
+	fresh, err := e.admit(r.Context(), r, false)
+	if err != nil {
+		g.answering(w.Header())
+		wire.WriteHTTPError(w, a.log, err)
+		return
+	}
+	if fresh.owner != "" {
+		e.proxyForward(w, r, fresh, g)
+		return
+	}
+	e.proxyToRunner(w, r, fresh, g) // fresh.running is false: no further retry
 }
 
 // errRequestBody marks a failure to read the client's request body while relaying it.
 var errRequestBody = errors.New("reading the request body")
 
-// requestBody tells read failures of a request body from the runner's (see errRequestBody).
-type requestBody struct{ io.ReadCloser }
+// requestBody tells read failures of a request body from the runner's (see errRequestBody), and whether it
+// was read at all (retryable).
+type requestBody struct {
+	io.ReadCloser
+	touched atomic.Bool
+}
 
-func (b requestBody) Read(p []byte) (int, error) {
+func (b *requestBody) Read(p []byte) (int, error) {
+	b.touched.Store(true)
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
 		err = fmt.Errorf("%w: %w", errRequestBody, err)

@@ -11,7 +11,7 @@ type edgeMetrics struct {
 	active       *prometheus.GaugeVec
 	authFailures *prometheus.CounterVec
 	admissions   *prometheus.CounterVec
-	// admissionReads counts admissions by where their quota reads came from (read, cached).
+	// admissionReads counts admissions by where their quota reads came from (read, cached, running).
 	admissionReads *prometheus.CounterVec
 	requests       *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*edgeMetrics, error) {
 			Name: "warren_edge_admissions_total", Help: "Admission decisions by outcome.",
 		}, []string{"outcome"}),
 		admissionReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warren_edge_admission_reads_total", Help: "Admissions by the source of their quota reads: read (the quota store) or cached (a sandbox API request within AdmissionCacheTTL of the user's last read).",
+			Name: "warren_edge_admission_reads_total", Help: "Admissions by the source of their quota reads: read (the quota store) or cached (a sandbox API request within AdmissionCacheTTL of the user's last read), or running (a sandbox API request within 250 ms of the user's last usage read, relayed to the running sandbox that admission found).",
 		}, []string{"source"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_edge_requests_total", Help: "Sandbox API requests by route and status code.",
