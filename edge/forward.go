@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -599,8 +600,20 @@ func (w *streamResponse) finish() bool {
 // a's grant, bodies streamed both ways.
 func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted, g *bodyGuard) {
 	t := &proxyTarget{entry: a.entry}
+	var small []byte // the whole body, when it is small (smallBody)
 	if r.Body != nil && r.Body != http.NoBody {
-		if _, ok := r.Body.(*requestBody); !ok {
+		if r.ContentLength > 0 && r.ContentLength <= smallBody {
+			small = make([]byte, r.ContentLength)
+			if _, err := io.ReadFull(r.Body, small); err != nil {
+				g.answering(w.Header())
+				if r.Context().Err() == nil {
+					a.log.Info("request body cut short", "err", err)
+					wire.WriteHTTPError(w, a.log, wire.Wrap(wire.InvalidArgument, err, "the request body was cut short"))
+				}
+				return
+			}
+			r.Body = &requestBody{ReadCloser: io.NopCloser(bytes.NewReader(small))} // for a retry: unread
+		} else if _, ok := r.Body.(*requestBody); !ok {
 			r.Body = &requestBody{ReadCloser: r.Body}
 		}
 	}
@@ -616,6 +629,9 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			pr.Out.URL.Host = t.entry.Addr
 			pr.Out.Host = t.entry.Addr
 			runnerHeaders(pr.Out.Header, a, requestID(pr.In.Context()), pr.Out.URL.Path)
+			if small != nil { // a body the transport knows the whole of goes in the same write as the head
+				pr.Out.Body = io.NopCloser(bytes.NewReader(small))
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			g.answering(resp.Header) // an answer before the body's end closes the client's connection
@@ -680,6 +696,11 @@ func (e *Edge) retryRunning(w http.ResponseWriter, r *http.Request, a *admitted,
 	}
 	e.proxyToRunner(w, r, fresh, g) // fresh.running is false: no further retry
 }
+
+// smallBody is the largest request body (of a known length) the edge reads whole before relaying it to the
+// runner: the runner then gets it in the same write as the request's head, not in a second one (net/http
+// flushes the head first for a body it cannot see the whole of).
+const smallBody = 4 << 10
 
 // errRequestBody marks a failure to read the client's request body while relaying it.
 var errRequestBody = errors.New("reading the request body")

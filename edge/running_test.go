@@ -158,9 +158,11 @@ func TestRunningAdmission(t *testing.T) {
 	}
 	carolRunner.Close()
 	sb.set("carol", echoRunner(t).Listener.Addr().String())
+	clock.Advance(runningAdmissionTTL / 2) // within the bound still
 	ensured = sb.ensured.Load()
-	if code, body := exec("carol", "the body"); code != http.StatusOK || body != "the body" {
-		t.Fatalf("carol's moved sandbox: %d %q, want 200 and the body at the new runner", code, body)
+	big := strings.Repeat("the body ", smallBody/8) // streamed, not read whole first
+	if code, body := exec("carol", big); code != http.StatusOK || body != big {
+		t.Fatalf("carol's moved sandbox: %d %.40q, want 200 and the body at the new runner", code, body)
 	}
 	if n := sb.ensured.Load(); n != ensured+1 {
 		t.Fatalf("Ensure asked %d times for the moved sandbox, want 1", n-ensured)
