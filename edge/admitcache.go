@@ -51,9 +51,10 @@ type cachedReads struct {
 // spent budget still refuses the next request that could start or claim a sandbox (a sandbox stopped for its
 // budget is not started again by a request admitted on an old read), and what a request to a running sandbox
 // spends is bounded where it is spent (model calls by the model proxy's holds, compute by the scheduler's
-// meter, which stops the sandbox). A runner that cannot be reached drops it (dropRunning). Agent channels
-// read the quotas and the usage afresh. Errors are never kept. Two generations, swapped every TTL, make every operation
-// O(1): an entry lives at most two TTLs in the maps, and is served only within one. Safe for concurrent use.
+// meter, which stops the sandbox). A runner that cannot be dialled, or another one answering at its
+// address, drops it (dropRunning). Agent channels read the quotas and the usage afresh. Errors are never
+// kept. Two generations, swapped every TTL, make every operation O(1): an entry lives at most two TTLs in
+// the maps, and is served only within one. Safe for concurrent use.
 type admissionCache struct {
 	ttl       time.Duration // <= 0: off
 	mu        sync.Mutex

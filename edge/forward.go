@@ -617,7 +617,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			r.Body = &requestBody{ReadCloser: r.Body}
 		}
 	}
-	again, in := false, r // a.running's runner could not be dialled: asked for afresh (retryRunning)
+	again, in := false, r // a.running's runner was not there: asked for afresh (retryRunning)
 	p := &httputil.ReverseProxy{
 		Transport:     e.runners.Transport,
 		FlushInterval: -1, // flush every write: exec streams as it happens
@@ -634,6 +634,9 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			if a.running && resp.StatusCode == http.StatusUnauthorized {
+				return errNotThisRunner
+			}
 			g.answering(resp.Header) // an answer before the body's end closes the client's connection
 			return nil
 		},
@@ -650,12 +653,23 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 				wire.WriteHTTPError(w, a.log, wire.Wrap(wire.InvalidArgument, err, "the request body was cut short"))
 				return
 			}
+			if errors.Is(err, errNotThisRunner) {
+				// Another runner listens where the user's ran (its key differs): the user's sandbox stopped
+				// or moved since the admission whose entry was kept. Not the user's runner: not forgotten.
+				e.admits.dropRunning(admissionKey{issuer: a.account.Issuer, user: a.account.User})
+				if again = untouched(in); again {
+					return
+				}
+				g.answering(w.Header())
+				wire.WriteHTTPError(w, a.log, wire.Wrap(wire.Unavailable, err, "your sandbox was restarting; retry the request"))
+				return
+			}
 			// The runner could not be reached: forget it so the next request starts a fresh one.
 			a.log.Warn("runner unreachable", "addr", t.entry.Addr, "err", err)
 			e.cfg.Sandboxes.Forget(context.WithoutCancel(r.Context()), t.entry)
 			if a.running {
 				e.admits.dropRunning(admissionKey{issuer: a.account.Issuer, user: a.account.User})
-				if again = retryable(in, err); again {
+				if again = dialFailed(err) && untouched(in); again {
 					return // nothing written: admitted and relayed afresh below
 				}
 			}
@@ -669,19 +683,24 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 	}
 }
 
-// retryable reports whether a request (the handler's, r) whose runner could not be dialled can be sent
-// again: the failure was the dial and its body (if any) was never read.
-func retryable(r *http.Request, err error) bool {
+// errNotThisRunner: the runner at a kept running entry's address refused the entry's key.
+var errNotThisRunner = errors.New("the runner there refused the sandbox's key")
+
+// dialFailed reports whether err is a failure to dial the runner (nothing was sent).
+func dialFailed(err error) bool {
 	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" {
-		return false
-	}
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// untouched reports whether the handler's request r can be sent again: its body (if any) was never read.
+func untouched(r *http.Request) bool {
 	b, ok := r.Body.(*requestBody)
 	return r.Body == nil || r.Body == http.NoBody || ok && !b.touched.Load()
 }
 
 // retryRunning admits r afresh (the usage read, Ensure) after the running sandbox a was admitted to could
-// not be dialled (it stopped, for its budget say, or moved), and relays it to the runner found, once.
+// not be dialled or another runner answered at its address (it stopped, for its budget say, or moved), and
+// relays it to the runner found, once.
 func (e *Edge) retryRunning(w http.ResponseWriter, r *http.Request, a *admitted, g *bodyGuard) {
 	a.log.Info("the running sandbox was not there; admitting the request afresh")
 	fresh, err := e.admit(r.Context(), r, false)

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 type movingSandboxes struct {
 	mu      sync.Mutex
 	addr    map[string]string // user -> runner address
+	keys    map[string]string // user -> runner key ("runner-key" when unset)
 	epoch   int64
 	ensured atomic.Int32
 	forgot  atomic.Int32
@@ -33,7 +35,8 @@ func (s *movingSandboxes) Ensure(_ context.Context, req SandboxRequest) (registr
 	s.ensured.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return registry.Entry{Issuer: req.Issuer, User: req.User, Epoch: s.epoch, Addr: s.addr[req.User], Key: "runner-key"}, nil
+	key := cmp.Or(s.keys[req.User], "runner-key")
+	return registry.Entry{Issuer: req.Issuer, User: req.User, Epoch: s.epoch, Addr: s.addr[req.User], Key: key}, nil
 }
 
 func (s *movingSandboxes) Forget(context.Context, registry.Entry) { s.forgot.Add(1) }
@@ -76,7 +79,7 @@ func TestRunningAdmission(t *testing.T) {
 		Window: billing.Lifetime, MaxConcurrentSessions: -1}, 0); err != nil {
 		t.Fatal(err)
 	}
-	sb := &movingSandboxes{addr: map[string]string{}}
+	sb := &movingSandboxes{addr: map[string]string{}, keys: map[string]string{}}
 	clock, reg := newFakeClock(), prometheus.NewRegistry()
 	e, err := New(Config{Region: "test", Verifier: grantVerifier{}, Sandboxes: sb, Ledger: ledger, Quotas: ledger,
 		Metrics: reg, Now: clock.Now})
@@ -166,6 +169,38 @@ func TestRunningAdmission(t *testing.T) {
 	}
 	if n := sb.ensured.Load(); n != ensured+1 {
 		t.Fatalf("Ensure asked %d times for the moved sandbox, want 1", n-ensured)
+	}
+
+	// (4) dave's sandbox was replaced by another runner at the same address (another key): the kept entry's
+	// key is refused there, the request is admitted afresh and reaches the new runner with its key.
+	var want atomic.Value
+	want.Store("Bearer k1")
+	daveRunner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != want.Load() {
+			http.Error(w, `{"code":"unauthenticated","message":"missing or invalid runner key"}`, http.StatusUnauthorized)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(daveRunner.Close)
+	sb.mu.Lock()
+	sb.keys["dave"] = "k1"
+	sb.mu.Unlock()
+	sb.set("dave", daveRunner.Listener.Addr().String())
+	if code, _ := exec("dave", "x"); code != http.StatusOK {
+		t.Fatalf("dave: %d", code)
+	}
+	want.Store("Bearer k2")
+	sb.mu.Lock()
+	sb.keys["dave"] = "k2"
+	sb.mu.Unlock()
+	ensured, forgot := sb.ensured.Load(), sb.forgot.Load()
+	if code, body := exec("dave", "y"); code != http.StatusOK || body != "y" {
+		t.Fatalf("dave's sandbox replaced at the same address: %d %q, want 200 from the new runner", code, body)
+	}
+	if n, f := sb.ensured.Load()-ensured, sb.forgot.Load()-forgot; n != 1 || f != 0 {
+		t.Fatalf("dave: %d Ensure, %d Forget; want 1 and 0 (the runner there is not the user's)", n, f)
 	}
 }
 
