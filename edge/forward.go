@@ -618,6 +618,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 		}
 	}
 	again, in := false, r // a.running's runner was not there: asked for afresh (retryRunning)
+	rw := &endingWriter{ResponseWriter: w}
 	p := &httputil.ReverseProxy{
 		Transport:     e.runners.Transport,
 		FlushInterval: -1, // flush every write: exec streams as it happens
@@ -637,7 +638,10 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			if a.running && resp.StatusCode == http.StatusUnauthorized {
 				return errNotThisRunner
 			}
-			g.answering(resp.Header) // an answer before the body's end closes the client's connection
+			g.answering(resp.Header)                              // an answer before the body's end closes the client's connection
+			if resp.StatusCode != http.StatusSwitchingProtocols { // an upgrade's body is the connection
+				resp.Body = &endingBody{ReadCloser: resp.Body, w: rw}
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -677,10 +681,43 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			wire.WriteHTTPError(w, a.log, wire.Wrap(wire.Unavailable, err, "your sandbox was restarting; retry the request"))
 		},
 	}
-	p.ServeHTTP(w, r)
+	p.ServeHTTP(rw, r)
 	if again {
 		e.retryRunning(w, r, a, g)
 	}
+}
+
+// endingWriter is the client's ResponseWriter of a relay whose answer body is an endingBody: the flush after
+// the write of the body's last bytes is left to the end of the handler, which writes them with the end of
+// the chunked body in one write (and the client reads them in one), instead of two.
+type endingWriter struct {
+	http.ResponseWriter
+	ended bool // the answer's body gave its last bytes (set and read by the relay's copy, one goroutine)
+}
+
+func (w *endingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *endingWriter) Flush() {
+	if w.ended {
+		return
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// endingBody marks its endingWriter ended when a Read gives the body's last bytes with its end.
+type endingBody struct {
+	io.ReadCloser
+	w *endingWriter
+}
+
+func (b *endingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && err == io.EOF {
+		b.w.ended = true
+	}
+	return n, err
 }
 
 // errNotThisRunner: the runner at a kept running entry's address refused the entry's key.
