@@ -30,7 +30,8 @@ const runningAdmissionTTL = 250 * time.Millisecond
 type admissionReads struct {
 	issuer, user *billing.Quota
 	usage        billing.Usage
-	at           time.Time // when the usage was read
+	acct         billing.Account // whose usage it is (a user's tokens may name other windows)
+	at           time.Time       // when the usage was read
 	running      bool
 	entry        registry.Entry // of a running sandbox, with running
 }
@@ -93,7 +94,7 @@ func (c *admissionCache) setRunning(k admissionKey, r admissionReads, entry regi
 	if !ok {
 		return // kept in the older generation, or not at all: the next request reads
 	}
-	cr.usage, cr.at, cr.entry, cr.runUntil = r.usage, r.at, entry, r.at.Add(runningAdmissionTTL)
+	cr.usage, cr.acct, cr.at, cr.entry, cr.runUntil = r.usage, r.acct, r.at, entry, r.at.Add(runningAdmissionTTL)
 	c.cur[k] = cr
 }
 
@@ -150,7 +151,7 @@ func (e *Edge) readAdmission(ctx context.Context, acct billing.Account, cached b
 	}
 	switch {
 	case e.cfg.Quotas == nil:
-	case hit && r.running:
+	case hit && r.running && sameAccount(r.acct, acct):
 		// The user's sandbox was found running by an admission that read the usage less than
 		// runningAdmissionTTL ago: relayed to it on that read (no Ensure, so nothing is started or claimed).
 		e.m.admissionReads.WithLabelValues("running").Inc()
@@ -171,6 +172,11 @@ func (e *Edge) readAdmission(ctx context.Context, acct billing.Account, cached b
 	if err != nil {
 		return r, wire.Wrap(wire.Unavailable, err, "the ledger is unavailable; new sessions are refused until it is back")
 	}
-	r.usage, r.at, r.running = u, now, false
+	r.usage, r.acct, r.at, r.running = u, acct, now, false
 	return r, nil
+}
+
+// sameAccount reports whether a and b are one ledger account (the same window of the same user).
+func sameAccount(a, b billing.Account) bool {
+	return a.Issuer == b.Issuer && a.User == b.User && a.Window == b.Window && a.WindowStart.Equal(b.WindowStart)
 }

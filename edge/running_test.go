@@ -11,12 +11,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/token"
 )
 
 // movingSandboxes is each user's runner, which the test can replace (as a sandbox stopped and started
@@ -81,7 +83,7 @@ func TestRunningAdmission(t *testing.T) {
 	}
 	sb := &movingSandboxes{addr: map[string]string{}, keys: map[string]string{}}
 	clock, reg := newFakeClock(), prometheus.NewRegistry()
-	e, err := New(Config{Region: "test", Verifier: grantVerifier{}, Sandboxes: sb, Ledger: ledger, Quotas: ledger,
+	e, err := New(Config{Region: "test", Verifier: windowVerifier{}, Sandboxes: sb, Ledger: ledger, Quotas: ledger,
 		Metrics: reg, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +173,16 @@ func TestRunningAdmission(t *testing.T) {
 		t.Fatalf("Ensure asked %d times for the moved sandbox, want 1", n-ensured)
 	}
 
+	// (3b) carol's token of another budget window is another ledger account: its usage is read, not the
+	// kept one of her lifetime account.
+	r := running()
+	if code, _ := exec("carol@day", "x"); code != http.StatusOK {
+		t.Fatalf("carol@day: %d", code)
+	}
+	if running() != r {
+		t.Fatal("a token of another window was admitted on the usage read of another account")
+	}
+
 	// (4) dave's sandbox was replaced by another runner at the same address (another key): the kept entry's
 	// key is refused there, the request is admitted afresh and reaches the new runner with its key.
 	var want atomic.Value
@@ -221,4 +233,17 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 		}
 	}
 	return 0
+}
+
+// windowVerifier is grantVerifier, except that "name@day" is name's token with a daily budget.
+type windowVerifier struct{}
+
+func (windowVerifier) Verify(_ context.Context, raw string) (*token.Claims, error) {
+	name, window, ok := strings.Cut(raw, "@")
+	c := &token.Claims{Issuer: "acme", Subject: name}
+	if ok && window == "day" {
+		c.HasBudget = true
+		c.Budget = token.Budget{AIMicros: 1000, ComputeSeconds: -1, Window: token.WindowDay, WindowStart: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	}
+	return c, nil
 }
