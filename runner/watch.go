@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,34 +15,49 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
 // Bounds of file watching (docs/PROTOCOL.md#watch). A sandbox has at most maxWatches subscribers at once
-// and at most maxWatchedDirs directories watched over all of them (each is an inotify watch and an open
-// descriptor in the runner); one subscriber queues at most maxWatchQueue distinct changed paths between
-// two deliveries, and what does not fit is reported as an overflow event instead of held.
+// and at most maxWatchedDirs distinct directories watched over all of them (each is one inotify watch in
+// the runner's one inotify instance, shared by the subscribers that watch it); one subscriber queues at
+// most maxWatchQueue distinct changed paths between two deliveries, and what does not fit is reported as
+// an overflow event instead of held.
 const (
 	maxWatches     = 8
 	maxWatchedDirs = 4096
 	maxWatchQueue  = 1024
 )
 
-// watchTable is the sandbox-wide state of file watching: the bounds' counters and the metrics.
+// watchTable is the runner's file watching: one inotify instance (one fsnotify.Watcher) shared by every
+// subscriber, its directory watches counted by reference, the collector that fans each event out to the
+// subscribers holding the directory it happened in, the bounds' counters and the metrics. The instance is
+// created with the first subscriber and closed when the last one leaves, so an idle runner holds none of
+// the host's inotify instances (they are per uid, and every runner is root). mu guards everything below
+// it; a subscriber's own queue has its own lock, taken inside mu.
 type watchTable struct {
 	mu        sync.Mutex
 	watches   int
-	dirs      int
+	dirs      int // len(byRel): distinct directories watched
 	maxDirs   int
 	events    prometheus.Counter
 	overflows *prometheus.CounterVec
+
+	log   *slog.Logger
+	open  func(rel string) (*os.File, error) // opens a workspace directory again, by path
+	fs    *fsnotify.Watcher                  // nil while nobody watches
+	byRel map[string]*watchDir
+	byKey map[string]*watchDir // by inotify path (/proc/self/fd/N at the time it was added)
+	subs  map[*watcher]struct{}
 }
 
 func newWatchTable(r *Runner) *watchTable {
 	t := &watchTable{
 		maxDirs: maxWatchedDirs,
+		log:     r.log,
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warren_runner_file_watch_events_total",
 			Help: "Change events delivered to file watch subscribers (after debouncing).",
@@ -60,7 +74,7 @@ func newWatchTable(r *Runner) *watchTable {
 		}, func() float64 { t.mu.Lock(); defer t.mu.Unlock(); return float64(t.watches) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "warren_runner_file_watched_dirs",
-			Help: "Directories watched now, over all subscribers.",
+			Help: "Distinct directories watched now, over all subscribers (each one inotify watch).",
 		}, func() float64 { t.mu.Lock(); defer t.mu.Unlock(); return float64(t.dirs) }),
 	)
 	return t
@@ -84,47 +98,34 @@ func (t *watchTable) leave() {
 	t.mu.Unlock()
 }
 
-// takeDir reserves one watched directory; false at the limit.
-func (t *watchTable) takeDir() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.dirs >= t.maxDirs {
-		return false
-	}
-	t.dirs++
-	return true
-}
-
-func (t *watchTable) giveDirs(n int) {
-	t.mu.Lock()
-	t.dirs -= n
-	t.mu.Unlock()
-}
-
-// watchDir is one watched directory. The inotify watch is added through /proc/self/fd/N of a descriptor
-// opened inside the workspace (os.Root for the watched directory, openat with O_NOFOLLOW from its parent
-// for each subdirectory), so it names exactly the directory that was checked, whatever is renamed or
-// swapped for a symlink meanwhile. A subdirectory's descriptor stays open while it is watched, which keeps
-// N, and so the watch's name, unique; its removal is learnt from its parent. The watched directory itself
-// has no watched parent: its descriptor is closed once the watch is added (an open descriptor would hold
-// back the kernel's delete-self event until closed) and its watch is named /proc/<pid>/fd/N, which no
-// /proc/self/fd/N name can equal; it is reopened by path (inside the workspace) when needed.
+// watchDir is one watched directory, shared by the subscribers holding it (refs). The inotify watch is
+// added through /proc/self/fd/N of a descriptor opened inside the workspace (os.Root for a subscriber's
+// watched directory, openat with O_NOFOLLOW from its parent for each subdirectory), so it names exactly
+// the directory that was checked, whatever is renamed or swapped for a symlink meanwhile. That name is
+// the watch's key: keys are kept unique among the watched directories (a descriptor whose number names a
+// watched directory already is duplicated to another number before adding), so the descriptor need not
+// stay open for it. While some subscriber holds the directory as a subdirectory (subs > 0) its descriptor
+// f stays open, to open new children from; a directory only held as a subscriber's watched directory has
+// none (an open descriptor would hold back the kernel's delete-self event, and nothing else reports its
+// removal) and is reopened by path (inside the workspace) when needed.
 type watchDir struct {
-	f   *os.File // nil for the watched directory itself
-	rel string   // relative to the workspace root
+	key  string
+	f    *os.File
+	rel  string // relative to the workspace root
+	refs int
+	subs int
 }
 
-// watcher is one subscriber's watch. The collector (run) reads inotify events into pending, adding and
-// dropping directories as the tree changes; the handler's loop delivers pending once per debounce window.
+// watcher is one subscriber's watch: the directories it holds in the table, and what it has not been
+// delivered yet. The table's collector queues into pending; the handler's loop delivers pending once per
+// debounce window.
 type watcher struct {
 	t         *watchTable
 	log       *slog.Logger
 	root      string // the watched directory, cleaned
 	recursive bool
-	reopen    func() (*os.File, error) // opens the watched directory again
-	fs        *fsnotify.Watcher
-	dirs      map[string]*watchDir // by inotify path (/proc/self/fd/N)
-	byRel     map[string]string    // relative path → inotify path
+	held      map[string]bool // rel of each directory held (guarded by t.mu)
+	ended     bool            // gone is closed (guarded by t.mu)
 
 	mu      sync.Mutex
 	pending map[string]*wire.FileEvent
@@ -139,62 +140,88 @@ func (a *api) newWatcher(q wire.WatchQuery, log *slog.Logger) (*watcher, wire.Fi
 	if err != nil {
 		return nil, wire.FileWatchReady{}, err
 	}
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		f.Close()
-		return nil, wire.FileWatchReady{}, wire.Wrap(wire.ResourceExhausted, err, "cannot start watching: the host's inotify limit is reached")
+	t := a.watches
+	w := &watcher{t: t, log: log, root: rel, recursive: q.Recursive, held: map[string]bool{},
+		pending: map[string]*wire.FileEvent{}, dropped: map[string]int64{}, kick: make(chan struct{}, 1), gone: make(chan struct{})}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fs == nil {
+		fw, err := fsnotify.NewWatcher()
+		if err != nil {
+			f.Close()
+			return nil, wire.FileWatchReady{}, wire.Wrap(wire.ResourceExhausted, err, "cannot start watching: the host's inotify limit is reached")
+		}
+		t.fs, t.byRel, t.byKey, t.subs = fw, map[string]*watchDir{}, map[string]*watchDir{}, map[*watcher]struct{}{}
+		t.open = func(rel string) (*os.File, error) {
+			f, _, err := a.root.OpenDir(rel)
+			return f, err
+		}
+		if t.log == nil {
+			t.log = log
+		}
+		go t.collect(fw)
 	}
-	w := &watcher{t: a.watches, log: log, root: rel, recursive: q.Recursive, fs: fw,
-		dirs: map[string]*watchDir{}, byRel: map[string]string{}, pending: map[string]*wire.FileEvent{},
-		dropped: map[string]int64{}, kick: make(chan struct{}, 1), gone: make(chan struct{})}
-	w.reopen = func() (*os.File, error) {
-		f, _, err := a.root.OpenDir(rel)
-		return f, err
-	}
-	if err := w.add(f, rel, false); err != nil {
-		w.close()
+	t.subs[w] = struct{}{}
+	if err := t.add(f, rel, []*watcher{w}, true, false); err != nil {
+		t.releaseLocked(w)
 		return nil, wire.FileWatchReady{}, err
 	}
 	ready := wire.FileWatchReady{Path: rel, Recursive: q.Recursive, DebounceMs: q.Debounce.Milliseconds()}
-	ready.Dirs = len(w.dirs)
+	ready.Dirs = len(w.held)
 	return w, ready, nil
 }
 
-// add watches the open directory f at rel and, when recursive, its subdirectories (not through symlinks).
-// With announce each entry found is queued as a create: it appeared before its directory was watched. A
-// directory past the limit is refused with resource_exhausted when setting up (announce false) and
-// reported as a dirs overflow afterwards. f is consumed.
-func (w *watcher) add(f *os.File, rel string, announce bool) error {
-	if !w.t.takeDir() {
-		f.Close()
-		if announce {
-			w.drop(wire.OverflowDirs, 1)
-			return nil
+// add makes each of ws hold the open directory f at rel and, for the recursive ones, its subdirectories
+// (not through symlinks), watching each directory not watched yet. top: rel is the subscribers' watched
+// directory. With announce each entry found is queued to ws as a create: it appeared before its directory
+// was watched. A new directory past the limit is refused with resource_exhausted when setting up
+// (announce false) and reported as a dirs overflow afterwards. f is consumed. Called with t.mu held.
+func (t *watchTable) add(f *os.File, rel string, ws []*watcher, top, announce bool) error {
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
 		}
-		return wire.Errorf(wire.ResourceExhausted, "more than %d directories would be watched in this sandbox", w.t.maxDirs)
-	}
-	top := len(w.dirs) == 0 && rel == w.root
-	key := "/proc/self/fd/" + strconv.FormatUint(uint64(f.Fd()), 10)
-	if top {
-		key = "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.FormatUint(uint64(f.Fd()), 10)
-		defer f.Close()
-	}
-	if err := w.fs.Add(key); err != nil {
-		f.Close()
-		w.t.giveDirs(1)
-		if announce {
-			w.drop(wire.OverflowDirs, 1)
-			return nil
+	}()
+	d := t.byRel[rel]
+	if d == nil {
+		if t.dirs >= t.maxDirs {
+			if announce {
+				dropAll(ws, wire.OverflowDirs)
+				return nil
+			}
+			return wire.Errorf(wire.ResourceExhausted, "more than %d directories would be watched in this sandbox", t.maxDirs)
 		}
-		return wire.Wrap(wire.ResourceExhausted, err, "cannot watch "+rel+": the host's inotify watch limit is reached")
+		key, err := t.watchNew(f)
+		if err != nil {
+			if announce {
+				dropAll(ws, wire.OverflowDirs)
+				return nil
+			}
+			return wire.Wrap(wire.ResourceExhausted, err, "cannot watch "+rel+": the host's inotify watch limit is reached")
+		}
+		d = &watchDir{key: key, rel: rel}
+		t.byRel[rel], t.byKey[key] = d, d
+		t.dirs++
 	}
-	if top {
-		w.dirs[key] = &watchDir{rel: rel}
-	} else {
-		w.dirs[key] = &watchDir{f: f, rel: rel}
+	var grow []*watcher
+	for _, w := range ws {
+		if w.held[rel] {
+			continue
+		}
+		w.held[rel] = true
+		d.refs++
+		if !top {
+			d.subs++
+		}
+		if w.recursive {
+			grow = append(grow, w)
+		}
 	}
-	w.byRel[rel] = key
-	if !w.recursive && !announce {
+	if !top && d.f == nil {
+		d.f, keep = f, true
+	}
+	if len(grow) == 0 && !announce {
 		return nil
 	}
 	ents, err := f.ReadDir(-1)
@@ -210,9 +237,11 @@ func (w *watcher) add(f *os.File, rel string, announce bool) error {
 			continue
 		}
 		if announce {
-			w.queue(child, wire.FileOpCreate, e.IsDir())
+			for _, w := range ws {
+				w.queue(child, wire.FileOpCreate, e.IsDir())
+			}
 		}
-		if !w.recursive || !e.IsDir() {
+		if len(grow) == 0 || !e.IsDir() {
 			continue
 		}
 		cf, ok, err := workspace.OpenChildDir(f, e.Name())
@@ -220,7 +249,7 @@ func (w *watcher) add(f *os.File, rel string, announce bool) error {
 			return err
 		}
 		if ok {
-			if err := w.add(cf, child, announce); err != nil {
+			if err := t.add(cf, child, grow, false, announce); err != nil {
 				return err
 			}
 		}
@@ -228,26 +257,114 @@ func (w *watcher) add(f *os.File, rel string, announce bool) error {
 	return nil
 }
 
-// forget stops watching rel and every watched directory under it.
-func (w *watcher) forget(rel string) {
-	n := 0
-	for key, d := range w.dirs {
-		if d.rel == rel || strings.HasPrefix(d.rel, rel+"/") || rel == "." {
-			_ = w.fs.Remove(key) // already gone when the kernel dropped it
-			if d.f != nil {
-				d.f.Close()
-			}
-			delete(w.dirs, key)
-			delete(w.byRel, d.rel)
-			n++
+// watchNew adds an inotify watch for the open directory f, named /proc/self/fd/N by a number N that names
+// no watched directory (f itself, or a duplicate of it), and returns that name.
+func (t *watchTable) watchNew(f *os.File) (string, error) {
+	fd := int(f.Fd())
+	var dups []int
+	defer func() {
+		for _, d := range dups {
+			_ = unix.Close(d)
 		}
+	}()
+	for {
+		key := "/proc/self/fd/" + strconv.Itoa(fd)
+		if _, used := t.byKey[key]; !used {
+			return key, t.fs.Add(key)
+		}
+		nfd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("duplicate a directory descriptor: %w", err)
+		}
+		dups = append(dups, nfd)
+		fd = nfd
 	}
-	w.t.giveDirs(n)
 }
 
-func (w *watcher) close() {
-	_ = w.fs.Close()
-	w.forget(".")
+// unhold drops w's hold on rel, and the watch when nobody holds it any more. Called with t.mu held.
+func (t *watchTable) unhold(w *watcher, rel string) {
+	delete(w.held, rel)
+	d := t.byRel[rel]
+	if d == nil {
+		return
+	}
+	d.refs--
+	if rel != w.root {
+		d.subs--
+		if d.subs == 0 && d.f != nil {
+			d.f.Close()
+			d.f = nil
+		}
+	}
+	if d.refs <= 0 {
+		t.unwatch(d)
+	}
+}
+
+func (t *watchTable) unwatch(d *watchDir) {
+	_ = t.fs.Remove(d.key) // already gone when the kernel dropped it
+	if d.f != nil {
+		d.f.Close()
+	}
+	delete(t.byRel, d.rel)
+	delete(t.byKey, d.key)
+	t.dirs--
+}
+
+// forget stops watching rel and every watched directory under it, for every subscriber: it was removed,
+// moved or replaced. A subscriber whose watched directory is among them gets op on it and ends. Called
+// with t.mu held.
+func (t *watchTable) forget(rel, op string) {
+	under := func(r string) bool { return r == rel || strings.HasPrefix(r, rel+"/") || rel == "." }
+	for r, d := range t.byRel {
+		if under(r) {
+			t.unwatch(d)
+		}
+	}
+	for w := range t.subs {
+		for r := range w.held {
+			if under(r) {
+				delete(w.held, r)
+			}
+		}
+		if under(w.root) && !w.ended {
+			w.queue(w.root, op, true)
+			w.ended = true
+			close(w.gone)
+		}
+	}
+}
+
+// release drops everything w holds; the last subscriber to leave closes the inotify instance.
+func (t *watchTable) release(w *watcher) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.releaseLocked(w)
+}
+
+func (t *watchTable) releaseLocked(w *watcher) {
+	if _, ok := t.subs[w]; !ok {
+		return
+	}
+	for rel := range w.held {
+		t.unhold(w, rel)
+	}
+	delete(t.subs, w)
+	if len(t.subs) == 0 {
+		for _, d := range t.byRel {
+			t.unwatch(d) // none is left: every hold was dropped
+		}
+		_ = t.fs.Close()
+		t.fs = nil
+	}
+}
+
+func (w *watcher) close() { w.t.release(w) }
+
+func dropAll(ws []*watcher, reason string) {
+	for _, w := range ws {
+		w.drop(reason, 1)
+	}
 }
 
 // queue merges op on p into the pending batch; a new path beyond maxWatchQueue is dropped and counted.
@@ -308,93 +425,111 @@ func (w *watcher) take() ([]*wire.FileEvent, map[string]int64) {
 	return evs, dropped
 }
 
-// run collects events until ctx ends or the watched directory goes away.
-func (w *watcher) run(ctx context.Context) {
+// collect reads fs's events until it is closed, applying each to the table and fanning it out to the
+// subscribers holding the directory it happened in. An event read from an instance closed meanwhile is
+// dropped.
+func (t *watchTable) collect(fs *fsnotify.Watcher) {
 	for {
 		select {
-		case <-ctx.Done():
-			return
-		case err, ok := <-w.fs.Errors:
+		case err, ok := <-fs.Errors:
 			if !ok {
 				return
 			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				w.drop(wire.OverflowKernel, 0)
-				continue
+			t.mu.Lock()
+			if t.fs == fs {
+				if errors.Is(err, fsnotify.ErrEventOverflow) {
+					for w := range t.subs {
+						w.drop(wire.OverflowKernel, 0)
+					}
+				} else {
+					t.log.Warn("file watch error", "err", err)
+				}
 			}
-			w.log.Warn("file watch error", "err", err)
-		case ev, ok := <-w.fs.Events:
+			t.mu.Unlock()
+		case ev, ok := <-fs.Events:
 			if !ok {
 				return
 			}
-			if w.handle(ev) {
-				close(w.gone)
-				return
+			t.mu.Lock()
+			if t.fs == fs {
+				t.handle(ev)
 			}
+			t.mu.Unlock()
 		}
 	}
 }
 
-// handle applies one inotify event; true when the watched directory itself is gone.
-func (w *watcher) handle(ev fsnotify.Event) bool {
-	if d, ok := w.dirs[ev.Name]; ok {
+// handle applies one inotify event. Called with t.mu held.
+func (t *watchTable) handle(ev fsnotify.Event) {
+	if d, ok := t.byKey[ev.Name]; ok {
 		// The directory itself was removed or moved: its parent, when watched, reports the name.
-		if d.rel == w.root && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
-			w.queue(d.rel, opOf(ev), true)
-			return true
-		}
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-			w.forget(d.rel)
+			t.forget(d.rel, opOf(ev))
 		}
-		return false
+		return
 	}
 	key, name := path.Split(ev.Name)
-	d, ok := w.dirs[strings.TrimSuffix(key, "/")]
+	d, ok := t.byKey[strings.TrimSuffix(key, "/")]
 	if !ok || name == "" || strings.HasPrefix(name, workspace.TempPrefix) {
-		return false // a directory forgotten meanwhile, or an upload in progress
+		return // a directory forgotten meanwhile, or an upload in progress
 	}
 	rel := path.Join(d.rel, name)
-	_, wasDir := w.byRel[rel]
-	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-		if wasDir {
-			w.forget(rel)
+	var holders []*watcher
+	for w := range t.subs {
+		if w.held[d.rel] && !w.ended {
+			holders = append(holders, w)
 		}
+	}
+	_, wasDir := t.byRel[rel]
+	if wasDir && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+		t.forget(rel, opOf(ev))
 	}
 	isDir := wasDir
 	if ev.Has(fsnotify.Create) {
-		parent := d.f
-		if parent == nil {
-			f, err := w.reopen()
-			if err != nil {
-				w.log.Warn("file watch: reopen the watched directory", "path", d.rel, "err", err)
-				return false
-			}
-			defer f.Close()
-			parent = f
-		}
-		cf, ok, err := workspace.OpenChildDir(parent, name)
-		if err != nil {
-			w.log.Warn("file watch: open new directory", "path", rel, "err", err)
-		}
-		if ok {
+		if cf, ok := t.openChild(d, name); ok {
 			isDir = true
-			if w.recursive {
-				if _, dup := w.byRel[rel]; dup {
-					w.forget(rel) // replaced by another directory of the same name
-				}
-				w.queue(rel, wire.FileOpCreate, true)
-				if err := w.add(cf, rel, true); err != nil {
-					w.log.Warn("file watch: watch new directory", "path", rel, "err", err)
-				}
-				return false
+			if _, dup := t.byRel[rel]; dup {
+				t.forget(rel, wire.FileOpRemove) // replaced by another directory of the same name
 			}
-			cf.Close()
+			var grow []*watcher
+			for _, w := range holders {
+				w.queue(rel, wire.FileOpCreate, true)
+				if w.recursive {
+					grow = append(grow, w)
+				}
+			}
+			if len(grow) == 0 {
+				cf.Close()
+			} else if err := t.add(cf, rel, grow, false, true); err != nil {
+				t.log.Warn("file watch: watch new directory", "path", rel, "err", err)
+			}
+			return
 		}
 	}
-	for _, op := range opsOf(ev) {
-		w.queue(rel, op, isDir)
+	for _, w := range holders {
+		for _, op := range opsOf(ev) {
+			w.queue(rel, op, isDir)
+		}
 	}
-	return false
+}
+
+// openChild opens d's child name when it is a directory (not through a symlink).
+func (t *watchTable) openChild(d *watchDir, name string) (*os.File, bool) {
+	parent := d.f
+	if parent == nil {
+		f, err := t.open(d.rel)
+		if err != nil {
+			t.log.Warn("file watch: reopen a watched directory", "path", d.rel, "err", err)
+			return nil, false
+		}
+		defer f.Close()
+		parent = f
+	}
+	cf, ok, err := workspace.OpenChildDir(parent, name)
+	if err != nil {
+		t.log.Warn("file watch: open new directory", "path", path.Join(d.rel, name), "err", err)
+	}
+	return cf, ok
 }
 
 func opsOf(ev fsnotify.Event) []string {
@@ -447,11 +582,7 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 	log.Info("file watch started", "path", ready.Path, "recursive", ready.Recursive, "dirs", ready.Dirs)
 	defer log.Info("file watch ended", "path", ready.Path)
 
-	ctx, cancel := context.WithCancel(req.Context())
-	collected := make(chan struct{})
-	defer func() { cancel(); <-collected }()
-	go func() { defer close(collected); wt.run(ctx) }()
-
+	ctx := req.Context()
 	rc := startEvents(w)
 	writeEvent(w, wire.EventWatchReady, ready)
 	_ = rc.Flush()

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,7 +16,7 @@ import (
 )
 
 func testWatchTable(maxDirs int) *watchTable {
-	return &watchTable{maxDirs: maxDirs,
+	return &watchTable{maxDirs: maxDirs, log: slog.New(slog.DiscardHandler),
 		events:    prometheus.NewCounter(prometheus.CounterOpts{Name: "e"}),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"reason"})}
 }
@@ -80,9 +79,6 @@ func TestWatchDirLimit(t *testing.T) {
 	if err != nil || ready.Dirs != 1 {
 		t.Fatalf("watch a: %+v %v", ready, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.run(ctx) }()
 	if err := os.MkdirAll(filepath.Join(dir, "a", "x", "y", "z"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -95,13 +91,17 @@ func TestWatchDirLimit(t *testing.T) {
 			break
 		}
 	}
-	cancel()
-	<-done
-	if a.watches.dirs != 3 {
-		t.Fatalf("%d directories counted, want 3", a.watches.dirs)
+	if n := a.watches.counted(); n != 3 {
+		t.Fatalf("%d directories counted, want 3", n)
 	}
 	w.close()
 	if a.watches.dirs != 0 {
 		t.Fatalf("%d directories counted after close", a.watches.dirs)
 	}
+}
+
+func (t *watchTable) counted() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dirs
 }
