@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -104,4 +106,64 @@ func (t *watchTable) counted() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.dirs
+}
+
+// A kernel queue overflow of the shared inotify instance is reported to every subscriber, whatever it
+// watches: the lost events could have been anyone's. The collector is held back (the table's lock) while
+// more changes than the kernel queues happen, so the queue overflows for real.
+func TestWatchKernelOverflowGoesToEverySubscriber(t *testing.T) {
+	a, dir := testWatchAPI(t, 10)
+	for _, d := range []string{"busy", "quiet"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	var ws []*watcher
+	for _, p := range []string{"busy", "busy", "quiet"} {
+		w, _, err := a.newWatcher(wire.WatchQuery{Path: p, Recursive: true}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.close()
+		ws = append(ws, w)
+	}
+	a.watches.mu.Lock()
+	for i := range 2*queued + 4096 { // fsnotify reads up to 4096 events ahead of its consumer
+		f, err := os.Create(filepath.Join(dir, "busy", "f"+strconv.Itoa(i)))
+		if err != nil {
+			a.watches.mu.Unlock()
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	a.watches.mu.Unlock()
+	for i, w := range ws {
+		for {
+			w.mu.Lock()
+			_, over := w.dropped[wire.OverflowKernel]
+			w.mu.Unlock()
+			if over {
+				break
+			}
+			select {
+			case <-w.kick:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("subscriber %d: no kernel overflow", i)
+			}
+		}
+		var out bytes.Buffer
+		a.deliver(&out, w)
+		if !strings.Contains(out.String(), `event: overflow`+"\n"+`data: {"reason":"kernel"`) {
+			t.Fatalf("subscriber %d: no kernel overflow event in %.300s", i, out.String())
+		}
+	}
 }
