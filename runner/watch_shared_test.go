@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
@@ -94,4 +95,34 @@ func grepLines(s, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A directory moved while two watches hold it at different depths: the watch inside it ends (its
+// directory is no longer at its path), and the watch above it watches it under its new name.
+func TestFileWatchSharedDirectoryMoved(t *testing.T) {
+	h := startRunner(t)
+	execOK(t, h, "mkdir -p proj/deep")
+	top, _, _ := watchStream(t, h, "debounceMs=20")
+	inner, _, _ := watchStream(t, h, "path=proj/deep&debounceMs=20")
+	execOK(t, h, "mv proj proj2 && echo x > proj2/deep/f.txt")
+	_, _ = changes(t, top, func(s map[string][]string) bool { return has(s["proj2/deep/f.txt"], wire.FileOpCreate) })
+	seen := map[string][]string{}
+	for {
+		ev, err := inner.next()
+		if err != nil {
+			break
+		}
+		if ev.name == wire.EventFileChange {
+			var fe wire.FileEvent
+			if err := json.Unmarshal([]byte(ev.data), &fe); err != nil {
+				t.Fatal(err)
+			}
+			seen[fe.Path] = append(seen[fe.Path], fe.Ops...)
+		}
+	}
+	if !has(seen["proj/deep"], wire.FileOpRename) {
+		t.Fatalf("the inner watch ended with %v", seen)
+	}
+	execOK(t, h, "echo y >> proj2/deep/f.txt")
+	_, _ = changes(t, top, func(s map[string][]string) bool { return has(s["proj2/deep/f.txt"], wire.FileOpWrite) })
 }
