@@ -159,10 +159,11 @@ func (r *Runner) restore(ctx context.Context) error {
 	return nil
 }
 
-// snapshot writes a snapshot; a fenced write means a newer runner owns the sandbox, so this one stops.
-func (r *Runner) snapshot(ctx context.Context, why string) {
+// snapshot writes a snapshot; a fenced write means a newer runner owns the sandbox, so this one stops
+// (and fenced is true).
+func (r *Runner) snapshot(ctx context.Context, why string) (fenced bool) {
 	if r.snap == nil {
-		return
+		return false
 	}
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
@@ -173,15 +174,15 @@ func (r *Runner) snapshot(ctx context.Context, why string) {
 	case errors.Is(err, snapshot.ErrFenced):
 		r.log.Error("snapshot fenced: a newer runner owns this sandbox; stopping", "why", why)
 		r.stop(ErrFencedOff)
-		return
+		return true
 	case errors.Is(err, snapshot.ErrStoredBytesQuota):
 		// The previous snapshot stays latest; what changed since is not persisted until usage goes down.
 		r.log.Warn("snapshot refused: stored-bytes limit", "why", why, "code", wire.CodeOf(err),
 			"limit_bytes", r.storedBytesLimit(), "stored_bytes", r.snap.StoredBytes(), "err", err)
-		return
+		return false
 	case err != nil:
 		r.log.Error("snapshot failed", "why", why, "err", err)
-		return
+		return false
 	default:
 		r.log.Info("snapshot written", "why", why, "snapshot", fmt.Sprintf("%d-%d", m.Epoch, m.Seq), "files", st.Files,
 			"uploaded_files", st.FilesUploaded, "uploaded_bytes", st.BytesUploaded, "ms", st.Duration.Milliseconds())
@@ -193,6 +194,7 @@ func (r *Runner) snapshot(ctx context.Context, why string) {
 	if _, ran, err := r.snap.CollectIfDue(gctx); ran && err != nil {
 		r.log.Warn("snapshot gc failed", "why", why, "err", err)
 	}
+	return false
 }
 
 // gcTimeout bounds one garbage collection after a snapshot.
@@ -259,7 +261,10 @@ func (r *Runner) afterShutdown(cause error) error {
 		if errors.Is(cause, ErrIdle) {
 			why = "sleep"
 		}
-		r.snapshot(ctx, why)
+		// The process table is kept for the next wake (procpersist.go), unless the snapshot was fenced.
+		if !r.snapshot(ctx, why) {
+			r.procs.save(ctx)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -50,6 +51,7 @@ type procTable struct {
 	followers, portWaits, regexWaits chan struct{}
 
 	starts *prometheus.CounterVec
+	kept   procKeep // the table kept across a sleep (procpersist.go)
 }
 
 // Bounds of the requests following processes at once in one sandbox (beyond them: resource_exhausted).
@@ -150,10 +152,8 @@ func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartReq
 		}
 		return nil, err
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	p := &proc{
-		id: hex.EncodeToString(b[:]), command: req.Command, args: req.Args, cwd: dir, started: t.r.cfg.Now(),
+		id: t.newID(), command: req.Command, args: req.Args, cwd: dir, started: t.r.cfg.Now(),
 		p: ip, log: newProcLog(t.r.processLogLimit()), cancel: cancel, done: make(chan struct{}),
 		stdin: make(chan struct{}, 1),
 	}
@@ -256,6 +256,9 @@ func (p *proc) signal(name string) error {
 	if !ok {
 		return wire.Errorf(wire.InvalidArgument, "signal %s is not supported", name)
 	}
+	if p.p == nil {
+		return nil // kept from before a sleep (procpersist.go): exited, as signalling an exited process
+	}
 	if sig == syscall.SIGKILL {
 		p.mu.Lock()
 		if p.why == "" && !p.exited() {
@@ -315,6 +318,18 @@ func (p *proc) writeStdin(ctx context.Context, body io.Reader, closeAfter bool) 
 		_ = p.p.Stdin.Close()
 	}
 	return nil
+}
+
+// newID is a fresh process id, unlike any in the table (kept processes included). Called with t.mu held.
+func (t *procTable) newID() string {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id := hex.EncodeToString(b[:])
+		if !slices.ContainsFunc(t.procs, func(p *proc) bool { return p.id == id }) {
+			return id
+		}
+	}
 }
 
 // get finds a process by id.

@@ -286,6 +286,9 @@ func (a *api) waitProc(w http.ResponseWriter, req *http.Request) {
 }
 
 func waitPort(ctx context.Context, p *proc, port uint16) error {
+	if p.p == nil { // kept from before a sleep: exited
+		return exitedBefore(p, "port "+strconv.Itoa(int(port))+" listened")
+	}
 	t := time.NewTicker(procPoll)
 	defer t.Stop()
 	for {

@@ -95,6 +95,7 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r.tasks = newTaskTable(r, taskStore, taskPrefix)
+	r.procs.keepIn(taskStore, taskPrefix)
 	if cfg.Snapshots != nil {
 		if err := r.buildSnapshots(); err != nil {
 			r.parts.release()
@@ -150,6 +151,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.restore(ctx); err != nil {
 		return err
 	}
+	r.procs.load(ctx)
 	if err := r.giveFiles(); err != nil {
 		return err
 	}
