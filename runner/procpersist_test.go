@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/blob"
+	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner"
 )
@@ -20,13 +23,17 @@ import (
 // keptRunner runs a runner of epoch on the sandbox kept in base (its workspace and state directory, where
 // the process table is kept without a snapshot store) that sleeps after 300ms idle, a running process
 // keeping it awake for at most 500ms. sleep waits for it to sleep.
-func keptRunner(t *testing.T, base string, epoch int64) (h *harness, sleep func()) {
+func keptRunner(t *testing.T, base string, epoch int64, mods ...func(*runner.Config)) (h *harness, sleep func()) {
 	t.Helper()
 	requireBwrap(t)
-	r, err := runner.New(runner.Config{Issuer: "acme", User: "alice", Epoch: epoch, Listen: "127.0.0.1:0",
+	cfg := runner.Config{Issuer: "acme", User: "alice", Epoch: epoch, Listen: "127.0.0.1:0",
 		Workspace: filepath.Join(base, "ws"), StateDir: filepath.Join(base, "state"), Key: "k",
 		IdleTimeout: 300 * time.Millisecond, ProcessKeepAwake: 500 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	r, err := runner.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +101,21 @@ func wakeEmptyRunOneAndSleep(t *testing.T, base string, epoch int64, outcome str
 	h.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitExit})
 	sleep()
 	return p
+}
+
+// runToExitAndSleep wakes a runner of epoch, runs command to its exit and lets the sandbox sleep.
+func runToExitAndSleep(t *testing.T, base string, epoch int64, command string) wire.ProcInfo {
+	t.Helper()
+	h, sleep := keptRunner(t, base, epoch)
+	p := h.startProc(t, wire.ProcStartRequest{Command: command})
+	h.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitExit})
+	sleep()
+	return p
+}
+
+// keptKey is the file of the kept table in the directory store of a runner without snapshots.
+func keptKey(base string) string {
+	return filepath.Join(base, "state", "tasks", "local", "procs", "table.json#")
 }
 
 func logText(l wire.ProcLogs) string {
@@ -184,11 +206,8 @@ func TestProcTableKeptAcrossSleep(t *testing.T) {
 // A runner does not replace the table kept by a newer epoch's runner: the runner it was replaced by.
 func TestProcTableFencedRunnerDoesNotWrite(t *testing.T) {
 	base := t.TempDir()
-	h, sleep := keptRunner(t, base, 8)
-	newer := h.startProc(t, wire.ProcStartRequest{Command: "echo newer; exit 0"})
-	h.waitProc(t, newer.ID, wire.ProcWaitRequest{For: wire.WaitExit})
-	sleep()
-	key := filepath.Join(base, "state", "tasks", "local", "procs", "table.json#")
+	newer := runToExitAndSleep(t, base, 8, "echo newer; exit 0")
+	key := keptKey(base)
 	before, err := os.ReadFile(key)
 	if err != nil {
 		t.Fatalf("the newer runner kept no table: %v", err)
@@ -201,9 +220,33 @@ func TestProcTableFencedRunnerDoesNotWrite(t *testing.T) {
 		t.Fatalf("the stale runner replaced the newer table (%v):\n%s", err, after)
 	}
 
-	h, _ = keptRunner(t, base, 9)
+	h, _ := keptRunner(t, base, 9)
 	if procs := h.listProcs(t); len(procs) != 1 || procs[0].ID != newer.ID {
 		t.Fatalf("woken after both: %+v, want only %s", procs, newer.ID)
+	}
+}
+
+// A runner whose final snapshot is fenced (a newer epoch's runner committed one since) writes no table,
+// even where no record stands in its way.
+func TestProcTableSnapshotFencedRunnerDoesNotWrite(t *testing.T) {
+	blobs := t.TempDir()
+	store, err := blobfs.New(blobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := func(c *runner.Config) { c.Snapshots, c.SnapshotPrefix = store, "sandboxes/alice" }
+	// The stale runner's process keeps it awake until the test kills it.
+	stale, sleepStale := keptRunner(t, t.TempDir(), 7, shared, func(c *runner.Config) { c.ProcessKeepAwake = time.Hour })
+	p := stale.startProc(t, wire.ProcStartRequest{Command: "echo stale; exec sleep 1000"})
+	stale.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitLog, Pattern: "stale"})
+	// The replacement (epoch 8) runs while the stale runner still does, and sleeps: it commits a
+	// snapshot, and keeps no table (it has no process and found none).
+	_, sleepNewer := keptRunner(t, t.TempDir(), 8, shared)
+	sleepNewer()
+	decode(t, stale.doJSON(t, http.MethodPost, "/v1/sandbox/procs/"+p.ID+"/signal", wire.ProcSignalRequest{Signal: "KILL"}), http.StatusOK, nil)
+	sleepStale()
+	if _, err := store.Stat(context.Background(), "sandboxes/alice/procs/table.json"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("the fenced runner kept its table: %v", err)
 	}
 }
 
@@ -211,7 +254,7 @@ func TestProcTableFencedRunnerDoesNotWrite(t *testing.T) {
 // next sleep replaces the record.
 func TestProcTableCorruptRecord(t *testing.T) {
 	base := t.TempDir()
-	key := filepath.Join(base, "state", "tasks", "local", "procs", "table.json#")
+	key := keptKey(base)
 	if err := os.MkdirAll(filepath.Dir(key), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -224,5 +267,81 @@ func TestProcTableCorruptRecord(t *testing.T) {
 	h, _ := keptRunner(t, base, 7)
 	if procs := h.listProcs(t); len(procs) != 1 || procs[0].ID != p.ID {
 		t.Fatalf("after replacing the corrupt record: %+v", procs)
+	}
+}
+
+// A record the wake could not read is not lost: the next stop keeps its processes, older than the new
+// ones. (The store fails the read at wake: the record's file is moved aside and a directory stands in its
+// place until the woken runner is about to sleep.)
+func TestProcTableUnreadableAtWakeIsMerged(t *testing.T) {
+	base := t.TempDir()
+	first := runToExitAndSleep(t, base, 7, "echo first")
+	key := keptKey(base)
+	if err := os.Rename(key, key+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(key, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	h, sleep := keptRunner(t, base, 8, func(c *runner.Config) { c.ProcessKeepAwake = time.Hour })
+	if procs := h.listProcs(t); len(procs) != 0 {
+		t.Fatalf("listed %+v from an unreadable record", procs)
+	}
+	if !h.metric(t, `warren_runner_process_table_loads_total{outcome="unavailable"} 1`) {
+		t.Error("metrics lack the failed load")
+	}
+	second := h.startProc(t, wire.ProcStartRequest{Command: "echo second; exec sleep 1000"})
+	h.waitProc(t, second.ID, wire.ProcWaitRequest{For: wire.WaitLog, Pattern: "second"})
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(key+".aside", key); err != nil {
+		t.Fatal(err)
+	}
+	decode(t, h.doJSON(t, http.MethodPost, "/v1/sandbox/procs/"+second.ID+"/signal", wire.ProcSignalRequest{Signal: "KILL"}), http.StatusOK, nil)
+	sleep()
+
+	h, _ = keptRunner(t, base, 9)
+	procs := h.listProcs(t)
+	if len(procs) != 2 || procs[0].ID != first.ID || procs[1].ID != second.ID || procs[1].Ended != "killed" {
+		t.Fatalf("after a wake that could not read the record: %+v, want %s then %s", procs, first.ID, second.ID)
+	}
+	if l := h.procLogs(t, first.ID, 0); logText(l) != "first\n" {
+		t.Fatalf("logs of the merged process: %+v", l)
+	}
+}
+
+// The kept table is bounded: as many processes as the table keeps (twice -max-processes), and 1 MiB of
+// logs in all, each process's tail shrinking to its share.
+func TestProcTableKeptBounds(t *testing.T) {
+	base := t.TempDir()
+	limit := func(c *runner.Config) { c.MaxProcesses = 10 }
+	h, sleep := keptRunner(t, base, 7, limit)
+	var ids []string
+	for range 22 {
+		p := h.startProc(t, wire.ProcStartRequest{Command: "head -c 100000 /dev/zero | tr '\\0' y"})
+		h.waitProc(t, p.ID, wire.ProcWaitRequest{For: wire.WaitExit})
+		ids = append(ids, p.ID)
+	}
+	sleep()
+	h, _ = keptRunner(t, base, 8, limit)
+	procs := h.listProcs(t)
+	if len(procs) != 20 || procs[0].ID != ids[2] || procs[19].ID != ids[21] {
+		t.Fatalf("kept %d processes, want the last 20 of %v", len(procs), ids)
+	}
+	var total int64
+	for _, p := range procs {
+		kept := p.LogEnd - p.LogStart
+		if p.LogEnd != 100000 || kept == 0 || kept > (1<<20)/20 {
+			t.Fatalf("kept %d..%d of a log of 100000 bytes, want at most %d", p.LogStart, p.LogEnd, (1<<20)/20)
+		}
+		if l := h.procLogs(t, p.ID, 0); int64(len(logText(l))) != kept {
+			t.Fatalf("logs answer %d bytes, %d kept", len(logText(l)), kept)
+		}
+		total += kept
+	}
+	if total > 1<<20 {
+		t.Fatalf("%d bytes of logs kept", total)
 	}
 }
