@@ -692,13 +692,15 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 // the chunked body in one write (and the client reads them in one), instead of two.
 type endingWriter struct {
 	http.ResponseWriter
-	ended bool // the answer's body gave its last bytes (set and read by the relay's copy, one goroutine)
+	// ended: the answer's body gave its last bytes. Set by the relay's copy and read by Flush, which
+	// httputil.ReverseProxy also calls from a timer goroutine of its own (the first flush of the head).
+	ended atomic.Bool
 }
 
 func (w *endingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *endingWriter) Flush() {
-	if w.ended {
+	if w.ended.Load() {
 		return
 	}
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
@@ -715,7 +717,7 @@ type endingBody struct {
 func (b *endingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 && err == io.EOF {
-		b.w.ended = true
+		b.w.ended.Store(true)
 	}
 	return n, err
 }
