@@ -99,8 +99,18 @@ func (v *Verifier) cached(ctx context.Context, k [sha256.Size]byte) (*Claims, bo
 	}) {
 		return nil, false
 	}
-	c := *e.claims // the caller may change its copy
-	return &c, true
+	return cloneClaims(e.claims), true // the caller may change its copy
+}
+
+// cloneClaims is a copy of c that shares no memory with it: its slices too, so that a caller changing the
+// claims it was answered in place changes no other answer for the same token.
+func cloneClaims(c *Claims) *Claims {
+	k := *c
+	k.Audience = slices.Clone(c.Audience)
+	k.Permissions.Tools = slices.Clone(c.Permissions.Tools)
+	k.Permissions.BlockedTools = slices.Clone(c.Permissions.BlockedTools)
+	k.SDKConfig = slices.Clone(c.SDKConfig)
+	return &k
 }
 
 // remember keeps c, signed by key, for the token whose hash is k: until its expiry (with the leeway) or the
@@ -114,6 +124,5 @@ func (v *Verifier) remember(k [sha256.Size]byte, c *Claims, key secrets.Key) {
 	if !now.Before(until) {
 		return
 	}
-	kept := *c
-	v.cache.put(k, verified{claims: &kept, keyID: key.ID, secret: key.Secret, until: until}, now)
+	v.cache.put(k, verified{claims: cloneClaims(c), keyID: key.ID, secret: key.Secret, until: until}, now)
 }

@@ -90,3 +90,36 @@ func TestVerifyCacheOff(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyCacheClaimsAreTheCallersOwn: a caller that changes the claims it was answered, slices included
+// (audience, permitted and blocked tools, sdkConfig), in place, changes nothing another Verify of the same
+// token answers, whether its own answer came from a full verification or from the cache. Without deep
+// copies, one consumer editing its permissions would widen or narrow every later request's.
+func TestVerifyCacheClaimsAreTheCallersOwn(t *testing.T) {
+	e := newEnv(t, t.TempDir())
+	v := token.NewVerifier(e.store, token.VerifierOptions{Now: func() time.Time { return testNow }})
+	raw := mint(t, e.v3, with(func(c *token.Claims) {
+		c.Audience = []string{"warren"}
+		c.Permissions = token.Permissions{Tools: []string{"Read"}, BlockedTools: []string{"Bash"}}
+		c.SDKConfig = []byte(`{"model":"a"}`)
+	}))
+	for i := range 3 { // a full verification, then two hits
+		c, err := v.Verify(context.Background(), raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Audience[0] != "warren" || c.Permissions.Tools[0] != "Read" || c.Permissions.BlockedTools[0] != "Bash" ||
+			string(c.SDKConfig) != `{"model":"a"}` {
+			t.Fatalf("verify %d answered claims an earlier caller changed: %q %+v %s", i, c.Audience, c.Permissions, c.SDKConfig)
+		}
+		c.Audience[0], c.Permissions.Tools[0], c.Permissions.BlockedTools[0] = "other", "Bash", "Read"
+		c.SDKConfig[len(c.SDKConfig)-3] = 'b'
+	}
+	// "tools": [] (allows none) stays an empty list, never nil (no restriction), in a hit's copy.
+	raw = mint(t, e.v3, with(func(c *token.Claims) { c.Permissions = token.Permissions{Tools: []string{}} }))
+	for i := range 2 {
+		if c, err := v.Verify(context.Background(), raw); err != nil || c.Permissions.Tools == nil {
+			t.Fatalf("verify %d of a token allowing no tools: %v, tools %#v", i, err, c.Permissions.Tools)
+		}
+	}
+}
