@@ -36,7 +36,8 @@ type VerifierOptions struct {
 	// in the store and requires the key that signed the token to be among them, so a revoked key refuses
 	// its tokens as soon as without the cache.
 	CacheTTL time.Duration
-	// CacheSize bounds the verified tokens kept: DefaultCacheSize when zero or negative.
+	// CacheSize bounds the verified tokens kept: DefaultCacheSize when zero or negative. Their raw bytes
+	// are bounded too, at CacheSize KiB (a kilobyte a token on average).
 	CacheSize int
 }
 
@@ -172,7 +173,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 		return nil, reject(ErrBadAudience, nil, "")
 	}
 	if v.cache != nil {
-		v.remember(hash, c, signer)
+		v.remember(hash, len(raw), c, signer)
 	}
 	return c, nil
 }

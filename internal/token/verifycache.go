@@ -17,6 +17,12 @@ const (
 	DefaultCacheSize = 20_000
 )
 
+// cacheBytesPerToken is the average size of a kept token the cache's byte bound allows: the tokens kept hold
+// at most CacheSize times this many bytes (20 MiB by default), counted by their raw length (their decoded
+// claims are smaller, plus an entry's few hundred bytes), so tokens near the 8 KiB maximum (an issuer's large sdkConfig, or an issuer minting large
+// tokens to fill the cache) hold memory in proportion, not 20,000 of them.
+const cacheBytesPerToken = 1 << 10
+
 // verified is a token whose signature and claims passed, remembered by the SHA-256 of its raw form: the
 // claims, and the issuer key that signed it. A later Verify of the same token skips the HS256 check and
 // the claims decoding only while that key is still the issuer's current or previous one in the store (the
@@ -31,13 +37,14 @@ type verified struct {
 
 // verifiedCache is a bounded map of verified tokens in two generations, swapped every TTL (as
 // edge/admitcache.go): an entry lives at most two TTLs, every operation is O(1), and once a generation
-// holds size/2 tokens the others are verified every time. Safe for concurrent use.
+// holds size/2 tokens, or size/2 KiB of them, the others are verified every time. Safe for concurrent use.
 type verifiedCache struct {
 	ttl  time.Duration
 	size int
 
 	mu        sync.Mutex
 	cur, prev map[[sha256.Size]byte]verified
+	curBytes  int // the raw length of cur's tokens, at most size*cacheBytesPerToken/2
 	swapAt    time.Time
 }
 
@@ -55,17 +62,23 @@ func (c *verifiedCache) get(k [sha256.Size]byte, now time.Time) (verified, bool)
 	return v, true
 }
 
-func (c *verifiedCache) put(k [sha256.Size]byte, v verified, now time.Time) {
+// put keeps v, the entry of a token of n bytes, unless its generation is full (by count or by bytes).
+func (c *verifiedCache) put(k [sha256.Size]byte, v verified, n int, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rotate(now)
 	if c.cur == nil {
 		c.cur = make(map[[sha256.Size]byte]verified)
 	}
-	if len(c.cur) >= c.size/2 {
+	if _, ok := c.cur[k]; ok {
+		c.cur[k] = v // the same token: the same bytes
+		return
+	}
+	if len(c.cur) >= c.size/2 || c.curBytes+n > c.size*cacheBytesPerToken/2 {
 		return
 	}
 	c.cur[k] = v
+	c.curBytes += n
 }
 
 // rotate drops the older generation once a TTL has passed since the last swap (two TTLs: both).
@@ -73,10 +86,10 @@ func (c *verifiedCache) rotate(now time.Time) {
 	switch {
 	case now.Before(c.swapAt):
 	case now.Before(c.swapAt.Add(c.ttl)):
-		c.prev, c.cur = c.cur, nil
+		c.prev, c.cur, c.curBytes = c.cur, nil, 0
 		c.swapAt = now.Add(c.ttl)
 	default:
-		c.prev, c.cur = nil, nil
+		c.prev, c.cur, c.curBytes = nil, nil, 0
 		c.swapAt = now.Add(c.ttl)
 	}
 }
@@ -113,9 +126,9 @@ func cloneClaims(c *Claims) *Claims {
 	return &k
 }
 
-// remember keeps c, signed by key, for the token whose hash is k: until its expiry (with the leeway) or the
-// cache's TTL, whichever comes first.
-func (v *Verifier) remember(k [sha256.Size]byte, c *Claims, key secrets.Key) {
+// remember keeps c, signed by key, for the token of n bytes whose hash is k: until its expiry (with the
+// leeway) or the cache's TTL, whichever comes first.
+func (v *Verifier) remember(k [sha256.Size]byte, n int, c *Claims, key secrets.Key) {
 	now := v.now()
 	until := now.Add(v.cache.ttl)
 	if exp := c.ExpiresAt.Add(v.leeway); exp.Before(until) {
@@ -124,5 +137,5 @@ func (v *Verifier) remember(k [sha256.Size]byte, c *Claims, key secrets.Key) {
 	if !now.Before(until) {
 		return
 	}
-	v.cache.put(k, verified{claims: cloneClaims(c), keyID: key.ID, secret: key.Secret, until: until}, now)
+	v.cache.put(k, verified{claims: cloneClaims(c), keyID: key.ID, secret: key.Secret, until: until}, n, now)
 }
