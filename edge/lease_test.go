@@ -38,9 +38,8 @@ func (r *oneRunner) Ensure(_ context.Context, req SandboxRequest) (registry.Entr
 
 func (r *oneRunner) Forget(context.Context, registry.Entry) {}
 
-// leaseEdge is an edge whose session leases and quotas are in a real SQLite ledger, in front of a runner
-// whose agent channels stay open.
-func leaseEdge(t *testing.T, q billing.Quota, k billing.QuotaKey) (string, *oneRunner) {
+// quotaLedger is a real SQLite ledger with k's issuer registered and quota q at k.
+func quotaLedger(t *testing.T, k billing.QuotaKey, q billing.Quota) *sqlite.Ledger {
 	t.Helper()
 	ctx := context.Background()
 	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
@@ -54,6 +53,14 @@ func leaseEdge(t *testing.T, q billing.Quota, k billing.QuotaKey) (string, *oneR
 	if _, err := ledger.PutQuota(ctx, k, q, 0); err != nil {
 		t.Fatal(err)
 	}
+	return ledger
+}
+
+// leaseEdge is an edge whose session leases and quotas are in a real SQLite ledger, in front of a runner
+// whose agent channels stay open.
+func leaseEdge(t *testing.T, q billing.Quota, k billing.QuotaKey) (string, *oneRunner) {
+	t.Helper()
+	ledger := quotaLedger(t, k, q)
 	rn := &oneRunner{opened: make(chan struct{}, 8)}
 	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)

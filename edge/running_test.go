@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // movingSandboxes is each user's runner, which the test can replace (as a sandbox stopped and started
@@ -68,48 +68,11 @@ func echoRunner(t *testing.T) *httptest.Server {
 // the request is admitted afresh and refused, and Ensure is never asked. A runner that moved (its budget not
 // spent) is found afresh and the request, body and all, reaches the new one.
 func TestRunningAdmission(t *testing.T) {
-	ctx := context.Background()
-	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ledger.Close() })
-	if _, err := ledger.PutIssuer(ctx, "acme", ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ledger.PutQuota(ctx, billing.QuotaKey{Issuer: "acme"}, billing.Quota{AIMicros: 100, ComputeSeconds: -1,
-		Window: billing.Lifetime, MaxConcurrentSessions: -1}, 0); err != nil {
-		t.Fatal(err)
-	}
-	sb := &movingSandboxes{addr: map[string]string{}, keys: map[string]string{}}
-	clock, reg := newFakeClock(), prometheus.NewRegistry()
-	e, err := New(Config{Region: "test", Verifier: windowVerifier{}, Sandboxes: sb, Ledger: ledger, Quotas: ledger,
-		Metrics: reg, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e.Handler())
-	t.Cleanup(srv.Close)
-	exec := func(user, body string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/sandbox/exec", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+user)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	spend := func(user string) {
-		t.Helper()
-		acct := billing.Account{Issuer: "acme", User: user, Window: billing.Lifetime}
-		if err := ledger.Record(ctx, billing.UsageEvent{Key: "spend/" + user, Account: acct, Kind: billing.KindAI, AIMicros: 100}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	running := func() float64 { return counterValue(t, reg, "warren_edge_admission_reads_total", "running") }
+	env := newRunningEnv(t, windowVerifier{})
+	sb, clock := env.sb, env.clock
+	exec := func(user, body string) (int, string) { t.Helper(); return env.exec(t, user, body) }
+	spend := func(user string) { t.Helper(); env.spend(t, user) }
+	running := func() float64 { return env.running(t) }
 
 	// (1) alice: one full admission, then her requests go to her running sandbox.
 	sb.set("alice", echoRunner(t).Listener.Addr().String())
@@ -246,4 +209,179 @@ func (windowVerifier) Verify(_ context.Context, raw string) (*token.Claims, erro
 		c.Budget = token.Budget{AIMicros: 1000, ComputeSeconds: -1, Window: token.WindowDay, WindowStart: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	}
 	return c, nil
+}
+
+// permsVerifier is grantVerifier, except that "name#tool" is name's token allowing only that tool, with an
+// sdkConfig naming it too: a user's tokens with other permissions, all of one ledger account.
+type permsVerifier struct{}
+
+func (permsVerifier) Verify(_ context.Context, raw string) (*token.Claims, error) {
+	name, tool, ok := strings.Cut(raw, "#")
+	c := &token.Claims{Issuer: "acme", Subject: name}
+	if ok {
+		c.Permissions.Tools = []string{tool}
+		c.SDKConfig = []byte(`{"model":"` + tool + `"}`)
+	}
+	return c, nil
+}
+
+// runningEnv is an edge admitting against SQLite (issuer acme's quota: 100 µ$ of AI in a lifetime window)
+// whose users' runners the test places and moves (movingSandboxes), on a fake clock.
+type runningEnv struct {
+	ledger *sqlite.Ledger
+	sb     *movingSandboxes
+	clock  *fakeClock
+	reg    *prometheus.Registry
+	srv    *httptest.Server
+}
+
+func newRunningEnv(t *testing.T, v Verifier) *runningEnv {
+	t.Helper()
+	ledger := quotaLedger(t, billing.QuotaKey{Issuer: "acme"}, billing.Quota{AIMicros: 100, ComputeSeconds: -1,
+		Window: billing.Lifetime, MaxConcurrentSessions: -1})
+	env := &runningEnv{ledger: ledger, sb: &movingSandboxes{addr: map[string]string{}, keys: map[string]string{}},
+		clock: newFakeClock(), reg: prometheus.NewRegistry()}
+	e, err := New(Config{Region: "test", Verifier: v, Sandboxes: env.sb, Ledger: ledger, Quotas: ledger,
+		Metrics: env.reg, Now: env.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.srv = httptest.NewServer(e.Handler())
+	t.Cleanup(env.srv.Close)
+	return env
+}
+
+// exec POSTs body to /v1/sandbox/exec with token tok: the status and the answer.
+func (env *runningEnv) exec(t *testing.T, tok, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", env.srv.URL+"/v1/sandbox/exec", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// spend records user's whole budget (lifetime) as spent.
+func (env *runningEnv) spend(t *testing.T, user string) {
+	t.Helper()
+	acct := billing.Account{Issuer: "acme", User: user, Window: billing.Lifetime}
+	if err := env.ledger.Record(context.Background(), billing.UsageEvent{Key: "spend/" + user, Account: acct, Kind: billing.KindAI, AIMicros: 100}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// running counts the admissions made on a running sandbox's kept read.
+func (env *runningEnv) running(t *testing.T) float64 {
+	t.Helper()
+	return counterValue(t, env.reg, "warren_edge_admission_reads_total", "running")
+}
+
+// The running-sandbox fast path attacked by a tenant (docs/ARCHITECTURE.md#admission): (1) a user whose
+// budget is spent sends a request every 100 ms to keep the kept usage read alive: the bound runs from the
+// last full admission's read, not from the last request, so the third is refused; (2) requests within the
+// bound under another token of the same account (other permissions and sdkConfig) go to the runner with
+// that token's grant, not the one of the admission whose read they reuse; (3) a kept runner that read a
+// POST's body and then broke off (it crashed mid-exec) is not sent the request again, here or to a fresh
+// runner: the retry is only for a runner that could not be dialled or refused the key.
+func TestRunningAdmissionHostile(t *testing.T) {
+	env := newRunningEnv(t, permsVerifier{})
+	sb, clock := env.sb, env.clock
+	exec := func(tok, body string) (int, string) { t.Helper(); return env.exec(t, tok, body) }
+	running := func() float64 { return env.running(t) }
+
+	// The runners answer with the grant they were sent (permissions and sdkConfig).
+	var mu sync.Mutex
+	var grants []wire.Grant
+	grantRunner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g, err := wire.DecodeGrant(r.Header.Get(wire.HeaderGrant))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		grants = append(grants, g)
+		mu.Unlock()
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(grantRunner.Close)
+	lastGrant := func() wire.Grant {
+		mu.Lock()
+		defer mu.Unlock()
+		return grants[len(grants)-1]
+	}
+
+	// (1) alice's budget is spent after a full admission; her requests every 100 ms do not extend the bound.
+	sb.set("alice", grantRunner.Listener.Addr().String())
+	if code, body := exec("alice", "x"); code != http.StatusOK {
+		t.Fatalf("alice: %d %s", code, body)
+	}
+	env.spend(t, "alice")
+	ensured := sb.ensured.Load()
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusPaymentRequired, http.StatusPaymentRequired} {
+		clock.Advance(runningAdmissionTTL * 2 / 5) // 100 ms: 100, 200, 300, 400 ms after the full admission's read
+		if code, body := exec("alice", "x"); code != want {
+			t.Fatalf("alice's request %d, %v after the full admission, her budget spent: %d %s, want %d", i, runningAdmissionTTL*2/5*time.Duration(i+1), code, body, want)
+		}
+	}
+	if n := sb.ensured.Load(); n != ensured {
+		t.Fatalf("Ensure asked %d times for a spent budget", n-ensured)
+	}
+
+	// (2) bob's first request under one token, the next ones, within the bound and on its read, under tokens
+	// of other permissions: each runner request carries its own token's.
+	clock.Advance(DefaultAdmissionCacheTTL * 2)
+	sb.set("bob", grantRunner.Listener.Addr().String())
+	for i, tok := range []string{"bob#Read", "bob#Bash", "bob"} {
+		r := running()
+		if code, body := exec(tok, "x"); code != http.StatusOK {
+			t.Fatalf("%s: %d %s", tok, code, body)
+		}
+		if i > 0 && running() != r+1 {
+			t.Fatalf("%s was not admitted on the running sandbox's kept read (the fast path this case attacks)", tok)
+		}
+		g := lastGrant()
+		_, tool, _ := strings.Cut(tok, "#")
+		wantPerms, wantSDK := "", ""
+		if tool != "" {
+			wantPerms, wantSDK = `{"tools":["`+tool+`"]}`, `{"model":"`+tool+`"}`
+		}
+		if string(g.Permissions) != wantPerms || string(g.SDKConfig) != wantSDK {
+			t.Fatalf("%s: the runner was sent permissions %s and sdkConfig %s, want %q and %q (the token's own)", tok, g.Permissions, g.SDKConfig, wantPerms, wantSDK)
+		}
+	}
+
+	// (3) carol's kept runner reads an exec's body, then dies without answering: the exec is not run again.
+	clock.Advance(DefaultAdmissionCacheTTL * 2)
+	var runs atomic.Int32
+	crashing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		runs.Add(1)
+		if string(b) == "crash" {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(crashing.Close)
+	sb.set("carol", crashing.Listener.Addr().String())
+	if code, _ := exec("carol", "x"); code != http.StatusOK {
+		t.Fatalf("carol: %d", code)
+	}
+	r, ensured := running(), sb.ensured.Load()
+	if code, body := exec("carol", "crash"); code != http.StatusServiceUnavailable {
+		t.Fatalf("carol's exec that broke her runner off: %d %s, want 503 unavailable", code, body)
+	}
+	if running() != r+1 {
+		t.Fatal("carol's second exec was not admitted on the kept read (the path this case attacks)")
+	}
+	if n, e := runs.Load(), sb.ensured.Load()-ensured; n != 2 || e != 0 {
+		t.Fatalf("carol's runner ran %d execs and Ensure was asked %d times, want 2 and 0: a non-idempotent request was sent again", n, e)
+	}
 }
