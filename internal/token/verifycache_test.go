@@ -2,6 +2,8 @@ package token_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,5 +123,44 @@ func TestVerifyCacheClaimsAreTheCallersOwn(t *testing.T) {
 		if c, err := v.Verify(context.Background(), raw); err != nil || c.Permissions.Tools == nil {
 			t.Fatalf("verify %d of a token allowing no tools: %v, tools %#v", i, err, c.Permissions.Tools)
 		}
+	}
+}
+
+// TestVerifyCacheConcurrent: callers verifying the same tokens at once, each editing its answer, never see
+// another's edits (run with -race: no memory is shared between answers or with the cache).
+func TestVerifyCacheConcurrent(t *testing.T) {
+	e := newEnv(t, t.TempDir())
+	v := token.NewVerifier(e.store, token.VerifierOptions{Now: func() time.Time { return testNow }})
+	var toks []string
+	for _, tool := range []string{"Read", "Write", "Edit", "Grep"} {
+		toks = append(toks, mint(t, e.v3, with(func(c *token.Claims) {
+			c.Permissions = token.Permissions{Tools: []string{tool}}
+			c.SDKConfig = []byte(`{"model":"` + tool + `"}`)
+		})))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				raw := toks[(g+i)%len(toks)]
+				c, err := v.Verify(context.Background(), raw)
+				if err != nil {
+					errs <- err
+					return
+				}
+				tool := c.Permissions.Tools[0]
+				if string(c.SDKConfig) != `{"model":"`+tool+`"}` || (tool != "Read" && tool != "Write" && tool != "Edit" && tool != "Grep") {
+					errs <- fmt.Errorf("answer %+v %s: another caller's edit", c.Permissions, c.SDKConfig)
+					return
+				}
+				c.Permissions.Tools[0], c.SDKConfig[2] = "Bash", 'X'
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
