@@ -19,8 +19,10 @@ const (
 )
 
 // quotaLimit is the grant's value of one of those limits: def when not set, ceiling when unlimited, else
-// the value, at most ceiling.
+// the value, at most ceiling. A flag above the ceiling (the operator's choice) raises it: unlimited never
+// gives less than not set.
 func (r *Runner) quotaLimit(field func(*wire.SandboxLimits) int64, def, ceiling int64) int64 {
+	ceiling = max(ceiling, def)
 	var v int64
 	if g := r.Grant(); g.Limits != nil {
 		v = field(g.Limits)
