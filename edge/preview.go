@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,8 +119,19 @@ func (c *PreviewConfig) check() error {
 	if c != nil && c.Scheme != "" && c.Scheme != "http" && c.Scheme != "https" {
 		return errors.New("edge: preview scheme " + strconv.Quote(c.Scheme) + ": want http or https")
 	}
+	if c != nil && c.Domain != "" && (len(c.Domain) > maxPreviewDomain || !previewDomainRE.MatchString(c.Domain)) {
+		return errors.New("edge: preview domain " + strconv.Quote(c.Domain) + ": want a lower-case DNS name of at least two labels " +
+			"(e.g. preview.example.com), without scheme, port, path or wildcard, at most " + strconv.Itoa(maxPreviewDomain) + " characters")
+	}
 	return nil
 }
+
+// previewDomainRE is what PreviewConfig.Domain may be, as terraform/modules/settings checks preview_domain: a
+// lower-case DNS name of two labels or more. maxPreviewDomain leaves room for the preview's label
+// (<port>-<id>-<sig>., 55 characters) within DNS's 253.
+var previewDomainRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+const maxPreviewDomain = 197
 
 // scheme is the scheme clients reach r's edge with: PreviewConfig.Scheme, else r's own.
 func (st *previewState) scheme(r *http.Request) string {

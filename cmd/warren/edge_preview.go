@@ -22,7 +22,7 @@ type previewFlags struct {
 }
 
 func (f *previewFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.domain, "preview-domain", os.Getenv("WARREN_PREVIEW_DOMAIN"), "wildcard domain whose names reach the edges (*.DOMAIN): preview URLs are https://<token>.DOMAIN/, each on its own origin; unset: no preview URLs (path-based ones would share the edge's origin: warren dev only) ($WARREN_PREVIEW_DOMAIN)")
+	fs.StringVar(&f.domain, "preview-domain", os.Getenv("WARREN_PREVIEW_DOMAIN"), "wildcard domain whose names reach the edges (*.DOMAIN): preview URLs are https://<token>.DOMAIN/, each on its own origin; a lower-case DNS name of two labels or more, checked at start; unset: no preview URLs (path-based ones would share the edge's origin: warren dev only) ($WARREN_PREVIEW_DOMAIN)")
 	def, _ := strconv.Atoi(os.Getenv("WARREN_PREVIEW_MAX_PER_USER"))
 	fs.IntVar(&f.max, "preview-max-per-user", def, "live preview URLs per user (0: 20) ($WARREN_PREVIEW_MAX_PER_USER)")
 }
