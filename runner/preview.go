@@ -119,7 +119,9 @@ func (p *previewRelay) rewrite(pr *httputil.ProxyRequest) {
 	cookie := in.Header.Get(previews.CookieHeader)
 	fwdHost, fwdProto, fwdPrefix := in.Header.Get(previews.HostHeader), in.Header.Get(previews.ProtoHeader), in.Header.Get(previews.PrefixHeader)
 	for k := range out.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-warren-") {
+		// Warren's own, and every forwarding header of the visitor's (ReverseProxy drops Forwarded and
+		// X-Forwarded-For, -Host and -Proto, not -Prefix or -Port): the server trusts only what the edge said.
+		if l := strings.ToLower(k); strings.HasPrefix(l, "x-warren-") || strings.HasPrefix(l, "x-forwarded-") {
 			out.Header.Del(k)
 		}
 	}
