@@ -83,6 +83,10 @@ func TestPreviewSchemeBehindTLSTermination(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/sandbox/previews", strings.NewReader(`{"port":8000}`))
 		req.Host = "r1.warren.test"
 		req.Header.Set("Authorization", "Bearer alice")
+		// The client claims the other scheme, as a load balancer's headers would: never read.
+		claimed := map[string]string{"": "https", "https": "http"}[scheme]
+		req.Header.Set("X-Forwarded-Proto", claimed)
+		req.Header.Set("Forwarded", "proto="+claimed)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -98,6 +102,7 @@ func TestPreviewSchemeBehindTLSTermination(t *testing.T) {
 		// Opening the private preview once with the owner's token sets the access cookie: Secure with https.
 		req, _ = http.NewRequest(http.MethodGet, srv.URL+"/?token=alice", nil)
 		req.Host = p.Token + ".preview.test"
+		req.Header.Set("X-Forwarded-Proto", claimed)
 		resp, err = noRedirect.Do(req)
 		if err != nil {
 			t.Fatal(err)
