@@ -400,8 +400,12 @@ func (e *Edge) servePreview(w http.ResponseWriter, r *http.Request, tok, prefix,
 // without it (done), so the token leaves the address bar and the page's own links work.
 func (e *Edge) previewAccess(w http.ResponseWriter, r *http.Request, key []byte, p previews.Preview, prefix string) (done bool, result string, err error) {
 	now := e.cfg.Now()
-	if c, err := r.Cookie(previews.Cookie); err == nil && previews.CheckCookie(key, p, c.Value, now) {
-		return false, "", nil
+	// Every access cookie the request carries: a page under the preview domain (another tenant's preview,
+	// if the domain is not a public suffix) may have set one for the whole domain, sent before the owner's.
+	for _, c := range r.CookiesNamed(previews.Cookie) {
+		if previews.CheckCookie(key, p, c.Value, now) {
+			return false, "", nil
+		}
 	}
 	raw, err := bearer(r)
 	if err != nil {
