@@ -419,8 +419,8 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	fs.String("max-process-log", "", "output kept of each background process (`SIZE`, 4KiB to 64MiB; never unlimited: it is held in the runner's memory), or default (the issuer's, else the runner's -process-log-bytes)")
 	fs.String("max-file-watches", "", "file watches at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)")
 	fs.String("max-terminals", "", "terminals running at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)")
-	fs.String("max-tasks", "", "one-shot tasks each user may have queued or running (`N`), unlimited (the runner's ceiling, 256), or default (the issuer's, else the runner's -max-tasks)")
-	fs.String("max-preview-urls", "", "live preview URLs of each user (`N`), unlimited (the edge's ceiling, 1000), or default (the issuer's, else the edge's -preview-max-per-user)")
+	fs.String("max-tasks", "", "one-shot tasks each user may have queued or running (`N`), unlimited (the runner's ceiling, 256, or its -max-tasks if higher), or default (the issuer's, else the runner's -max-tasks)")
+	fs.String("max-preview-urls", "", "live preview URLs of each user (`N`), unlimited (the edge's ceiling, 1000, or its -preview-max-per-user if higher), or default (the issuer's, else the edge's -preview-max-per-user)")
 	revision := fs.Int64("revision", -1, "the `revision` you read (default: the current one, read just before writing)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
