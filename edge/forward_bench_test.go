@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,7 +26,8 @@ import (
 // BenchmarkHops is what each hop adds, in one run on loopback: a ping (one message echoed on an open agent
 // channel) and an exec (one REST request with a tiny streamed answer), straight to the runner, through the
 // edge of the runner's region (a), and through another region's edge (b) forwarded over the mesh to a's
-// edge; with 1 and with 500 sessions at once (a user each, each doing its requests one after the other).
+// edge; and, for the floor of any such hop, through a bare httputil.ReverseProxy on loopback (proxy); with
+// 1 and with 500 sessions at once (a user each, each doing its requests one after the other).
 // Each reports p50 and p99 per request; the difference between two targets is what a hop adds. The edges
 // verify real tokens (HS256, one minted per user) with the verifier and the issuer key source of warren dev
 // (a secrets file behind a secrets.Cache), so the edge's figure includes token verification.
@@ -61,9 +65,20 @@ func BenchmarkHops(bm *testing.B) {
 		}
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1000}}
-	targets := []struct{ name, url string }{{"direct", rn.url}, {"edge", a.url}, {"forwarded", b.url}}
+	// The floor of a hop: a bare reverse proxy (no auth, no admission, flushing every write as the edge's
+	// relay does) on loopback in front of the same runner; what the edge adds beyond it is Warren's own work.
+	runnerURL, err := url.Parse(rn.url)
+	if err != nil {
+		bm.Fatal(err)
+	}
+	bare := httputil.NewSingleHostReverseProxy(runnerURL)
+	bare.FlushInterval = -1
+	bare.Transport = &http.Transport{MaxIdleConnsPerHost: 1000}
+	floor := httptest.NewServer(bare)
+	bm.Cleanup(floor.Close)
+	targets := []struct{ name, url string }{{"direct", rn.url}, {"proxy", floor.URL}, {"edge", a.url}, {"forwarded", b.url}}
 	auth := func(target string, user int) string {
-		if target == "direct" {
+		if target == "direct" || target == "proxy" {
 			return "Bearer runner-key"
 		}
 		return "Bearer " + tokens[user]
@@ -84,7 +99,7 @@ func BenchmarkHops(bm *testing.B) {
 	}
 	dial := func(target, url string, user int) (*websocket.Conn, error) {
 		path := "/ws"
-		if target == "direct" {
+		if target == "direct" || target == "proxy" {
 			path = "/v1/agent"
 		}
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
