@@ -65,8 +65,9 @@ func BenchmarkHops(bm *testing.B) {
 		}
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1000}}
-	// The floor of a hop: a bare reverse proxy (no auth, no admission, flushing every write as the edge's
-	// relay does) on loopback in front of the same runner; what the edge adds beyond it is Warren's own work.
+	// The floor of a hop: a bare reverse proxy (no auth, no admission; flushing every write and full duplex
+	// as the edge's relay) on loopback in front of the same runner: what the edge adds beyond it is Warren's
+	// own work.
 	runnerURL, err := url.Parse(rn.url)
 	if err != nil {
 		bm.Fatal(err)
@@ -74,7 +75,12 @@ func BenchmarkHops(bm *testing.B) {
 	bare := httputil.NewSingleHostReverseProxy(runnerURL)
 	bare.FlushInterval = -1
 	bare.Transport = &http.Transport{MaxIdleConnsPerHost: 1000}
-	floor := httptest.NewServer(bare)
+	floor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Full duplex, as the edge's relay: else the server closes the request body once the runner's
+		// answer starts, which races the transport's last read of it and drops the runner connection.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		bare.ServeHTTP(w, r)
+	}))
 	bm.Cleanup(floor.Close)
 	targets := []struct{ name, url string }{{"direct", rn.url}, {"proxy", floor.URL}, {"edge", a.url}, {"forwarded", b.url}}
 	auth := func(target string, user int) string {
