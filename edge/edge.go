@@ -103,6 +103,7 @@ type Edge struct {
 	log     *slog.Logger
 	m       *edgeMetrics
 	runners *http.Client
+	lean    *leanHop // plain requests to local runners (leanhop.go); nil with Config.HTTPClient
 	mux     *http.ServeMux
 	peers   *peers
 	admits  admissionCache
@@ -151,6 +152,7 @@ func New(cfg Config) (*Edge, error) {
 			IdleConnTimeout:       90 * time.Second,
 			ResponseHeaderTimeout: 0, // exec may legitimately take minutes before its first byte
 		}}
+		e.lean = newLeanHop(e.runners.Transport)
 	}
 	e.routes()
 	return e, nil

@@ -619,8 +619,12 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 	}
 	again, in := false, r // a.running's runner was not there: asked for afresh (retryRunning)
 	rw := &endingWriter{ResponseWriter: w}
+	transport := e.runners.Transport
+	if _, forwarded := w.(*streamResponse); e.lean != nil && !forwarded {
+		transport = e.lean // in this goroutine when it can (leanhop.go)
+	}
 	p := &httputil.ReverseProxy{
-		Transport:     e.runners.Transport,
+		Transport:     transport,
 		FlushInterval: -1, // flush every write: exec streams as it happens
 		BufferPool:    relayBuffers,
 		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
