@@ -531,9 +531,10 @@ func (s *Session) Send(ctx context.Context, prompt string) error {
 // A failure to send, a stream that ends first (ErrClosed, or the error that closed it) and ctx ending
 // are yielded the same way. Cancelling ctx stops the waiting, not the turn: use Interrupt for that.
 //
-// Messages that arrived before Prompt (the ready that Dial received, say) are yielded first. Breaking
-// out of the loop leaves the rest of the turn queued, and the next Prompt yields it, ending at its result;
-// to abandon a turn, Interrupt it and let the loop run to the end.
+// Messages that arrived before Prompt (the ready that Dial received, say) are yielded first; a result
+// among them, before a session_info reported this turn running (an interrupted turn's late result), does
+// not end the iteration. Breaking out of the loop leaves the rest of the turn queued, and the next Prompt
+// yields it; to abandon a turn, Interrupt it and let the loop run to the end.
 func (s *Session) Prompt(ctx context.Context, prompt string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		if err := s.Send(ctx, prompt); err != nil {
@@ -554,7 +555,12 @@ func (s *Session) Prompt(ctx context.Context, prompt string) iter.Seq2[Event, er
 				yield(Event{}, e)
 				return
 			}
-			if !yield(ev, nil) || ev.Type == EventResult {
+			if !yield(ev, nil) {
+				return
+			}
+			// A result before this turn was reported running (an interrupted turn's late result) does
+			// not end it, as in the TypeScript SDK.
+			if ev.Type == EventResult && busy {
 				return
 			}
 			if info, ok := ev.SessionInfo(); ok {

@@ -11,8 +11,9 @@ import (
 )
 
 // The recorded turns below are Claude Code stream-json lines (--verbose --include-partial-messages),
-// written by hand from the documented shapes and relayed as Warren does: seq added, session_info around
-// the turn, the cost extension on the result.
+// written by hand from the documented shapes and relayed as Warren does: session_info processing before
+// the turn's first event and ready after its result (runner/session's hub; the SDKs end a turn at a
+// result only after its processing), the cost extension on the result, and seq (added when missing).
 
 // turnStreamed: the model says what it will do, writes a file, runs a command after thinking, then
 // answers. Its text arrives as deltas and again in the complete assistant messages.
@@ -61,21 +62,26 @@ Done: hello.txt says hello.
 // turnFailed: no partial messages (only complete ones), a failing command, and a turn that ends in
 // error_during_execution; the result has no cost extension, so the cost comes from total_cost_usd.
 const turnFailed = `
+{"type":"control","payload":{"action":"session_info","data":{"state":"processing","sessionId":"s1"}}}
 {"type":"system","subtype":"init","cwd":"/workspace/","session_id":"5d0c7a52","tools":["Bash"],"model":"claude-sonnet-4-5-20250929"}
 {"type":"assistant","message":{"id":"msg_10","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Let me run the tests."},{"type":"tool_use","id":"toolu_10","name":"Bash","input":{"command":"go test ./...\ngo vet ./..."}}],"stop_reason":"tool_use","usage":{"input_tokens":1200,"output_tokens":20}},"parent_tool_use_id":null,"session_id":"5d0c7a52"}
 {"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_10","is_error":true,"content":"Exit code 1\n--- FAIL: TestX (0.00s)\nFAIL"}]},"parent_tool_use_id":null,"session_id":"5d0c7a52"}
 {"type":"result","subtype":"error_during_execution","is_error":true,"duration_ms":4000,"duration_api_ms":3000,"num_turns":2,"session_id":"5d0c7a52","total_cost_usd":0.0042,"usage":{"input_tokens":1200,"cache_read_input_tokens":300,"output_tokens":20},"errors":["API Error: 529 overloaded"]}
+{"type":"control","payload":{"action":"session_info","data":{"state":"ready","sessionId":"s1"}}}
 `
 
 // turnBudget: the budget runs out while the model is writing.
 const turnBudget = `
+{"type":"control","payload":{"action":"session_info","data":{"state":"processing","sessionId":"s1"}}}
 {"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_20","content":[]}},"parent_tool_use_id":null}
 {"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Refactoring the par"}},"parent_tool_use_id":null}
 {"type":"result","subtype":"error_max_budget_usd","is_error":true,"duration_ms":61000,"num_turns":7,"session_id":"5d0c7a52","total_cost_usd":1.02,"usage":{"input_tokens":50000,"output_tokens":4000},"cost":{"ai_microdollars":1000000,"compute_seconds":61,"models":{"claude-sonnet-4-5-20250929":{"input_tokens":50000,"output_tokens":4000,"microdollars":1000000}}}}
+{"type":"control","payload":{"action":"session_info","data":{"state":"ready","sessionId":"s1"}}}
 `
 
 // turnSubagent: a Task tool starts a subagent whose calls are shown indented, and a client tool_call.
 const turnSubagent = `
+{"type":"control","payload":{"action":"session_info","data":{"state":"processing","sessionId":"s1"}}}
 {"type":"system","subtype":"init","cwd":"/workspace","session_id":"5d0c7a52","tools":["Task","Grep","TodoWrite","mcp__warren__lookup"]}
 {"type":"assistant","message":{"id":"msg_30","content":[{"type":"tool_use","id":"toolu_task","name":"Task","input":{"description":"Find TODOs","prompt":"List every TODO","subagent_type":"general-purpose"}}]},"parent_tool_use_id":null}
 {"type":"assistant","message":{"id":"msg_31","content":[{"type":"text","text":"Searching."},{"type":"tool_use","id":"toolu_grep","name":"Grep","input":{"pattern":"TODO","path":"/workspace/src","output_mode":"files_with_matches"}}]},"parent_tool_use_id":"toolu_task"}
@@ -86,6 +92,7 @@ const turnSubagent = `
 {"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_mcp","is_error":true,"content":"<tool_use_error>not found</tool_use_error>"},{"type":"tool_result","tool_use_id":"toolu_todo","content":""}]},"parent_tool_use_id":null}
 {"type":"assistant","message":{"id":"msg_33","content":[{"type":"text","text":"Two TODOs found.\n"}]},"parent_tool_use_id":null}
 {"type":"result","subtype":"success","is_error":false,"num_turns":4,"result":"Two TODOs found.","total_cost_usd":0.001,"usage":{"input_tokens":1234567,"output_tokens":567},"cost":{"ai_microdollars":1000,"compute_seconds":0,"models":{}}}
+{"type":"control","payload":{"action":"session_info","data":{"state":"ready","sessionId":"s1"}}}
 `
 
 // chatEvents turns recorded lines into events as the SDK would deliver them.
