@@ -349,14 +349,15 @@ func TestAgentPluggedIn(t *testing.T) {
 	a.send(`{"type":"user","message":{"role":"user","content":"wait"}}`)
 	a.expectControl(8, wire.ActionSessionInfo)
 	a.read() // assistant
-	// A prompt sent while a turn runs is queued; the interrupt drops it along with the turn, and says so.
+	// A prompt sent while a turn runs is queued; the interrupt drops it along with the turn, and says so
+	// at once (the turn's end comes after).
 	a.send(`{"type":"user","message":{"role":"user","content":"again"}}`)
 	a.send(`{"type":"control","payload":{"action":"interrupt"}}`)
-	if d := a.expectControl(10, wire.ActionSessionInfo); d["state"] != wire.StateReady {
-		t.Fatalf("after interrupt %v", d)
-	}
 	if m := a.read(); m.errorPayload().Code != wire.Conflict {
 		t.Fatalf("dropped queued prompt: %s", m.raw)
+	}
+	if d := a.expectControl(11, wire.ActionSessionInfo); d["state"] != wire.StateReady {
+		t.Fatalf("after interrupt %v", d)
 	}
 
 	a.send(`{"type":"user","message":{"role":"user","content":"fail"}}`)

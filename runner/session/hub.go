@@ -538,10 +538,6 @@ func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
 	}
 	s.state = wire.StateReady
 	s.emitLocked(sessionInfo(s.id, wire.StateReady))
-	if interrupted {
-		// An interrupt drops what was queued behind the turn; each dropped prompt is told so.
-		s.dropQueuedLocked(wire.Errorf(wire.Conflict, "interrupted before it started"))
-	}
 	for len(s.queued) > 0 {
 		next := s.queued[0]
 		s.queued = s.queued[1:]

@@ -232,11 +232,15 @@ func (s *conversation) idle() bool {
 	return len(s.subs) == 0 && s.turnCancel == nil
 }
 
+// interrupt cancels the running turn and drops the prompts queued behind it, each told so. Prompts that
+// arrive after it (a client sending its next prompt as soon as it sees the interrupted turn's result, before
+// the turn has wound down) are queued as usual and run next.
 func (s *conversation) interrupt() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.turnCancel != nil {
 		s.turnCancel()
+		s.dropQueuedLocked(wire.Errorf(wire.Conflict, "interrupted before it started"))
 	}
 }
 
