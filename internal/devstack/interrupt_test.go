@@ -7,9 +7,10 @@ import (
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
-// Interrupt through the Go SDK, as the TypeScript SDK's e2e test does it: a turn running `sleep 120` in the
-// sandbox is interrupted at its first assistant message and ends (with a result or the session ready again,
-// well before the sleep would), and the next turn on the same session completes with the agent's answer,
+// Interrupt through the Go SDK, as the TypeScript SDK's e2e test does it: a turn running
+// `timeout 120 tail -f /dev/null` in the sandbox (the CLI refuses a plain `sleep 120` before running it) is
+// interrupted at its first assistant message and ends (with a result or the session ready again,
+// well before the command would), and the next turn on the same session completes with the agent's answer,
 // not a late result of the interrupted one.
 func TestInterruptEndsTheTurnAndTheSessionGoesOn(t *testing.T) {
 	st := agentStack(t, agentOpts{})
@@ -22,7 +23,7 @@ func TestInterruptEndsTheTurnAndTheSessionGoesOn(t *testing.T) {
 	defer s.Close()
 	interrupted := false
 	var first []string
-	for ev, err := range s.Prompt(ctx, "run sleep 120") {
+	for ev, err := range s.Prompt(ctx, "run timeout 120 tail -f /dev/null") {
 		if err != nil {
 			t.Fatalf("the interrupted turn: %v (events %v)", err, first)
 		}

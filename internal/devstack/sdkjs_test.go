@@ -36,7 +36,11 @@ func TestTypeScriptSDK(t *testing.T) {
 	if st.DevKey.Form != secrets.FormText {
 		t.Fatalf("the dev issuer's key is %v, want a text secret", st.DevKey)
 	}
-	run := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "dist/test/")
+	args := []string{"--test", "--test-concurrency=1", "--test-reporter=spec"}
+	if pat := os.Getenv("WARREN_JS_TESTS"); pat != "" {
+		args = append(args, "--test-name-pattern="+pat) // one test, e.g. WARREN_JS_TESTS=interrupt
+	}
+	run := exec.CommandContext(ctx, node, append(args, "dist/test/")...)
 	run.Dir = sdkJSDir
 	run.Env = append(os.Environ(),
 		"WARREN_URL="+st.URL(),

@@ -171,7 +171,9 @@ test("interrupt ends the running turn and the session goes on", async () => {
   try {
     let interrupted = false;
     const msgs: ServerMessage[] = [];
-    for await (const m of s.prompt("run sleep 120")) {
+    // A command that blocks until interrupted (the CLI refuses a plain `sleep 120` before running it, so
+    // that turn raced the interrupt to its end): the interrupt lands while the tool runs.
+    for await (const m of s.prompt("run timeout 120 tail -f /dev/null")) {
       msgs.push(m);
       if (!interrupted && m.type === "assistant") {
         interrupted = true;
