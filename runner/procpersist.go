@@ -209,6 +209,11 @@ func (t *procTable) saveOnce(ctx context.Context, mine []keptProc, now time.Time
 	if len(mine) > limit {
 		mine, trimmed = mine[len(mine)-limit:], true
 	}
+	// A merged record holds the old record's logs besides this runner's (each bounded to procKeptTotal
+	// alone): the decoder refuses a record whose logs are over it, so the oldest processes are left out.
+	for keptLogBytes(mine) > procKeptTotal {
+		mine, trimmed = mine[1:], true
+	}
 	for {
 		b, err := json.Marshal(procRecord{Version: procKeptVersion, Epoch: t.r.cfg.Epoch, SavedAt: now.UTC(), Procs: mine})
 		if err != nil {
@@ -226,6 +231,15 @@ func (t *procTable) saveOnce(ctx context.Context, mine []keptProc, now time.Time
 		}
 		return "saved", nil
 	}
+}
+
+// keptLogBytes is the log kept by procs, in all.
+func keptLogBytes(procs []keptProc) int64 {
+	var n int64
+	for _, kp := range procs {
+		n += kp.Info.LogEnd - kp.Info.LogStart
+	}
+	return n
 }
 
 // keepProc describes p for the record: exited (a process still running when the runner gave up waiting
