@@ -370,6 +370,9 @@ func (c *Cost) Total() ModelCost {
 type SessionInfo struct {
 	State     string `json:"state"` // StateProcessing, StateReady, ...
 	SessionID string `json:"sessionId"`
+	// UUID names the prompt of the turn a processing, waiting_tool or ready session_info is about, when the
+	// prompt had one (docs/PROTOCOL.md#prompt-identity).
+	UUID string `json:"uuid,omitempty"`
 }
 
 // ReadyInfo is the data of a control ready: the sandbox is up and the session open.
@@ -380,6 +383,8 @@ type ReadyInfo struct {
 	// Notice is set when the platform wants the user told something, e.g. that a scripted demo model
 	// answers instead of Claude.
 	Notice string `json:"notice,omitempty"`
+	// PromptUUIDs: the runner echoes prompt uuids and runs a prompt sent again with the same uuid once.
+	PromptUUIDs bool `json:"promptUuids,omitempty"`
 }
 
 // System returns the system message of a system event; ok is false for any other event.

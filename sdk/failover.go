@@ -296,6 +296,10 @@ func (s *Session) resumeOn(ctx context.Context, c *Client) (int64, error) {
 		conn.CloseNow()
 		return seq, err
 	}
+	if err := s.resendPrompts(ctx, conn); err != nil {
+		conn.CloseNow()
+		return seq, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.conn, s.dead = conn, make(chan struct{})

@@ -40,11 +40,13 @@ type fakeRunner struct {
 	hist    []histEntry
 	subs    map[chan []byte]struct{}
 	prompts chan string // the content of every user message, whichever edge it came through
+	uuids   chan string // the uuid of every user message, in the same order
+	dedupes bool        // ready says promptUuids (the runner dedupes prompts by uuid)
 	results chan string // the payload of every tool_result, whichever edge it came through
 }
 
 func newFakeRunner(t *testing.T) *fakeRunner {
-	return &fakeRunner{t: t, subs: map[chan []byte]struct{}{}, prompts: make(chan string, 16), results: make(chan string, 16)}
+	return &fakeRunner{t: t, subs: map[chan []byte]struct{}{}, prompts: make(chan string, 16), uuids: make(chan string, 16), results: make(chan string, 16)}
 }
 
 // emit records frame with the next seq and sends it to every attached connection.
@@ -86,7 +88,11 @@ func (r *fakeRunner) attach(lastSeq *int64, overlap int64, region string) chan [
 		r.started = true
 		next(wire.Control(wire.ActionSessionInfo, map[string]any{"sessionId": "s1", "state": "initializing"}))
 	}
-	next(wire.Control(wire.ActionReady, map[string]any{"sessionId": "s1", "region": region, "model": "m1"}))
+	rd := map[string]any{"sessionId": "s1", "region": region, "model": "m1"}
+	if r.dedupes {
+		rd["promptUuids"] = true
+	}
+	next(wire.Control(wire.ActionReady, rd))
 	next(wire.Control(wire.ActionSessionInfo, map[string]any{"sessionId": "s1", "state": "ready"}))
 	return ch
 }
@@ -203,11 +209,13 @@ func (r *fakeRunner) edge(region string, configure func(*fakeRelay)) *fakeRelay 
 				Message struct {
 					Content string `json:"content"`
 				} `json:"message"`
+				UUID string `json:"uuid"`
 			}
 			_ = json.Unmarshal(b, &m)
 			switch m.Type {
 			case "user":
 				r.prompts <- m.Message.Content
+				r.uuids <- m.UUID
 			case "tool_result":
 				r.results <- string(m.Payload)
 			case "ping":

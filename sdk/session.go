@@ -92,6 +92,9 @@ type Session struct {
 	closeErr  error
 
 	calls toolCalls // tool_calls delivered and answered, across reconnects
+
+	unstarted []unstartedPrompt // prompts sent whose turn has not been seen starting (prompt.go); under mu
+	dedupes   bool              // the runner of the last ready echoes and dedupes prompt uuids; under mu
 }
 
 // Dial opens an agent session: it connects to /ws, sends init with opts (nil for the defaults) and waits
@@ -230,7 +233,7 @@ func (s *Session) awaitReady(ctx context.Context, conn chanConn, resumed bool) e
 					return fmt.Errorf("%w: %q instead of %q", errWrongSession, rd.SessionID, s.id)
 				}
 				s.mu.Lock()
-				s.region = rd.Region
+				s.region, s.dedupes = rd.Region, rd.PromptUUIDs
 				s.mu.Unlock()
 				return nil
 			}
@@ -243,6 +246,9 @@ func (s *Session) awaitReady(ctx context.Context, conn chanConn, resumed bool) e
 		s.push(ev, false)
 		if isReady {
 			s.id, s.region, s.model, s.notice = rd.SessionID, rd.Region, rd.Model, rd.Notice
+			s.mu.Lock()
+			s.dedupes = rd.PromptUUIDs
+			s.mu.Unlock()
 			return nil
 		}
 	}
@@ -312,6 +318,9 @@ func (s *Session) readLoop(ctx context.Context, conn chanConn, resumed bool) (he
 			first = false
 			if _, ok := ev.SessionInfo(); ok {
 				s.seen(ev.Seq)
+				s.mu.Lock()
+				s.promptSeenLocked(ev) // the turn running now started
+				s.mu.Unlock()
 				continue
 			}
 		}
@@ -375,6 +384,7 @@ func (s *Session) push(ev Event, dedup bool) {
 	if e := ev.Err(); e != nil {
 		s.lastErr = e
 	}
+	s.promptSeenLocked(ev)
 	s.queue = append(s.queue, ev)
 	close(s.wake)
 	s.wake = make(chan struct{})
@@ -508,6 +518,7 @@ type userMessage struct {
 	SessionID       string          `json:"session_id"`
 	Message         userMessageBody `json:"message"`
 	ParentToolUseID *string         `json:"parent_tool_use_id"`
+	UUID            string          `json:"uuid,omitempty"`
 }
 
 type userMessageBody struct {
@@ -515,33 +526,39 @@ type userMessageBody struct {
 	Content any    `json:"content"`
 }
 
-// Send sends one prompt; the agent answers with events ending in one result.
+// Send sends one prompt, with a fresh uuid (docs/PROTOCOL.md#prompt-identity); the agent answers with
+// events ending in one result.
 func (s *Session) Send(ctx context.Context, prompt string) error {
-	return s.write(ctx, userMessage{
-		Type:      wire.TypeUser,
-		SessionID: s.id,
-		Message:   userMessageBody{Role: "user", Content: prompt},
-	})
+	_, err := s.sendPrompt(ctx, prompt)
+	return err
 }
 
-// Prompt sends prompt when the iteration starts and yields the server's messages until the turn ends:
-// up to and including the next result. A turn can also end without a result (it was interrupted, or the
-// agent failed and the server said so with an error message): the iteration then ends after the
-// session_info that reports the session idle again, or yields the error (an *Error) as its last element.
-// A failure to send, a stream that ends first (ErrClosed, or the error that closed it) and ctx ending
-// are yielded the same way. Cancelling ctx stops the waiting, not the turn: use Interrupt for that.
+// Prompt sends prompt, with a fresh uuid, when the iteration starts and yields the server's messages until
+// its turn ends: up to and including its result. A turn can also end without a result (it was
+// interrupted, or the agent failed and the server said so with an error message): the iteration then ends
+// after the session_info that reports the session idle again, or yields the error (an *Error) as its last
+// element. A failure to send, a stream that ends first (ErrClosed, or the error that closed it) and ctx
+// ending are yielded the same way. Cancelling ctx stops the waiting, not the turn: use Interrupt for that.
 //
-// Messages that arrived before Prompt (the ready that Dial received, say) are yielded first; a result
-// among them, before a session_info reported this turn running (an interrupted turn's late result), does
-// not end the iteration. Breaking out of the loop leaves the rest of the turn queued, and the next Prompt
-// yields it; to abandon a turn, Interrupt it and let the loop run to the end.
+// Messages that arrived before Prompt (the ready that Dial received, the rest of a turn a previous loop
+// broke out of) are yielded first and do not end the iteration: a runner that echoes prompt uuids names
+// the prompt of each turn in its session_info messages and errors, and an error naming another prompt is
+// yielded as an event (type error), not as the iteration's error. With a runner that names none, the turn
+// is the one a session_info reports running after the prompt was sent, and a result before it (an
+// interrupted turn's late result) does not end the iteration. After a failover reconnect, a prompt whose
+// turn had not started is sent again (the runner runs it once).
+//
+// Breaking out of the loop leaves the rest of the turn queued, and the next Prompt yields it; to abandon a
+// turn, Interrupt it and let the loop run to the end.
 func (s *Session) Prompt(ctx context.Context, prompt string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		if err := s.Send(ctx, prompt); err != nil {
+		own, err := s.sendPrompt(ctx, prompt)
+		if err != nil {
 			yield(Event{}, err)
 			return
 		}
-		busy := false // a session_info reported the turn running
+		mine := func(id string) bool { return id == "" || id == own }
+		busy := false // a session_info reported this prompt's turn running
 		for {
 			ev, err := s.Next(ctx)
 			if errors.Is(err, io.EOF) {
@@ -551,24 +568,24 @@ func (s *Session) Prompt(ctx context.Context, prompt string) iter.Seq2[Event, er
 				yield(Event{}, err)
 				return
 			}
-			if e := ev.Err(); e != nil {
+			if e := ev.Err(); e != nil && mine(promptOf(ev)) {
 				yield(Event{}, e)
 				return
 			}
 			if !yield(ev, nil) {
 				return
 			}
-			// A result before this turn was reported running (an interrupted turn's late result) does
-			// not end it, as in the TypeScript SDK.
+			// A result before this turn was reported running (an interrupted turn's late result, or an
+			// earlier turn's) does not end it, as in the TypeScript SDK.
 			if ev.Type == EventResult && busy {
 				return
 			}
 			if info, ok := ev.SessionInfo(); ok {
 				switch info.State {
 				case StateProcessing, StateWaitingTool:
-					busy = true
+					busy = mine(info.UUID)
 				case StateReady, StateIdle, StateCompleted, StateError:
-					if busy {
+					if busy && mine(info.UUID) {
 						return
 					}
 				}

@@ -122,6 +122,10 @@ func TestSessionLifecycle(t *testing.T) {
 		ready(ctx, t, c, 2)
 
 		user := readMsg(ctx, t, c)
+		if u, _ := user["uuid"].(string); len(u) != 36 {
+			t.Errorf("user message uuid %q, want a fresh UUID", u)
+		}
+		delete(user, "uuid")
 		want := map[string]any{"type": "user", "session_id": "s1", "parent_tool_use_id": nil,
 			"message": map[string]any{"role": "user", "content": "hello"}}
 		if !reflect.DeepEqual(user, want) {

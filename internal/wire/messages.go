@@ -56,6 +56,9 @@ type ClientMessage struct {
 	UUID            string          `json:"uuid,omitempty"`
 }
 
+// MaxPromptUUID bounds the uuid of a user message (a session remembers its last prompts' uuids).
+const MaxPromptUUID = 100
+
 // ControlPayload is the payload of a client control message.
 type ControlPayload struct {
 	Action string `json:"action"`
@@ -95,6 +98,9 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 		}
 		if err := json.Unmarshal(m.Message, &um); err != nil {
 			return ClientMessage{}, Errorf(InvalidArgument, "user message: %v", err)
+		}
+		if len(m.UUID) > MaxPromptUUID {
+			return ClientMessage{}, Errorf(InvalidArgument, "user message uuid of %d bytes exceeds the %d byte limit", len(m.UUID), MaxPromptUUID)
 		}
 		if um.Role != "user" {
 			return ClientMessage{}, Errorf(InvalidArgument, "user message role must be \"user\", got %q", um.Role)

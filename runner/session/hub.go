@@ -344,8 +344,9 @@ func (h *Hub) handshake(s *conversation, sub *subscriber, model string, lastSeq 
 	}
 	s.sendToLocked(sub, wire.Control(wire.ActionReady, h.readyData(map[string]any{
 		"sessionId": s.id, "region": h.cfg.Region, "model": cmp.Or(model, s.model()),
+		"promptUuids": true, // prompt.go: uuids echoed, and prompts deduplicated by them
 	})))
-	s.sendToLocked(sub, sessionInfo(s.id, s.state))
+	s.sendToLocked(sub, promptInfo(s.id, s.state, s.turnUUID))
 	s.resendPendingLocked(sub, lastSeq)
 }
 
@@ -458,18 +459,25 @@ const maxQueued = 8
 // startTurn begins a turn, or queues the prompt when one is running (a client may send its next prompt as
 // soon as it sees a result, before the agent has wound the turn down; Claude Code queues input the same
 // way). A turn emits session_info processing, the agent's events, an error message if it failed, and
-// session_info ready, all recorded for replay.
+// session_info ready, all recorded for replay. A prompt whose uuid the session holds (queued, running or
+// among the last ones run) is a client sending it again after a reconnect: it is ignored (prompt.go).
 func (h *Hub) startTurn(s *conversation, sub *subscriber, m wire.ClientMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.knowsPromptLocked(m.UUID) {
+		h.log.Debug("prompt sent again; ignored", "session", s.id, "uuid", m.UUID)
+		return
+	}
 	if s.turnCancel != nil {
 		if len(s.queued) >= maxQueued {
-			s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Conflict, "%d prompts are already queued; wait or interrupt", maxQueued)))
+			s.sendToLocked(sub, wire.ErrorMessage(promptError(wire.Errorf(wire.Conflict, "%d prompts are already queued; wait or interrupt", maxQueued), m.UUID)))
 			return
 		}
+		s.rememberPromptLocked(m.UUID)
 		s.queued = append(s.queued, queuedTurn{sub: sub, msg: m})
 		return
 	}
+	s.rememberPromptLocked(m.UUID)
 	h.beginLocked(s, sub, m)
 }
 
@@ -478,27 +486,26 @@ func (h *Hub) beginLocked(s *conversation, sub *subscriber, m wire.ClientMessage
 	h.turnMu.Lock()
 	defer h.turnMu.Unlock()
 	if h.turnClosed {
-		s.sendToLocked(sub, wire.ErrorMessage(wire.Errorf(wire.Unavailable, "runner shutting down")))
+		s.answerPromptLocked(sub, m.UUID, wire.Errorf(wire.Unavailable, "runner shutting down"))
 		s.dropQueuedLocked(wire.Errorf(wire.Unavailable, "runner shutting down"))
 		return
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
 	s.turnCancel = cancel
+	s.turnUUID = m.UUID
 	s.state = wire.StateProcessing
-	s.emitLocked(sessionInfo(s.id, wire.StateProcessing))
+	s.emitLocked(promptInfo(s.id, wire.StateProcessing, m.UUID))
 	h.turns.Add(1)
 	h.running.Add(1)
 	turn := Turn{SessionID: s.id, Options: s.opts, Message: m, Meta: sub.meta, Tools: sessionTools{h: h, s: s}}
 	go h.runTurn(ctx, s, turn)
 }
 
-// dropQueuedLocked answers every queued prompt whose client is still attached with err (each prompt gets
-// an answer: a result or an error) and empties the queue.
+// dropQueuedLocked answers every queued prompt with err (each prompt gets an answer: a result or an error;
+// answerPromptLocked says to whom) and empties the queue.
 func (s *conversation) dropQueuedLocked(err *wire.Error) {
 	for _, q := range s.queued {
-		if _, attached := s.subs[q.sub]; attached {
-			s.sendToLocked(q.sub, wire.ErrorMessage(err))
-		}
+		s.answerPromptLocked(q.sub, q.msg.UUID, err)
 	}
 	s.queued = nil
 }
@@ -529,22 +536,23 @@ func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
 	interrupted := ctx.Err() != nil && errors.Is(err, context.Canceled)
 	s.turnCancel()
 	s.turnCancel = nil
+	id := s.turnUUID
+	s.turnUUID = ""
 	if err != nil && !interrupted {
 		pub, logIt := wire.Public(err)
 		if logIt {
-			h.log.Error("agent turn failed", "session", s.id, "err", err)
+			h.log.Error("agent turn failed", "session", s.id, "uuid", id, "err", err)
 		}
-		s.emitLocked(wire.ErrorMessage(pub))
+		s.emitLocked(wire.ErrorMessage(promptError(pub, id)))
 	}
 	s.state = wire.StateReady
-	s.emitLocked(sessionInfo(s.id, wire.StateReady))
-	for len(s.queued) > 0 {
+	s.emitLocked(promptInfo(s.id, wire.StateReady, id))
+	if len(s.queued) > 0 {
+		// The next prompt runs even when the connection that sent it has left (a client resuming after a
+		// failover, or one dropped for reading too slowly): its turn is recorded like any other and
+		// replayed to the client that comes back with lastSeq.
 		next := s.queued[0]
 		s.queued = s.queued[1:]
-		if _, attached := s.subs[next.sub]; !attached {
-			continue // its client left: nobody would see the answer, and it would spend budget
-		}
 		h.beginLocked(s, next.sub, next.msg)
-		break
 	}
 }

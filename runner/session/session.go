@@ -44,6 +44,8 @@ type conversation struct {
 	maxBytes    int
 	subs        map[*subscriber]struct{}
 	turnCancel  context.CancelFunc      // non-nil while a turn runs
+	turnUUID    string                  // the uuid of the running turn's prompt ("" when it had none)
+	prompts     []string                // uuids of the last prompts queued or run, oldest first (prompt.go)
 	queued      []queuedTurn            // prompts waiting for the running turn
 	pending     map[string]*pendingCall // client tool calls waiting for their tool_result
 	answered    []string                // ids of the last calls that ended, oldest first

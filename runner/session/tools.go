@@ -157,7 +157,7 @@ func (t sessionTools) CallTool(ctx context.Context, call ToolCall) wire.ToolResu
 	s.pending[pc.id] = pc
 	if s.state != wire.StateWaitingTool {
 		s.state = wire.StateWaitingTool
-		s.emitLocked(sessionInfo(s.id, wire.StateWaitingTool))
+		s.emitLocked(promptInfo(s.id, wire.StateWaitingTool, s.turnUUID))
 	}
 	s.emitLocked(pc.frame)
 	pc.seq = s.seq
@@ -215,7 +215,7 @@ func (s *conversation) finishCallLocked(id string) {
 	}
 	if len(s.pending) == 0 && s.state == wire.StateWaitingTool {
 		s.state = wire.StateProcessing
-		s.emitLocked(sessionInfo(s.id, wire.StateProcessing))
+		s.emitLocked(promptInfo(s.id, wire.StateProcessing, s.turnUUID))
 	}
 }
 
