@@ -20,6 +20,8 @@ export interface ReadyData {
   model?: string;
   /** Set when a scripted demo model answers instead of Claude. */
   notice?: string;
+  /** The runner echoes prompt uuids and runs a prompt sent again with the same uuid once (docs/PROTOCOL.md#prompt-identity). */
+  promptUuids?: boolean;
   [k: string]: unknown;
 }
 
@@ -224,6 +226,17 @@ export function toolCall(m: ServerMessage): ToolCallMessage["payload"] | undefin
   if (typeof p !== "object" || p === null || typeof p.callId !== "string" || typeof p.toolName !== "string") return undefined;
   const input = typeof p.input === "object" && p.input !== null && !Array.isArray(p.input) ? p.input : {};
   return { ...(p as ToolCallMessage["payload"]), input: input as Record<string, unknown> };
+}
+
+/**
+ * The uuid of the prompt a session_info or an error names (docs/PROTOCOL.md#prompt-identity): data.uuid or
+ * details.uuid; undefined when it names none.
+ */
+export function promptOf(m: ServerMessage): string | undefined {
+  const c = control(m);
+  if (c?.action === "session_info") return typeof c.data.uuid === "string" && c.data.uuid !== "" ? c.data.uuid : undefined;
+  const id = messageError(m)?.details?.uuid;
+  return typeof id === "string" && id !== "" ? id : undefined;
 }
 
 /** The error an error message carries, undefined for any other message. */

@@ -7,6 +7,7 @@ import {
   type ServerMessage,
   messageError,
   parseServerMessage,
+  promptOf,
   readyData,
   sessionState,
   toolCall,
@@ -142,6 +143,10 @@ export class Session implements AsyncIterable<ServerMessage> {
   private up?: Promise<void>; // while reconnecting: settles when it is over
   private finished!: Promise<void>;
   private closeOnce?: Promise<void>;
+  // Prompts sent whose turn has not been seen starting, sent again after a reconnect to a runner that
+  // dedupes them (docs/PROTOCOL.md#prompt-identity); bounded.
+  private unstarted: { uuid: string; text: string }[] = [];
+  private dedupes = false; // the last ready said promptUuids
 
   private constructor(
     private host: SessionHost,
@@ -237,6 +242,7 @@ export class Session implements AsyncIterable<ServerMessage> {
             throw new WarrenError("internal", `the edge resumed session ${JSON.stringify(rd.sessionId)} instead of ${JSON.stringify(this.id)}`);
           }
           this.region = rd.region ?? this.region;
+          this.dedupes = rd.promptUuids === true;
           return;
         }
         if (sessionState(m) === "initializing") continue;
@@ -249,6 +255,7 @@ export class Session implements AsyncIterable<ServerMessage> {
         this.region = rd.region ?? "";
         this.model = rd.model ?? "";
         this.notice = rd.notice ?? "";
+        this.dedupes = rd.promptUuids === true;
         return;
       }
     }
@@ -298,6 +305,7 @@ export class Session implements AsyncIterable<ServerMessage> {
         first = false;
         if (sessionState(m) !== undefined) {
           this.recvSeq = Math.max(this.recvSeq, m.seq ?? 0);
+          this.promptSeen(m); // the turn running now started
           continue;
         }
       }
@@ -350,6 +358,9 @@ export class Session implements AsyncIterable<ServerMessage> {
         const signal = AbortSignal.timeout(p.dialTimeoutMs ?? defaultDialTimeoutMs);
         conn = await this.host.transport.connect(edge, this.host.token, signal);
         await this.handshake(conn, { ...opts, lastSeq: this.recvSeq }, true, signal);
+        // The replay came before ready: the prompts it shows started are forgotten; send the others again
+        // (the runner ignores those it already has; an older runner would run them twice).
+        if (this.dedupes) for (const p of this.unstarted) conn.send(p.text);
         this.conn = conn;
         this.cur = idx;
         this.reconnects++;
@@ -379,6 +390,7 @@ export class Session implements AsyncIterable<ServerMessage> {
     const seq = m.seq ?? 0;
     if (dedup && seq > 0 && seq <= this.recvSeq) return;
     this.recvSeq = Math.max(this.recvSeq, seq);
+    this.promptSeen(m);
     const call = toolCall(m);
     if (call && call.callId !== "") {
       const { first, answer } = this.calls.deliver(call.callId);
@@ -459,31 +471,61 @@ export class Session implements AsyncIterable<ServerMessage> {
     return { next: () => this.next() };
   }
 
-  /** Sends one prompt: text, or content blocks (text, image, ...). */
+  /** Sends one prompt: text, or content blocks (text, image, ...), with a fresh uuid (docs/PROTOCOL.md#prompt-identity). */
   async send(prompt: string | unknown[]): Promise<void> {
-    await this.sendMessage({ type: "user", session_id: this.id, message: { role: "user", content: prompt }, parent_tool_use_id: null });
+    await this.sendPrompt(prompt);
+  }
+
+  private async sendPrompt(prompt: string | unknown[]): Promise<string> {
+    const uuid = newUUID();
+    const msg = { type: "user", session_id: this.id, message: { role: "user", content: prompt }, parent_tool_use_id: null, uuid };
+    if (this.unstarted.length >= maxUnstarted) this.unstarted.shift();
+    this.unstarted.push({ uuid, text: JSON.stringify(msg) });
+    try {
+      await this.sendMessage(msg);
+    } catch (e) {
+      this.unstarted = this.unstarted.filter((p) => p.uuid !== uuid);
+      throw e;
+    }
+    return uuid;
+  }
+
+  // Forgets the prompt m shows started (a session_info naming it) or answered (an error naming it).
+  private promptSeen(m: ServerMessage): void {
+    if (this.unstarted.length === 0) return;
+    const id = promptOf(m);
+    if (id !== undefined) this.unstarted = this.unstarted.filter((p) => p.uuid !== id);
   }
 
   /**
-   * Sends prompt and yields the messages of its turn, the messages queued before it first, ending with
-   * the turn's result (a result queued before the turn started does not end it). A turn that ends without one (interrupted, or failed with an error message) ends
-   * after the session_info that reports the session ready again, or throws the error (a WarrenError).
-   * Breaking out leaves the rest of the turn queued.
+   * Sends prompt, with a fresh uuid, and yields the messages of its turn, the messages queued before it
+   * first, ending with the turn's result. A turn that ends without one (interrupted, or failed with an
+   * error message) ends after the session_info that reports the session ready again, or throws the error
+   * (a WarrenError). A runner that echoes prompt uuids names the prompt of each turn in its session_info
+   * messages and errors: messages naming another prompt (an earlier turn's late result or error) are
+   * yielded and do not end it. With one that names none, the turn is the one a session_info reports running
+   * after the prompt was sent, and a result queued before it does not end it. After a reconnect, a prompt
+   * whose turn had not started is sent again (the runner runs it once). Breaking out leaves the rest of the
+   * turn queued.
    */
   async *prompt(prompt: string | unknown[], signal?: AbortSignal): AsyncGenerator<ServerMessage, void, undefined> {
-    await this.send(prompt);
+    const own = await this.sendPrompt(prompt);
+    const mine = (m: ServerMessage) => {
+      const id = promptOf(m);
+      return id === undefined || id === own;
+    };
     let busy = false;
     for (;;) {
       const r = await this.next(signal);
       if (r.done) throw new SessionClosedError("warren: the session ended before the turn did");
       const m = r.value;
       const err = messageError(m);
-      if (err) throw err;
+      if (err && mine(m)) throw err;
       yield m;
       const st = sessionState(m);
-      if (st === "processing" || st === "waiting_tool") busy = true;
+      if (st === "processing" || st === "waiting_tool") busy = mine(m);
       // What came before this turn started (an interrupted turn's late result) does not end it.
-      else if (busy && (st || m.type === "result")) return;
+      else if (busy && ((st && mine(m)) || m.type === "result")) return;
     }
   }
 
@@ -599,6 +641,20 @@ async function withCloseCode(conn: Connection, err: WarrenError): Promise<Warren
 
 /** Bounds of ToolCalls (as the Go SDK's). */
 export const maxDeliveredCalls = 1024; // callIds remembered
+/** The prompts remembered for sending again after a reconnect (the runner queues at most 8). */
+export const maxUnstarted = 64;
+
+/** A random UUID (version 4) naming a prompt. */
+export function newUUID(): string {
+  const c = globalThis.crypto;
+  if (typeof c.randomUUID === "function") return c.randomUUID();
+  const b = c.getRandomValues(new Uint8Array(16)); // randomUUID needs a secure context in browsers
+  b[6] = (b[6]! & 0x0f) | 0x40;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
 export const maxKeptAnswers = 32; // answers kept to send again (the runner holds at most 16 calls pending)
 
 /**
