@@ -2,10 +2,10 @@ package edge
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/gencache"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -54,26 +54,22 @@ type cachedReads struct {
 // spends is bounded where it is spent (model calls by the model proxy's holds, compute by the scheduler's
 // meter, which stops the sandbox). A runner that cannot be dialled, or another one answering at its
 // address, drops it (dropRunning). Agent channels read the quotas and the usage afresh. Errors are never
-// kept. Two generations, swapped every TTL, make every operation O(1): an entry lives at most two TTLs in
-// the maps, and is served only within one. Safe for concurrent use.
+// kept. The entries are in a gencache (two generations, O(1), at most two TTLs in the maps) and are served
+// only within one TTL. Safe for concurrent use.
 type admissionCache struct {
-	ttl       time.Duration // <= 0: off
-	mu        sync.Mutex
-	cur, prev map[admissionKey]cachedReads
-	swapAt    time.Time // when cur becomes prev
+	ttl time.Duration // <= 0: off
+	gen *gencache.Cache[admissionKey, cachedReads]
+}
+
+func newAdmissionCache(ttl time.Duration) admissionCache {
+	return admissionCache{ttl: ttl, gen: &gencache.Cache[admissionKey, cachedReads]{TTL: ttl, MaxEntries: maxAdmissionCache}}
 }
 
 func (c *admissionCache) get(k admissionKey, now time.Time) (admissionReads, bool) {
 	if c.ttl <= 0 {
 		return admissionReads{}, false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.rotate(now)
-	r, ok := c.cur[k]
-	if !ok {
-		r, ok = c.prev[k]
-	}
+	r, ok := c.gen.Get(k, now)
 	if !ok || !now.Before(r.until) {
 		return admissionReads{}, false
 	}
@@ -82,61 +78,35 @@ func (c *admissionCache) get(k admissionKey, now time.Time) (admissionReads, boo
 }
 
 // setRunning keeps, with k's quotas, the usage read at r.at and the runner entry a full admission found, for
-// runningAdmissionTTL from the read (never past the quotas' own TTL).
+// runningAdmissionTTL from the read (never past the quotas' own TTL). Kept in the older generation, or not
+// at all: the next request reads.
 func (c *admissionCache) setRunning(k admissionKey, r admissionReads, entry registry.Entry, now time.Time) {
 	if c.ttl <= 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.rotate(now)
-	cr, ok := c.cur[k]
-	if !ok {
-		return // kept in the older generation, or not at all: the next request reads
-	}
-	cr.usage, cr.acct, cr.at, cr.entry, cr.runUntil = r.usage, r.acct, r.at, entry, r.at.Add(runningAdmissionTTL)
-	c.cur[k] = cr
+	c.gen.Update(k, now, func(cr cachedReads) cachedReads {
+		cr.usage, cr.acct, cr.at, cr.entry, cr.runUntil = r.usage, r.acct, r.at, entry, r.at.Add(runningAdmissionTTL)
+		return cr
+	})
 }
 
 // dropRunning forgets k's running sandbox: its next request reads the usage and asks Ensure.
 func (c *admissionCache) dropRunning(k admissionKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, m := range []map[admissionKey]cachedReads{c.cur, c.prev} {
-		if cr, ok := m[k]; ok {
-			cr.runUntil = time.Time{}
-			m[k] = cr
-		}
+	if c.ttl <= 0 {
+		return
 	}
+	c.gen.UpdateAll(k, func(cr cachedReads) cachedReads {
+		cr.runUntil = time.Time{}
+		return cr
+	})
 }
 
+// put keeps k's quotas for the TTL; as many users within one TTL as the bound: the others read every time.
 func (c *admissionCache) put(k admissionKey, r admissionReads, now time.Time) {
 	if c.ttl <= 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.rotate(now)
-	if c.cur == nil {
-		c.cur = make(map[admissionKey]cachedReads)
-	}
-	if len(c.cur) >= maxAdmissionCache/2 {
-		return // as many users within one TTL as the bound: the others read every time
-	}
-	c.cur[k] = cachedReads{admissionReads: r, until: now.Add(c.ttl)}
-}
-
-// rotate drops the older generation once a TTL has passed since the last swap (two TTLs: both).
-func (c *admissionCache) rotate(now time.Time) {
-	switch {
-	case now.Before(c.swapAt):
-	case now.Before(c.swapAt.Add(c.ttl)):
-		c.prev, c.cur = c.cur, nil
-		c.swapAt = now.Add(c.ttl)
-	default:
-		c.prev, c.cur = nil, nil
-		c.swapAt = now.Add(c.ttl)
-	}
+	c.gen.Put(k, cachedReads{admissionReads: r, until: now.Add(c.ttl)}, 0, now)
 }
 
 // readAdmission reads what admits acct's user: the quotas from the cache for a sandbox API request (cached

@@ -145,12 +145,12 @@ func TestAdmissionReadsCached(t *testing.T) {
 // The cache stays O(1) when full: a put at capacity neither sweeps nor evicts; entries age out a generation
 // at a time, and an entry older than the TTL is never served, whichever generation holds it.
 func TestAdmissionCacheBounded(t *testing.T) {
-	c := admissionCache{ttl: time.Second}
+	c := newAdmissionCache(time.Second)
 	now := time.Unix(1000, 0)
 	for i := range maxAdmissionCache {
 		c.put(admissionKey{"iss", fmt.Sprint("u", i)}, admissionReads{}, now)
 	}
-	if n := len(c.cur) + len(c.prev); n != maxAdmissionCache/2 {
+	if n := c.gen.Len(); n != maxAdmissionCache/2 {
 		t.Fatalf("%d entries kept, want the bound of one generation, %d", n, maxAdmissionCache/2)
 	}
 	if _, ok := c.get(admissionKey{"iss", "u0"}, now.Add(999*time.Millisecond)); !ok {
@@ -168,7 +168,7 @@ func TestAdmissionCacheBounded(t *testing.T) {
 		t.Fatal("a fresh entry after a swap was not served")
 	}
 	c.get(admissionKey{"iss", "x"}, later.Add(3*time.Second))
-	if len(c.cur)+len(c.prev) != 0 {
-		t.Fatalf("two TTLs without use left %d entries", len(c.cur)+len(c.prev))
+	if n := c.gen.Len(); n != 0 {
+		t.Fatalf("two TTLs without use left %d entries", n)
 	}
 }

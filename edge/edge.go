@@ -144,7 +144,7 @@ func New(cfg Config) (*Edge, error) {
 		return nil, err
 	}
 	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
-		peers: &peers{dir: cfg.Directory, self: cfg.Region}, admits: admissionCache{ttl: cfg.AdmissionCacheTTL}}
+		peers: &peers{dir: cfg.Directory, self: cfg.Region}, admits: newAdmissionCache(cfg.AdmissionCacheTTL)}
 	if e.runners == nil {
 		e.runners = &http.Client{Transport: &http.Transport{
 			Proxy:                 nil,

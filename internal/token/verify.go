@@ -70,13 +70,14 @@ func NewVerifier(store secrets.Store, opts VerifierOptions) *Verifier {
 		v.maxSize = DefaultMaxSize
 	}
 	if opts.CacheTTL >= 0 {
-		v.cache = &verifiedCache{ttl: opts.CacheTTL, size: opts.CacheSize}
-		if v.cache.ttl == 0 {
-			v.cache.ttl = DefaultCacheTTL
+		ttl, size := opts.CacheTTL, opts.CacheSize
+		if ttl == 0 {
+			ttl = DefaultCacheTTL
 		}
-		if v.cache.size <= 0 {
-			v.cache.size = DefaultCacheSize
+		if size <= 0 {
+			size = DefaultCacheSize
 		}
+		v.cache = newVerifiedCache(ttl, size)
 	}
 	// Claims are validated by Verify itself (one clock, one leeway, one set of reasons); the parser checks
 	// structure, the algorithm and the signature. Strict base64 keeps a signature to one encoding.

@@ -5,9 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/gencache"
 	"github.com/warren-mesh/warren/internal/secrets"
 )
 
@@ -35,27 +35,21 @@ type verified struct {
 	until  time.Time // the entry is not used from then on (it is also dropped within two TTLs)
 }
 
-// verifiedCache is a bounded map of verified tokens in two generations, swapped every TTL (as
-// edge/admitcache.go): an entry lives at most two TTLs, every operation is O(1), and once a generation
-// holds size/2 tokens, or size/2 KiB of them, the others are verified every time. Safe for concurrent use.
+// verifiedCache is the verified tokens, a gencache (two generations swapped every TTL, as the edge's
+// admission cache): an entry lives at most two TTLs, every operation is O(1), and once a generation holds
+// size/2 tokens, or size/2 KiB of them, the others are verified every time. Safe for concurrent use.
 type verifiedCache struct {
-	ttl  time.Duration
-	size int
+	ttl time.Duration
+	gen *gencache.Cache[[sha256.Size]byte, verified]
+}
 
-	mu        sync.Mutex
-	cur, prev map[[sha256.Size]byte]verified
-	curBytes  int // the raw length of cur's tokens, at most size*cacheBytesPerToken/2
-	swapAt    time.Time
+func newVerifiedCache(ttl time.Duration, size int) *verifiedCache {
+	return &verifiedCache{ttl: ttl, gen: &gencache.Cache[[sha256.Size]byte, verified]{
+		TTL: ttl, MaxEntries: size, MaxBytes: size * cacheBytesPerToken}}
 }
 
 func (c *verifiedCache) get(k [sha256.Size]byte, now time.Time) (verified, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.rotate(now)
-	v, ok := c.cur[k]
-	if !ok {
-		v, ok = c.prev[k]
-	}
+	v, ok := c.gen.Get(k, now)
 	if !ok || !now.Before(v.until) {
 		return verified{}, false
 	}
@@ -64,34 +58,7 @@ func (c *verifiedCache) get(k [sha256.Size]byte, now time.Time) (verified, bool)
 
 // put keeps v, the entry of a token of n bytes, unless its generation is full (by count or by bytes).
 func (c *verifiedCache) put(k [sha256.Size]byte, v verified, n int, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.rotate(now)
-	if c.cur == nil {
-		c.cur = make(map[[sha256.Size]byte]verified)
-	}
-	if _, ok := c.cur[k]; ok {
-		c.cur[k] = v // the same token: the same bytes
-		return
-	}
-	if len(c.cur) >= c.size/2 || c.curBytes+n > c.size*cacheBytesPerToken/2 {
-		return
-	}
-	c.cur[k] = v
-	c.curBytes += n
-}
-
-// rotate drops the older generation once a TTL has passed since the last swap (two TTLs: both).
-func (c *verifiedCache) rotate(now time.Time) {
-	switch {
-	case now.Before(c.swapAt):
-	case now.Before(c.swapAt.Add(c.ttl)):
-		c.prev, c.cur, c.curBytes = c.cur, nil, 0
-		c.swapAt = now.Add(c.ttl)
-	default:
-		c.prev, c.cur, c.curBytes = nil, nil, 0
-		c.swapAt = now.Add(c.ttl)
-	}
+	c.gen.Put(k, v, n, now)
 }
 
 // cached answers raw from the cache when it was verified before, its signing key is still one the store

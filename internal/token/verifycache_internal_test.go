@@ -58,7 +58,7 @@ func TestVerifyCacheHits(t *testing.T) {
 		t.Fatal("a refused token was kept")
 	}
 	now = now.Add(2 * DefaultCacheTTL)
-	if _, ok := v.cache.get(h, now); ok || len(v.cache.cur)+len(v.cache.prev) != 0 {
+	if _, ok := v.cache.get(h, now); ok || v.cache.gen.Len() != 0 {
 		t.Fatal("entries outlived two TTLs")
 	}
 }
