@@ -107,7 +107,11 @@ func closeStatus(reason error) (websocket.StatusCode, string) {
 		return websocket.StatusNormalClosure, ""
 	}
 	if errors.Is(reason, session.ErrShuttingDown) {
-		return websocket.StatusGoingAway, wire.CloseReason(wire.Errorf(wire.Unavailable, "runner shutting down"))
+		var we *wire.Error // why the runner stops, when the hub failed (Hub.Fail)
+		if !errors.As(reason, &we) {
+			we = wire.Errorf(wire.Unavailable, "runner shutting down")
+		}
+		return websocket.StatusGoingAway, wire.CloseReason(we)
 	}
 	// The reason is JSON like the edge's, whatever the cause; internal causes stay in the logs.
 	pub, _ := wire.Public(reason)

@@ -11,6 +11,7 @@ type metrics struct {
 	execs        *prometheus.CounterVec
 	execDuration prometheus.Histogram
 	fileOps      *prometheus.CounterVec
+	network      *prometheus.CounterVec // the sandbox network's failures, by outcome
 }
 
 // Exec outcomes.
@@ -20,6 +21,12 @@ const (
 	outcomeTimeout  = "timeout"  // killed by the wall-clock timeout
 	outcomeCanceled = "canceled" // the client left or the runner shut down
 	outcomeError    = "error"    // could not run
+)
+
+// Outcomes of a failure of the sandbox's network (sandbox.go).
+const (
+	networkRestarted = "restarted" // pasta exited and was started again
+	networkDown      = "down"      // it could not be: the sandbox stopped
 )
 
 func newMetrics(connections, commands func() float64) *metrics {
@@ -38,9 +45,13 @@ func newMetrics(connections, commands func() float64) *metrics {
 			Name: "warren_runner_file_ops_total",
 			Help: "File API operations, by op (read, write, delete, list) and result (ok or the error code).",
 		}, []string{"op", "result"}),
+		network: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_runner_sandbox_network_failures_total",
+			Help: "Times the sandbox's network stack (pasta) or its namespace's holder exited, by outcome (restarted, or down: the sandbox stopped).",
+		}, []string{"outcome"}),
 	}
 	m.reg.MustRegister(
-		m.execs, m.execDuration, m.fileOps,
+		m.execs, m.execDuration, m.fileOps, m.network,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "warren_runner_agent_connections",
 			Help: "Agent channel WebSocket connections open now.",

@@ -228,6 +228,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
+		r.watchNetwork(gctx, hub)
+		return nil
+	})
+	g.Go(func() error {
 		<-gctx.Done()
 		r.log.Info("stopping", "cause", context.Cause(gctx))
 		err := r.shutdown(srv, hub, stopWork, &a.conns)

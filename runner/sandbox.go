@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
+	"github.com/warren-mesh/warren/runner/session"
 )
 
 // Default sandbox limits, for quota fields that are not set (wire.SandboxLimits: 0 means not set).
@@ -173,12 +176,45 @@ func (r *Runner) attachNetwork(proxyURL string) error {
 	n, err := isolate.NewNetwork(isolate.NetworkConfig{
 		Pasta: r.cfg.Pasta, Nsenter: r.cfg.Nsenter, ForwardTCP: fwd, Allow: r.cfg.EgressAllow,
 		UID: netUID.UID, GID: netUID.UID, Cgroup: r.parts.cgroup,
+		OnRestart: func(cause error) {
+			r.metrics.network.WithLabelValues(networkRestarted).Inc()
+			r.log.Warn("sandbox network stack exited; started again", "cause", cause)
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
 	r.parts.network = n
 	return r.sandbox.SetNetwork(n)
+}
+
+// watchNetwork stops the sandbox when its network died for good (isolate.Network.Down; a pasta that exited
+// and was started again is only counted, in attachNetwork): running turns and queued prompts fail at once
+// with the network's unavailable error, commands are refused with it, and the runner stops, writing its
+// snapshot; the next request starts the sandbox again with a fresh network. It returns when ctx ends.
+func (r *Runner) watchNetwork(ctx context.Context, hub *session.Hub) {
+	n := r.network()
+	if n == nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-n.Down():
+	}
+	err := n.Err()
+	r.metrics.network.WithLabelValues(networkDown).Inc()
+	r.log.Error("sandbox network died: failing its turns and stopping the sandbox", "err", err)
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		we = wire.Errorf(wire.Unavailable, "the sandbox's network died")
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hub.Fail(fctx, we); err != nil {
+		r.log.Warn("sandbox network died: turns still running", "err", err)
+	}
+	r.stop(err)
 }
 
 // applyLimits makes the limits of a grant the sandbox's (its cgroup's at once, /tmp and file size for the

@@ -36,15 +36,37 @@ type Limits struct {
 // CgroupMount is where the cgroup file systems are mounted.
 const CgroupMount = "/sys/fs/cgroup"
 
-// Cgroup is one sandbox's control group: every command of the sandbox runs in it (see Sandbox.command), so
-// its limits hold for all of them together. It works on cgroup v1 (the pids, memory and cpu controllers)
+// The network's part of a sandbox's group (see Cgroup): pasta keeps no dynamic allocations (about 30 MiB
+// resident, its static buffers), the holder is one cat; the bound leaves room for the kernel memory of its
+// tap device and sockets. It comes on top of the sandbox's own memory limit.
+const (
+	NetworkMemoryBytes = 128 << 20
+	networkProcesses   = 16
+)
+
+// Cgroup is one sandbox's control group, parent/name, in two parts (the same on cgroup v1 and v2):
+//
+//   - commands: every command of the sandbox (see Sandbox.command), with the sandbox's memory and process
+//     limits, so they hold for all of its commands together;
+//   - network: pasta and the namespace's holder (NetworkConfig.Cgroup), with a fixed bound of their own
+//     (NetworkMemoryBytes).
+//
+// The CPU quota is on the group itself, shared by both parts. A tenant filling its memory (tmpfs pages
+// no process owns, say) makes the kernel kill one of the commands, never pasta: the OOM killer of a group
+// chooses among that group's processes only. It works on cgroup v1 (the pids, memory and cpu controllers)
 // and v2 through containerd's cgroups library.
 type Cgroup struct {
-	mu   sync.Mutex
-	v1   cgroup1.Cgroup
-	v2   *cgroup2.Manager
-	rel  string // path below each hierarchy's root
-	dead bool
+	mu                     sync.Mutex // guards dead and the groups' use
+	rel                    string     // the sandbox's group, below each hierarchy's root
+	top, commands, network node
+	dead                   bool
+}
+
+// node is one control group of a sandbox's: v1 (one directory per controller) or v2.
+type node struct {
+	v1  cgroup1.Cgroup
+	v2  *cgroup2.Manager
+	rel string
 }
 
 // NewCgroup creates the control group parent/name (parent like "/warren") with limits l.
@@ -56,16 +78,43 @@ func NewCgroup(parent, name string, l Limits) (*Cgroup, error) {
 		return nil, fmt.Errorf("%w: cgroup parent %q must be an absolute clean path", ErrConfig, parent)
 	}
 	c := &Cgroup{rel: path.Join(parent, name)}
-	var err error
-	if cgroups.Mode() == cgroups.Unified {
-		c.v2, err = cgroup2.NewManager(CgroupMount, c.rel, v2Resources(l))
-	} else {
-		c.v1, err = cgroup1.New(cgroup1.StaticPath(c.rel), v1Resources(l), cgroup1.WithHierarchy(v1Hierarchy))
-	}
-	if err != nil {
+	if err := c.create(l); err != nil {
+		_ = c.Close()
 		return nil, fmt.Errorf("%w: create cgroup %s: %w", ErrConfig, c.rel, err)
 	}
 	return c, nil
+}
+
+// create makes the group and its two parts.
+func (c *Cgroup) create(l Limits) error {
+	top, cmds := splitLimits(l)
+	net := Limits{Processes: networkProcesses, MemoryBytes: NetworkMemoryBytes}
+	c.top.rel, c.commands.rel, c.network.rel = c.rel, path.Join(c.rel, "commands"), path.Join(c.rel, "network")
+	var err error
+	if cgroups.Mode() == cgroups.Unified {
+		if c.top.v2, err = cgroup2.NewManager(CgroupMount, c.rel, v2Resources(top)); err != nil {
+			return err
+		}
+		if c.commands.v2, err = c.top.v2.NewChild("commands", v2Resources(cmds)); err != nil {
+			return err
+		}
+		c.network.v2, err = c.top.v2.NewChild("network", v2Resources(net))
+		return err
+	}
+	if c.top.v1, err = cgroup1.New(cgroup1.StaticPath(c.rel), v1Resources(top), cgroup1.WithHierarchy(v1Hierarchy)); err != nil {
+		return err
+	}
+	if c.commands.v1, err = c.top.v1.New("commands", v1Resources(cmds)); err != nil {
+		return err
+	}
+	c.network.v1, err = c.top.v1.New("network", v1Resources(net))
+	return err
+}
+
+// splitLimits divides l between the group itself (the CPU quota, shared by its parts) and its commands
+// (processes and memory).
+func splitLimits(l Limits) (top, commands Limits) {
+	return Limits{CPUMillis: l.CPUMillis}, Limits{Processes: l.Processes, MemoryBytes: l.MemoryBytes}
 }
 
 // v1Hierarchy is the controllers a v1 sandbox cgroup uses (cpuacct for accounting only); no cpuset, devices
@@ -122,37 +171,46 @@ func (c *Cgroup) Update(l Limits) error {
 	if c.dead {
 		return fmt.Errorf("cgroup %s: %w", c.rel, os.ErrClosed)
 	}
-	var err error
-	if c.v2 != nil {
-		err = c.v2.Update(v2Resources(l))
-	} else {
-		err = c.v1.Update(v1Resources(l))
-	}
-	if err != nil {
+	top, cmds := splitLimits(l)
+	if err := errors.Join(c.top.update(top), c.commands.update(cmds)); err != nil {
 		return fmt.Errorf("update cgroup %s: %w", c.rel, err)
 	}
 	return nil
 }
 
-// add moves pid (and the threads it has) into the group.
-func (c *Cgroup) add(pid int) error {
+func (n *node) update(l Limits) error {
+	if n.v2 != nil {
+		return n.v2.Update(v2Resources(l))
+	}
+	return n.v1.Update(v1Resources(l))
+}
+
+// add moves pid (and the threads it has) into the commands' part of the group.
+func (c *Cgroup) add(pid int) error { return c.addTo(&c.commands, pid) }
+
+// addNetwork moves pid into the network's part of the group.
+func (c *Cgroup) addNetwork(pid int) error { return c.addTo(&c.network, pid) }
+
+func (c *Cgroup) addTo(n *node, pid int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead {
 		return fmt.Errorf("cgroup %s: %w", c.rel, os.ErrClosed)
 	}
-	if c.v2 != nil {
-		return c.v2.AddProc(uint64(pid))
+	if n.v2 != nil {
+		return n.v2.AddProc(uint64(pid))
 	}
-	return c.v1.AddProc(uint64(pid))
+	return n.v1.AddProc(uint64(pid))
 }
 
-// OOMKills is the number of times the kernel killed a process of the group for memory, from memory.events
-// (v2) or memory.oom_control (v1); -1 when it cannot be read.
-func (c *Cgroup) OOMKills() int64 {
-	file := filepath.Join(CgroupMount, "memory", c.rel, "memory.oom_control")
-	if c.v2 != nil {
-		file = filepath.Join(CgroupMount, c.rel, "memory.events")
+// OOMKills is the number of times the kernel killed a command of the group for memory, from memory.events
+// (v2) or memory.oom_control (v1) of its commands' part; -1 when it cannot be read.
+func (c *Cgroup) OOMKills() int64 { return c.commands.oomKills() }
+
+func (n *node) oomKills() int64 {
+	file := filepath.Join(CgroupMount, "memory", n.rel, "memory.oom_control")
+	if n.v2 != nil {
+		file = filepath.Join(CgroupMount, n.rel, "memory.events")
 	}
 	f, err := os.Open(file)
 	if err != nil {
@@ -171,7 +229,7 @@ func (c *Cgroup) OOMKills() int64 {
 	return -1
 }
 
-// Close kills what still runs in the group and removes it. It is idempotent.
+// Close kills what still runs in the group (both parts) and removes it. It is idempotent.
 func (c *Cgroup) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -179,18 +237,33 @@ func (c *Cgroup) Close() error {
 		return nil
 	}
 	c.dead = true
-	var err error
-	if c.v2 != nil {
-		_ = c.v2.Kill()
-		err = c.v2.Delete()
-	} else {
-		for _, p := range must(c.v1.Processes(cgroup1.Pids, true)) {
+	switch {
+	case c.top.v2 != nil:
+		_ = c.top.v2.Kill() // cgroup.kill: the parts too
+	case c.top.v1 != nil:
+		for _, p := range must(c.top.v1.Processes(cgroup1.Pids, true)) {
 			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
 		}
-		err = c.v1.Delete()
 	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	var errs []error
+	for _, n := range []*node{&c.commands, &c.network, &c.top} { // a group goes after its parts
+		if err := n.delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", c.rel, err)
+	}
+	return nil
+}
+
+// delete removes the group (nothing when it was never made).
+func (n *node) delete() error {
+	switch {
+	case n.v2 != nil:
+		return n.v2.Delete()
+	case n.v1 != nil:
+		return n.v1.Delete()
 	}
 	return nil
 }

@@ -13,4 +13,6 @@ var (
 	ErrConfig = errors.New("invalid isolate config")
 	// ErrNoNetwork: a command was started before the sandbox's network was attached (SetNetwork).
 	ErrNoNetwork = errors.New("the sandbox network is not ready")
+	// ErrNetworkDown: the sandbox's network died for good (Network.Err says why); commands are refused.
+	ErrNetworkDown = errors.New("the sandbox network is down")
 )

@@ -347,6 +347,11 @@ func (s *Sandbox) command(ctx context.Context, dir string, env map[string]string
 	if network == nil && !s.cfg.HostNetwork {
 		return fail(ErrNoNetwork)
 	}
+	if network != nil {
+		if err := network.Err(); err != nil {
+			return fail(err)
+		}
+	}
 	// The gate shell (dash) names descriptors by one digit: these three come first.
 	infoFd, gateFd, nsFd := fds.pass(infoW), fds.pass(gateR), 0
 	if network != nil {

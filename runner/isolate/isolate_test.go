@@ -48,6 +48,12 @@ func newSandbox(t testing.TB, insecure bool) (*Sandbox, string) {
 // own (when the test runs as root, as in CI) owning ws, and a network of its own forwarding fwd.
 func secureConfig(t testing.TB, ws string, fwd []uint16) Config {
 	t.Helper()
+	return secureConfigIn(t, ws, fwd, nil)
+}
+
+// secureConfigIn is secureConfig with the sandbox in cg (nil: none), its network in cg's network part.
+func secureConfigIn(t testing.TB, ws string, fwd []uint16, cg *Cgroup) Config {
+	t.Helper()
 	cfg := Config{Workspace: ws, Bwrap: bwrapPath(t)}
 	if os.Geteuid() != 0 {
 		cfg.HostNetwork = true
@@ -59,21 +65,33 @@ func secureConfig(t testing.TB, ws string, fwd []uint16) Config {
 	}
 	t.Cleanup(lease.Release)
 	cfg.HostUID, cfg.HostGID = lease.UID, lease.UID
-	netLease, err := AllocateUID(DefaultUIDDir, "network/"+t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(netLease.Release)
 	if err := Chown(ws, int(lease.UID), int(lease.UID)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := NewNetwork(NetworkConfig{Pasta: toolPath(t, "pasta", "passt"), Nsenter: toolPath(t, "nsenter", "util-linux"), ForwardTCP: fwd, UID: netLease.UID, GID: netLease.UID})
+	cfg.Network = testNetwork(t, NetworkConfig{ForwardTCP: fwd, Cgroup: cg})
+	if cg != nil {
+		cfg.Cgroup = cg
+	}
+	return cfg
+}
+
+// testNetwork makes the network cfg describes, with the programs and a uid of its own filled in; it is
+// closed when the test ends.
+func testNetwork(t testing.TB, cfg NetworkConfig) *Network {
+	t.Helper()
+	lease, err := AllocateUID(DefaultUIDDir, "network/"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lease.Release)
+	cfg.Pasta, cfg.Nsenter = toolPath(t, "pasta", "passt"), toolPath(t, "nsenter", "util-linux")
+	cfg.UID, cfg.GID = lease.UID, lease.UID
+	n, err := NewNetwork(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	cfg.Network = n
-	return cfg
+	return n
 }
 
 // toolPath finds a program the sandbox tests need; they fail without it (only -short may skip them).

@@ -426,9 +426,9 @@ func TestIsolationLimits(t *testing.T) {
 // pidsMaxHits is how often the group refused a fork for its pids limit.
 func pidsMaxHits(t *testing.T, cg *Cgroup) int64 {
 	t.Helper()
-	file := filepath.Join(CgroupMount, "pids", cg.rel, "pids.events")
-	if cg.v2 != nil {
-		file = filepath.Join(CgroupMount, cg.rel, "pids.events")
+	file := filepath.Join(CgroupMount, "pids", cg.commands.rel, "pids.events")
+	if cg.commands.v2 != nil {
+		file = filepath.Join(CgroupMount, cg.commands.rel, "pids.events")
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -442,7 +442,7 @@ func pidsMaxHits(t *testing.T, cg *Cgroup) int64 {
 // cgroupCPU reads the CPU seconds the group has used.
 func cgroupCPU(t *testing.T, cg *Cgroup) float64 {
 	t.Helper()
-	if cg.v2 != nil {
+	if cg.top.v2 != nil {
 		b, err := os.ReadFile(filepath.Join(CgroupMount, cg.rel, "cpu.stat"))
 		if err != nil {
 			t.Fatal(err)
@@ -577,8 +577,9 @@ func TestIsolationSecretsOffTheCommandLine(t *testing.T) {
 	}
 }
 
-// TestIsolationNetworkInCgroup: pasta and the namespace's holder run in the sandbox's cgroup, so what they
-// spend on its traffic counts against its limits.
+// TestIsolationNetworkInCgroup: pasta and the namespace's holder run in the network part of the
+// sandbox's cgroup, not among its commands: what they spend counts against the sandbox's CPU quota, and
+// the OOM killer of the commands' part never chooses them.
 func TestIsolationNetworkInCgroup(t *testing.T) {
 	requireRoot(t)
 	cg, err := NewCgroup("/warren-test", "net-"+rand.Text()[:8], Limits{Processes: 64})
@@ -586,28 +587,25 @@ func TestIsolationNetworkInCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cg.Close() })
-	lease, err := AllocateUID(DefaultUIDDir, "network/"+t.Name())
-	if err != nil {
-		t.Fatal(err)
+	n := testNetwork(t, NetworkConfig{Cgroup: cg})
+	network, commands := cgroupProcs(t, cg.network), cgroupProcs(t, cg.commands)
+	for _, pid := range []int{n.holder.Process.Pid, pastaPid(n)} {
+		if !slices.Contains(network, strconv.Itoa(pid)) || slices.Contains(commands, strconv.Itoa(pid)) {
+			t.Errorf("pid %d: not in the network's part of the cgroup (network %v, commands %v)", pid, network, commands)
+		}
 	}
-	t.Cleanup(lease.Release)
-	n, err := NewNetwork(NetworkConfig{Pasta: toolPath(t, "pasta", "passt"), Nsenter: toolPath(t, "nsenter", "util-linux"), UID: lease.UID, GID: lease.UID, Cgroup: cg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	file := filepath.Join(CgroupMount, "pids", cg.rel, "cgroup.procs")
-	if cg.v2 != nil {
-		file = filepath.Join(CgroupMount, cg.rel, "cgroup.procs")
+}
+
+// cgroupProcs lists the processes of one part of a sandbox's cgroup.
+func cgroupProcs(t *testing.T, n node) []string {
+	t.Helper()
+	file := filepath.Join(CgroupMount, "pids", n.rel, "cgroup.procs")
+	if n.v2 != nil {
+		file = filepath.Join(CgroupMount, n.rel, "cgroup.procs")
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs := strings.Fields(string(b))
-	for _, pid := range []int{n.holder.Process.Pid, n.pasta.Process.Pid} {
-		if !slices.Contains(procs, strconv.Itoa(pid)) {
-			t.Errorf("pid %d is not in the sandbox's cgroup (%v)", pid, procs)
-		}
-	}
+	return strings.Fields(string(b))
 }

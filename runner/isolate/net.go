@@ -51,24 +51,41 @@ type NetworkConfig struct {
 	// uid, inside bubblewrap or not, holds a capability over the namespace or can reach pasta. pasta is made
 	// for rootless use: as root it would switch to nobody before opening the namespace.
 	UID, GID uint32
-	// Cgroup, when set, also holds the namespace's holder and pasta, so the CPU and memory pasta spends on
-	// the sandbox's traffic count against the sandbox's limits.
+	// Cgroup, when set, holds the namespace's holder and pasta in its network part, beside the sandbox's
+	// commands and not among them: the CPU pasta spends on the sandbox's traffic counts against the
+	// sandbox's quota, its memory against a bound of its own, and an out-of-memory kill in the sandbox
+	// never chooses it.
 	Cgroup *Cgroup
+	// OnRestart, when set, is called (from the network's own goroutine; it must not block) each time
+	// pasta exited and was started again, with the reason it exited.
+	OnRestart func(cause error)
 }
 
 // Network is one sandbox's network namespace, shared by all of its commands: a user-mode network stack
 // (pasta) gives it the public internet through the host's sockets, and an nftables filter inside the
 // namespace, which the sandbox cannot change (it has no capability over a namespace the host owns), refuses
 // the host, private, link-local and reserved destinations. Only a runner running as root can make one.
+//
+// The network watches its processes (netwatch.go): pasta exiting is seen at once and pasta started again
+// (up to maxPastaRestarts times); when that fails or the holder exits, the network is down for good
+// (Down, Err) and commands are refused with unavailable.
 type Network struct {
-	cfg    NetworkConfig
-	holder *exec.Cmd      // keeps the namespace alive: cat reading a pipe only we write
-	hold   io.WriteCloser // closing it ends the holder
-	pasta  *exec.Cmd
-	nsPath string
-	nsFile *os.File // the namespace, held open: commands join it through this, never through a pid
-	once   sync.Once
-	done   chan struct{}
+	cfg        NetworkConfig
+	holder     *exec.Cmd      // keeps the namespace alive: cat reading a pipe only we write
+	hold       io.WriteCloser // closing it ends the holder
+	holderExit chan struct{}  // closed once the holder has exited (nil until it said ready)
+	nsPath     string
+	nsFile     *os.File // the namespace, held open: commands join it through this, never through a pid
+
+	mu        sync.Mutex // guards pasta and pastaExit (the supervisor replaces them)
+	pasta     *exec.Cmd
+	pastaExit chan struct{} // closed once the current pasta has exited
+
+	closing chan struct{} // closed by Close
+	down    chan struct{} // closed when the network died for good; downErr says why
+	downErr error
+	watch   sync.WaitGroup // the supervisor
+	once    sync.Once
 }
 
 // NewNetwork makes a network namespace, installs its filter and attaches pasta to it. Close releases it.
@@ -101,7 +118,7 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: unshare (util-linux) not found: %w", ErrConfig, err)
 	}
-	n := &Network{cfg: cfg, done: make(chan struct{})}
+	n := &Network{cfg: cfg, closing: make(chan struct{}), down: make(chan struct{})}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("network holder pipe: %w", err)
@@ -130,7 +147,7 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 	r.Close()
 	n.hold = w
 	if cfg.Cgroup != nil {
-		if err := cfg.Cgroup.add(n.holder.Process.Pid); err != nil {
+		if err := cfg.Cgroup.addNetwork(n.holder.Process.Pid); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("%w: network holder cgroup: %w", ErrConfig, err)
 		}
@@ -142,6 +159,8 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 		n.Close()
 		return nil, err
 	}
+	n.holderExit = make(chan struct{})
+	go func() { _ = n.holder.Wait(); close(n.holderExit) }()
 	if n.nsFile, err = os.Open(n.nsPath); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("%w: open the sandbox network namespace: %w", ErrConfig, err)
@@ -150,6 +169,8 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 		n.Close()
 		return nil, err
 	}
+	n.watch.Add(1)
+	go n.supervise()
 	return n, nil
 }
 
@@ -165,48 +186,13 @@ func (n *Network) setup() error {
 	if err := installFilter(fd, deny, n.cfg.Allow); err != nil {
 		return fmt.Errorf("%w: sandbox network filter: %w", ErrConfig, err)
 	}
-	tcpNS := "none"
-	if len(n.cfg.ForwardTCP) > 0 {
-		ports := make([]string, len(n.cfg.ForwardTCP))
-		for i, p := range n.cfg.ForwardTCP {
-			ports[i] = strconv.Itoa(int(p))
-		}
-		tcpNS = strings.Join(ports, ",")
+	cmd, exit, err := n.startPasta()
+	if err != nil {
+		return err
 	}
-	// No inbound forwards (-t/-u none: nothing the sandbox listens on is published on the host), the
-	// host's loopback only at the forwarded ports (-T), no UDP to it (-U none), and the gateway address
-	// is not the host (--no-map-gw).
-	pid := strconv.Itoa(n.holder.Process.Pid)
-	n.pasta = exec.Command(n.cfg.Pasta, "--foreground", "--quiet", "--config-net", "--no-map-gw",
-		"-t", "none", "-u", "none", "-T", tcpNS, "-U", "none", "--dns-forward", DNSForward, pid)
-	n.pasta.Env = []string{"PATH=" + DefaultPATH}
-	cred := &syscall.Credential{Uid: n.cfg.UID, Gid: n.cfg.GID, Groups: []uint32{}}
-	n.pasta.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var stderr strings.Builder
-	n.pasta.Stderr = &limitedWriter{w: &stderr, n: 4 << 10}
-	if err := n.pasta.Start(); err != nil {
-		return fmt.Errorf("%w: start pasta: %w", ErrConfig, err)
-	}
-	go func() { _ = n.pasta.Wait(); close(n.done) }()
-	if n.cfg.Cgroup != nil {
-		if err := n.cfg.Cgroup.add(n.pasta.Process.Pid); err != nil {
-			return fmt.Errorf("%w: pasta cgroup: %w", ErrConfig, err)
-		}
-	}
-	// pasta configures the namespace's interface and routes and binds the forwarded ports inside it, in
-	// an order of its own; commands start once the default route is there and every forwarded port
-	// listens (before that, the sandbox's first connection to the model proxy may be refused).
-	deadline := time.Now().Add(10 * time.Second)
-	for !hasDefaultRoute(n.holder.Process.Pid) || !listening(n.holder.Process.Pid, n.cfg.ForwardTCP) {
-		select {
-		case <-n.done:
-			return fmt.Errorf("%w: pasta exited: %s", ErrConfig, strings.TrimSpace(stderr.String()))
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: pasta did not configure the sandbox network within 10s", ErrConfig)
-		}
-	}
+	n.mu.Lock()
+	n.pasta, n.pastaExit = cmd, exit
+	n.mu.Unlock()
 	return nil
 }
 
@@ -419,16 +405,25 @@ func (n *Network) enter(fd int) []string {
 // Close stops pasta and ends the namespace. It is idempotent.
 func (n *Network) Close() error {
 	n.once.Do(func() {
-		if n.pasta != nil && n.pasta.Process != nil {
-			_ = n.pasta.Process.Kill()
-			<-n.done
+		close(n.closing)
+		n.watch.Wait() // no pasta is started after this
+		n.mu.Lock()
+		pasta, exit := n.pasta, n.pastaExit
+		n.mu.Unlock()
+		if pasta != nil {
+			_ = pasta.Process.Kill()
+			<-exit
 		}
 		if n.hold != nil {
 			n.hold.Close()
 		}
 		if n.holder.Process != nil {
 			_ = n.holder.Process.Kill()
-			_ = n.holder.Wait()
+			if n.holderExit != nil {
+				<-n.holderExit
+			} else {
+				_ = n.holder.Wait()
+			}
 		}
 		if n.nsFile != nil {
 			n.nsFile.Close()

@@ -83,16 +83,17 @@ const (
 type Hub struct {
 	cfg    Config
 	log    *slog.Logger
-	ctx    context.Context // lifetime of turns; cancelled by Close
-	cancel context.CancelFunc
+	ctx    context.Context // lifetime of turns; cancelled by Close, or by Fail with its error as the cause
+	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex // guards sessions, tick, closed; taken before any conversation.mu
 	sessions map[string]*conversation
 	tick     uint64
 	closed   bool
 
-	turnMu     sync.Mutex // guards turnClosed and turns.Add; taken after conversation.mu
+	turnMu     sync.Mutex // guards turnClosed, failed and turns.Add; taken after conversation.mu
 	turnClosed bool
+	failed     *wire.Error // set by Fail: the answer to every prompt from then on
 	turns      sync.WaitGroup
 	running    atomic.Int64
 
@@ -125,7 +126,7 @@ func NewHub(cfg Config) *Hub {
 	if cfg.ToolTimeout <= 0 {
 		cfg.ToolTimeout = DefaultToolTimeout
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Hub{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, sessions: make(map[string]*conversation),
 		tools: newToolMetrics(cfg.Metrics)}
 }
@@ -142,7 +143,12 @@ func (h *Hub) Close(ctx context.Context) error {
 	h.turnMu.Lock()
 	h.turnClosed = true
 	h.turnMu.Unlock()
-	h.cancel()
+	h.cancel(nil)
+	return h.waitTurns(ctx)
+}
+
+// waitTurns waits until the running turns have ended or ctx ends; no turn may start any more (turnClosed).
+func (h *Hub) waitTurns(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { h.turns.Wait(); close(done) }()
 	select {
@@ -153,15 +159,45 @@ func (h *Hub) Close(ctx context.Context) error {
 	}
 }
 
+// Fail ends every turn at once with err (a running turn's prompt and every queued one are answered with
+// it), answers every prompt from then on with it, and waits until ctx ends for the turns to wind down.
+// Connections stay open; once their ctx ends they are closed with ErrShuttingDown wrapping err. The runner
+// calls it when the sandbox can no longer run turns (its network died), before it stops.
+func (h *Hub) Fail(ctx context.Context, err *wire.Error) error {
+	h.turnMu.Lock()
+	h.turnClosed, h.failed = true, err
+	h.turnMu.Unlock()
+	h.cancel(err)
+	h.mu.Lock()
+	for _, s := range h.sessions {
+		s.mu.Lock()
+		s.dropQueuedLocked(err)
+		s.mu.Unlock()
+	}
+	h.mu.Unlock()
+	return h.waitTurns(ctx)
+}
+
+// shutdownReason is what a connection is closed with when its ctx ends: ErrShuttingDown, wrapping Fail's
+// error after a Fail.
+func (h *Hub) shutdownReason() error {
+	h.turnMu.Lock()
+	defer h.turnMu.Unlock()
+	if h.failed != nil {
+		return fmt.Errorf("%w: %w", ErrShuttingDown, h.failed)
+	}
+	return ErrShuttingDown
+}
+
 // Serve runs the agent channel on c until the client closes it, breaks the protocol, or ctx ends (then c
 // is closed with ErrShuttingDown). It always closes c and returns the reason it ended: nil for a normal
 // close, a *wire.Error for a protocol error, or the transport's or ctx's error.
 func (h *Hub) Serve(ctx context.Context, c Conn) error {
-	stop := context.AfterFunc(ctx, func() { _ = c.Close(ErrShuttingDown) })
+	stop := context.AfterFunc(ctx, func() { _ = c.Close(h.shutdownReason()) })
 	defer stop()
 	reason := h.serve(context.WithoutCancel(ctx), c)
 	if ctx.Err() != nil {
-		reason = ErrShuttingDown
+		reason = h.shutdownReason()
 	}
 	_ = c.Close(reason)
 	return reason
@@ -486,8 +522,12 @@ func (h *Hub) beginLocked(s *conversation, sub *subscriber, m wire.ClientMessage
 	h.turnMu.Lock()
 	defer h.turnMu.Unlock()
 	if h.turnClosed {
-		s.answerPromptLocked(sub, m.UUID, wire.Errorf(wire.Unavailable, "runner shutting down"))
-		s.dropQueuedLocked(wire.Errorf(wire.Unavailable, "runner shutting down"))
+		err := h.failed
+		if err == nil {
+			err = wire.Errorf(wire.Unavailable, "runner shutting down")
+		}
+		s.answerPromptLocked(sub, m.UUID, err)
+		s.dropQueuedLocked(err)
 		return
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
@@ -534,6 +574,10 @@ func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	interrupted := ctx.Err() != nil && errors.Is(err, context.Canceled)
+	var failed *wire.Error
+	if ctx.Err() != nil && errors.As(context.Cause(ctx), &failed) { // Fail cut the turn short
+		err, interrupted = failed, false
+	}
 	s.turnCancel()
 	s.turnCancel = nil
 	id := s.turnUUID
