@@ -140,6 +140,11 @@ func (r *Runner) restore(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
+	// First the fence: from now on no runner of an older epoch commits a snapshot or reclaims in this
+	// region's store (docs/ARCHITECTURE.md#snapshots).
+	if err := r.snap.Fence(ctx, r.cfg.Epoch); err != nil {
+		return fmt.Errorf("fence snapshots at epoch %d: %w", r.cfg.Epoch, err)
+	}
 	m, ok, err := r.snap.LatestFor(ctx, r.cfg.Epoch)
 	if err != nil {
 		return fmt.Errorf("read latest snapshot: %w", err)

@@ -20,3 +20,9 @@ func ParsePointer(data []byte, prefix, region string) (epoch, seq int64, gotRegi
 	p, err := parsePointer(data, prefix, region)
 	return p.Epoch, p.Seq, p.Region, err
 }
+
+// ParseFence exposes the parser of the fence object to the fuzz test.
+func ParseFence(data []byte) (int64, error) {
+	f, err := parseFence(data)
+	return f.Epoch, err
+}

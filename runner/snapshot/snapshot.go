@@ -160,6 +160,9 @@ type Snapshotter struct {
 	known map[string]struct{}
 	// lastGC is when Collect last ran (zero: never).
 	lastGC time.Time
+	// Until distrustUntil (by Now), a stored blob written before distrustBefore (by the store's clock) is
+	// written again rather than reused: an older epoch's reclaim may be deleting it (Fence).
+	distrustBefore, distrustUntil time.Time
 	// stored is the bytes under the prefix as last measured plus what was written since; -1 unknown.
 	stored atomic.Int64
 	// seen is the newest latest pointer read from another region (by Latest or a commit's check): no
@@ -291,58 +294,112 @@ func validPrefix(p string) bool {
 //
 // Files changing while they are read are read again; the manifest always describes blobs whose content
 // matches their hash, though not necessarily one instant of the whole tree.
+//
+// Under Config.StoredBytesLimit, a snapshot that would take the stored bytes past the limit first
+// reclaims (reclaim.go): every manifest but the latest and the blobs no kept snapshot names go at once,
+// whatever their age. It then runs again, admitted if what the store keeps once it is committed (its own
+// blobs and manifest, and what it cannot free: snapshots in progress elsewhere, other objects) fits the
+// limit; the previous snapshot's blobs it no longer names are reclaimed right after the commit. A
+// snapshot that does not fit even then fails with ErrStoredBytesQuota, the previous one stays latest and
+// restorable, and what the refused attempts uploaded is reclaimed.
 func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stats, error) {
 	if epoch < 0 {
 		return Manifest{}, Stats{}, fmt.Errorf("snapshot: negative epoch %d", epoch)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var limit int64
+	if s.cfg.StoredBytesLimit != nil {
+		limit = s.cfg.StoredBytesLimit()
+	}
+	m, st, up, err := s.snapshotOnce(ctx, epoch, limit, nil)
+	if limit <= 0 || err != nil && !errors.Is(err, ErrStoredBytesQuota) {
+		return m, st, err
+	}
+	if err != nil {
+		protect := make(map[string]struct{}, len(s.known)+len(up.known))
+		maps.Copy(protect, s.known)
+		maps.Copy(protect, up.known) // what the refused attempt found or uploaded: it is needed again
+		rc, rerr := s.reclaim(ctx, epoch, protect)
+		if rerr != nil {
+			return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: over the stored-bytes limit: %w", epoch, rerr)
+		}
+		m, st, _, err = s.snapshotOnce(ctx, epoch, limit, &rc)
+		if errors.Is(err, ErrStoredBytesQuota) {
+			s.reclaimAfter(ctx, epoch, "refused") // what the refused attempts uploaded
+		}
+		if err != nil {
+			return Manifest{}, st, err
+		}
+	}
+	if s.stored.Load() > limit {
+		s.reclaimAfter(ctx, epoch, "committed") // the previous snapshot's blobs this one no longer names
+	}
+	return m, st, nil
+}
+
+// reclaimAfter reclaims after a snapshot at epoch, keeping the latest snapshot's blobs; a failure is
+// logged (the next snapshot over the limit tries again).
+func (s *Snapshotter) reclaimAfter(ctx context.Context, epoch int64, why string) {
+	if _, err := s.reclaim(ctx, epoch, s.known); err != nil {
+		s.cfg.Logger.Warn("snapshot: reclaim under the stored-bytes limit failed", "after", why, "epoch", epoch, "err", err)
+	}
+}
+
+// snapshotOnce is one attempt of Snapshot, with s.mu held. Under a limit (> 0) it is checked against
+// the stored bytes before the snapshot, or, after a reclaim (rc), against what the store keeps once the
+// snapshot is committed. It returns its uploads, whose known blobs are in the store.
+func (s *Snapshotter) snapshotOnce(ctx context.Context, epoch, limit int64, rc *reclaimed) (Manifest, Stats, *uploads, error) {
 	start := s.cfg.Now()
+	up := &uploads{known: maps.Clone(s.known), inflight: make(map[string]chan struct{}),
+		reuseAfter: start.Add(-s.cfg.Grace / 2), limit: limit}
+	if up.known == nil {
+		up.known = make(map[string]struct{})
+	}
+	if start.Before(s.distrustUntil) && s.distrustBefore.After(up.reuseAfter) {
+		up.reuseAfter = s.distrustBefore
+	}
+	if limit > 0 && s.stored.Load() < 0 {
+		if err := s.measure(ctx); err != nil {
+			return Manifest{}, Stats{}, up, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
+		}
+	}
+	up.stored = s.stored.Load()
+	if rc != nil {
+		up.projected, up.pinned, up.charged = true, rc.pinnedBlobs, make(map[string]struct{})
+		up.base = rc.pinned
+	}
 
 	// Refuse early, before any upload, when already fenced; the commit checks again.
 	latest, _, found, err := s.readLatest(ctx)
 	if err != nil {
-		return Manifest{}, Stats{}, fmt.Errorf("snapshot: %w", err)
+		return Manifest{}, Stats{}, up, fmt.Errorf("snapshot: %w", err)
 	}
 	if found && latest.Epoch > epoch {
-		return Manifest{}, Stats{}, fmt.Errorf("snapshot at epoch %d: %w: latest is %d-%d", epoch, ErrFenced, latest.Epoch, latest.Seq)
+		return Manifest{}, Stats{}, up, fmt.Errorf("snapshot at epoch %d: %w: latest is %d-%d", epoch, ErrFenced, latest.Epoch, latest.Seq)
 	}
 	if err := s.seenFence(epoch); err != nil {
-		return Manifest{}, Stats{}, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
+		return Manifest{}, Stats{}, up, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
 	}
 	seq := int64(1)
 	if found && latest.Epoch == epoch {
 		seq = latest.Seq + 1
 	}
 
-	up := &uploads{known: maps.Clone(s.known), inflight: make(map[string]chan struct{}),
-		reuseAfter: start.Add(-s.cfg.Grace / 2)}
-	if up.known == nil {
-		up.known = make(map[string]struct{})
-	}
-	if s.cfg.StoredBytesLimit != nil {
-		if up.limit = s.cfg.StoredBytesLimit(); up.limit > 0 && s.stored.Load() < 0 {
-			if err := s.measure(ctx); err != nil {
-				return Manifest{}, Stats{}, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
-			}
-		}
-	}
-	up.base = s.stored.Load()
-
 	m, hashes, st, err := s.collect(ctx, up)
 	if err != nil {
-		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
+		return Manifest{}, st, up, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
 	}
 	m.Epoch, m.Seq, m.Time, m.Region = epoch, seq, s.cfg.Now().UTC(), s.cfg.Region
 	// Collect may delete a blob this snapshot relies on once Grace/2 has passed since it started; the
 	// manifest, which protects them, must exist before then.
 	if took := s.cfg.Now().Sub(start); took > s.cfg.Grace/2 {
-		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: took %v, more than half the gc grace period %v: %w", epoch, took, s.cfg.Grace, ErrTooSlow)
+		return Manifest{}, st, up, fmt.Errorf("snapshot at epoch %d: took %v, more than half the gc grace period %v: %w", epoch, took, s.cfg.Grace, ErrTooSlow)
 	}
 
 	key, size, err := s.writeManifest(ctx, &m, up)
 	if err != nil {
-		return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
+		return Manifest{}, st, up, fmt.Errorf("snapshot at epoch %d: %w", epoch, err)
 	}
 	grown, err := s.commit(ctx, m, key)
 	if err != nil {
@@ -353,19 +410,19 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 				s.cfg.Logger.Warn("snapshot: removing fenced manifest", "key", key, "err", derr)
 			}
 		}
-		return Manifest{}, st, fmt.Errorf("snapshot %d-%d: %w", m.Epoch, m.Seq, err)
+		return Manifest{}, st, up, fmt.Errorf("snapshot %d-%d: %w", m.Epoch, m.Seq, err)
 	}
 	s.known = hashes // latest names them now
 	s.checkRenewed(ctx, up)
-	if up.base >= 0 {
-		s.stored.Store(up.base + up.added.Load() + size + grown)
+	if up.stored >= 0 {
+		s.stored.Store(up.stored + up.added.Load() + size + grown)
 	}
 	st.Duration = s.cfg.Now().Sub(start)
 	s.cfg.Logger.Info("snapshot committed", "epoch", m.Epoch, "seq", m.Seq, "files", st.Files,
 		"dirs", st.Dirs, "symlinks", st.Symlinks, "bytes", st.Bytes, "files_hashed", st.FilesHashed,
 		"files_uploaded", st.FilesUploaded, "bytes_uploaded", st.BytesUploaded, "skipped", st.Skipped,
 		"duration", st.Duration)
-	return m, st, nil
+	return m, st, up, nil
 }
 
 // writeManifest stores m create-only, taking the next seq if its key is already taken (by a concurrent
@@ -395,7 +452,7 @@ func (s *Snapshotter) writeManifest(ctx context.Context, m *Manifest, up *upload
 }
 
 // commit points latest at the manifest with a compare-and-set, refusing with ErrFenced when latest
-// holds a newer epoch, or another region's latest does (checkRegions). A lost race (ErrPrecondition) is
+// holds a newer epoch, or the fence does (fence.go), or another region's latest does (checkRegions). A lost race (ErrPrecondition) is
 // retried from the read. It returns by how many bytes latest grew.
 func (s *Snapshotter) commit(ctx context.Context, m Manifest, key string) (int64, error) {
 	data, err := json.Marshal(pointer{Epoch: m.Epoch, Seq: m.Seq, Manifest: key, Time: m.Time, Region: s.cfg.Region})
@@ -403,6 +460,11 @@ func (s *Snapshotter) commit(ctx context.Context, m Manifest, key string) (int64
 		return 0, err
 	}
 	if err := s.checkRegions(ctx, m.Epoch); err != nil {
+		return 0, err
+	}
+	// After the manifest is written and before latest moves: a reclaim that raised the fence after this
+	// read lists the manifest, and one that raised it before is seen here.
+	if err := s.checkFence(ctx, m.Epoch); err != nil {
 		return 0, err
 	}
 	for range commitAttempts {

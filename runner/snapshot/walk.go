@@ -112,6 +112,15 @@ func (s *Snapshotter) collect(ctx context.Context, up *uploads) (Manifest, map[s
 		return s.file(ctx, up, cache, jobs[i])
 	})
 	if err != nil {
+		// The hashes taken are right: keep them, so that a second attempt (Snapshot under the
+		// stored-bytes limit) does not read the files again.
+		if s.cache == nil {
+			s.cache = make(map[cacheKey]cached)
+		}
+		cache.Range(func(k, v any) bool {
+			s.cache[k.(cacheKey)] = v.(cached)
+			return true
+		})
 		return Manifest{}, nil, st, err
 	}
 
@@ -337,6 +346,9 @@ func (s *Snapshotter) tryFile(ctx context.Context, up *uploads, cache *sync.Map,
 	e.MTime = info.ModTime().UnixNano()
 	e.Size = size
 	e.SHA256 = sha
+	if err := up.charge(sha, size); err != nil {
+		return err
+	}
 	return s.ensureBlob(ctx, up, j, data)
 }
 
@@ -456,10 +468,19 @@ type uploads struct {
 	inflight map[string]chan struct{}
 	// reuseAfter: a stored blob last written before it is written again rather than reused.
 	reuseAfter time.Time
-	// limit caps base + added (<= 0: no cap); base is the stored bytes before this snapshot (-1 unknown),
-	// added the bytes of new blobs uploaded or being uploaded.
-	limit, base int64
-	added       atomic.Int64
+	// limit (<= 0: no cap) caps stored + added: stored is the bytes under the prefix before this
+	// snapshot (-1 unknown), added the bytes of new blobs uploaded or being uploaded.
+	limit, stored int64
+	added         atomic.Int64
+	// projected (after a reclaim): limit caps instead base + the bytes of the blobs the snapshot names
+	// that are not pinned, each counted once (charged): base is what the store keeps whatever the
+	// snapshot names (reclaimed.pinned), so the sum is what it keeps once this snapshot is committed and
+	// the blobs of the previous one that it no longer names are reclaimed. Guarded by mu.
+	projected    bool
+	base         int64
+	pinned       map[string]struct{}
+	charged      map[string]struct{}
+	chargedBytes int64
 	// renewed are the files whose old blob was written again (under mu).
 	renewed []*fileJob
 }
@@ -502,20 +523,51 @@ func (s *Snapshotter) reupload(ctx context.Context, j *fileJob, key string) erro
 	return s.cfg.Store.Put(ctx, key, v, j.entry.Size)
 }
 
-// reserve counts n more bytes of new blobs, refusing when they would take the store past the limit.
+// reserve counts n more bytes of new blobs, refusing when they would take the store past the limit
+// (not when projected: charge decides).
 func (u *uploads) reserve(n int64) error {
 	added := u.added.Add(n)
-	if u.limit <= 0 || u.base+added <= u.limit {
+	if u.limit <= 0 || u.projected || u.stored+added <= u.limit {
 		return nil
 	}
 	u.added.Add(-n)
-	return quotaError(u.base, added, u.limit)
+	return quotaError(u.stored, added, u.limit)
+}
+
+// charge counts, when projected, the n bytes of the blob sha the snapshot names, once, unless pinned,
+// refusing when the total would pass the limit.
+func (u *uploads) charge(sha string, n int64) error {
+	if !u.projected || u.limit <= 0 {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, pinned := u.pinned[sha]
+	_, seen := u.charged[sha]
+	if pinned || seen {
+		return nil
+	}
+	u.charged[sha] = struct{}{}
+	u.chargedBytes += n
+	if u.base+u.chargedBytes > u.limit {
+		return quotaError(u.base, u.chargedBytes, u.limit)
+	}
+	return nil
 }
 
 // fits checks that n more bytes (the manifest) keep the store within the limit.
 func (u *uploads) fits(n int64) error {
-	if added := u.added.Load() + n; u.limit > 0 && u.base+added > u.limit {
-		return quotaError(u.base, added, u.limit)
+	if u.limit <= 0 {
+		return nil
+	}
+	base, adding := u.stored, u.added.Load()+n
+	if u.projected {
+		u.mu.Lock()
+		base, adding = u.base, u.chargedBytes+n
+		u.mu.Unlock()
+	}
+	if base+adding > u.limit {
+		return quotaError(base, adding, u.limit)
 	}
 	return nil
 }
