@@ -18,9 +18,11 @@ import (
 var ErrWorkspaceFull = errors.New("the workspace is over its size limit")
 
 // diskGuard bounds the bytes under the workspace (the quota's max_workspace_bytes). RLIMIT_FSIZE caps any
-// one file a command writes; the guard caps their sum: a command or upload is refused while the workspace
-// (plus the uploads in flight) is over the limit, and a running command is killed within diskPoll of
-// taking it over. Usage is the allocated size, each entry counted as at least entryBytes so that inodes
+// one file a command writes; the guard caps their sum: an upload is refused while the workspace (plus the
+// uploads in flight) would be over the limit, and a running command is killed within diskPoll of taking
+// it over. Commands still start while the workspace is over, so that it can always be cleaned with rm
+// from exec (issue #21): such a command is killed once the workspace grows past the least it has been
+// since the command started (or past the limit, once back under it), so it may free space but not write. Usage is the allocated size, each entry counted as at least entryBytes so that inodes
 // are bounded too, measured by a walk through os.Root (one level at a time: no path is too long to count
 // and no directory swapped for a symlink leads outside) that is cached for diskCache. A walk that fails
 // counts as over the limit.
@@ -86,10 +88,11 @@ func walkUsage(dir string) (int64, error) {
 	return n, err
 }
 
-// check refuses with resource_exhausted when the workspace (plus extra bytes about to be written) is over
-// its limit.
+// check refuses with resource_exhausted a write (a mkdir) while the workspace is over its limit.
 func (g *diskGuard) check() error { return g.checkWith(0) }
 
+// checkWith refuses with resource_exhausted when the workspace plus extra bytes about to be written (an
+// upload's) would be over its limit.
 func (g *diskGuard) checkWith(extra int64) error {
 	limit := g.limit()
 	if limit <= 0 {
@@ -101,11 +104,13 @@ func (g *diskGuard) checkWith(extra int64) error {
 	return nil
 }
 
-// watch cancels ctx's command (through cancel) once the workspace passes its limit, until ctx ends.
+// watch cancels ctx's command (through cancel) once the workspace passes its limit, or, while it is
+// over, grows past the least it has been since the watch began, until ctx ends.
 func (g *diskGuard) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 	if g.limit() <= 0 {
 		return
 	}
+	floor := g.usage(diskPoll / 2)
 	t := time.NewTicker(diskPoll)
 	defer t.Stop()
 	for {
@@ -117,7 +122,9 @@ func (g *diskGuard) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 		// Every running command and process has a watcher, all ticking each diskPoll: a measurement of
 		// the last half poll serves them all, so the workspace (whose entries the tenant multiplies) is
 		// walked at most twice a poll whatever their number, not once per watcher.
-		if limit := g.limit(); limit > 0 && g.usage(diskPoll/2) > limit {
+		used := g.usage(diskPoll / 2)
+		floor = min(floor, used)
+		if limit := g.limit(); limit > 0 && used > max(limit, floor) {
 			cancel(ErrWorkspaceFull)
 			return
 		}

@@ -97,11 +97,6 @@ func (a *api) execSpec(er wire.ExecRequest) (isolate.Spec, error) {
 // unavailable.
 func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
 	release, err := a.r.takeExec()
-	if err == nil {
-		if err = a.r.disk.check(); err != nil {
-			release()
-		}
-	}
 	if err != nil {
 		a.r.metrics.execs.WithLabelValues(outcomeError).Inc()
 		return isolate.Result{ExitCode: -1}, err

@@ -57,17 +57,23 @@ func TestSandboxLimitsFromGrant(t *testing.T) {
 		if killed.Code != wire.ResourceExhausted {
 			t.Fatalf("a command filling the workspace: %+v", killed)
 		}
-		_, werr := exec(t, "true", http.StatusTooManyRequests)
+		// Over the limit, a write still fails: killed once the workspace grows (sleep: past a poll).
+		_, werr := exec(t, "head -c 200000 /dev/zero > more; sleep 3; echo survived", http.StatusTooManyRequests)
 		if werr.Code != wire.ResourceExhausted || !strings.Contains(werr.Message, "max_workspace_bytes") {
-			t.Fatalf("a command in a full workspace: %+v", werr)
+			t.Fatalf("a write in a full workspace: %+v", werr)
 		}
-		for _, f := range []string{"f1", "f2", "f3", "f4"} {
-			resp := h.do(t, http.MethodDelete, "/v1/sandbox/files?path="+f, nil, grant...)
-			resp.Body.Close()
+		// Issue #21 item 9: a full workspace can be cleaned from exec (before, every command was
+		// refused while it was over, rm included, and only the files API could free space).
+		if res, werr := exec(t, "rm -f f1 f2 more && echo removed", http.StatusOK); strings.TrimSpace(res.Stdout) != "removed" {
+			t.Fatalf("rm in a full workspace: %+v %+v", res, werr)
 		}
-		time.Sleep(2500 * time.Millisecond) // the usage cache
-		if res, _ := exec(t, "echo ok", http.StatusOK); strings.TrimSpace(res.Stdout) != "ok" {
-			t.Fatalf("after deleting: %+v", res)
+		if res, werr := exec(t, "head -c 1000000 /dev/zero > g; sleep 2; echo ok", http.StatusOK); strings.TrimSpace(res.Stdout) != "ok" {
+			t.Fatalf("a write after rm: %+v %+v", res, werr)
+		}
+		// A write over the limit is still killed.
+		_, werr = exec(t, "head -c 3000000 /dev/zero > h; sleep 3; echo survived", http.StatusTooManyRequests)
+		if werr.Code != wire.ResourceExhausted {
+			t.Fatalf("a write past the limit after rm: %+v", werr)
 		}
 	})
 }
@@ -104,8 +110,10 @@ print('ok')"`)
 		}
 		exec(t, "head -c 12000000 /dev/zero > big2") // allowed, or killed by the guard
 		time.Sleep(2500 * time.Millisecond)          // the usage cache
-		if code, _ := exec(t, "true"); code != http.StatusTooManyRequests {
-			t.Fatalf("24 MB under a 16 MiB limit, half of it under a path longer than PATH_MAX: status %d", code)
+		resp := h.do(t, http.MethodPost, "/v1/sandbox/files/mkdir?path=d", nil, grant...)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("24 MB under a 16 MiB limit, half of it under a path longer than PATH_MAX: mkdir status %d", resp.StatusCode)
 		}
 	})
 }
