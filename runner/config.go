@@ -137,6 +137,9 @@ type ModelConfig struct {
 	// Grace is what a session may spend, in microdollars, while the ledger cannot be reached (its usage
 	// is spooled and recorded later); 0 disables.
 	Grace int64
+	// AllowFields and AllowBetas are the operator's additions to what the model proxy forwards
+	// (modelproxy.Config.AllowFields, AllowBetas): top-level request fields and anthropic-beta values.
+	AllowFields, AllowBetas []string
 }
 
 // Defaults.

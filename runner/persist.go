@@ -37,7 +37,7 @@ func (r *Runner) buildAgent() error {
 	proxy, err := modelproxy.New(modelproxy.Config{
 		Upstream: mc.Upstream, APIKey: mc.APIKey, Reserver: mc.Reserver, Prices: prices, Grace: mc.Grace,
 		Logger: r.log.With("component", "modelproxy"), Now: r.cfg.Now, Metrics: r.metrics.reg,
-		RequireTurn: true,
+		RequireTurn: true, AllowFields: mc.AllowFields, AllowBetas: mc.AllowBetas,
 	})
 	if err != nil {
 		return fmt.Errorf("model proxy: %w", err)

@@ -98,6 +98,9 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&home, "home", "", "the agent's home directory (transcripts), required with -claude-cli")
 	fs.StringVar(&upstream, "model-upstream", "https://api.anthropic.com", "model API the proxy forwards to; the key is read from $"+modelKeyEnv)
 	fs.StringVar(&defaultModel, "default-model", "", "model used when neither client nor token names one")
+	var allowFields, allowBetas multiFlag
+	fs.Var(&allowFields, "model-allow-field", "top-level Messages API request field the model proxy forwards besides its known ones (repeatable; e.g. with -runner-arg on the scheduler); mcp_servers, speed, inference_geo and container cannot be allowed")
+	fs.Var(&allowBetas, "model-allow-beta", "anthropic-beta value the model proxy forwards besides the pinned CLI's (repeatable); enable only betas billed as tokens that reach nothing on the caller's behalf")
 	fs.StringVar(&notice, "model-notice", "", "notice shown to clients in control ready (e.g. a demo model answers)")
 	fs.Func("agent-env", "K=V added to the agent's environment (repeatable)", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
@@ -208,6 +211,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cfg.Model = &runner.ModelConfig{
 			CLIPath: claudeCLI, Home: home, Upstream: upstream, APIKey: modelKey, Reserver: sp,
 			Env: agentEnv, DefaultModel: defaultModel, Notice: notice, Grace: grace, Prices: prices,
+			AllowFields: allowFields, AllowBetas: allowBetas,
 		}
 	}
 	switch {

@@ -56,17 +56,17 @@ func spendGrace(t *testing.T, e *env, token string, grace int64) (calls int, cos
 	price := e.prices.Lookup(model)
 	worst := billing.Price{Input: price.MaxInput(), Output: price.Output}
 	for {
-		before := len(e.ms.Requests())
+		before := len(e.modelCalls())
 		resp, b := post(t, e.url, "/v1/messages", token, "plain", body(model, 1000, true))
 		if resp.StatusCode == http.StatusPaymentRequired {
 			wantRefusal(t, resp, b, "metering is unavailable")
-			if n := len(e.ms.Requests()); n != before {
+			if n := len(e.modelCalls()); n != before {
 				t.Errorf("the refused call reached the model")
 			}
 			break
 		}
 		wantStatus(t, resp, b, http.StatusOK)
-		reqs := e.ms.Requests()
+		reqs := e.modelCalls()
 		fwd := reqs[len(reqs)-1]
 		left := grace - cost
 		if w := worst.Cost(billing.TokenUsage{InputTokens: int64(len(fwd.Body)), OutputTokens: int64(fwd.MaxTokens)}); fwd.MaxTokens >= 1000 || w > left {

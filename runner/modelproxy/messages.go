@@ -36,6 +36,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 	}
 	pl.want = max(1, pl.worst.Cost(billing.TokenUsage{InputTokens: pl.inBytes, OutputTokens: pl.maxTokens}))
 	log := p.log.With("session", s.id, "model", req.model)
+	pl.count = func(ctx context.Context) (int64, error) { return p.countedInputBound(ctx, r, req) }
 
 	a, ok := p.admit(w, r, s, log, pl)
 	if !ok {
@@ -45,7 +46,8 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 	holdID, granted, fwdMax := a.holdID, a.granted, a.maxTokens
 	log = log.With("hold", holdID)
 	fwdBody, err := req.withLimits(fwdMax, a.thinking)
-	if err == nil && pl.worst.Cost(billing.TokenUsage{InputTokens: int64(len(fwdBody)), OutputTokens: fwdMax}) > granted {
+	if err == nil && (len(fwdBody) > len(body)+bodySlack ||
+		pl.worst.Cost(billing.TokenUsage{InputTokens: a.inBound, OutputTokens: fwdMax}) > granted) {
 		err = errors.New("the request cannot be bounded within its reservation")
 	}
 	if err != nil {
@@ -134,19 +136,45 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request, s *session
 
 // plan is what a call may cost: its worst case, and how to bound it.
 type plan struct {
-	acct           billing.Account
-	limit          int64
-	worst          billing.Price // the model's highest input price, and its output price
-	inBytes        int64         // the forwarded body's size bound: at least its input tokens
-	maxTokens      int64         // the agent's max_tokens, or DefaultMaxTokens
-	thinkingBudget int64         // thinking.budget_tokens of extended thinking, else 0
-	want           int64         // the worst case in microdollars
+	acct  billing.Account
+	limit int64
+	worst billing.Price // the model's highest input price, and its output price
+	// inBytes bounds the call's input tokens: the forwarded body's size bound (a token is at least a
+	// byte), or, once counted, the upstream's count with a margin (countedInputBound), if lower.
+	inBytes        int64
+	maxTokens      int64 // the agent's max_tokens, or DefaultMaxTokens
+	thinkingBudget int64 // thinking.budget_tokens of extended thinking, else 0
+	want           int64 // the worst case in microdollars, by the byte bound
+	// count asks the upstream for a tighter input bound; nil once asked (or in tests of bound).
+	count func(context.Context) (int64, error)
+}
+
+// fit bounds the call to granted microdollars like bound. When not even a minimal answer fits under the
+// byte bound of its input and mayCount is set (the call would be refused otherwise, not wait for sibling
+// calls to settle), it asks the upstream to count the input (once per call) and tries again with that
+// bound: near the end of a budget a call whose input fits is not refused for the looseness of the byte
+// bound. A count that fails leaves the byte bound.
+func (pl *plan) fit(ctx context.Context, log *slog.Logger, granted int64, mayCount bool) (maxTokens, thinking int64, ok bool) {
+	if maxTokens, thinking, ok = pl.bound(granted); ok || pl.count == nil || !mayCount {
+		return maxTokens, thinking, ok
+	}
+	counted, err := pl.count(ctx)
+	pl.count = nil
+	if err != nil {
+		log.Warn("cannot count the input tokens: keeping the byte bound", "err", err)
+		return 0, 0, false
+	}
+	if counted < pl.inBytes {
+		log.Info("budget nearly spent: bounding the input by its count", "bytes", pl.inBytes, "counted", counted)
+		pl.inBytes = counted
+	}
+	return pl.bound(granted)
 }
 
 // bound fits the call into granted microdollars: the max_tokens (and, with extended thinking,
 // budget_tokens, which must stay below it) to forward. ok is false when not even a minimal answer fits.
 func (pl plan) bound(granted int64) (maxTokens, thinking int64, ok bool) {
-	if granted >= pl.want {
+	if granted >= pl.want { // want is by the byte bound, never below the counted one
 		return pl.maxTokens, 0, true
 	}
 	maxTokens = min(pl.maxTokens, fitOutput(pl.worst, pl.inBytes, granted))
@@ -167,6 +195,7 @@ type admission struct {
 	key       string // the account's key in Proxy.holds
 	holdID    string
 	granted   int64
+	inBound   int64 // the input token bound the call was fitted with (plan.inBytes)
 	maxTokens int64
 	thinking  int64 // the budget_tokens to forward; 0 to leave thinking alone
 	// grace: the ledger was unavailable and the session's grace allowance took the call; holdID was never
@@ -198,14 +227,15 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *session, log *s
 		case err != nil && ctx.Err() != nil:
 			return admission{}, false // the agent left; a failed Reserve holds nothing
 		case errors.Is(err, billing.ErrUnavailable):
-			return p.admitGrace(w, s, log, pl, key, err)
+			return p.admitGrace(ctx, w, s, log, pl, key, err)
 		case err != nil && !errors.Is(err, billing.ErrBudgetExceeded):
 			p.m.reservations.WithLabelValues(reserveError).Inc()
 			log.Error("cannot reserve budget: refusing the call", "err", err)
 			p.refuse(w, s, log, false, "ledger unavailable")
 			return admission{}, false
 		case err == nil:
-			if maxTokens, thinking, ok := pl.bound(granted); ok {
+			last := p.holds.count(key) == 0 || time.Now().After(deadline) // refused, not waiting, if it does not fit
+			if maxTokens, thinking, ok := pl.fit(ctx, log, granted, last); ok {
 				p.holds.add(key)
 				if granted < pl.want {
 					p.m.reservations.WithLabelValues(reserveClamped).Inc()
@@ -214,7 +244,7 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *session, log *s
 				} else {
 					p.m.reservations.WithLabelValues(reserveGranted).Inc()
 				}
-				return admission{key: key, holdID: holdID, granted: granted, maxTokens: maxTokens, thinking: thinking}, true
+				return admission{key: key, holdID: holdID, granted: granted, inBound: pl.inBytes, maxTokens: maxTokens, thinking: thinking}, true
 			}
 			p.release(ctx, log, holdID)
 		}
@@ -253,15 +283,15 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *session, log *s
 // the event once), which a spool keeps on disk until the ledger is back. When the grace cannot take even a
 // minimal answer the call is refused as before: 402, MeteringUnavailable. ok is false when an answer was
 // written.
-func (p *Proxy) admitGrace(w http.ResponseWriter, s *session, log *slog.Logger, pl plan, key string, cause error) (admission, bool) {
+func (p *Proxy) admitGrace(ctx context.Context, w http.ResponseWriter, s *session, log *slog.Logger, pl plan, key string, cause error) (admission, bool) {
 	if held, epoch := s.takeGrace(p.grace, pl.want); held > 0 {
-		if maxTokens, thinking, ok := pl.bound(held); ok {
+		if maxTokens, thinking, ok := pl.fit(ctx, log, held, true); ok {
 			p.holds.add(key) // counted like a hold, so that serveMessages's done balances
 			p.m.reservations.WithLabelValues(reserveGrace).Inc()
 			holdID := newHoldID()
 			log.Warn("ledger unavailable: the call goes ahead on the session's grace allowance", "err", cause,
 				"hold", holdID, "want", pl.want, "granted", held, "max_tokens", pl.maxTokens, "clamped_to", maxTokens)
-			return admission{key: key, holdID: holdID, granted: held, maxTokens: maxTokens, thinking: thinking,
+			return admission{key: key, holdID: holdID, granted: held, inBound: pl.inBytes, maxTokens: maxTokens, thinking: thinking,
 				grace: true, graceEpoch: epoch}, true
 		}
 		s.endGrace(held, 0, epoch)

@@ -12,9 +12,10 @@ import (
 	"github.com/warren-mesh/warren/billing"
 )
 
-// CLIBetas are the anthropic-beta values the pinned Claude Code CLI (2.1.330) sends on its ordinary calls,
-// with a named model and with its default one (TestCLISendsOnlyAllowedBetas keeps this list true). They change neither what a call may reach nor how
-// it is billed, so they are always allowed; Config.AllowBetas adds others.
+// CLIBetas are the anthropic-beta values the pinned Claude Code CLI (2.1.330) sends, in every permission
+// mode, with a named model and with its default one, from its subagents and when it compacts
+// (TestCLIModesPassThePolicy keeps this list exact). They change neither what a call may reach nor how it
+// is billed, so they are always allowed; Config.AllowBetas adds others.
 var CLIBetas = []string{
 	"claude-code-20250219",
 	"interleaved-thinking-2025-05-14",
@@ -26,7 +27,50 @@ var CLIBetas = []string{
 	"per-turn-control-2026-07-01",
 	"mid-conversation-tool-changes-2026-07-01",
 	"effort-2025-11-24",
+	// With its default model in plan and auto modes, these two and the "safeguards" field: the API
+	// classifies the model's tool calls as dangerous or not (the CLI asks before running a flagged one).
+	// They can only hold a tool call back, and bill as tokens.
+	"dangerous-tool-use-2026-09-03",
+	"afk-mode-2026-01-31",
 }
+
+// refusedBetas are betas the pinned CLI knows (but did not send in any mode we ran) that the proxy refuses
+// even if an operator lists them, with why; the reason goes into the refusal.
+var refusedBetas = map[string]string{
+	"mcp-servers-2025-12-04":             "the API would reach MCP servers on the caller's behalf",
+	"files-api-2025-04-14":               "files are stored under the platform's key, outside any sandbox",
+	"web-search-2025-03-05":              "web search is billed per search, which Warren does not price",
+	"fast-mode-2026-02-01":               "fast mode is billed above the token prices Warren charges",
+	"context-1m-2025-08-07":              "long contexts are billed above the token prices Warren charges",
+	"extended-cache-ttl-2025-04-11":      "one-hour cache writes are billed above the token prices Warren charges",
+	"advisor-tool-2026-03-01":            "the advisor tool calls another model, billed outside the answer's usage",
+	"message-batches-2024-09-24":         "batches are not metered by the proxy",
+	"managed-agents-2026-04-01":          "managed agents run outside the sandbox",
+	"environments-2025-11-01":            "remote environments run outside the sandbox",
+	"ccr-byoc-2025-07-29":                "remote sessions run outside the sandbox",
+	"mcp-tunnels-2026-06-22":             "the API would reach MCP servers on the caller's behalf",
+	"web-search-results-only-2026-11-15": "web search is billed per search, which Warren does not price",
+}
+
+// KnownFields are the top-level Messages API request fields the proxy forwards: those the pinned CLI sends
+// in any mode (TestCLIModesPassThePolicy) and the API's other documented sampling fields, all of which
+// change only what the model answers, within the tokens it is billed for. Any other top-level field is
+// refused (400 naming it) unless Config.AllowFields lists it; gatedKeys are refused always.
+var KnownFields = []string{
+	"model", "messages", "max_tokens", "system", "metadata", "stream", "tools", "tool_choice", "thinking",
+	"stop_sequences", "temperature", "top_k", "top_p",
+	"context_management", // clears old thinking and tool results: less input
+	"output_config",      // effort and structured output
+	"output_format",      // structured output, its older place
+	"safeguards",         // the dangerous-tool-use classifier (plan and auto modes)
+	"service_tier",       // "auto" and "standard_only" only (serviceTiers)
+}
+
+// serviceTiers are the service_tier values forwarded. Both are priced at the price table's (standard)
+// prices: "standard_only" is standard capacity, and "auto" is what a call without the field gets anyway
+// (priority capacity only for an organisation that bought a priority commitment, which the operator pays
+// for up front). Any other value ("priority", "batch", ...) is refused: Warren has no price for it.
+var serviceTiers = []string{"auto", "standard_only"}
 
 // Rate defaults: a session's calls per minute, each a token bucket holding a quarter of a minute's worth.
 const (
@@ -44,10 +88,22 @@ const (
 type policy struct {
 	betas       []string // allowed anthropic-beta values
 	serverTools []string // allowed tool type prefixes
+	fields      []string // allowed top-level request fields
 }
 
-func newPolicy(cfg Config) policy {
-	return policy{betas: append(slices.Clone(CLIBetas), cfg.AllowBetas...), serverTools: slices.Clone(cfg.AllowServerTools)}
+func newPolicy(cfg Config) (policy, error) {
+	for _, f := range cfg.AllowFields {
+		if slices.Contains(gatedKeys, f) {
+			return policy{}, fmt.Errorf("allowed field %q: it is never forwarded (it reaches out or bills beyond tokens): %w", f, ErrInvalidConfig)
+		}
+	}
+	for _, b := range cfg.AllowBetas {
+		if why, ok := refusedBetas[b]; ok {
+			return policy{}, fmt.Errorf("allowed beta %q: it is never forwarded (%s): %w", b, why, ErrInvalidConfig)
+		}
+	}
+	return policy{betas: append(slices.Clone(CLIBetas), cfg.AllowBetas...), serverTools: slices.Clone(cfg.AllowServerTools),
+		fields: append(slices.Clone(KnownFields), cfg.AllowFields...)}, nil
 }
 
 // AllowsBeta reports whether the proxy forwards calls carrying the anthropic-beta value b (CLIBetas and
@@ -56,8 +112,9 @@ func newPolicy(cfg Config) policy {
 func (p *Proxy) AllowsBeta(b string) bool { return slices.Contains(p.policy.betas, b) }
 
 // check refuses a call the proxy must not forward: a query other than the SDK's beta=true, an
-// anthropic-beta value not allowed, a model the session's token does not allow, a server tool not allowed
-// or a gated field (mcp_servers, speed, inference_geo, container). Nothing refused reaches the upstream.
+// anthropic-beta value not allowed, a model the session's token does not allow, a server tool not allowed,
+// a gated field (mcp_servers, speed, inference_geo, container), a top-level field not allowed or a
+// service_tier Warren has no price for. Nothing refused reaches the upstream.
 func (pol policy) check(r *http.Request, req *messagesRequest, models []string) *apiError {
 	if q := r.URL.RawQuery; q != "" && q != "beta=true" {
 		e := badRequest("query parameters other than beta=true are not accepted")
@@ -66,7 +123,11 @@ func (pol policy) check(r *http.Request, req *messagesRequest, models []string) 
 	for _, v := range r.Header.Values("Anthropic-Beta") {
 		for b := range strings.SplitSeq(v, ",") {
 			if b = strings.TrimSpace(b); b != "" && !slices.Contains(pol.betas, b) {
-				e := badRequest(fmt.Sprintf("anthropic-beta %q is not enabled on this platform", b))
+				msg := fmt.Sprintf("anthropic-beta %q is not enabled on this platform", b)
+				if why, ok := refusedBetas[b]; ok {
+					msg += ": " + why
+				}
+				e := badRequest(msg)
 				return &e
 			}
 		}
@@ -86,6 +147,16 @@ func (pol policy) check(r *http.Request, req *messagesRequest, models []string) 
 	}
 	if len(req.gated) > 0 {
 		e := badRequest(fmt.Sprintf("%s is not enabled on this platform", req.gated[0]))
+		return &e
+	}
+	for _, k := range req.keys {
+		if !slices.Contains(pol.fields, k) {
+			e := badRequest(fmt.Sprintf("top-level field %q is not enabled on this platform", k))
+			return &e
+		}
+	}
+	if _, ok := req.fields["service_tier"]; ok && !slices.Contains(serviceTiers, req.serviceTier) {
+		e := badRequest(fmt.Sprintf("service_tier %q is not enabled on this platform (only %s)", req.serviceTier, strings.Join(serviceTiers, ", ")))
 		return &e
 	}
 	return nil

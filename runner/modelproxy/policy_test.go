@@ -2,6 +2,7 @@ package modelproxy_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -411,4 +412,74 @@ func TestQuotaCutStopsSpendWithinSeconds(t *testing.T) {
 	}
 	t.Logf("spent %d µ$ before the cut; the first call refused came %v after it; %d µ$ in all",
 		used, refusedAt.Sub(cutAt).Round(time.Millisecond), ledgerUsage(t, e.ledger).AIMicros)
+}
+
+// withField is a plain request body with one more top-level field (raw JSON after the comma).
+func withField(field string) string {
+	return `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],` + field + `}`
+}
+
+// A top-level field the proxy does not know is refused on both routes with a 400 naming it, and nothing
+// reaches the upstream, unless the operator allows it (Config.AllowFields). The gated fields cannot be
+// allowed.
+func TestUnknownFieldIsRefused(t *testing.T) {
+	e := startEnv(t, modelserver.Options{}, func(c *modelproxy.Config) { c.AllowFields = []string{"x_allowed"} })
+	token := e.proxy.OpenSession("s1", acct, -1)
+	for field, name := range map[string]string{
+		`"fallback_credit_token":"t"`:      "fallback_credit_token",
+		`"thread":{"id":"x"}`:              "thread",
+		`"MODEL":"claude-opus-4-1"`:        "MODEL", // another key to the API: not a way around the model check
+		`"betas":["files-api-2025-04-14"]`: "betas",
+		`"x_allowed_too":1`:                "x_allowed_too",
+	} {
+		for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+			resp, b := callAs(t, e, path, token, withField(field), nil, "")
+			wantAPIError(t, resp, b, http.StatusBadRequest, "invalid_request_error")
+			if want := fmt.Sprintf("top-level field %q is not enabled", name); !strings.Contains(string(b), strings.ReplaceAll(want, `"`, `\"`)) {
+				t.Errorf("%s %s: answer %s does not name the field", path, field, b)
+			}
+		}
+	}
+	noUpstream(t, e)
+	for _, field := range []string{`"x_allowed":{"a":1}`, `"safeguards":[]`, `"output_config":{"effort":"low"}`, `"context_management":{"edits":[]}`, `"top_k":5`} {
+		resp, b := callAs(t, e, "/v1/messages", token, withField(field), nil, "")
+		wantStatus(t, resp, b, http.StatusOK)
+	}
+	for _, gated := range []string{"speed", "mcp_servers"} {
+		_, err := modelproxy.New(modelproxy.Config{Upstream: e.msURL, APIKey: realKey, Reserver: e.ledger, AllowFields: []string{gated}})
+		if !errors.Is(err, modelproxy.ErrInvalidConfig) {
+			t.Errorf("AllowFields %s: %v, want ErrInvalidConfig", gated, err)
+		}
+	}
+	_, err := modelproxy.New(modelproxy.Config{Upstream: e.msURL, APIKey: realKey, Reserver: e.ledger, AllowBetas: []string{"mcp-servers-2025-12-04"}})
+	if !errors.Is(err, modelproxy.ErrInvalidConfig) {
+		t.Errorf("AllowBetas mcp-servers: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// service_tier "auto" and "standard_only" are forwarded as sent and charged at the table's prices; any
+// other tier (priority capacity, which Warren has no price for) or a non-string is refused.
+func TestServiceTier(t *testing.T) {
+	e := startEnv(t, modelserver.Options{})
+	token := e.proxy.OpenSession("s1", acct, -1)
+	for _, tier := range []string{`"priority"`, `"batch"`, `""`, `"AUTO"`, `1`, `null`} {
+		for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+			resp, b := callAs(t, e, path, token, withField(`"service_tier":`+tier), nil, "")
+			wantAPIError(t, resp, b, http.StatusBadRequest, "invalid_request_error")
+		}
+	}
+	noUpstream(t, e)
+	var charged int64
+	for i, tier := range []string{"auto", "standard_only"} {
+		payload := withField(`"service_tier":"` + tier + `"`)
+		resp, b := callAs(t, e, "/v1/messages", token, payload, nil, "")
+		wantStatus(t, resp, b, http.StatusOK)
+		if got := string(e.ms.Requests()[i].Body); got != payload {
+			t.Errorf("forwarded %s, want %s", got, payload)
+		}
+		charged += e.prices.Lookup("claude-sonnet-4-5").Cost(usageOf(t, b))
+	}
+	waitFor(t, func() bool { return ledgerUsage(t, e.ledger).AIMicros == charged }, func() string {
+		return fmt.Sprintf("charged %d µ$, want %d (standard prices)", ledgerUsage(t, e.ledger).AIMicros, charged)
+	})
 }

@@ -77,8 +77,13 @@ type Config struct {
 	Metrics prometheus.Registerer
 
 	// AllowBetas are anthropic-beta values allowed besides CLIBetas; any other is refused (400). Enable
-	// only betas that neither reach out on the caller's behalf nor bill beyond tokens.
+	// only betas that neither reach out on the caller's behalf nor bill beyond tokens; the ones known to do
+	// either (refusedBetas: mcp-servers-*, files-api-*, fast-mode-*, context-1m-*, ...) cannot be allowed.
 	AllowBetas []string
+	// AllowFields are top-level request fields allowed besides KnownFields; any other is refused (400
+	// naming it). The gated ones (mcp_servers, speed, inference_geo, container) cannot be allowed. Enable
+	// only fields that neither reach out on the caller's behalf nor bill beyond tokens.
+	AllowFields []string
 	// AllowServerTools are tool type prefixes (e.g. "tool_search_tool_") allowed in a request's tools; any
 	// other typed tool (web_search_*, code_execution_*, web_fetch_*, bash_*, ...) is refused (400). Warren
 	// prices tokens only: enable only tools billed wholly as tokens.
@@ -159,6 +164,10 @@ func New(cfg Config) (*Proxy, error) {
 		client.Transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	pol, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, err
@@ -182,7 +191,7 @@ func New(cfg Config) (*Proxy, error) {
 		m:           m,
 		done:        make(chan struct{}),
 		sess:        sessions{byID: map[string]*session{}, byToken: map[[32]byte]*session{}},
-		policy:      newPolicy(cfg),
+		policy:      pol,
 		dearest:     dearest(cfg.Prices),
 		requireTurn: cfg.RequireTurn,
 	}
@@ -408,13 +417,18 @@ func removeHopHeaders(h http.Header) {
 	}
 }
 
-// upstreamRequest is r sent to the upstream with body and the real key. The agent's headers pass
-// (anthropic-version, anthropic-beta, ...) except its credentials, cookies, hop-by-hop headers and
+// upstreamRequest is r sent to the upstream with body and the real key, to r's path. The agent's headers
+// pass (anthropic-version, anthropic-beta, ...) except its credentials, cookies, hop-by-hop headers and
 // Accept-Encoding: the transport negotiates compression itself and hands the proxy plain bytes to read
 // usage from.
 func (p *Proxy) upstreamRequest(ctx context.Context, r *http.Request, body []byte) *http.Request {
+	return p.upstreamRequestTo(ctx, r, r.URL.Path, body)
+}
+
+// upstreamRequestTo is upstreamRequest to another path of the API (the proxy's own count_tokens call).
+func (p *Proxy) upstreamRequestTo(ctx context.Context, r *http.Request, path string, body []byte) *http.Request {
 	u := *p.upstream
-	u.Path += r.URL.Path
+	u.Path += path
 	u.RawPath = ""
 	u.RawQuery = r.URL.RawQuery
 	h := r.Header.Clone()

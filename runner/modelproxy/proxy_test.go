@@ -130,6 +130,18 @@ func startEnv(t testing.TB, opts modelserver.Options, mod ...func(*modelproxy.Co
 	return &env{ms: ms, msURL: msURL, ledger: ledger, lpath: lpath, proxy: p, url: url, prices: cfg.Prices, rec: rec, reg: reg}
 }
 
+// modelCalls are the upstream's /v1/messages requests: what the model answered, without the proxy's own
+// count_tokens calls.
+func (e *env) modelCalls() []modelserver.Request {
+	var out []modelserver.Request
+	for _, r := range e.ms.Requests() {
+		if r.Path == "/v1/messages" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // body is a Messages API request; maxTokens < 0 leaves max_tokens out.
 func body(model string, maxTokens int, stream bool) string {
 	mt := ""
@@ -473,6 +485,9 @@ func checkHonoured(t testing.TB, e *env) {
 	}
 	clamped := 0
 	for i, r := range reqs {
+		if r.Path != "/v1/messages" {
+			continue // the proxy's own count_tokens calls
+		}
 		if out := usageOf(t, answers[i]).OutputTokens; out > int64(r.MaxTokens) {
 			t.Fatalf("answer %d reported %d output tokens over max_tokens %d", i, out, r.MaxTokens)
 		}
@@ -554,11 +569,74 @@ func TestTooLittleLeftIsRefused(t *testing.T) {
 	token := e.proxy.OpenSession("s1", acct, 1) // 1 µ$: less than the input of any request
 	resp, b := post(t, e.url, "/v1/messages", token, "plain", body("claude-sonnet-4-5", 100, true))
 	wantRefusal(t, resp, b, "budget")
-	if n := len(e.ms.Requests()); n != 0 {
-		t.Errorf("%d upstream requests, want none", n)
+	if n := len(e.modelCalls()); n != 0 {
+		t.Errorf("%d upstream model calls, want none", n)
 	}
 	if l := ledgerUsage(t, e.ledger); l != (billing.Usage{}) {
 		t.Errorf("ledger %+v after a refusal", l)
+	}
+}
+
+// Near the end of a budget a call whose input the byte bound overstates is not refused: the proxy counts
+// its input upstream (count_tokens, free) and lowers max_tokens to what is left after the counted input.
+// What it spends stays within the budget; a call whose counted input does not fit is still refused. (Before
+// the count, the first call was refused with nothing spent.)
+func TestSmallBudgetCountsTheInput(t *testing.T) {
+	e := startEnv(t, modelserver.Options{})
+	payload := fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":4000,"stream":true,"messages":[{"role":"user","content":%q}]}`, strings.Repeat("a", 20_000))
+	price := e.prices.Lookup("claude-sonnet-4-5")
+	byteBound := price.MaxInput() * int64(len(payload)) / 1_000_000
+	const limit = 40_000
+	if byteBound <= limit {
+		t.Fatalf("the byte bound %d µ$ fits the limit: the test needs it not to", byteBound)
+	}
+	token := e.proxy.OpenSession("s1", acct, limit)
+	resp, b := post(t, e.url, "/v1/messages", token, "plain", payload)
+	wantStatus(t, resp, b, http.StatusOK)
+	calls := e.modelCalls()
+	if len(calls) != 1 || len(e.ms.Requests()) != 2 || e.ms.Requests()[0].Path != "/v1/messages/count_tokens" {
+		t.Fatalf("upstream requests %d, model calls %d: want a count, then the call", len(e.ms.Requests()), len(calls))
+	}
+	if calls[0].MaxTokens >= 4000 || calls[0].MaxTokens < 1 {
+		t.Errorf("forwarded max_tokens %d", calls[0].MaxTokens)
+	}
+	if u := usageOf(t, b); int64(calls[0].MaxTokens)*price.Output+u.InputTokens*price.MaxInput() > limit*1_000_000 {
+		t.Errorf("worst case of the forwarded call (%d input tokens, max_tokens %d) is over the limit", u.InputTokens, calls[0].MaxTokens)
+	}
+	waitFor(t, func() bool { l := ledgerUsage(t, e.ledger); return l.AIMicros > 0 && l.HeldAIMicros == 0 }, func() string {
+		return fmt.Sprintf("ledger %+v", ledgerUsage(t, e.ledger))
+	})
+	if l := ledgerUsage(t, e.ledger); l.AIMicros > limit {
+		t.Errorf("spent %d µ$ of %d", l.AIMicros, limit)
+	}
+
+	// Calls go on until what is left cannot pay for the counted input: then refused, and only the count
+	// went upstream.
+	for i := 0; ; i++ {
+		if i > 10 {
+			t.Fatal("never refused")
+		}
+		n := len(e.modelCalls())
+		resp, b = post(t, e.url, "/v1/messages", token, "plain", payload)
+		if resp.StatusCode == http.StatusPaymentRequired {
+			wantRefusal(t, resp, b, "budget for this window is exhausted")
+			if len(e.modelCalls()) != n {
+				t.Errorf("the refused call reached the model")
+			}
+			break
+		}
+		wantStatus(t, resp, b, http.StatusOK)
+	}
+	if l := ledgerUsage(t, e.ledger); l.AIMicros > limit || l.HeldAIMicros != 0 {
+		t.Errorf("ledger %+v, limit %d µ$", l, limit)
+	}
+	// A budget the byte bound fits asks for no count.
+	e.ms.Reset()
+	token2 := e.proxy.OpenSession("s2", acct, -1)
+	resp, b = post(t, e.url, "/v1/messages", token2, "plain", payload)
+	wantStatus(t, resp, b, http.StatusOK)
+	if n := len(e.ms.Requests()); n != 1 {
+		t.Errorf("%d upstream requests for an unlimited budget, want the call alone", n)
 	}
 }
 

@@ -26,9 +26,10 @@ const (
 // span is a byte range [start, end) of a request body.
 type span struct{ start, end int }
 
-// messagesRequest is what the proxy reads of a Messages API body: only the top-level fields that price
-// and bound the call. Keys are compared exactly, as the API does (encoding/json's case-insensitive field
-// matching would let "MAX_TOKENS" mean one thing here and another upstream).
+// messagesRequest is what the proxy reads of a Messages API body: the top-level keys, and the fields that
+// price and bound the call or that the policy judges. Keys are compared exactly, as the API does
+// (encoding/json's case-insensitive field matching would let "MAX_TOKENS" mean one thing here and another
+// upstream).
 type messagesRequest struct {
 	body      []byte
 	open      int // offset just after the object's '{'
@@ -45,18 +46,24 @@ type messagesRequest struct {
 	// gated are the top-level keys present that change what a call may do or cost beyond its tokens
 	// (gatedKeys), in body order.
 	gated []string
+	// keys are the top-level keys in body order (each once: a repeated key is refused) and fields their
+	// values' spans.
+	keys   []string
+	fields map[string]span
+	// serviceTier is the "service_tier" value; "" when absent.
+	serviceTier string
 }
 
-// gatedKeys are top-level request fields the proxy refuses (policy.go): each makes the API reach out on
-// the caller's behalf or bills beyond the tokens Warren prices.
+// gatedKeys are top-level request fields the proxy refuses (policy.go), with why: each makes the API reach
+// out on the caller's behalf or bills beyond the tokens Warren prices. Config.AllowFields cannot enable them.
 var gatedKeys = []string{"mcp_servers", "speed", "inference_geo", "container"}
 
 // parseMessagesRequest scans an untrusted request body. It fails when the body is not one JSON object,
-// when model, max_tokens, thinking, tools or a gated key appear more than once (the proxy and the API could
-// otherwise read different values), when model is not a string, when max_tokens is not an integer in
-// [0, 2^20], or when tools is not an array of objects each with at most one "type", a string.
+// when a top-level key appears more than once (the proxy and the API could otherwise read different
+// values), when model or service_tier is not a string, when max_tokens is not an integer in [0, 2^20], or
+// when tools is not an array of objects each with at most one "type", a string.
 func parseMessagesRequest(body []byte) (*messagesRequest, error) {
-	r := &messagesRequest{body: body, maxTokens: -1}
+	r := &messagesRequest{body: body, maxTokens: -1, fields: map[string]span{}}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -68,7 +75,6 @@ func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 	}
 	r.open = int(dec.InputOffset())
 	r.empty = true
-	seen := map[string]bool{}
 	for dec.More() {
 		r.empty = false
 		tok, err := dec.Token()
@@ -82,20 +88,13 @@ func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 		}
 		end := int(dec.InputOffset())
 		sp := span{end - len(raw), end}
-		switch key {
-		case "model", "max_tokens", "thinking", "tools":
-		default:
-			if !slices.Contains(gatedKeys, key) {
-				continue
-			}
+		if _, ok := r.fields[key]; ok {
+			return nil, fmt.Errorf("%q appears more than once", key)
 		}
-		if seen[key] {
-			return nil, fmt.Errorf("%s appears more than once", key)
-		}
-		seen[key] = true
 		if sp.start < 0 || !bytes.Equal(body[sp.start:sp.end], raw) {
-			return nil, fmt.Errorf("locate %s", key) // cannot happen with encoding/json; refuse rather than misedit
+			return nil, fmt.Errorf("locate %q", key) // cannot happen with encoding/json; refuse rather than misedit
 		}
+		r.keys, r.fields[key] = append(r.keys, key), sp
 		switch key {
 		case "model":
 			if err := json.Unmarshal(raw, &r.model); err != nil {
@@ -113,8 +112,14 @@ func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 			if r.toolTypes, err = toolTypes(raw); err != nil {
 				return nil, err
 			}
+		case "service_tier":
+			if err := json.Unmarshal(raw, &r.serviceTier); err != nil {
+				return nil, errors.New("service_tier is not a string")
+			}
 		default:
-			r.gated = append(r.gated, key)
+			if slices.Contains(gatedKeys, key) {
+				r.gated = append(r.gated, key)
+			}
 		}
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
@@ -232,4 +237,27 @@ func (r *messagesRequest) withLimits(maxTokens, thinkingBudget int64) ([]byte, e
 		prev = e.at.end
 	}
 	return append(out, r.body[prev:]...), nil
+}
+
+// countFields are the top-level fields a count_tokens request takes that make up a call's input. The
+// others (max_tokens, stream, metadata, context_management, safeguards, ...) are left out of the count and
+// bounded by their bytes instead (inputBound).
+var countFields = []string{"model", "system", "messages", "tools", "tool_choice", "thinking"}
+
+// countBody is the count_tokens body for the request: its countFields, their values byte for byte.
+func (r *messagesRequest) countBody() []byte {
+	out := []byte{'{'}
+	for _, k := range countFields {
+		sp, ok := r.fields[k]
+		if !ok {
+			continue
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendQuote(out, k)
+		out = append(out, ':')
+		out = append(out, r.body[sp.start:sp.end]...)
+	}
+	return append(out, '}')
 }

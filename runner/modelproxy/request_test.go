@@ -36,6 +36,10 @@ func TestParseMessagesRequest(t *testing.T) {
 		{name: "trailing data", body: `{"model":"m"} {}`, wantErr: true},
 		{name: "truncated", body: `{"model":"m"`, wantErr: true},
 		{name: "invalid", body: `{"model":"m",}`, wantErr: true},
+		{name: "duplicate unknown key", body: `{"model":"m","foo":1,"foo":2}`, wantErr: true},
+		{name: "duplicate known key", body: `{"model":"m","metadata":{},"metadata":{"user_id":"x"}}`, wantErr: true},
+		{name: "duplicate through an escape", body: `{"model":"m","top_k":1,"top\u005fk":2}`, wantErr: true},
+		{name: "service_tier not a string", body: `{"model":"m","service_tier":1}`, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +57,32 @@ func TestParseMessagesRequest(t *testing.T) {
 				t.Errorf("got model %q max_tokens %d budget %d, want %q %d %d", r.model, r.maxTokens, r.thinkingBudget(), tc.model, tc.maxTokens, tc.budget)
 			}
 		})
+	}
+}
+
+// Every top-level key is recorded once, in body order, as encoding/json decodes it; service_tier is read.
+func TestParseTopLevelKeys(t *testing.T) {
+	r, err := parseMessagesRequest([]byte(`{"model":"m","MODEL":"x","servic\u0065_tier":"auto","messages":[{"service_tier":"priority"}],"x":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(r.keys, ","); got != "model,MODEL,service_tier,messages,x" || r.serviceTier != "auto" {
+		t.Errorf("keys %q, service_tier %q", got, r.serviceTier)
+	}
+}
+
+// The count body holds the fields that make up the input, byte for byte, and nothing else.
+func TestCountBody(t *testing.T) {
+	r, err := parseMessagesRequest([]byte(`{"max_tokens":5,"model":"m", "system" : "s","stream":true,"messages":[{"role":"user","content":"hi"}],"metadata":{},"tools":[{"name":"t"}],"thinking":{"type":"adaptive"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","system":"s","messages":[{"role":"user","content":"hi"}],"tools":[{"name":"t"}],"thinking":{"type":"adaptive"}}`
+	if got := string(r.countBody()); got != want {
+		t.Errorf("count body %s, want %s", got, want)
+	}
+	if r, _ := parseMessagesRequest([]byte(`{}`)); string(r.countBody()) != `{}` {
+		t.Errorf("count body of {}: %s", r.countBody())
 	}
 }
 
@@ -99,6 +129,7 @@ func FuzzMessagesRequest(f *testing.F) {
 		`{"tools":[{"name":"a"},{"type":"web_search_20250305","name":"w"}],"speed":"fast"}`,
 		`{"tools":[{"typ\u0065":"bash_20250124"}],"mcp_servers":[],"inference_geo":"us","container":null}`,
 		`{"tools":null}`, `{"tools":[{"type":"a","type":"b"}]}`, `{"tools":[{"Type":"x"}]}`,
+		`{"service_tier":"auto","Service_tier":"priority","safeguards":[],"x":1}`, `{"a":1,"\u0061":2}`,
 	} {
 		f.Add([]byte(s), int64(100))
 	}
@@ -150,12 +181,42 @@ func FuzzMessagesRequest(f *testing.F) {
 	})
 }
 
-// checkPolicyFields: what the parser reports of the fields the policy judges (tool types, gated keys)
-// is what encoding/json (and so, for an accepted body without duplicates, the API) reads.
+// checkPolicyFields: what the parser reports of the fields the policy judges (top-level keys, tool types,
+// gated keys, service_tier) and the count body it builds are what encoding/json (and so, for an accepted
+// body without duplicates, the API) reads.
 func checkPolicyFields(t *testing.T, body []byte, r *messagesRequest) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
+	}
+	if len(r.keys) != len(top) {
+		t.Fatalf("%q: keys %q, encoding/json sees %d", body, r.keys, len(top))
+	}
+	for _, k := range r.keys {
+		if _, ok := top[k]; !ok {
+			t.Fatalf("%q: key %q not in the body", body, k)
+		}
+	}
+	var tier string
+	if raw, ok := top["service_tier"]; ok {
+		if err := json.Unmarshal(raw, &tier); err != nil {
+			t.Fatalf("%q: service_tier accepted, not a string to encoding/json", body)
+		}
+	}
+	if tier != r.serviceTier {
+		t.Fatalf("%q: service_tier %q, encoding/json reads %q", body, r.serviceTier, tier)
+	}
+	var counted map[string]json.RawMessage
+	if err := json.Unmarshal(r.countBody(), &counted); err != nil {
+		t.Fatalf("%q: count body %q: %v", body, r.countBody(), err)
+	}
+	for _, k := range countFields {
+		if string(counted[k]) != string(top[k]) {
+			t.Fatalf("%q: count body has %s = %s, the body %s", body, k, counted[k], top[k])
+		}
+	}
+	if len(counted) > len(countFields) || len(r.countBody()) > len(body) {
+		t.Fatalf("%q: count body %q", body, r.countBody())
 	}
 	var gated []string
 	for _, k := range gatedKeys {
