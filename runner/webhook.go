@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/netdeny"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -48,7 +49,7 @@ func SignWebhook(secret string, ts int64, body []byte) string {
 
 // CheckWebhookURL validates a webhook URL before a task is accepted: absolute https (http too when
 // allowPrivate, development only), a host, no user info, no fragment, at most MaxWebhookURL bytes; an IP
-// literal must be a public address unless allowPrivate. Host names are checked again when delivering
+// literal must be one netdeny does not deny unless allowPrivate. Host names are checked again when delivering
 // (every address dialled must be public). Errors are invalid_argument.
 func CheckWebhookURL(raw string, allowPrivate bool) (*url.URL, error) {
 	if len(raw) > MaxWebhookURL {
@@ -78,7 +79,7 @@ func CheckWebhookURL(raw string, allowPrivate bool) (*url.URL, error) {
 			return nil, wire.Errorf(wire.InvalidArgument, "webhook url port %q is not a port", p)
 		}
 	}
-	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !allowPrivate && !publicAddr(ip) {
+	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !allowPrivate && netdeny.Denied(ip) {
 		return nil, wire.Errorf(wire.InvalidArgument, "webhook url names a non-public address %s", ip)
 	}
 	if strings.EqualFold(u.Hostname(), "localhost") && !allowPrivate {
@@ -87,67 +88,16 @@ func CheckWebhookURL(raw string, allowPrivate bool) (*url.URL, error) {
 	return u, nil
 }
 
-// nonPublic are the ranges publicAddr refuses beyond what netip classifies: carrier-grade NAT, "this
-// network" 0/8, the IETF protocol assignments, benchmarking (often used inside clusters), reserved and
-// broadcast, the IPv4-compatible ::/96, deprecated site-local fec0::/10, and the local-use NAT64 prefix
-// 64:ff9b:1::/48 (its mapping is the network's own).
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("192.0.0.0/24"), netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("::/96"),
-	netip.MustParsePrefix("fec0::/10"), netip.MustParsePrefix("64:ff9b:1::/48"),
-}
-
-// Prefixes of IPv6 addresses that carry an IPv4 address a gateway may forward to: the well-known NAT64
-// prefix (the IPv4 address in the last 32 bits; an IPv6-only cluster's DNS64/NAT64 reaches 10/8 through
-// it) and 6to4 (bits 16 to 48).
-var (
-	nat64     = netip.MustParsePrefix("64:ff9b::/96")
-	sixToFour = netip.MustParsePrefix("2002::/16")
-)
-
-// publicAddr reports whether ip may be reached by a webhook in production: not loopback, private,
-// link-local, unspecified, multicast, or in nonPublic; an IPv4 address embedded in an IPv6 one
-// (IPv4-mapped, NAT64, 6to4) is judged as IPv4.
-func publicAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	if ip.Is6() {
-		b := ip.As16()
-		switch {
-		case nat64.Contains(ip):
-			return publicAddr(netip.AddrFrom4([4]byte(b[12:16])))
-		case sixToFour.Contains(ip):
-			return publicAddr(netip.AddrFrom4([4]byte(b[2:6])))
-		}
-	}
-	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
-		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
-		return false
-	}
-	for _, p := range nonPublic {
-		if p.Contains(ip) {
-			return false
-		}
-	}
-	return true
-}
-
 // errPrivateAddr refuses a dial to a non-public address.
 var errPrivateAddr = errors.New("webhook address is not public")
 
 // webhookClient is the HTTP client webhooks are delivered with: no proxy, no redirects, and, unless
-// allowPrivate, a dialer that refuses every non-public address it would connect to (checked on the
-// resolved address, so DNS cannot point a public name at an internal service).
+// allowPrivate, a dialer that refuses every address netdeny denies (the sandbox's egress filter refuses
+// the same list), checked on the resolved address, so DNS cannot point a public name at an internal service.
 func webhookClient(allowPrivate bool) *http.Client {
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	if !allowPrivate {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil || !publicAddr(ap.Addr()) {
-				return fmt.Errorf("%w: %s", errPrivateAddr, address)
-			}
-			return nil
-		}
+		d.Control = webhookDialControl
 	}
 	return &http.Client{
 		Timeout: 10 * time.Second,
@@ -160,6 +110,15 @@ func webhookClient(allowPrivate bool) *http.Client {
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// webhookDialControl refuses to connect to an address netdeny denies.
+func webhookDialControl(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || netdeny.Denied(ap.Addr()) {
+		return fmt.Errorf("%w: %s", errPrivateAddr, address)
+	}
+	return nil
 }
 
 // deliverWebhook POSTs body to u, signed, retrying failures (connection errors, 408, 429 and 5xx) up to

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/netdeny"
 	"github.com/warren-mesh/warren/internal/wire"
 	warren "github.com/warren-mesh/warren/sdk"
 )
@@ -43,20 +44,35 @@ func TestCheckWebhookURL(t *testing.T) {
 	}
 }
 
-func TestPublicAddr(t *testing.T) {
+// TestWebhookAddresses: a webhook URL naming an address of the deny list (internal/netdeny, which the
+// sandbox's egress filter installs too) is refused, IPv4 addresses reached through IPv6 included.
+func TestWebhookAddresses(t *testing.T) {
 	for s, want := range map[string]bool{
 		"8.8.8.8": true, "2606:4700::1": true, "127.0.0.2": false, "10.1.2.3": false, "169.254.169.254": false,
 		"::1": false, "::ffff:10.0.0.1": false, "100.127.255.255": false, "0.0.0.0": false, "ff02::1": false,
-		// IPv4 reached through IPv6 forms a gateway translates (NAT64 in an IPv6-only cluster, 6to4), the
-		// IPv4-compatible form, and ranges netip does not call private.
+		// IPv4 reached through IPv6 forms a gateway translates (NAT64 in an IPv6-only cluster, 6to4, Teredo),
+		// the IPv4-compatible form, and ranges netip does not call private.
 		"64:ff9b::a00:1": false, "64:ff9b::7f00:1": false, "64:ff9b::a9fe:a9fe": false, "64:ff9b::808:808": true,
-		"64:ff9b:1::a00:1": false, "2002:a00:1::1": false, "2002:7f00:1::": false, "2002:808:808::1": true,
-		"::a00:1": false, "::127.0.0.1": false, "fec0::1": false, "fd00::1": false, "fe80::1": false,
+		"64:ff9b:1::a00:1": false, "2002:a00:1::1": false, "2002:7f00:1::": false, "2002:808:808::1": false,
+		"2001:0:808:808::f5ff:fffe": false, "::a00:1": false, "::127.0.0.1": false, "::7f00:1": false,
+		"fec0::1": false, "fd00::1": false, "fe80::1": false, "fe80::1%eth0": false, "::ffff:8.8.8.8": true,
 		"0.1.2.3": false, "198.18.0.1": false, "192.0.0.8": false, "240.0.0.1": false, "255.255.255.255": false,
-		"::ffff:169.254.169.254": false,
+		"::ffff:169.254.169.254": false, "192.0.2.1": false, "2001:db8::1": false, "3fff::1": false,
 	} {
-		if got := publicAddr(netip.MustParseAddr(s)); got != want {
-			t.Errorf("publicAddr(%s) = %v, want %v", s, got, want)
+		a := netip.MustParseAddr(s)
+		host := a.String()
+		if a.Is6() {
+			host = "[" + strings.Replace(host, "%", "%25", 1) + "]"
+		}
+		_, err := CheckWebhookURL("https://"+host+"/hook", false)
+		if got := err == nil; got != want {
+			t.Errorf("%s: accepted %v, want %v (%v)", s, got, want, err)
+		}
+		if err != nil && wire.CodeOf(err) != wire.InvalidArgument {
+			t.Errorf("%s: %v, want invalid_argument", s, err)
+		}
+		if got := webhookDialControl("tcp", netip.AddrPortFrom(a, 443).String(), nil) == nil; got != want {
+			t.Errorf("%s: dialled %v, want %v", s, got, want)
 		}
 	}
 }
@@ -139,7 +155,7 @@ func FuzzCheckWebhookURL(f *testing.F) {
 		if u.Scheme != "https" || u.User != nil || u.Hostname() == "" {
 			t.Fatalf("%q accepted as %v", s, u)
 		}
-		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && !publicAddr(ip) {
+		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && netdeny.Denied(ip) {
 			t.Fatalf("%q: non-public address accepted", s)
 		}
 	})

@@ -215,18 +215,7 @@ func listenIn(t *testing.T, nsPath, addr, banner string) net.Listener {
 // somewhere on the internet, not a neighbour of this one).
 func testHost(t *testing.T, addr, gw string, port int, banner string, routed bool) {
 	t.Helper()
-	name := "wt" + rand.Text()[:8]
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	ip("link", "add", name+"a", "type", "veth", "peer", "name", name+"b")
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", name+"a").Run() })
-	ip("link", "set", name+"b", "netns", name)
+	name, ip := vethNamespace(t)
 	if routed {
 		ip("addr", "add", "203.0.113.1/30", "dev", name+"a")
 		ip("link", "set", name+"a", "up")
@@ -244,6 +233,25 @@ func testHost(t *testing.T, addr, gw string, port int, banner string, routed boo
 		ip("-n", name, "link", "set", "lo", "up")
 	}
 	listenIn(t, "/run/netns/"+name, net.JoinHostPort(addr, strconv.Itoa(port)), banner)
+}
+
+// vethNamespace makes a network namespace, name, and a veth pair, name+"a" in the test's own namespace and
+// name+"b" in the new one, removed when the test ends; ip runs the ip command, failing the test on error.
+func vethNamespace(t *testing.T) (name string, ip func(args ...string)) {
+	t.Helper()
+	name = "wt" + rand.Text()[:8]
+	ip = func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	ip("link", "add", name+"a", "type", "veth", "peer", "name", name+"b")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", name+"a").Run() })
+	ip("link", "set", name+"b", "netns", name)
+	return name, ip
 }
 
 // reach tries a TCP connection from inside the sandbox and returns the first line read, or "" and the
@@ -287,16 +295,16 @@ func TestIsolationNetwork(t *testing.T) {
 	// A cloud metadata service and a public host, each on a network this test makes (before the sandbox's
 	// network: the host's addresses are read when it starts).
 	testHost(t, "169.254.169.254", "169.254.169.253", 80, "metadata", false)
-	testHost(t, "198.51.100.10", "", 8080, "public", true)
-	testHost(t, "203.0.113.130", "203.0.113.129", 8081, "neighbour", false)
+	testHost(t, "203.0.114.10", "", 8080, "public", true)
+	testHost(t, "203.0.114.130", "203.0.114.129", 8081, "neighbour", false)
 	ws := t.TempDir()
 	s, err := New(secureConfig(t, ws, []uint16{uint16(proxyPort)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dialFromHost(t, "169.254.169.254:80")
-	dialFromHost(t, "198.51.100.10:8080")
-	dialFromHost(t, "203.0.113.130:8081")
+	dialFromHost(t, "203.0.114.10:8080")
+	dialFromHost(t, "203.0.114.130:8081")
 
 	t.Run("forwarded model proxy", func(t *testing.T) {
 		if got, e := reach(t, s, "127.0.0.1", proxyPort); got != "model-proxy" {
@@ -304,7 +312,7 @@ func TestIsolationNetwork(t *testing.T) {
 		}
 	})
 	t.Run("public internet", func(t *testing.T) {
-		if got, e := reach(t, s, "198.51.100.10", 8080); got != "public" {
+		if got, e := reach(t, s, "203.0.114.10", 8080); got != "public" {
 			t.Fatalf("public host: %q (%s)", got, e)
 		}
 	})
@@ -315,7 +323,7 @@ func TestIsolationNetwork(t *testing.T) {
 		"a neighbour on the host's network": 8081,
 	}
 	hosts := map[string]string{"host loopback": "127.0.0.1", "host loopback, any addr": "127.0.0.1", "metadata 169.254.169.254": "169.254.169.254",
-		"a neighbour on the host's network": "203.0.113.130"}
+		"a neighbour on the host's network": "203.0.114.130"}
 	for name, port := range refused {
 		t.Run(name, func(t *testing.T) {
 			if got, e := reach(t, s, hosts[name], port); got != "" {

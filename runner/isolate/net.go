@@ -17,23 +17,13 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/warren-mesh/warren/internal/netdeny"
 	"golang.org/x/sys/unix"
 )
 
 // DNSForward is the address the sandbox's resolver uses; pasta answers it by forwarding the query to the
 // host's resolver. Only port 53 of it is open.
 const DNSForward = "169.254.53.53"
-
-// deniedPrefixes are the destinations a sandbox cannot reach unless the operator allows them: the host
-// itself (loopback), private and shared address space where the host's neighbours, the cluster's servers
-// and other sandboxes' hosts live, link-local (cloud metadata services at 169.254.169.254), multicast and
-// reserved space. The public internet stays open (git, pip, npm).
-var deniedPrefixes = []string{
-	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-	"192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-	"::/128", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2001::/32", "2002::/16",
-	"fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
-}
 
 // NetworkConfig configures a sandbox's network.
 type NetworkConfig struct {
@@ -43,7 +33,7 @@ type NetworkConfig struct {
 	// ForwardTCP are ports of the host's loopback that the sandbox reaches at the same port on its own
 	// loopback (the runner's model proxy). Nothing else of the host's loopback is reachable.
 	ForwardTCP []uint16
-	// Allow opens destinations the default policy refuses (deniedPrefixes and the host's own addresses),
+	// Allow opens destinations the default policy refuses (netdeny's list and the host's own addresses),
 	// e.g. a package mirror on a private address. Empty: none.
 	Allow []netip.Prefix
 	// UID and GID own the namespace and run pasta: unprivileged host ids of the network's own (a second
@@ -180,9 +170,9 @@ func (n *Network) setup() error {
 	if err != nil {
 		return err
 	}
-	for _, s := range deniedPrefixes {
-		deny = append(deny, netip.MustParsePrefix(s))
-	}
+	// The public internet stays open (git, pip, npm); the host, its neighbours, the cluster's private and
+	// link-local space (cloud metadata), reserved space and their IPv6 forms do not.
+	deny = append(deny, netdeny.Prefixes()...)
 	if err := installFilter(fd, deny, n.cfg.Allow); err != nil {
 		return fmt.Errorf("%w: sandbox network filter: %w", ErrConfig, err)
 	}
@@ -318,7 +308,7 @@ func hostAddrs() ([]netip.Prefix, error) {
 }
 
 // installFilter installs, in the network namespace fd, table inet warren with one output chain: traffic on
-// the namespace's own loopback passes, DNS to the forwarder passes, allow passes, deny is rejected
+// the namespace's own loopback passes, IPv6 neighbour discovery and DNS to the forwarder pass, allow passes, deny is rejected
 // (administratively prohibited, so a connect fails at once), and everything else passes.
 func installFilter(fd int, deny, allow []netip.Prefix) error {
 	// Never the runner's own namespace (its process's or this thread's): the filter would cut the host off.
@@ -353,6 +343,19 @@ func installFilter(fd int, deny, allow []netip.Prefix) error {
 	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo},
+		accept,
+	}})
+	// IPv6 neighbour discovery (router and neighbour solicitations and advertisements, ICMPv6 types 133 to
+	// 136), sent by the kernel to link-local and multicast addresses, reaches pasta, which answers it:
+	// without it no IPv6 packet leaves (the gateway is never resolved). The sandbox cannot send ICMPv6 of
+	// its own choosing (no raw sockets; ping sockets send only echo requests).
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{136}},
 		accept,
 	}})
 	dns := netip.MustParseAddr(DNSForward)
