@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/webtransport-go"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/internal/wtconn"
 )
@@ -54,16 +55,14 @@ func (e *Edge) WebTransportServer() (*WTServer, error) {
 		return nil, errNoCertificate
 	}
 	w := &WTServer{e: e}
-	h3 := &http3.Server{
-		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: wc.GetCertificate}),
-		QUICConfig: &quic.Config{
+	h3 := httpx.NewHTTP3Server(e.withRequestID(http.HandlerFunc(w.serveHTTP)),
+		&tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: wc.GetCertificate},
+		&quic.Config{
 			EnableDatagrams: true, EnableStreamResetPartialDelivery: true,
 			MaxIncomingStreams: wtMaxStreams, MaxIncomingUniStreams: wtMaxUniStreams,
 			MaxIdleTimeout: wtIdleTimeout, KeepAlivePeriod: wtKeepAlivePeriod,
 		},
-		Handler: e.withRequestID(http.HandlerFunc(w.serveHTTP)),
-		Logger:  e.log.With("component", "webtransport"),
-	}
+		httpx.Config{Logger: e.log.With("component", "webtransport")})
 	w.s = &webtransport.Server{
 		H3: h3,
 		// Tokens travel in the URL or a header, never in cookies, so cross-origin pages gain nothing.

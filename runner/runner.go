@@ -18,10 +18,10 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/session"
@@ -197,12 +197,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 	a := &api{r: r, root: root, hub: hub, procs: r.procs, work: work}
-	srv := &http.Server{
-		Handler:           a.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return work },
-		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
-	}
+	// The edge forwards what a client sent with headers of its own (the grant, a preview's cookies): twice
+	// the bound of the edge's own listener.
+	srv := httpx.NewServer(a.routes(), httpx.Config{MaxHeaderBytes: 2 * httpx.DefaultMaxHeaderBytes, Logger: r.log})
+	srv.BaseContext = func(net.Listener) context.Context { return work }
 
 	addr := ln.Addr().String()
 	r.addr.Store(&addr)

@@ -22,6 +22,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/spool"
 	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/regions"
 	regionscockroach "github.com/warren-mesh/warren/internal/regions/cockroach"
 	"github.com/warren-mesh/warren/internal/registry"
@@ -85,7 +86,7 @@ func serveRoleOn(ctx context.Context, role string, ln net.Listener, h http.Handl
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := httpx.NewServer(mux, httpx.Config{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
@@ -79,7 +80,9 @@ func awaitAssignment(ctx context.Context, listen, key, alloc, region string, pro
 func serveWarm(ctx context.Context, ln net.Listener, key, alloc, region string, reg *consul.Registry, grace time.Duration, log *slog.Logger) (assignment, string, error) {
 	addr := ln.Addr().String()
 	got := make(chan assignment, 1)
-	srv := &http.Server{Handler: warmHandler(key, got, log), ReadHeaderTimeout: 5 * time.Second}
+	// The scheduler's one small request: nothing streams, so whole requests and answers are bounded too.
+	srv := httpx.NewServer(warmHandler(key, got, log), httpx.Config{ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
 	go func() { _ = srv.Serve(ln) }()
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

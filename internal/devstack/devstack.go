@@ -27,6 +27,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/edge"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/playground"
 	previewsqlite "github.com/warren-mesh/warren/internal/previews/sqlite"
@@ -88,6 +89,9 @@ type Config struct {
 	// deliver them over http to loopback and private addresses (-webhook-allow-private), so that a backend
 	// on this machine receives them.
 	NoWebhooks bool
+	// HTTP is the listener's limits (internal/httpx, as every role's listener); zero fields take httpx's
+	// defaults, the production edge's.
+	HTTP httpx.Config
 }
 
 // Stack is a running platform.
@@ -337,7 +341,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	mux.Handle(playground.Prefix, playground.Handler(playground.Config{Issuer: DevIssuer, Key: s.devKey,
 		Logger: s.log.With("component", "playground")}))
 
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = httpx.NewServer(mux, cfg.HTTP)
 	go func() { s.served <- s.srv.Serve(s.ln) }()
 	ann := &regions.Announcer{Dir: dir, Logger: s.log.With("component", "edge"),
 		Edge: regions.Edge{Region: cfg.Region, ID: "dev", URL: "http://" + s.ln.Addr().String(), WebTransport: s.wtURL}}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/stacktest"
 	warren "github.com/warren-mesh/warren/sdk"
@@ -58,7 +59,7 @@ func startEdge(t *testing.T, st *devstack.Stack, name string) *killableEdge {
 		t.Fatal(err)
 	}
 	k := &killableEdge{url: "http://" + ln.Addr().String(), ln: ln}
-	k.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	k.srv = httpx.NewServer(h, httpx.Config{})
 	go func() { _ = k.srv.Serve(k) }()
 	t.Cleanup(k.kill)
 	return k

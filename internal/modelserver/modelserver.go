@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 // HeaderScenario selects a scenario per request; the CLI sends it with
@@ -135,15 +137,11 @@ func (s *Server) Start(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", addr, err)
 	}
-	s.srv = &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s.handlers.Add(1)
-			defer s.handlers.Done()
-			s.handler.ServeHTTP(w, r)
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	s.srv = httpx.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.handlers.Add(1)
+		defer s.handlers.Done()
+		s.handler.ServeHTTP(w, r)
+	}), httpx.Config{Logger: s.log})
 	s.url = "http://" + ln.Addr().String()
 	s.serveDone = make(chan struct{})
 	go func() {

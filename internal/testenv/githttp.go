@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 // GitServer is a real git smart-HTTP server (git http-backend behind net/http/cgi) serving the bare
@@ -43,7 +45,7 @@ func StartGitServer(t testing.TB, addr, root, password string) *GitServer {
 	if err != nil {
 		t.Fatalf("git server listen %s: %v", addr, err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httpx.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if password != "" {
 			_, pw, ok := r.BasicAuth()
 			if !ok || subtle.ConstantTimeCompare([]byte(pw), []byte(password)) != 1 {
@@ -54,7 +56,7 @@ func StartGitServer(t testing.TB, addr, root, password string) *GitServer {
 			}
 		}
 		h.ServeHTTP(w, r)
-	})}
+	}), httpx.Config{})
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	s.URL = "http://" + ln.Addr().String()

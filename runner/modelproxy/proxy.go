@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 const (
@@ -238,11 +239,7 @@ func (p *Proxy) Start(addr string) (string, error) {
 		ln.Close()
 		return "", fmt.Errorf("listen %s: bound %s: %w", addr, ip, ErrNotLoopback)
 	}
-	p.srv = &http.Server{
-		Handler:           p.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
-	}
+	p.srv = httpx.NewServer(p.handler, httpx.Config{Logger: p.log})
 	p.serveDone = make(chan struct{})
 	srv, done := p.srv, p.serveDone
 	go func() {

@@ -10,6 +10,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/webtransport-go"
+
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 // Serve accepts WebTransport sessions (any path, any origin) on a loopback UDP port with the certificate
@@ -29,19 +31,16 @@ func ServeConnect(t testing.TB, getCert func(*tls.ClientHelloInfo) (*tls.Certifi
 	}
 	var s *webtransport.Server
 	s = &webtransport.Server{
-		H3: &http3.Server{
-			TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{GetCertificate: getCert}),
-			QUICConfig: &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true},
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				sess, err := s.Upgrade(w, r)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				handle(sess, w.(http3.HTTPStreamer).HTTPStream(), r)
-				<-sess.Context().Done()
-			}),
-		},
+		H3: httpx.NewHTTP3Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			sess, err := s.Upgrade(w, r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			handle(sess, w.(http3.HTTPStreamer).HTTPStream(), r)
+			<-sess.Context().Done()
+		}), &tls.Config{GetCertificate: getCert},
+			&quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true}, httpx.Config{}),
 		CheckOrigin: func(*http.Request) bool { return true },
 	}
 	go func() { _ = s.Serve(pc) }()
