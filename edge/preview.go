@@ -435,8 +435,9 @@ func (e *Edge) previewAccess(w http.ResponseWriter, r *http.Request, key []byte,
 }
 
 // previewRequest is r as the runner's preview relay takes it: /v1/preview/<port><path>, the client's
-// headers without any credential of Warren's (its Authorization, the access cookie, X-Warren-*), the
-// client's other cookies and the public host, scheme (proto) and prefix in the previews.*Header headers.
+// headers without any credential of Warren's (its Authorization, the access cookie, X-Warren-*) or
+// forwarding header (previews.ForwardingHeader), the client's other cookies and the public host, scheme
+// (proto) and prefix in the previews.*Header headers.
 func previewRequest(r *http.Request, p previews.Preview, prefix, path, proto string) *http.Request {
 	out := r.Clone(r.Context())
 	esc := "/v1/preview/" + strconv.Itoa(p.Port) + path
@@ -446,7 +447,9 @@ func previewRequest(r *http.Request, p previews.Preview, prefix, path, proto str
 	}
 	out.URL.Path, out.URL.RawPath = u, esc
 	for k := range out.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-warren-") {
+		// Warren's own, and what the visitor claims a proxy said about it (X-Real-IP, Forwarded…): the
+		// forwarding headers the preview's server sees are the edge's alone.
+		if strings.HasPrefix(strings.ToLower(k), "x-warren-") || previews.ForwardingHeader(k) {
 			out.Header.Del(k)
 		}
 	}

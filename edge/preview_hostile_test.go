@@ -79,11 +79,43 @@ func TestPreviewTrafficBringsNoGrant(t *testing.T) {
 	}
 }
 
+// A preview visitor claims to be someone else to the tenant's server through the headers a proxy or CDN in
+// front of a server sets (a client address that server trusts for access rules and rate limits, the scheme
+// and host it builds links from): the edge relays none of them, only its own public host and scheme.
+func TestPreviewRelaysNoForwardingHeaders(t *testing.T) {
+	f := newPreviewFixture(t)
+	host := f.create(t, true)
+	claimed := []string{"X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "CF-Visitor", "X-Client-IP",
+		"X-Cluster-Client-IP", "Fastly-Client-IP", "X-Original-Forwarded-For", "Forwarded", "Via",
+		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Original-URL"}
+	var headers []string
+	for _, k := range claimed {
+		headers = append(headers, k, "127.0.0.1")
+	}
+	f.send(t, http.MethodGet, "/page", host, headers...)
+	got := <-f.grants
+	for _, k := range claimed {
+		if v := got.header.Values(k); len(v) != 0 {
+			t.Errorf("the visitor's %s %q was relayed to the runner", k, v)
+		}
+	}
+	if got.header.Get(previews.HostHeader) != host || got.header.Get(previews.ProtoHeader) != "http" {
+		t.Errorf("the edge's host %q and scheme %q, want %s and http", got.header.Get(previews.HostHeader),
+			got.header.Get(previews.ProtoHeader), host)
+	}
+}
+
 // previewFixture is an edge with previews on preview.test whose user's runner is a server answering
-// "RUNNER" and reporting each request's path and grant.
+// "RUNNER" and reporting each request it is sent.
+// relayed is a request as the runner received it.
+type relayed struct {
+	path, grant string
+	header      http.Header
+}
+
 type previewFixture struct {
 	srv    *httptest.Server
-	grants chan struct{ path, grant string }
+	grants chan relayed
 }
 
 func newPreviewFixture(t *testing.T) *previewFixture {
@@ -93,9 +125,9 @@ func newPreviewFixture(t *testing.T) *previewFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	f := &previewFixture{grants: make(chan struct{ path, grant string }, 16)}
+	f := &previewFixture{grants: make(chan relayed, 16)}
 	runnerSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.grants <- struct{ path, grant string }{r.URL.Path, r.Header.Get(wire.HeaderGrant)}
+		f.grants <- relayed{r.URL.Path, r.Header.Get(wire.HeaderGrant), r.Header.Clone()}
 		_, _ = io.WriteString(w, "RUNNER")
 	}))
 	t.Cleanup(runnerSrv.Close)

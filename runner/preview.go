@@ -119,9 +119,9 @@ func (p *previewRelay) rewrite(pr *httputil.ProxyRequest) {
 	cookie := in.Header.Get(previews.CookieHeader)
 	fwdHost, fwdProto, fwdPrefix := in.Header.Get(previews.HostHeader), in.Header.Get(previews.ProtoHeader), in.Header.Get(previews.PrefixHeader)
 	for k := range out.Header {
-		// Warren's own, and every forwarding header of the visitor's (ReverseProxy drops Forwarded and
-		// X-Forwarded-For, -Host and -Proto, not -Prefix or -Port): the server trusts only what the edge said.
-		if l := strings.ToLower(k); strings.HasPrefix(l, "x-warren-") || strings.HasPrefix(l, "x-forwarded-") {
+		// Warren's own, and every forwarding header of the visitor's (ReverseProxy drops only Forwarded and
+		// X-Forwarded-For, -Host and -Proto): the server trusts only what the edge said.
+		if strings.HasPrefix(strings.ToLower(k), "x-warren-") || previews.ForwardingHeader(k) {
 			out.Header.Del(k)
 		}
 	}

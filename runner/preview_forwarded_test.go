@@ -15,8 +15,9 @@ import (
 // relays the visitor's own headers, and a server (or a cache in front of it) that believes X-Forwarded-* or
 // Forwarded builds its links and redirects from them. The server sees only what the edge said (the public
 // host and scheme, and a path-based URL's prefix) and none of the visitor's: X-Forwarded-Proto and -Host are
-// the edge's, and a visitor's X-Forwarded-Prefix (the edge sets none for a preview host), Forwarded or other
-// X-Forwarded-* header does not reach it.
+// the edge's, and a visitor's X-Forwarded-Prefix (the edge sets none for a preview host), Forwarded, other
+// X-Forwarded-* header, or client address a CDN would set (X-Real-IP, True-Client-IP, CF-Connecting-IP…,
+// which a server behind one trusts for access rules and rate limits) does not reach it.
 func TestPreviewForwardingHeadersAreTheEdges(t *testing.T) {
 	seen := make(chan http.Header, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -30,7 +31,12 @@ func TestPreviewForwardingHeadersAreTheEdges(t *testing.T) {
 	resp := h.do(t, http.MethodGet, "/v1/preview/"+u.Port()+"/", nil,
 		previews.HostHeader, "tok.preview.test", previews.ProtoHeader, "https", // as the edge sets them
 		"X-Forwarded-Proto", "http", "X-Forwarded-Host", "evil.example", // the visitor's
-		"X-Forwarded-Prefix", "/evil", "Forwarded", "proto=http;host=evil.example", "X-Forwarded-Port", "1")
+		"X-Forwarded-Prefix", "/evil", "Forwarded", "proto=http;host=evil.example", "X-Forwarded-Port", "1",
+		"X-Forwarded-For", "127.0.0.1", "X-Forwarded-Server", "evil.example", "X-Forwarded-Ssl", "off",
+		"X-Real-IP", "127.0.0.1", "True-Client-IP", "127.0.0.1", "CF-Connecting-IP", "127.0.0.1",
+		"CF-Visitor", `{"scheme":"http"}`, "X-Client-IP", "127.0.0.1", "X-Cluster-Client-IP", "127.0.0.1",
+		"Fastly-Client-IP", "127.0.0.1", "X-Original-Forwarded-For", "127.0.0.1", "Via", "1.1 evil",
+		"X-Original-URL", "/admin", "X-Rewrite-URL", "/admin", "X-Host", "evil.example")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("preview: %d", resp.StatusCode)
 	}
@@ -39,7 +45,10 @@ func TestPreviewForwardingHeadersAreTheEdges(t *testing.T) {
 		t.Errorf("the server saw X-Forwarded-Host %q, -Proto %q; want the edge's tok.preview.test, https",
 			got.Get("X-Forwarded-Host"), got.Get("X-Forwarded-Proto"))
 	}
-	for _, k := range []string{"X-Forwarded-Prefix", "Forwarded", "X-Forwarded-Port"} {
+	for _, k := range []string{"X-Forwarded-Prefix", "Forwarded", "X-Forwarded-Port", "X-Forwarded-For",
+		"X-Forwarded-Server", "X-Forwarded-Ssl", "X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "CF-Visitor",
+		"X-Client-IP", "X-Cluster-Client-IP", "Fastly-Client-IP", "X-Original-Forwarded-For", "Via",
+		"X-Original-URL", "X-Rewrite-URL", "X-Host"} {
 		if v := got.Values(k); len(v) != 0 {
 			t.Errorf("the visitor's %s %q reached the tenant's server", k, v)
 		}

@@ -222,3 +222,35 @@ const (
 	ProtoHeader  = "X-Warren-Preview-Proto"  // http or https (X-Forwarded-Proto)
 	PrefixHeader = "X-Warren-Preview-Prefix" // a path-based URL's prefix (X-Forwarded-Prefix)
 )
+
+// forwarding are the headers (lower case) through which proxies and CDNs in front of a server tell it
+// about the client (its address, the scheme, host, port and path it asked for): a server or framework
+// behind one trusts them for links, redirects, access rules and rate limits. Only the edge may say these
+// things to a preview's server, so a visitor's are never relayed.
+var forwarding = map[string]bool{
+	"forwarded": true, "via": true, "x-real-ip": true, "true-client-ip": true, "x-client-ip": true,
+	"client-ip": true, "x-cluster-client-ip": true, "x-original-forwarded-for": true, "x-originating-ip": true,
+	"x-remote-ip": true, "x-remote-addr": true, "x-proxyuser-ip": true, "x-host": true, "x-original-host": true,
+	"x-original-url": true, "x-rewrite-url": true, "x-scheme": true, "x-url-scheme": true,
+	"front-end-https": true, "x-envoy-external-address": true, "akamai-origin-hop": true,
+}
+
+// forwardingPrefixes are families of them: X-Forwarded-* (For, Host, Proto, Port, Prefix, Server, Ssl…),
+// Cloudflare's CF-* (CF-Connecting-IP, CF-Visitor's scheme…) and Fastly's Fastly-* (Fastly-Client-IP…).
+var forwardingPrefixes = []string{"x-forwarded-", "cf-", "fastly-"}
+
+// ForwardingHeader reports whether a header of this name tells a server about its client as a proxy in
+// front of it would (X-Forwarded-*, Forwarded, X-Real-IP, True-Client-IP, CF-Connecting-IP, Via…): the
+// edge removes a preview visitor's, and the runner removes any left and sets the edge's own.
+func ForwardingHeader(name string) bool {
+	l := strings.ToLower(name)
+	if forwarding[l] {
+		return true
+	}
+	for _, p := range forwardingPrefixes {
+		if strings.HasPrefix(l, p) {
+			return true
+		}
+	}
+	return false
+}

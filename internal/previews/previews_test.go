@@ -172,3 +172,18 @@ func FuzzCheckCookie(f *testing.F) {
 		}
 	})
 }
+
+func TestForwardingHeader(t *testing.T) {
+	for _, h := range []string{"X-Forwarded-For", "x-forwarded-prefix", "X-FORWARDED-PROTO", "Forwarded", "Via",
+		"X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "Cf-Visitor", "X-Client-IP", "X-Cluster-Client-IP",
+		"Fastly-Client-IP", "X-Original-Forwarded-For", "X-Original-URL", "X-Host"} {
+		if !ForwardingHeader(h) {
+			t.Errorf("%s is not a forwarding header", h)
+		}
+	}
+	for _, h := range []string{"Content-Type", "Cookie", "User-Agent", "Referer", "Accept", "X-Requested-With", "Origin", "Host"} {
+		if ForwardingHeader(h) {
+			t.Errorf("%s is taken for a forwarding header", h)
+		}
+	}
+}
