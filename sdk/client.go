@@ -67,7 +67,7 @@ func WithUserAgent(ua string) Option {
 func New(baseURL, token string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(strings.TrimSpace(baseURL))
 	if err != nil {
-		return nil, fmt.Errorf("warren: edge url: %w", err)
+		return nil, wire.Errorf(wire.InvalidArgument, "warren: edge url: %v", err)
 	}
 	switch u.Scheme {
 	case "http", "https":
@@ -76,10 +76,10 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	case "wss":
 		u.Scheme = "https"
 	default:
-		return nil, fmt.Errorf("warren: edge url %q: scheme must be http or https", baseURL)
+		return nil, wire.Errorf(wire.InvalidArgument, "warren: edge url %q: scheme must be http or https", baseURL)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("warren: edge url %q has no host", baseURL)
+		return nil, wire.Errorf(wire.InvalidArgument, "warren: edge url %q has no host", baseURL)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath, u.RawQuery, u.Fragment = "", "", ""

@@ -52,6 +52,9 @@ export class Client {
   private fetchFn: typeof fetch;
 
   constructor(baseURL: string, token: string, opts: ClientOptions = {}) {
+    if (typeof baseURL !== "string") throw new WarrenError("invalid_argument", `the edge URL must be a string, not ${typeOf(baseURL)}`);
+    if (typeof token !== "string") throw new WarrenError("unauthenticated", `the token must be a string, not ${typeOf(token)}`);
+    if (typeof opts !== "object" || opts === null) throw new WarrenError("invalid_argument", `client options must be an object, not ${typeOf(opts)}`);
     let u: URL;
     try {
       u = new URL(baseURL);
@@ -150,6 +153,9 @@ export class Client {
     return { client: new Client(ok[0]!.region.url, token, opts), probes };
   }
 }
+
+// typeOf names what a caller passed instead of the value it should have.
+const typeOf = (v: unknown) => (v === null ? "null" : Array.isArray(v) ? "an array" : typeof v);
 
 /** Reads a GET /v1/regions answer, keeping the regions with an absolute http(s) or ws(s) URL. */
 export function parseRegions(text: string): { region: string; regions: Region[] } {

@@ -1,0 +1,77 @@
+// mintToken refuses exactly what the edge refuses: the claim cases in internal/token/testdata/claims.json,
+// which internal/token's TestVerifyClaimCases runs through the edge's verifier. And bad arguments to
+// mintToken and the Client are WarrenErrors, never a TypeError from deep inside.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+
+import { Client, WarrenError, isWarrenError } from "../src/index.js";
+import { type Claims, mintToken } from "../src/token.js";
+
+const secret = "wsk_" + "A1".repeat(22);
+
+interface ClaimCase {
+  name: string;
+  ok: boolean;
+  claims: Claims;
+}
+
+// dist/test/token.test.js → the repository's root is four levels up.
+const cases = JSON.parse(readFileSync(new URL("../../../../internal/token/testdata/claims.json", import.meta.url), "utf8")) as ClaimCase[];
+
+const refused = (code: string) => (e: unknown) => isWarrenError(e) && e.code === code;
+
+test("mintToken mints the claims the edge accepts and refuses the ones it refuses", () => {
+  assert.ok(cases.length > 40, `only ${cases.length} claim cases`);
+  for (const c of cases) {
+    if (c.ok) {
+      const tok = mintToken(secret, c.claims, { kid: "acme-v1" });
+      const body = JSON.parse(Buffer.from(tok.split(".")[1]!, "base64url").toString());
+      assert.equal(body.sub, c.claims.sub, c.name);
+    } else {
+      assert.throws(() => mintToken(secret, c.claims, { kid: "acme-v1" }), refused("invalid_argument"), c.name);
+    }
+  }
+});
+
+test("mintToken: windowStart may be a Date; a day window without one is refused", () => {
+  const start = new Date(Date.UTC(2026, 2, 4));
+  const tok = mintToken(secret, { iss: "acme", sub: "u", budget: { ai: 5_000_000, window: "day", windowStart: start } });
+  const body = JSON.parse(Buffer.from(tok.split(".")[1]!, "base64url").toString());
+  assert.equal(body.budget.windowStart, "2026-03-04T00:00:00.000Z");
+  assert.throws(() => mintToken(secret, { iss: "acme", sub: "u", budget: { ai: 5_000_000, window: "day" } }), /windowStart is required/);
+  assert.throws(() => mintToken(secret, { iss: "acme", sub: "u", budget: { window: "day", windowStart: new Date(NaN) } }), refused("invalid_argument"));
+});
+
+// Stricter than the edge, which would read these with Go's case-insensitive JSON names: mintToken refuses
+// them rather than sign a claim the edge reads differently from what the caller wrote.
+test("mintToken refuses a second spelling of a claim", () => {
+  for (const extra of ["Sub", "EXP", "\u017fub", "budGet"]) {
+    assert.throws(() => mintToken(secret, { iss: "acme", sub: "u", [extra]: "x" }), refused("invalid_argument"), extra);
+  }
+});
+
+test("bad arguments are WarrenErrors, not TypeErrors", () => {
+  const cases: [string, () => unknown][] = [
+    ["no secret", () => mintToken(undefined as unknown as string, { iss: "a", sub: "b" })],
+    ["a number for the secret", () => mintToken(42 as unknown as string, { iss: "a", sub: "b" })],
+    ["no claims", () => mintToken(secret, undefined as unknown as Claims)],
+    ["null claims", () => mintToken(secret, null as unknown as Claims)],
+    ["null options", () => mintToken(secret, { iss: "a", sub: "b" }, null as unknown as {})],
+    ["a BigInt claim", () => mintToken(secret, { iss: "a", sub: "b", n: 1n })],
+    ["a fractional exp", () => mintToken(secret, { iss: "a", sub: "b", exp: 1.5 })],
+    ["a negative lifetime", () => mintToken(secret, { iss: "a", sub: "b" }, { expiresInSeconds: -1 })],
+    ["a kid with a newline", () => mintToken(secret, { iss: "a", sub: "b" }, { kid: "k\n" })],
+    ["no URL", () => new Client(undefined as unknown as string, "t")],
+    ["a number for the URL", () => new Client(8080 as unknown as string, "t")],
+    ["not a URL", () => new Client("not a url", "t")],
+    ["a file URL", () => new Client("file:///etc/passwd", "t")],
+    ["no token", () => new Client("http://127.0.0.1:8080", undefined as unknown as string)],
+    ["null options", () => new Client("http://127.0.0.1:8080", "t", null as unknown as {})],
+  ];
+  for (const [name, f] of cases) {
+    assert.throws(f, (e: unknown) => e instanceof WarrenError && (e.code === "invalid_argument" || e.code === "unauthenticated"), name);
+  }
+  assert.throws(() => new Client("http://127.0.0.1:8080", undefined as unknown as string), refused("unauthenticated"));
+});
