@@ -8,7 +8,9 @@ BIN       := bin/warren
 TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/warren/tools
 FUZZTIME  ?= 10s
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-export GOPROXY ?= https://proxy.golang.org
+# The Go module proxy is the one `go env GOPROXY` names (GOPROXY, go env -w, the toolchain's default), without a
+# `,direct` fallback: that would try VCS hosts a build machine may not reach.
+export GOPROXY := $(shell p=$$($(GO) env GOPROXY); echo "$${p%%,direct*}")
 
 .PHONY: help dev build test test-short fuzz lint bench load fmt tools servers bwrap claude-code postgres staticcheck terraform jwt-libs sdk-js chromium clean
 

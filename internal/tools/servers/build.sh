@@ -9,8 +9,7 @@ bin=$tools/bin/$name
 stamp=$tools/bin/$name.stamp
 mkdir -p "$tools/bin" "$tools/src"
 # The module proxy only: `,direct` would try VCS hosts this machine cannot reach.
-GOPROXY=${GOPROXY:-$(go env GOPROXY)}; export GOPROXY=${GOPROXY%%,direct*} GOFLAGS=-mod=mod GOTOOLCHAIN=local
-[ -n "$GOPROXY" ] || export GOPROXY=https://proxy.golang.org
+GOPROXY=$(go env GOPROXY); export GOPROXY=${GOPROXY%%,direct*} GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
 versitygw_version=v1.8.0
 if [ "$name" = versitygw ]; then
