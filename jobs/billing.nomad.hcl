@@ -97,6 +97,7 @@ job "warren-billing" {
 
     network {
       port "http" {}
+      port "metrics" {}
     }
 
     service {
@@ -113,6 +114,19 @@ job "warren-billing" {
       }
     }
 
+    # The metrics listener (-metrics-listen: GET /metrics and nothing else), found by Prometheus through this
+    # Consul service (docs/ops/prometheus.yml). Keep the port to Prometheus: the load balancer has no route to it.
+    service {
+      name     = "warren-billing-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["warren", "metrics", var.region]
+
+      meta {
+        warren_region = var.region
+      }
+    }
+
     task "billing" {
       driver = var.driver
 
@@ -121,6 +135,7 @@ job "warren-billing" {
         args = concat([
           "billing",
           "-listen", "$${NOMAD_ADDR_http}",
+          "-metrics-listen", "$${NOMAD_ADDR_metrics}",
           "-region", var.region,
           "-vault", var.vault_addr,
           ], var.webhook_secret_path == "" ? [] : [

@@ -168,6 +168,7 @@ job "warren-edge" {
     network {
       port "http" {} # TCP (HTTP, WebSocket) and, with a WebTransport certificate, UDP (HTTP/3) on the same number
       port "mesh" {} # UDP (QUIC): the mesh to other regions' edges
+      port "metrics" {}
     }
 
     service {
@@ -184,6 +185,19 @@ job "warren-edge" {
       }
     }
 
+    # The metrics listener (-metrics-listen: GET /metrics and nothing else), found by Prometheus through this
+    # Consul service (docs/ops/prometheus.yml). Keep the port to Prometheus: the load balancer has no route to it.
+    service {
+      name     = "warren-edge-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["warren", "metrics", var.region]
+
+      meta {
+        warren_region = var.region
+      }
+    }
+
     task "edge" {
       driver = var.driver
 
@@ -192,6 +206,7 @@ job "warren-edge" {
         args = concat([
           "edge",
           "-listen", "$${NOMAD_ADDR_http}",
+          "-metrics-listen", "$${NOMAD_ADDR_metrics}",
           "-region", var.region,
           "-public-url", var.public_url,
           "-consul", var.consul_addr,

@@ -205,6 +205,20 @@ job "sandbox" {
 
     network {
       port "api" {}
+      port "metrics" {}
+    }
+
+    # The metrics listener (-metrics-listen: GET /metrics and nothing else), found by Prometheus through this
+    # Consul service (docs/ops/prometheus.yml). Keep the port to Prometheus: the load balancer has no route to it.
+    service {
+      name     = "warren-runner-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["warren", "metrics"]
+
+      meta {
+        warren_region = local.region_arg
+      }
     }
 
     task "runner" {
@@ -224,6 +238,7 @@ job "sandbox" {
           "-epoch", "${var.epoch}",
           "-region", local.region_arg,
           "-listen", "${NOMAD_IP_api}:${NOMAD_PORT_api}",
+          "-metrics-listen", "${NOMAD_ADDR_metrics}",
           "-alloc", "${NOMAD_ALLOC_ID}",
           "-workspace", "${NOMAD_ALLOC_DIR}/workspace",
           "-state-dir", "${NOMAD_SECRETS_DIR}/state",

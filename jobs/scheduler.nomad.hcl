@@ -141,6 +141,7 @@ job "warren-scheduler" {
 
     network {
       port "http" {}
+      port "metrics" {}
     }
 
     service {
@@ -157,6 +158,19 @@ job "warren-scheduler" {
       }
     }
 
+    # The metrics listener (-metrics-listen: GET /metrics and nothing else), found by Prometheus through this
+    # Consul service (docs/ops/prometheus.yml). Keep the port to Prometheus: the load balancer has no route to it.
+    service {
+      name     = "warren-scheduler-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["warren", "metrics", var.region]
+
+      meta {
+        warren_region = var.region
+      }
+    }
+
     task "scheduler" {
       driver = var.driver
 
@@ -165,6 +179,7 @@ job "warren-scheduler" {
         args = concat([
           "scheduler",
           "-listen", "$${NOMAD_ADDR_http}",
+          "-metrics-listen", "$${NOMAD_ADDR_metrics}",
           "-region", var.region,
           "-consul", var.consul_addr,
           "-nomad", var.nomad_addr,

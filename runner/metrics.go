@@ -29,6 +29,10 @@ const (
 	networkDown      = "down"      // it could not be: the sandbox stopped
 )
 
+// Metrics is the runner's registry: what its API serves at /metrics (behind its key) and what
+// `warren runner -metrics-listen` serves to Prometheus.
+func (r *Runner) Metrics() prometheus.Gatherer { return r.metrics.reg }
+
 func newMetrics(connections, commands func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),

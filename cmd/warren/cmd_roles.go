@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/spool"
@@ -50,7 +49,7 @@ const schedulerKeyEnv = "WARREN_SCHEDULER_KEY"
 
 // roleCommon are the flags every role has.
 type roleCommon struct {
-	listen, region, logLevel string
+	listen, metricsListen, region, logLevel string
 }
 
 // parse parses args and returns the role's logger, tagged with role and region.
@@ -67,30 +66,37 @@ func (c *roleCommon) parse(fs *flag.FlagSet, args []string, stderr io.Writer, ro
 
 func (c *roleCommon) register(fs *flag.FlagSet, defListen string) {
 	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", defListen), "listen address ($WARREN_LISTEN)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", envOr("WARREN_METRICS_LISTEN", ""), metricsListenUsage)
 	fs.StringVar(&c.region, "region", envOr("WARREN_REGION", "global"), "this region's name ($WARREN_REGION)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error ($WARREN_LOG_LEVEL)")
 }
 
-// serveRole serves h (plus /metrics) on listen until ctx ends, then drains for up to 10 s. It prints one
-// JSON line {"event":"ready","addr":…} on stdout once listening, so tests and supervisors know the port.
-func serveRole(ctx context.Context, role, listen string, h http.Handler, reg *prometheus.Registry, stdout io.Writer, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", listen)
+// serveRole serves h on listen until ctx ends, then drains for up to 10 s; the registry's metrics go to the
+// separate listener c.metricsListen (none when empty), never to the role's own. It prints one JSON line
+// {"event":"ready","addr":…,"metrics":…} on stdout once listening, so tests and supervisors know the ports.
+func serveRole(ctx context.Context, role string, c roleCommon, h http.Handler, reg *prometheus.Registry, stdout io.Writer, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("%s: listen: %w", role, err)
 	}
-	return serveRoleOn(ctx, role, ln, h, reg, stdout, log)
+	return serveRoleOn(ctx, role, ln, c.metricsListen, h, reg, stdout, log)
 }
 
 // serveRoleOn is serveRole on a listener already bound.
-func serveRoleOn(ctx context.Context, role string, ln net.Listener, h http.Handler, reg *prometheus.Registry, stdout io.Writer, log *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("/", h)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := httpx.NewServer(mux, httpx.Config{})
+func serveRoleOn(ctx context.Context, role string, ln net.Listener, metricsListen string, h http.Handler, reg *prometheus.Registry, stdout io.Writer, log *slog.Logger) error {
+	mctx, stopMetrics := context.WithCancel(ctx)
+	defer stopMetrics()
+	metricsAddr, metricsDone, err := serveMetrics(mctx, metricsListen, reg, log)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("%s: %w", role, err)
+	}
+	defer func() { stopMetrics(); metricsDone() }()
+	srv := httpx.NewServer(h, httpx.Config{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
-	fmt.Fprintf(stdout, "{\"event\":\"ready\",\"role\":%q,\"addr\":%q}\n", role, ln.Addr().String())
+	fmt.Fprintf(stdout, "{\"event\":\"ready\",\"role\":%q,\"addr\":%q,\"metrics\":%q}\n", role, ln.Addr().String(), metricsAddr)
 	select {
 	case err := <-served:
 		return fmt.Errorf("%s: serve: %w", role, err)
@@ -266,7 +272,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	announced := make(chan error, 1)
 	go func() { announced <- (&regions.Announcer{Dir: dir, Edge: self, Logger: log}).Run(annCtx) }()
 	defer func() { stopAnn(); <-announced }() // withdraws this edge from the directory
-	return serveRoleOn(ctx, "edge", ln, ed.Handler(), metrics, stdout, log)
+	return serveRoleOn(ctx, "edge", ln, c.metricsListen, ed.Handler(), metrics, stdout, log)
 }
 
 // remoteSandboxes adapts the scheduler client to the edge's consumer interface.
@@ -396,7 +402,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	adopting.Go(func() { adoptRunners(adoptCtx, s, log) })
 	defer adopting.Wait() // before s.Close and the stores' closing
 	defer stopAdopting()
-	return serveRole(ctx, "scheduler", c.listen, remote.Handler(s, key, log), metrics, stdout, log)
+	return serveRole(ctx, "scheduler", c, remote.Handler(s, key, log), metrics, stdout, log)
 }
 
 // schedulerCloseTimeout bounds the scheduler role's Scheduler.Close: recording the supervised runners'
@@ -471,7 +477,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	return serveRole(ctx, "billing", c.listen, mux, metrics, stdout, log)
+	return serveRole(ctx, "billing", c, mux, metrics, stdout, log)
 }
 
 // hostname is the host's name, or "edge" when it cannot be read.

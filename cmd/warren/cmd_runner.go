@@ -41,8 +41,9 @@ func init() {
 // readyLine is the one JSON line printed on stdout once the runner listens; the driver reads it.
 type readyLine struct {
 	Event string `json:"event"`
-	Addr  string `json:"addr"`
-	PID   int    `json:"pid"`
+	Addr    string `json:"addr"`
+	PID     int    `json:"pid"`
+	Metrics string `json:"metrics,omitempty"`
 }
 
 func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -52,7 +53,9 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cfg        runner.Config
 		logLevel   slog.Level
 		watchStdin bool
+		metricsAt  string
 	)
+	fs.StringVar(&metricsAt, "metrics-listen", envOr("WARREN_METRICS_LISTEN", ""), metricsListenUsage)
 	fs.StringVar(&cfg.Issuer, "issuer", "", "issuer (project) id of the sandbox's user (required)")
 	fs.StringVar(&cfg.User, "user", "", "end-user id (required)")
 	fs.Int64Var(&cfg.Epoch, "epoch", 0, "placement epoch (fencing token)")
@@ -301,6 +304,11 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	metricsAddr, metricsDone, err := serveMetrics(ctx, metricsAt, r.Metrics(), cfg.Logger)
+	if err != nil {
+		return err
+	}
+	defer func() { cancel(nil); metricsDone() }()
 	if watchStdin {
 		// This goroutine is not waited for: a blocking read of stdin cannot be interrupted, and it ends
 		// with the process.
@@ -324,7 +332,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return err
 	}
-	if err := json.NewEncoder(stdout).Encode(readyLine{Event: "ready", Addr: r.Addr(), PID: os.Getpid()}); err != nil {
+	if err := json.NewEncoder(stdout).Encode(readyLine{Event: "ready", Addr: r.Addr(), PID: os.Getpid(), Metrics: metricsAddr}); err != nil {
 		cancel(nil)
 		<-errc
 		return fmt.Errorf("write ready line: %w", err)

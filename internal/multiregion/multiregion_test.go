@@ -121,7 +121,7 @@ func startTopology(t *testing.T, ctx context.Context) *topology {
 		other := tp.other(r)
 		key := "scheduler-key-of-region-" + r.name + "-for-tests"
 		r.sched = stacktest.StartRole(t, tp.bin, "scheduler", []string{"WARREN_SCHEDULER_KEY=" + key, "NOMAD_ADDR=" + r.ns.Addr()},
-			"-listen", "127.0.0.1:0", "-region", r.name, "-consul", r.cs.Addr(), "-db", dsn, "-nomad", r.ns.Addr(),
+			"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-region", r.name, "-consul", r.cs.Addr(), "-db", dsn, "-nomad", r.ns.Addr(),
 			"-datacenter", r.ns.Datacenter(), "-lease-ttl", leaseTTL.String(), "-start-timeout", startTimeout.String(),
 			"-runner-binary", tp.bin, "-nomad-driver", "raw_exec", "-runner-memory", "512", "-kill-timeout", "40s",
 			"-runner-arg=-claude-cli="+cli, "-runner-arg=-model-upstream="+upstream,
@@ -134,7 +134,7 @@ func startTopology(t *testing.T, ctx context.Context) *topology {
 		r.edgeEnv = append(stacktest.VaultEnv(tp.vs), "WARREN_SCHEDULER_KEY="+key)
 		r.edgeArgs = []string{"-listen", "127.0.0.1:0", "-region", r.name, "-vault", tp.vs.Addr(), "-consul", r.cs.Addr(), "-db", dsn,
 			"-scheduler", "http://" + r.sched.Addr, "-public-url", r.relay.URL(), "-edge-id", "edge-" + r.name,
-			"-mesh-listen", "127.0.0.1:0", "-mesh-pki-role", "edge", "-mesh-pki-mount", "pki"}
+			"-mesh-listen", "127.0.0.1:0", "-mesh-pki-role", "edge", "-mesh-pki-mount", "pki", "-metrics-listen", "127.0.0.1:0"}
 		tp.startEdge(t, r)
 	}
 	// Each edge lists both regions (its directory cache is refreshed every 2 s).
@@ -278,8 +278,8 @@ func (tp *topology) usage(t *testing.T, ctx context.Context, user string) (event
 	return events, aiMicros, holds
 }
 
-// metric is the sum of the samples of a counter of the role at base whose labels include every one of
-// labels.
+// metric is the sum of the samples of a counter of the role whose metrics listener is at base whose labels
+// include every one of labels.
 func metric(t *testing.T, base, name string, labels ...string) float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
@@ -311,7 +311,7 @@ func (tp *topology) starts(t *testing.T, outcome string) float64 {
 	t.Helper()
 	n := 0.0
 	for _, r := range []*region{tp.a, tp.b} {
-		n += metric(t, "http://"+r.sched.Addr, "warren_sandbox_starts_total", `outcome="`+outcome+`"`)
+		n += metric(t, "http://"+r.sched.Metrics, "warren_sandbox_starts_total", `outcome="`+outcome+`"`)
 	}
 	return n
 }
@@ -449,7 +449,7 @@ func testForward(t *testing.T, ctx context.Context, tp *topology) {
 	}
 	e := tp.owner(t, ctx, tp.a, user, 1)
 
-	before := metric(t, "http://"+tp.b.edge.Addr, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`)
+	before := metric(t, "http://"+tp.b.edge.Metrics, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`)
 	cb := tp.client(t, tp.b, user)
 	sb := dial(t, ctx, cb, nil)
 	turnOK(t, ctx, sb, "create b.txt containing through b")
@@ -459,7 +459,7 @@ func testForward(t *testing.T, ctx context.Context, tp *topology) {
 	if got, err := tp.client(t, tp.a, user).Sandbox().ReadFile(ctx, "b.txt"); err != nil || string(got) != "through b" {
 		t.Fatalf("b.txt through a's edge: %q, %v", got, err)
 	}
-	if n := metric(t, "http://"+tp.b.edge.Addr, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`); n != before+1 {
+	if n := metric(t, "http://"+tp.b.edge.Metrics, "warren_edge_forwarded_total", `kind="ws"`, `region="a"`, `outcome="ok"`); n != before+1 {
 		t.Fatalf("b's edge forwarded %v agent channels to a, want %v", n, before+1)
 	}
 	if sb.Region() != "a" {

@@ -28,7 +28,8 @@ import (
 // Role is one `warren <role>` process.
 type Role struct {
 	Name string
-	Addr string // the address of its ready line
+	Addr    string // the address of its ready line
+	Metrics string // its -metrics-listen address, from the ready line; "" without one
 	Cmd  *exec.Cmd
 	Logs *SyncBuffer // its stderr
 
@@ -73,13 +74,14 @@ func StartRoleFor(t, owner testing.TB, bin, name string, env []string, args ...s
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start warren %s: %v", name, err)
 	}
-	ready := make(chan string, 1)
+	type readyLine struct{ Event, Addr, Metrics string }
+	ready := make(chan readyLine, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var l struct{ Event, Addr string }
+			var l readyLine
 			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Event == "ready" {
-				ready <- l.Addr
+				ready <- l
 			}
 		}
 		_ = cmd.Wait()
@@ -92,7 +94,8 @@ func StartRoleFor(t, owner testing.TB, bin, name string, env []string, args ...s
 		}
 	})
 	select {
-	case r.Addr = <-ready:
+	case l := <-ready:
+		r.Addr, r.Metrics = l.Addr, l.Metrics
 	case <-r.exited:
 		t.Fatalf("warren %s exited before it was ready:\n%s", name, Tail(r.Logs.String(), 4000))
 	case <-time.After(60 * time.Second):
