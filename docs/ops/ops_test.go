@@ -89,6 +89,7 @@ func codeMetrics(t *testing.T) map[string]metric {
 	if err != nil {
 		t.Fatal(err)
 	}
+	out["up"] = metric{kind: "gauge", labels: []string{}, where: "Prometheus (one per scraped target)"}
 	return out
 }
 
@@ -161,9 +162,9 @@ func stringList(e ast.Expr) []string {
 }
 
 var (
-	metricRef = regexp.MustCompile(`\bwarren_[a-z0-9_]+\b`)
+	metricRef = regexp.MustCompile(`\b(?:warren_[a-z0-9_]+|up)\b`)
 	grouping  = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
-	selector  = regexp.MustCompile(`\bwarren_[a-z0-9_]+\s*\{([^}]*)\}`)
+	selector  = regexp.MustCompile(`\b(?:warren_[a-z0-9_]+|up)\s*\{([^}]*)\}`)
 	matcher   = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
 	labelsRef = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
 	call      = regexp.MustCompile(`\b([a-zA-Z_][a-zA-Z0-9_]*)\s*\(`)
@@ -172,7 +173,9 @@ var (
 	// The PromQL functions, aggregations and grouping keywords the files may use (a misspelt one fails).
 	promqlCalls = []string{"sum", "max", "min", "avg", "count", "rate", "irate", "increase", "delta", "deriv",
 		"histogram_quantile", "max_over_time", "min_over_time", "avg_over_time", "absent", "clamp_min", "by", "without"}
-	targetLbls = []string{"instance", "job"} // added by Prometheus to every scraped series
+	// added to every scraped series: instance and job by Prometheus, warren_region and consul_dc by
+	// prometheus.yml's relabelling
+	targetLbls = []string{"instance", "job", "warren_region", "consul_dc"}
 )
 
 // checkExpr checks one PromQL expression against the code's metrics and returns the labels it groups by.
@@ -212,7 +215,12 @@ func checkExpr(t *testing.T, where, expr string, code map[string]metric) (groupe
 			t.Errorf("%s: %q has range [%s], not a duration", where, expr, r[1])
 		}
 	}
-	names := metricRef.FindAllString(expr, -1)
+	var names []string
+	for _, n := range metricRef.FindAllString(expr, -1) {
+		if !slices.Contains(targetLbls, n) { // warren_region is a label
+			names = append(names, n)
+		}
+	}
 	if len(names) == 0 {
 		t.Errorf("%s: %q uses no Warren metric", where, expr)
 	}
@@ -308,8 +316,13 @@ func TestCodeMetricsFound(t *testing.T) {
 func TestDashboard(t *testing.T) {
 	code := codeMetrics(t)
 	var dash struct {
-		Title  string `json:"title"`
-		UID    string `json:"uid"`
+		Title      string `json:"title"`
+		UID        string `json:"uid"`
+		Templating struct {
+			List []struct {
+				Name string `json:"name"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			ID      int    `json:"id"`
 			Type    string `json:"type"`
@@ -339,10 +352,104 @@ func TestDashboard(t *testing.T) {
 		for _, tg := range p.Targets {
 			checkExpr(t, "panel "+strconv.Quote(p.Title), tg.Expr, code)
 			exprs++
+			for _, s := range metricRef.FindAllStringIndex(tg.Expr, -1) {
+				if slices.Contains(targetLbls, tg.Expr[s[0]:s[1]]) {
+					continue
+				}
+				if !regexp.MustCompile(dashFilter).MatchString(tg.Expr[s[1]:]) {
+					t.Errorf("panel %q: %s is not filtered by the region, job and instance variables (%s)", p.Title, tg.Expr[s[0]:s[1]], dashFilter)
+				}
+			}
 		}
 	}
 	if exprs == 0 {
 		t.Fatal("the dashboard has no queries")
+	}
+	var vars []string
+	for _, v := range dash.Templating.List {
+		vars = append(vars, v.Name)
+	}
+	for _, want := range []string{"datasource", "region", "job", "instance"} {
+		if !slices.Contains(vars, want) {
+			t.Errorf("the dashboard has no %s variable (it has %v)", want, vars)
+		}
+	}
+}
+
+// dashFilter opens (or, after a selector's own matchers, continues) every metric selector of the dashboard.
+var dashFilter = regexp.MustCompile(`^\{(?:[^}]*, )?warren_region=~"\$region", job=~"\$job", instance=~"\$instance"\}`).String()
+
+// docs/ops/prometheus.yml discovers exactly the Consul services jobs/*.nomad.hcl register for the roles'
+// metrics listeners (each job passing -metrics-listen the port it registers), and labels them as the
+// dashboard and alerts expect.
+func TestPrometheusConfig(t *testing.T) {
+	var cfg struct {
+		Global        map[string]string `yaml:"global"`
+		RuleFiles     []string          `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName     string `yaml:"job_name"`
+			MetricsPath string `yaml:"metrics_path"`
+			Consul      []struct {
+				Server   string   `yaml:"server"`
+				Services []string `yaml:"services"`
+				Tags     []string `yaml:"tags"`
+			} `yaml:"consul_sd_configs"`
+			Relabel []struct {
+				SourceLabels []string `yaml:"source_labels"`
+				Regex        string   `yaml:"regex"`
+				TargetLabel  string   `yaml:"target_label"`
+				Replacement  string   `yaml:"replacement"`
+			} `yaml:"relabel_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	decode(t, "prometheus.yml", &cfg)
+	if !slices.Equal(cfg.RuleFiles, []string{"alerts.yml"}) {
+		t.Errorf("rule_files %v, want [alerts.yml]", cfg.RuleFiles)
+	}
+	var services []string
+	targets := map[string]bool{}
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, c := range sc.Consul {
+			services = append(services, c.Services...)
+		}
+		for _, r := range sc.Relabel {
+			targets[r.TargetLabel] = true
+			if r.TargetLabel == "job" {
+				for _, role := range []string{"edge", "scheduler", "billing", "runner"} {
+					m := regexp.MustCompile("^(?:" + r.Regex + ")$").FindStringSubmatch("warren-" + role + "-metrics")
+					if m == nil || r.Replacement != "$1" || m[1] != role {
+						t.Errorf("the job relabelling (%q → %q) does not make job=%q of warren-%s-metrics", r.Regex, r.Replacement, role, role)
+					}
+				}
+			}
+		}
+	}
+	for _, l := range []string{"job", "warren_region"} {
+		if !targets[l] {
+			t.Errorf("prometheus.yml sets no %s label", l)
+		}
+	}
+	registered := regexp.MustCompile(`(?m)^\s*name\s*=\s*"(warren-[a-z]+-metrics)"\s*\n\s*port\s*=\s*"metrics"`)
+	var fromJobs []string
+	for _, f := range []string{"edge", "scheduler", "billing", "sandbox"} {
+		b, err := os.ReadFile("../../jobs/" + f + ".nomad.hcl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := registered.FindAllSubmatch(b, -1)
+		if len(m) != 1 {
+			t.Errorf("jobs/%s.nomad.hcl registers %d metrics services, want 1", f, len(m))
+			continue
+		}
+		fromJobs = append(fromJobs, string(m[0][1]))
+		if !regexp.MustCompile(`"-metrics-listen",\s*"\$?\$\{NOMAD_ADDR_metrics\}"`).Match(b) {
+			t.Errorf("jobs/%s.nomad.hcl does not pass -metrics-listen its metrics port", f)
+		}
+	}
+	slices.Sort(services)
+	slices.Sort(fromJobs)
+	if !slices.Equal(services, fromJobs) {
+		t.Errorf("prometheus.yml discovers %v; the jobs register %v", services, fromJobs)
 	}
 }
 
