@@ -40,7 +40,7 @@ func init() {
 
 // readyLine is the one JSON line printed on stdout once the runner listens; the driver reads it.
 type readyLine struct {
-	Event string `json:"event"`
+	Event   string `json:"event"`
 	Addr    string `json:"addr"`
 	PID     int    `json:"pid"`
 	Metrics string `json:"metrics,omitempty"`

@@ -27,11 +27,11 @@ import (
 
 // Role is one `warren <role>` process.
 type Role struct {
-	Name string
+	Name    string
 	Addr    string // the address of its ready line
 	Metrics string // its -metrics-listen address, from the ready line; "" without one
-	Cmd  *exec.Cmd
-	Logs *SyncBuffer // its stderr
+	Cmd     *exec.Cmd
+	Logs    *SyncBuffer // its stderr
 
 	exited chan struct{}
 }
