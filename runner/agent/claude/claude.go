@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/tools"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/session"
@@ -110,7 +111,7 @@ type Driver struct {
 	cancel context.CancelFunc
 	reqID  atomic.Uint64
 
-	models modelTable
+	models *modelTable
 
 	mu       sync.Mutex // guards sessions, closed and background.Add
 	sessions map[string]*agentSession
@@ -190,9 +191,14 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("%w: give the home to the sandbox: %w", ErrConfig, err)
 		}
 	}
+	models, version := newModelTable(cfg.CLIPath, cfg.Env)
+	if !models.pinned {
+		cfg.Logger.Info("model aliases are resolved by asking the agent once, before the first ready",
+			"cli_version", version, "pinned_version", tools.ClaudeCodeVersion, "model_env", steersModel(cfg.Env))
+	}
 	life, cancel := context.WithCancel(context.Background())
 	return &Driver{
-		cfg: cfg, log: cfg.Logger, sb: sb, sdk: sdk, life: life, cancel: cancel,
+		cfg: cfg, log: cfg.Logger, sb: sb, sdk: sdk, life: life, cancel: cancel, models: models,
 		sessions: make(map[string]*agentSession),
 	}, nil
 }

@@ -4,34 +4,112 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/warren-mesh/warren/internal/tools"
 )
 
 // probeTimeout bounds the CLI's answer to the model probe.
 const probeTimeout = 20 * time.Second
 
+// pinnedModels is what the pinned CLI (tools.ClaudeCodeVersion) answers to an Agent SDK initialize
+// request: each model choice and the model it resolves to, with no setting or variable steering the
+// model. TestPinnedModelsAreTheCLIs asks the installed CLI and compares, so a CLI bump that changes the
+// answer fails until this table follows.
+var pinnedModels = map[string]string{
+	"default": "claude-opus-5-5",
+	"opus":    "claude-opus-5-5",
+	"fable":   "claude-fable-5-2",
+	"sonnet":  "claude-sonnet-5-5",
+	"haiku":   "claude-haiku-5-5",
+}
+
+// maxPackageJSON bounds the package.json read to tell the CLI's version.
+const maxPackageJSON = 1 << 20
+
 // modelTable resolves what a session names as its model ("" for the CLI's default, or an alias such as
-// "sonnet") to the model the CLI actually calls, which is what its system/init event names. The CLI says
-// so itself: its answer to an Agent SDK initialize request lists each model choice with its resolvedModel.
-// The table is asked for once per driver, the first time a name needs it; full model names pass through.
+// "sonnet") to the model the CLI actually calls, which is what its system/init event names. For the pinned
+// CLI the answer is known (pinnedModels), so no process starts before ready. Any other CLI says so itself:
+// its answer to an Agent SDK initialize request lists each model choice with its resolvedModel, asked once
+// per driver, the first time a name needs it. Full model names pass through.
 type modelTable struct {
 	once     sync.Once
 	done     chan struct{}
-	resolved map[string]string // written before done is closed
+	resolved map[string]string // written before done is closed, or at New (pinned)
+	pinned   bool              // resolved is pinnedModels; no probe
 }
 
-// resolve returns the model the CLI uses for name, waiting for the probe until ctx ends; when the CLI
-// cannot tell, name itself ("default" for "").
+// newModelTable knows the pinned CLI's answer when cliPath is that CLI and env steers no model (the
+// model variables change the answer: ANTHROPIC_DEFAULT_SONNET_MODEL renames what sonnet resolves to).
+func newModelTable(cliPath string, env map[string]string) (*modelTable, string) {
+	v := cliVersion(cliPath)
+	if v != tools.ClaudeCodeVersion || steersModel(env) {
+		return &modelTable{}, v
+	}
+	return &modelTable{resolved: pinnedModels, pinned: true}, v
+}
+
+// steersModel reports whether env sets a variable that may change how the CLI resolves a model: those a
+// client may not set (ANTHROPIC_*, CLAUDE_CODE_USE_*, ...) other than ANTHROPIC_CUSTOM_HEADERS.
+func steersModel(env map[string]string) bool {
+	for k := range env {
+		if k == "ANTHROPIC_CUSTOM_HEADERS" {
+			continue
+		}
+		if slices.Contains(clientRefused, k) || slices.ContainsFunc(clientRefusedPrefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// cliVersion is the version of the npm package the CLI binary at path comes from ("" when unknown): the
+// package.json beside the binary (@anthropic-ai/claude-code-<platform>) or one directory up (the
+// @anthropic-ai/claude-code package's bin/).
+func cliVersion(path string) string {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return ""
+	}
+	for _, dir := range []string{filepath.Dir(real), filepath.Dir(filepath.Dir(real))} {
+		f, err := os.Open(filepath.Join(dir, "package.json"))
+		if err != nil {
+			continue
+		}
+		var pkg struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+		}
+		err = json.NewDecoder(io.LimitReader(f, maxPackageJSON)).Decode(&pkg)
+		f.Close()
+		if err == nil && strings.HasPrefix(pkg.Name, "@anthropic-ai/claude-code") {
+			return pkg.Version
+		}
+	}
+	return ""
+}
+
+// resolve returns the model the CLI uses for name, waiting for the probe (of a CLI other than the pinned
+// one) until ctx ends; when the CLI cannot tell, name itself ("default" for "").
 func (t *modelTable) resolve(ctx context.Context, d *Driver, name string) string {
 	key := name
 	if key == "" {
 		key = "default"
 	}
 	if strings.HasPrefix(key, "claude-") {
+		return key
+	}
+	if t.pinned {
+		if m := t.resolved[key]; m != "" {
+			return m
+		}
 		return key
 	}
 	t.once.Do(func() {
