@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -40,6 +41,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	insecure := fs.Bool("insecure-no-sandbox", false, "measure without bubblewrap")
 	keep := fs.Bool("keep", false, "keep the temporary data dir")
 	turns := fs.Int("turns", 0, "also measure agent turns (real Claude Code CLI, scripted model): prompt → first agent event and → result")
+	agent := fs.Bool("agent", false, "run the agent (real Claude Code CLI) without measuring turns: connect → ready with no model, an alias and a full name (implied by -turns)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,9 +53,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer os.RemoveAll(dir)
 	}
 	cli := ""
-	if *turns > 0 {
+	if *turns > 0 || *agent {
 		if cli = tools.FindClaudeCLI(); cli == "" {
-			return errors.New("-turns needs the Claude Code CLI: run `make tools`")
+			return errors.New("-turns and -agent need the Claude Code CLI: run `make tools`")
 		}
 	}
 	st, err := devstack.Start(ctx, devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure, ClaudeCLI: cli})
@@ -64,46 +66,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mint := func(user string) (string, error) {
 		return token.Mint(st.DevKey, token.Claims{Issuer: devstack.DevIssuer, Subject: user, ExpiresAt: time.Now().Add(time.Hour)})
 	}
-	fmt.Fprintf(stdout, "warren bench: %d new users (concurrency %d), %d execs per path, isolation=%s\n\n",
-		*users, *conc, *execs, isolationLabel(*insecure))
+	fmt.Fprintf(stdout, "warren bench: %d new users (concurrency %d), %d execs per path, isolation=%s, agent=%t\n\n",
+		*users, *conc, *execs, isolationLabel(*insecure), cli != "")
 
 	// 1. new-user connect → ready
-	lat := make([]time.Duration, *users)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(1, *conc))
-	errs := make(chan error, *users)
-	for i := range *users {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			tok, err := mint(fmt.Sprintf("bench-user-%d", i))
-			if err != nil {
-				errs <- err
-				return
-			}
-			c, err := warren.New(st.URL(), tok)
-			if err != nil {
-				errs <- err
-				return
-			}
-			t0 := time.Now()
-			s, err := c.Dial(ctx, &wire.SessionOptions{})
-			if err != nil {
-				errs <- fmt.Errorf("user %d: %w", i, err)
-				return
-			}
-			lat[i] = time.Since(t0)
-			_ = s.Close()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := benchConnect(ctx, stdout, st, mint, *users, *conc, *insecure, cli != ""); err != nil {
 		return err
 	}
-	report(stdout, "connect → ready (new user, sandbox start)", lat)
 
 	// 2. exec round trip: through the edge vs directly against the runner
 	tok, _ := mint("bench-user-0")
@@ -148,6 +117,116 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return benchTurns(ctx, stdout, c, *turns)
 	}
 	return nil
+}
+
+// connectModel is what the init of a new user names as its model, and its name in the report.
+type connectModel struct{ name, model string }
+
+// connectModels are the inits of new users when the agent runs: no model (the CLI's default), an alias and
+// a full name. Each is resolved before ready (docs/PROTOCOL.md#server-messages).
+var connectModels = []connectModel{{"no model", ""}, {"alias sonnet", "sonnet"}, {"full model name", "claude-sonnet-4-5"}}
+
+// benchConnect measures new-user connect → ready. With the agent, the users take turns naming each of
+// connectModels, so they share the machine's load; the floor, one start of the cheapest sandboxed process,
+// is measured beside each connect, and each p50 is also given as a multiple of the floor's.
+func benchConnect(ctx context.Context, stdout io.Writer, st *devstack.Stack, mint func(string) (string, error), users, conc int, insecure, agent bool) error {
+	models := []connectModel{{"sandbox start", ""}}
+	if agent {
+		models = connectModels
+	}
+	lat := make([][]time.Duration, len(models))
+	floor := make([]time.Duration, 0, users)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, conc))
+	errs := make(chan error, users)
+	for i := range users {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			m := i % len(models)
+			d, err := connectOnce(ctx, st, mint, fmt.Sprintf("bench-user-%d", i), models[m].model)
+			if err != nil {
+				errs <- fmt.Errorf("user %d: %w", i, err)
+				return
+			}
+			f, err := floorOnce(ctx, insecure)
+			if err != nil {
+				errs <- fmt.Errorf("floor: %w", err)
+				return
+			}
+			mu.Lock()
+			lat[m], floor = append(lat[m], d), append(floor, f)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return err
+	}
+	floorName := "floor: bwrap --unshare-all /bin/true"
+	if insecure {
+		floorName = "floor: /bin/true"
+	}
+	report(stdout, floorName, floor)
+	for m, cm := range models {
+		report(stdout, "connect → ready (new user, "+cm.name+")", lat[m])
+	}
+	ratios := make([]string, len(models))
+	for m, cm := range models {
+		ratios[m] = fmt.Sprintf("%s %.1f×", cm.name, float64(p50(lat[m]))/float64(max(p50(floor), 1)))
+	}
+	fmt.Fprintf(stdout, "%-44s %s\n", "connect → ready p50 ÷ floor p50", strings.Join(ratios, ", "))
+	return nil
+}
+
+// connectOnce connects a new user whose init names model and returns the time to ready.
+func connectOnce(ctx context.Context, st *devstack.Stack, mint func(string) (string, error), user, model string) (time.Duration, error) {
+	tok, err := mint(user)
+	if err != nil {
+		return 0, err
+	}
+	c, err := warren.New(st.URL(), tok)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	s, err := c.Dial(ctx, &wire.SessionOptions{Model: model})
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(t0)
+	_ = s.Close()
+	return d, nil
+}
+
+// floorOnce times one start of the cheapest sandboxed process: bubblewrap in its own namespaces around
+// /bin/true (without the sandbox, /bin/true alone).
+func floorOnce(ctx context.Context, insecure bool) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, "bwrap", "--ro-bind", "/", "/", "--unshare-all", "/bin/true")
+	if insecure {
+		cmd = exec.CommandContext(ctx, "/bin/true")
+	}
+	t0 := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("%v: %w: %s", cmd.Args, err, out)
+	}
+	return time.Since(t0), nil
+}
+
+// p50 is the median of d, as report gives it.
+func p50(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return quantile(s, 0.5)
+}
+
+// quantile is the p quantile of sorted s.
+func quantile(s []time.Duration, p float64) time.Duration {
+	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 // benchTurns measures agent turns on one session: the first turn starts the CLI process, later ones reuse it.
@@ -207,7 +286,7 @@ func execDirect(ctx context.Context, hc *http.Client, e registry.Entry, body []b
 func report(w io.Writer, name string, d []time.Duration) {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	q := func(p float64) time.Duration { return quantile(s, p) }
 	fmt.Fprintf(w, "%-44s n=%-4d p50=%-9s p95=%-9s p99=%-9s max=%s\n", name, len(s),
 		q(0.50).Round(10*time.Microsecond), q(0.95).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), s[len(s)-1].Round(10*time.Microsecond))
 }
