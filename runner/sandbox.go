@@ -174,7 +174,7 @@ func (r *Runner) attachNetwork(proxyURL string) error {
 	}
 	r.parts.netUID = netUID
 	n, err := isolate.NewNetwork(isolate.NetworkConfig{
-		Pasta: r.cfg.Pasta, Nsenter: r.cfg.Nsenter, ForwardTCP: fwd, Allow: r.cfg.EgressAllow,
+		Stack: isolate.StackPasta, Pasta: r.cfg.Pasta, Nsenter: r.cfg.Nsenter, ForwardTCP: fwd, Allow: r.cfg.EgressAllow,
 		UID: netUID.UID, GID: netUID.UID, Cgroup: r.parts.cgroup,
 		OnRestart: func(cause error) {
 			r.metrics.network.WithLabelValues(networkRestarted).Inc()

@@ -48,11 +48,12 @@ func newSandbox(t testing.TB, insecure bool) (*Sandbox, string) {
 // own (when the test runs as root, as in CI) owning ws, and a network of its own forwarding fwd.
 func secureConfig(t testing.TB, ws string, fwd []uint16) Config {
 	t.Helper()
-	return secureConfigIn(t, ws, fwd, nil)
+	return secureConfigIn(t, ws, fwd, nil, "")
 }
 
-// secureConfigIn is secureConfig with the sandbox in cg (nil: none), its network in cg's network part.
-func secureConfigIn(t testing.TB, ws string, fwd []uint16, cg *Cgroup) Config {
+// secureConfigIn is secureConfig with the sandbox in cg (nil: none), its network of stack ("": the
+// default) in cg's network part.
+func secureConfigIn(t testing.TB, ws string, fwd []uint16, cg *Cgroup, stack string) Config {
 	t.Helper()
 	cfg := Config{Workspace: ws, Bwrap: bwrapPath(t)}
 	if os.Geteuid() != 0 {
@@ -68,7 +69,7 @@ func secureConfigIn(t testing.TB, ws string, fwd []uint16, cg *Cgroup) Config {
 	if err := Chown(ws, int(lease.UID), int(lease.UID)); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Network = testNetwork(t, NetworkConfig{ForwardTCP: fwd, Cgroup: cg})
+	cfg.Network = testNetwork(t, NetworkConfig{Stack: stack, ForwardTCP: fwd, Cgroup: cg})
 	if cg != nil {
 		cfg.Cgroup = cg
 	}

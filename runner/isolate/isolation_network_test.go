@@ -12,16 +12,23 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// The sandbox's network stack (pasta) and the namespace's holder outlive whatever the tenant does inside
-// the sandbox; if they die anyway, the network notices at once, starts pasta again or says it is down.
+// The sandbox's network stack (pasta and the namespace's holder, or the runner's relays on a veth
+// network) outlives whatever the tenant does inside the sandbox; if pasta dies anyway, the network notices
+// at once, starts pasta again or says it is down.
 
 // TestIsolationNetworkSurvivesMemoryHog: a tenant fills its memory with pages no process owns (its /tmp
 // and /dev/shm, tmpfs charged to its cgroup), so the kernel's OOM killer must kill some process of the
 // group. When pasta ran among the sandbox's commands it was the largest of them (about 30 MiB resident)
 // and died: the model proxy was unreachable until the runner restarted. Now a command dies and the same
-// pasta still forwards the model proxy.
+// pasta still forwards the model proxy; on a veth network, the runner's relay does.
 func TestIsolationNetworkSurvivesMemoryHog(t *testing.T) {
 	requireRoot(t)
+	for _, stack := range []string{StackVeth, StackPasta} {
+		t.Run(stack, func(t *testing.T) { testSurvivesMemoryHog(t, stack) })
+	}
+}
+
+func testSurvivesMemoryHog(t *testing.T, stack string) {
 	proxy := listenIn(t, "", "127.0.0.1:0", "model-proxy")
 	port := proxy.Addr().(*net.TCPAddr).Port
 	lim := Limits{Processes: 256, MemoryBytes: 96 << 20, TmpBytes: 64 << 20}
@@ -30,7 +37,7 @@ func TestIsolationNetworkSurvivesMemoryHog(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cg.Close() })
-	cfg := secureConfigIn(t, t.TempDir(), []uint16{uint16(port)}, cg)
+	cfg := secureConfigIn(t, t.TempDir(), []uint16{uint16(port)}, cg, stack)
 	cfg.Limits = lim
 	s, err := New(cfg)
 	if err != nil {
@@ -42,7 +49,11 @@ func TestIsolationNetworkSurvivesMemoryHog(t *testing.T) {
 	if s.OOMKills() <= oom {
 		t.Fatalf("no OOM kill: 120 MiB of tmpfs and a 200 MiB tail under a 96 MiB limit: %+v %q", res, o.stdout.String())
 	}
-	if err := syscall.Kill(pasta, 0); err != nil || pastaPid(cfg.Network) != pasta || cfg.Network.Err() != nil {
+	if pasta == 0 {
+		if cfg.Network.veth == nil {
+			t.Fatal("a pasta network without pasta")
+		}
+	} else if err := syscall.Kill(pasta, 0); err != nil || pastaPid(cfg.Network) != pasta || cfg.Network.Err() != nil {
 		t.Fatalf("pasta (pid %d) died when the sandbox ran out of memory: %v (now pid %d, network %v)", pasta, err, pastaPid(cfg.Network), cfg.Network.Err())
 	}
 	if got, e := reach(t, s, "127.0.0.1", port); got != "model-proxy" {
@@ -60,7 +71,7 @@ func TestIsolationNetworkRestartsPasta(t *testing.T) {
 	port := proxy.Addr().(*net.TCPAddr).Port
 	restarted := make(chan error, maxPastaRestarts+1)
 	cfg := secureConfig(t, t.TempDir(), nil)
-	cfg.Network = testNetwork(t, NetworkConfig{ForwardTCP: []uint16{uint16(port)}, OnRestart: func(err error) { restarted <- err }})
+	cfg.Network = testNetwork(t, NetworkConfig{Stack: StackPasta, ForwardTCP: []uint16{uint16(port)}, OnRestart: func(err error) { restarted <- err }})
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +107,7 @@ func TestIsolationNetworkRestartsPasta(t *testing.T) {
 // once; commands are refused with unavailable instead of running without a network.
 func TestIsolationNetworkHolderDies(t *testing.T) {
 	requireRoot(t)
-	cfg := secureConfig(t, t.TempDir(), nil)
+	cfg := secureConfigIn(t, t.TempDir(), nil, nil, StackPasta)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +136,12 @@ func requireDown(t *testing.T, s *Sandbox) {
 	t.Logf("refused: %v", err)
 }
 
-// pastaPid is the pid of n's pasta now.
+// pastaPid is the pid of n's pasta now (0 on a veth network, which has none).
 func pastaPid(n *Network) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.pasta == nil {
+		return 0
+	}
 	return n.pasta.Process.Pid
 }

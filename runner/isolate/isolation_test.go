@@ -297,14 +297,22 @@ func TestIsolationNetwork(t *testing.T) {
 	testHost(t, "169.254.169.254", "169.254.169.253", 80, "metadata", false)
 	testHost(t, "203.0.114.10", "", 8080, "public", true)
 	testHost(t, "203.0.114.130", "203.0.114.129", 8081, "neighbour", false)
-	ws := t.TempDir()
-	s, err := New(secureConfig(t, ws, []uint16{uint16(proxyPort)}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dialFromHost(t, "169.254.169.254:80")
 	dialFromHost(t, "203.0.114.10:8080")
 	dialFromHost(t, "203.0.114.130:8081")
+	for _, stack := range []string{StackVeth, StackPasta} {
+		t.Run(stack, func(t *testing.T) {
+			s, err := New(secureConfigIn(t, t.TempDir(), []uint16{uint16(proxyPort)}, nil, stack))
+			if err != nil {
+				t.Fatal(err)
+			}
+			testNetworkRefusals(t, s, private, everywhere, proxyPort)
+		})
+	}
+}
+
+// testNetworkRefusals is TestIsolationNetwork against one sandbox.
+func testNetworkRefusals(t *testing.T, s *Sandbox, private, everywhere net.Listener, proxyPort int) {
 
 	t.Run("forwarded model proxy", func(t *testing.T) {
 		if got, e := reach(t, s, "127.0.0.1", proxyPort); got != "model-proxy" {
@@ -346,7 +354,7 @@ func TestIsolationNetwork(t *testing.T) {
 		}
 	})
 	t.Run("filter cannot be changed", func(t *testing.T) {
-		_, o := sh(t, s, "ip route del default 2>&1; ip link set tap0 down 2>&1; ip route 2>&1 | head -1")
+		_, o := sh(t, s, "ip route del default 2>&1; ip link set eth0 down 2>&1; ip link set tap0 down 2>&1; nft flush ruleset 2>&1; ip route 2>&1 | head -1")
 		if !strings.Contains(o.stdout.String(), "default") {
 			t.Fatalf("the sandbox changed its routes: %q", o.stdout.String())
 		}
@@ -595,7 +603,7 @@ func TestIsolationNetworkInCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cg.Close() })
-	n := testNetwork(t, NetworkConfig{Cgroup: cg})
+	n := testNetwork(t, NetworkConfig{Stack: StackPasta, Cgroup: cg})
 	network, commands := cgroupProcs(t, cg.network), cgroupProcs(t, cg.commands)
 	for _, pid := range []int{n.holder.Process.Pid, pastaPid(n)} {
 		if !slices.Contains(network, strconv.Itoa(pid)) || slices.Contains(commands, strconv.Itoa(pid)) {

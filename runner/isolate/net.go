@@ -21,27 +21,37 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DNSForward is the address the sandbox's resolver uses; pasta answers it by forwarding the query to the
-// host's resolver. Only port 53 of it is open.
+// DNSForward is the address the sandbox's resolver uses; pasta, or the runner's relay on a veth network,
+// answers it by forwarding the query to the host's resolver. Only port 53 of it is open.
 const DNSForward = "169.254.53.53"
 
 // NetworkConfig configures a sandbox's network.
 type NetworkConfig struct {
-	// Pasta is the pasta binary (Debian's passt package); Nsenter is nsenter (util-linux).
+	// Stack is StackVeth (kernel networking; "" means it) or StackPasta (a user-mode network stack).
+	Stack string
+	// Pasta is the pasta binary (Debian's passt package; StackPasta only); Nsenter is nsenter (util-linux).
 	Pasta   string
 	Nsenter string
 	// ForwardTCP are ports of the host's loopback that the sandbox reaches at the same port on its own
 	// loopback (the runner's model proxy). Nothing else of the host's loopback is reachable.
 	ForwardTCP []uint16
+	// Pool4 and Pool6 are the private ranges veth networks take their addresses from (default DefaultPool4,
+	// DefaultPool6); every runner of a host must be given the same. SlotDir holds the locks of the slots
+	// in use (default DefaultNetDir). StackVeth only.
+	Pool4, Pool6 netip.Prefix
+	SlotDir      string
+	// Resolver is where the veth network's DNS relay sends the sandbox's queries (default: the first
+	// nameserver of the host's /etc/resolv.conf). StackVeth only.
+	Resolver netip.AddrPort
 	// Allow opens destinations the default policy refuses (netdeny's list and the host's own addresses),
 	// e.g. a package mirror on a private address. Empty: none.
 	Allow []netip.Prefix
-	// UID and GID own the namespace and run pasta: unprivileged host ids of the network's own (a second
+	// UID and GID (StackPasta only) own the namespace and run pasta: unprivileged host ids of the network's own (a second
 	// AllocateUID lease), never the sandbox's (Config.HostUID), so that nothing running as the sandbox's
 	// uid, inside bubblewrap or not, holds a capability over the namespace or can reach pasta. pasta is made
 	// for rootless use: as root it would switch to nobody before opening the namespace.
 	UID, GID uint32
-	// Cgroup, when set, holds the namespace's holder and pasta in its network part, beside the sandbox's
+	// Cgroup, when set (StackPasta only), holds the namespace's holder and pasta in its network part, beside the sandbox's
 	// commands and not among them: the CPU pasta spends on the sandbox's traffic counts against the
 	// sandbox's quota, its memory against a bound of its own, and an out-of-memory kill in the sandbox
 	// never chooses it.
@@ -51,17 +61,21 @@ type NetworkConfig struct {
 	OnRestart func(cause error)
 }
 
-// Network is one sandbox's network namespace, shared by all of its commands: a user-mode network stack
-// (pasta) gives it the public internet through the host's sockets, and an nftables filter inside the
-// namespace, which the sandbox cannot change (it has no capability over a namespace the host owns), refuses
-// the host, private, link-local and reserved destinations. Only a runner running as root can make one.
+// Network is one sandbox's network namespace, shared by all of its commands: a veth pair routed by the
+// host (veth.go) or a user-mode network stack (pasta) gives it the public internet, and an nftables filter
+// inside the namespace, which the sandbox cannot change (it has no capability over a namespace the host
+// owns), refuses the host, private, link-local and reserved destinations. Only a runner running as root
+// can make one.
 //
-// The network watches its processes (netwatch.go): pasta exiting is seen at once and pasta started again
-// (up to maxPastaRestarts times); when that fails or the holder exits, the network is down for good
-// (Down, Err) and commands are refused with unavailable.
+// A pasta network watches its processes (netwatch.go): pasta exiting is seen at once and pasta started
+// again (up to maxPastaRestarts times); when that fails or the holder exits, the network is down for good
+// (Down, Err) and commands are refused with unavailable. A veth network has no process of its own.
 type Network struct {
-	cfg        NetworkConfig
-	holder     *exec.Cmd      // keeps the namespace alive: cat reading a pipe only we write
+	cfg    NetworkConfig
+	veth   *vethLink // StackVeth; nil for pasta
+	relays *relays   // StackVeth: the runner's listeners inside the namespace
+
+	holder     *exec.Cmd      // StackPasta: keeps the namespace alive (cat reading a pipe only we write)
 	hold       io.WriteCloser // closing it ends the holder
 	holderExit chan struct{}  // closed once the holder has exited (nil until it said ready)
 	nsPath     string
@@ -78,7 +92,8 @@ type Network struct {
 	once    sync.Once
 }
 
-// NewNetwork makes a network namespace, installs its filter and attaches pasta to it. Close releases it.
+// NewNetwork makes a network namespace, installs its filter and connects it (cfg.Stack). Close releases
+// it.
 func NewNetwork(cfg NetworkConfig) (*Network, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: a network of the sandbox's own needs the runner to run as root (or choose the host network explicitly)", ErrConfig)
@@ -95,6 +110,18 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 			*b = p
 		}
 	}
+	switch cfg.Stack {
+	case "", StackVeth:
+		cfg.Stack = StackVeth
+		return newVethNetwork(cfg)
+	case StackPasta:
+		return newPastaNetwork(cfg)
+	}
+	return nil, fmt.Errorf("%w: unknown sandbox network stack %q (want %s or %s)", ErrConfig, cfg.Stack, StackVeth, StackPasta)
+}
+
+// newPastaNetwork makes a network namespace held by a process, installs its filter and attaches pasta.
+func newPastaNetwork(cfg NetworkConfig) (*Network, error) {
 	if cfg.Pasta == "" || cfg.Nsenter == "" {
 		return nil, fmt.Errorf("%w: the sandbox network needs pasta (package passt) and nsenter (util-linux)", ErrConfig)
 	}
@@ -165,16 +192,8 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 }
 
 func (n *Network) setup() error {
-	fd := int(n.nsFile.Fd())
-	deny, err := hostAddrs()
-	if err != nil {
+	if err := n.installEgress(); err != nil {
 		return err
-	}
-	// The public internet stays open (git, pip, npm); the host, its neighbours, the cluster's private and
-	// link-local space (cloud metadata), reserved space and their IPv6 forms do not.
-	deny = append(deny, netdeny.Prefixes()...)
-	if err := installFilter(fd, deny, n.cfg.Allow); err != nil {
-		return fmt.Errorf("%w: sandbox network filter: %w", ErrConfig, err)
 	}
 	cmd, exit, err := n.startPasta()
 	if err != nil {
@@ -183,6 +202,21 @@ func (n *Network) setup() error {
 	n.mu.Lock()
 	n.pasta, n.pastaExit = cmd, exit
 	n.mu.Unlock()
+	return nil
+}
+
+// installEgress installs the namespace's egress filter.
+func (n *Network) installEgress() error {
+	deny, err := hostAddrs()
+	if err != nil {
+		return err
+	}
+	// The public internet stays open (git, pip, npm); the host, its neighbours, the cluster's private and
+	// link-local space (cloud metadata), reserved space and their IPv6 forms do not.
+	deny = append(deny, netdeny.Prefixes()...)
+	if err := installFilter(int(n.nsFile.Fd()), deny, n.cfg.Allow); err != nil {
+		return fmt.Errorf("%w: sandbox network filter: %w", ErrConfig, err)
+	}
 	return nil
 }
 
@@ -346,18 +380,10 @@ func installFilter(fd int, deny, allow []netip.Prefix) error {
 		accept,
 	}})
 	// IPv6 neighbour discovery (router and neighbour solicitations and advertisements, ICMPv6 types 133 to
-	// 136), sent by the kernel to link-local and multicast addresses, reaches pasta, which answers it:
-	// without it no IPv6 packet leaves (the gateway is never resolved). The sandbox cannot send ICMPv6 of
-	// its own choosing (no raw sockets; ping sockets send only echo requests).
-	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
-		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{136}},
-		accept,
-	}})
+	// 136), sent by the kernel to link-local and multicast addresses, reaches pasta or the host's end of
+	// the pair, which answers it: without it no IPv6 packet leaves (the gateway is never resolved). The
+	// sandbox cannot send ICMPv6 of its own choosing (no raw sockets; ping sockets send only echo requests).
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: neighbourDiscovery(accept)})
 	dns := netip.MustParseAddr(DNSForward)
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		ex := matchPrefix(netip.PrefixFrom(dns, 32))
@@ -376,6 +402,19 @@ func installFilter(fd int, deny, allow []netip.Prefix) error {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(matchPrefix(p), reject)})
 	}
 	return c.Flush()
+}
+
+// neighbourDiscovery matches IPv6 neighbour discovery (ICMPv6 types 133 to 136), then v.
+func neighbourDiscovery(v expr.Any) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{136}},
+		v,
+	}
 }
 
 // matchPrefix matches packets whose destination lies in p (of p's family).
@@ -405,10 +444,20 @@ func (n *Network) enter(fd int) []string {
 	return []string{n.cfg.Nsenter, "--net=/proc/self/fd/" + strconv.Itoa(fd)}
 }
 
-// Close stops pasta and ends the namespace. It is idempotent.
+// Close stops pasta (or the runner's relays and the pair) and ends the namespace. It is idempotent.
 func (n *Network) Close() error {
 	n.once.Do(func() {
 		close(n.closing)
+		if n.veth != nil {
+			if n.relays != nil {
+				n.relays.close()
+			}
+			if n.nsFile != nil {
+				n.nsFile.Close()
+			}
+			n.veth.close()
+			return
+		}
 		n.watch.Wait() // no pasta is started after this
 		n.mu.Lock()
 		pasta, exit := n.pasta, n.pastaExit

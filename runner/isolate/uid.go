@@ -36,28 +36,52 @@ type UIDLease struct {
 // probes onwards past uids other live sandboxes of this host hold. dir is shared by every runner of the
 // host (DefaultUIDDir outside tests).
 func AllocateUID(dir, key string) (*UIDLease, error) {
+	i, f, err := lockSlot(dir, key, HostUIDCount, func(i uint64) string { return strconv.FormatUint(FirstHostUID+i, 10) })
+	if err != nil {
+		return nil, fmt.Errorf("sandbox uid: %w", err)
+	}
+	return &UIDLease{UID: uint32(FirstHostUID + i), lock: f}, nil
+}
+
+// lockSlot takes one of count slots shared by every runner of the host, by an exclusive lock on a file
+// in dir named by name: it starts at a position derived from key, so the same key usually gets the same
+// slot again, and probes onwards (up to 4096 slots) past those other live runners hold. The lock (and the
+// slot) are released when the file is closed or the process ends.
+func lockSlot(dir, key string, count uint64, name func(uint64) string) (uint64, *os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: uid lock dir: %w", ErrConfig, err)
+		return 0, nil, fmt.Errorf("%w: lock dir: %w", ErrConfig, err)
 	}
 	h := fnv.New64a()
 	h.Write([]byte(key))
-	start := h.Sum64() % HostUIDCount
-	for i := uint64(0); i < 4096; i++ {
-		uid := uint32(FirstHostUID + (start+i)%HostUIDCount)
-		f, err := os.OpenFile(filepath.Join(dir, strconv.FormatUint(uint64(uid), 10)), os.O_RDWR|os.O_CREATE, 0o600)
+	start := h.Sum64() % count
+	for i := uint64(0); i < min(count, 4096); i++ {
+		slot := (start + i) % count
+		f, ok, err := tryLock(filepath.Join(dir, name(slot)))
 		if err != nil {
-			return nil, fmt.Errorf("%w: uid lock: %w", ErrConfig, err)
+			return 0, nil, err
 		}
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return &UIDLease{UID: uid, lock: f}, nil
-		}
-		f.Close()
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: lock uid %d: %w", ErrConfig, uid, err)
+		if ok {
+			return slot, f, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: no free sandbox uid near the one of %q", ErrConfig, key)
+	return 0, nil, fmt.Errorf("%w: no free slot near the one of %q", ErrConfig, key)
+}
+
+// tryLock opens (creating it) and locks the file at path; ok is false when another holds it.
+func tryLock(path string) (f *os.File, ok bool, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: lock: %w", ErrConfig, err)
+	}
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if err == nil {
+		return f, true, nil
+	}
+	f.Close()
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("%w: lock %s: %w", ErrConfig, path, err)
 }
 
 // Release gives the uid back. It is idempotent.

@@ -15,8 +15,8 @@ import (
 
 // Config returns the sandbox configuration for workspace ws, whose network forwards the loopback port of
 // each URL in forward (e.g. a model server the sandboxed agent talks to). The workspace and each dir of
-// owned are given to the sandbox's uid. Everything is released when the test ends. Without bubblewrap or
-// pasta the test fails (-short skips it).
+// owned are given to the sandbox's uid. The network is the default one (isolate.StackVeth). Everything is
+// released when the test ends. Without bubblewrap the test fails (-short skips it).
 func Config(t testing.TB, ws string, forward []string, owned ...string) isolate.Config {
 	t.Helper()
 	cfg := isolate.Config{Workspace: ws, Bwrap: Tool(t, "bwrap", "bubblewrap")}
@@ -30,11 +30,6 @@ func Config(t testing.TB, ws string, forward []string, owned ...string) isolate.
 	}
 	t.Cleanup(lease.Release)
 	cfg.HostUID, cfg.HostGID = lease.UID, lease.UID
-	netLease, err := isolate.AllocateUID(isolate.DefaultUIDDir, "network/"+t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(netLease.Release)
 	for _, d := range append([]string{ws}, owned...) {
 		if err := isolate.Chown(d, int(lease.UID), int(lease.UID)); err != nil {
 			t.Fatal(err)
@@ -56,10 +51,7 @@ func Config(t testing.TB, ws string, forward []string, owned ...string) isolate.
 		}
 		ports = append(ports, uint16(n))
 	}
-	n, err := isolate.NewNetwork(isolate.NetworkConfig{
-		Pasta: Tool(t, "pasta", "passt"), Nsenter: Tool(t, "nsenter", "util-linux"), ForwardTCP: ports,
-		UID: netLease.UID, GID: netLease.UID,
-	})
+	n, err := isolate.NewNetwork(isolate.NetworkConfig{Nsenter: Tool(t, "nsenter", "util-linux"), ForwardTCP: ports})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,518 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-mesh/warren/internal/netdeny"
+)
+
+// The sandbox's network stacks (NetworkConfig.Stack).
+const (
+	// StackVeth is kernel networking: a veth pair between the runner's namespace and the sandbox's, routed
+	// and masqueraded by the host. No process of its own; the default.
+	StackVeth = "veth"
+	// StackPasta is pasta, a user-mode network stack (one process per sandbox, about 30 MiB).
+	StackPasta = "pasta"
+)
+
+// DefaultNetDir holds the lock files of the veth address slots in use, shared by every runner of the host;
+// on /run (a tmpfs), so a reboot frees them with the processes that held them.
+const DefaultNetDir = "/run/warren/sandbox-nets"
+
+// The default veth address pools: each sandbox gets slot i, the /31 (IPv4) and /127 (IPv6) at 2i, the
+// host's end the even address, the sandbox's the odd one. Both lie in ranges netdeny refuses, so the
+// sandbox filter already refuses every sandbox's and every host end's address.
+var (
+	DefaultPool4 = netip.MustParsePrefix("10.213.0.0/16")
+	DefaultPool6 = netip.MustParsePrefix("fd57:6172:7265::/48")
+)
+
+// The host end of slot i's pair is vethPrefix+i and its host table vethTablePrefix+i; the sandbox's end
+// is sandboxIf.
+const (
+	vethPrefix      = "wvn"
+	vethTablePrefix = "warren-" + vethPrefix
+	sandboxIf       = "eth0"
+	maxVethSlots    = 1 << 20
+)
+
+// vethLink is a sandbox's end of the host: its slot (held by lock), the host end's name and the
+// addresses of both ends.
+type vethLink struct {
+	slot                       uint64
+	lock                       *os.File
+	ifname                     string
+	host4, peer4, host6, peer6 netip.Addr // host6, peer6 invalid without IPv6 on the host
+}
+
+// newVethNetwork makes a network namespace without a process (the runner holds it by a descriptor), a veth
+// pair into it on the addresses of a free slot, the host's table of the pair (forwarding, masquerade, the
+// host itself refused), the egress filter inside, and the runner's relays inside (the forwarded ports and
+// DNS, relays.go).
+func newVethNetwork(cfg NetworkConfig) (*Network, error) {
+	if cfg.Nsenter == "" {
+		return nil, fmt.Errorf("%w: the sandbox network needs nsenter (util-linux)", ErrConfig)
+	}
+	if !cfg.Pool4.IsValid() {
+		cfg.Pool4 = DefaultPool4
+	}
+	if !cfg.Pool6.IsValid() {
+		cfg.Pool6 = DefaultPool6
+	}
+	if cfg.SlotDir == "" {
+		cfg.SlotDir = DefaultNetDir
+	}
+	slots, err := checkPools(cfg.Pool4, cfg.Pool6)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Resolver.IsValid() {
+		cfg.Resolver = hostResolver("/etc/resolv.conf")
+	}
+	v6, err := enableForwarding()
+	if err != nil {
+		return nil, err
+	}
+	if err := sweepVeths(cfg.SlotDir); err != nil {
+		return nil, err
+	}
+	slot, lock, err := lockSlot(cfg.SlotDir, strconv.Itoa(os.Getpid())+"/"+strconv.FormatInt(time.Now().UnixNano(), 10),
+		slots, func(i uint64) string { return strconv.FormatUint(i, 10) })
+	if err != nil {
+		return nil, fmt.Errorf("sandbox network address: %w", err)
+	}
+	v := &vethLink{slot: slot, lock: lock, ifname: vethPrefix + strconv.FormatUint(slot, 10)}
+	v.host4, v.peer4 = addrAdd(cfg.Pool4.Masked().Addr(), 2*slot), addrAdd(cfg.Pool4.Masked().Addr(), 2*slot+1)
+	if v6 {
+		v.host6, v.peer6 = addrAdd(cfg.Pool6.Masked().Addr(), 2*slot), addrAdd(cfg.Pool6.Masked().Addr(), 2*slot+1)
+	}
+	n := &Network{cfg: cfg, veth: v, closing: make(chan struct{}), down: make(chan struct{})}
+	// A runner that crashed holding this slot left its table (its link ended with its namespace).
+	if err := v.remove(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if n.nsFile, err = newNetns(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%w: make the sandbox network namespace: %w", ErrConfig, err)
+	}
+	if err := v.link(n.nsFile); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%w: sandbox network link: %w", ErrConfig, err)
+	}
+	if err := v.hostTable(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%w: sandbox network host rules: %w", ErrConfig, err)
+	}
+	if err := n.installEgress(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.startRelays(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%w: sandbox network relays: %w", ErrConfig, err)
+	}
+	return n, nil
+}
+
+// checkPools returns how many slots the pools hold; each must be of its family, hold one slot at least,
+// and lie inside what netdeny refuses (so that the sandbox filter refuses every sandbox's address).
+func checkPools(p4, p6 netip.Prefix) (uint64, error) {
+	slots := uint64(maxVethSlots)
+	for _, p := range []struct {
+		p    netip.Prefix
+		want int
+	}{{p4, 32}, {p6, 128}} {
+		if p.p.Addr().BitLen() != p.want || p.p.Bits() > p.want-1 {
+			return 0, fmt.Errorf("%w: sandbox address pool %s: want an IPv%d prefix of /%d or wider", ErrConfig, p.p, map[int]int{32: 4, 128: 6}[p.want], p.want-1)
+		}
+		if !netdeny.Denied(p.p.Masked().Addr()) || !netdeny.Denied(lastAddr(p.p)) {
+			return 0, fmt.Errorf("%w: sandbox address pool %s: want a private range (one the egress filter refuses)", ErrConfig, p.p)
+		}
+		if free := p.want - p.p.Bits() - 1; free < 20 {
+			slots = min(slots, uint64(1)<<free)
+		}
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return 0, fmt.Errorf("host interfaces: %w", err)
+	}
+	for _, ifc := range ifaces {
+		if strings.HasPrefix(ifc.Name, vethPrefix) {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, _ := netip.AddrFromSlice(ipn.IP)
+			ones, _ := ipn.Mask.Size()
+			hp := netip.PrefixFrom(ip.Unmap(), ones)
+			if hp.Overlaps(p4) || hp.Overlaps(p6) {
+				return 0, fmt.Errorf("%w: sandbox address pool %s or %s overlaps the host's network %s on %s: choose another (-sandbox-net-pool)", ErrConfig, p4, p6, hp, ifc.Name)
+			}
+		}
+	}
+	return slots, nil
+}
+
+// addrAdd is a plus n (no overflow check: the callers stay inside a checked pool).
+func addrAdd(a netip.Addr, n uint64) netip.Addr {
+	b := a.As16()
+	for i := 15; i >= 0 && n > 0; i-- {
+		s := uint64(b[i]) + n&0xff
+		b[i] = byte(s)
+		n = n>>8 + s>>8
+	}
+	r := netip.AddrFrom16(b)
+	if a.Is4() {
+		return r.Unmap()
+	}
+	return r
+}
+
+// lastAddr is the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// hostResolver is the first nameserver of the host's resolv.conf at port 53 (127.0.0.1 when it names
+// none): the upstream of the sandbox's DNS relay.
+func hostResolver(path string) netip.AddrPort {
+	b, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil {
+				return netip.AddrPortFrom(a, 53)
+			}
+		}
+	}
+	return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 53)
+}
+
+// enableForwarding turns on the host's IPv4 and IPv6 forwarding (as Docker does; the sandboxes' traffic
+// is routed). v6 is false when the host has no IPv6. A host that forwards ignores IPv6 router
+// advertisements on interfaces whose accept_ra is 1; those are set to 2 first, so the host keeps its own
+// IPv6 default route.
+func enableForwarding() (v6 bool, err error) {
+	if err := setSysctl("/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
+		return false, err
+	}
+	const all6 = "/proc/sys/net/ipv6/conf/all/forwarding"
+	b, err := os.ReadFile(all6)
+	if err != nil {
+		return false, nil
+	}
+	if strings.TrimSpace(string(b)) == "1" {
+		return true, nil
+	}
+	ras, _ := filepath.Glob("/proc/sys/net/ipv6/conf/*/accept_ra")
+	for _, f := range ras {
+		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == "1" {
+			if err := setSysctl(f, "2"); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, setSysctl(all6, "1")
+}
+
+func setSysctl(path, v string) error {
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == v {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+		return fmt.Errorf("%w: sandbox network: set %s to %s: %w", ErrConfig, path, v, err)
+	}
+	return nil
+}
+
+// newNetns makes a network namespace and returns it open. No process holds it: the descriptor does (and
+// the sandbox's commands, while they run), so a runner that dies takes it, and the pair into it, along.
+func newNetns() (*os.File, error) {
+	type result struct {
+		f   *os.File
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// As in DialLoopback: a thread that cannot return to the runner's namespace stays locked and ends
+		// with the goroutine.
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, err}
+			return
+		}
+		defer own.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, fmt.Errorf("unshare: %w", err)}
+			return
+		}
+		f, err := os.Open("/proc/thread-self/ns/net")
+		if serr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); serr != nil {
+			if f != nil {
+				f.Close()
+			}
+			done <- result{nil, fmt.Errorf("return to the runner's network namespace: %w", serr)}
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- result{f, err}
+	}()
+	r := <-done
+	return r.f, r.err
+}
+
+// link makes the pair, the host end in the runner's namespace and sandboxIf in ns, addresses both ends,
+// brings up the namespace's loopback (with the DNS relay's address) and routes the namespace's traffic to
+// the host end.
+func (v *vethLink) link(ns *os.File) error {
+	la := netlink.NewLinkAttrs()
+	la.Name = v.ifname
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: sandboxIf, PeerNamespace: netlink.NsFd(int(ns.Fd()))}); err != nil {
+		return fmt.Errorf("add %s: %w", v.ifname, err)
+	}
+	host, err := netlink.LinkByName(v.ifname)
+	if err != nil {
+		return err
+	}
+	// No duplicate address detection: the addresses are the slot's, and IPv6 would wait for it.
+	addr := func(h *netlink.Handle, l netlink.Link, a netip.Addr, bits int) error {
+		if !a.IsValid() {
+			return nil
+		}
+		na := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}}
+		if a.Is6() {
+			na.Flags = unix.IFA_F_NODAD
+		}
+		if err := h.AddrAdd(l, na); err != nil {
+			return fmt.Errorf("address %s: %w", a, err)
+		}
+		return nil
+	}
+	var hh netlink.Handle // the runner's namespace
+	if err := addr(&hh, host, v.host4, 31); err != nil {
+		return err
+	}
+	if err := addr(&hh, host, v.host6, 127); err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return err
+	}
+	nh, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()))
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	lo, err := nh.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := nh.LinkSetUp(lo); err != nil {
+		return err
+	}
+	if err := addr(nh, lo, netip.MustParseAddr(DNSForward), 32); err != nil {
+		return err
+	}
+	peer, err := nh.LinkByName(sandboxIf)
+	if err != nil {
+		return err
+	}
+	if err := addr(nh, peer, v.peer4, 31); err != nil {
+		return err
+	}
+	if err := addr(nh, peer, v.peer6, 127); err != nil {
+		return err
+	}
+	if err := nh.LinkSetUp(peer); err != nil {
+		return err
+	}
+	for _, gw := range []netip.Addr{v.host4, v.host6} {
+		if gw.IsValid() {
+			if err := nh.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
+				return fmt.Errorf("default route via %s: %w", gw, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hostTable installs, in the runner's namespace, table inet warren-wvnN: nothing enters the pair but the
+// replies of the sandbox's own connections (other sandboxes, the host's neighbours, the internet cannot
+// open one to it); nothing leaves it for the host itself but IPv6 neighbour discovery (the host end's
+// address and every other address of the host refuse the sandbox, whatever its filter says); the
+// sandbox's packets carry its own address; and they leave the host masqueraded as the host.
+func (v *vethLink) hostTable() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: vethTablePrefix + strconv.FormatUint(v.slot, 10)})
+	accept := nftables.ChainPolicyAccept
+	chain := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
+		return c.AddChain(&nftables.Chain{Name: name, Table: t, Type: typ, Hooknum: hook, Priority: prio, Policy: &accept})
+	}
+	fwd := chain("forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
+	in := chain("input", nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
+	post := chain("postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+	drop := &expr.Verdict{Kind: expr.VerdictDrop}
+	rule := func(ch *nftables.Chain, ex ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ex}) }
+
+	established := []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+	rule(fwd, append(ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, v.ifname), append(established, &expr.Verdict{Kind: expr.VerdictAccept})...)...)
+	rule(fwd, append(ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, v.ifname), drop)...)
+	for _, own := range []netip.Addr{v.peer4, v.peer6} {
+		if own.IsValid() {
+			rule(fwd, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchAddr(own, true, expr.CmpOpNeq)...), drop)...)
+		}
+	}
+	rule(in, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), neighbourDiscovery(&expr.Verdict{Kind: expr.VerdictAccept})...)...)
+	rule(in, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), drop)...)
+	for _, own := range []netip.Addr{v.peer4, v.peer6} {
+		if own.IsValid() {
+			rule(post, append(append(matchAddr(own, true, expr.CmpOpEq), ifname(expr.MetaKeyOIFNAME, expr.CmpOpNeq, v.ifname)...), &expr.Masq{})...)
+		}
+	}
+	return c.Flush()
+}
+
+// ifname matches the input or output interface's name against name.
+func ifname(key expr.MetaKey, op expr.CmpOp, name string) []expr.Any {
+	b := make([]byte, 16)
+	copy(b, name)
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: b}}
+}
+
+// matchAddr matches packets of a's family whose source (src) or destination is (op CmpOpEq) or is not
+// (CmpOpNeq) a.
+func matchAddr(a netip.Addr, src bool, op expr.CmpOp) []expr.Any {
+	proto, off := byte(unix.NFPROTO_IPV4), uint32(16)
+	if src {
+		off = 12
+	}
+	if a.Is6() {
+		proto, off = unix.NFPROTO_IPV6, 24
+		if src {
+			off = 8
+		}
+	}
+	b := a.AsSlice()
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(b))},
+		&expr.Cmp{Op: op, Register: 1, Data: b},
+	}
+}
+
+// remove deletes the slot's host table and host end, if they exist.
+func (v *vethLink) remove() error {
+	if l, err := netlink.LinkByName(v.ifname); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			return fmt.Errorf("%w: remove %s: %w", ErrConfig, v.ifname, err)
+		}
+	}
+	return delTables(func(name string) bool { return name == vethTablePrefix+strconv.FormatUint(v.slot, 10) })
+}
+
+// delTables deletes the runner namespace's inet tables whose name del accepts.
+func delTables(del func(name string) bool) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("%w: nftables: %w", ErrConfig, err)
+	}
+	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("%w: list nftables tables: %w", ErrConfig, err)
+	}
+	found := false
+	for _, t := range ts {
+		if del(t.Name) {
+			c.DelTable(t)
+			found = true
+		}
+	}
+	if !found {
+		return nil
+	}
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%w: delete stale sandbox network tables: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// sweepVeths deletes the host tables (and host ends) of slots no runner holds: what runners that crashed
+// left. A slot is locked while its leftovers are deleted, so no runner takes it meanwhile.
+func sweepVeths(dir string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("%w: nftables: %w", ErrConfig, err)
+	}
+	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("%w: list nftables tables: %w", ErrConfig, err)
+	}
+	for _, t := range ts {
+		slot, err := strconv.ParseUint(strings.TrimPrefix(t.Name, vethTablePrefix), 10, 64)
+		if !strings.HasPrefix(t.Name, vethTablePrefix) || err != nil {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("%w: lock dir: %w", ErrConfig, err)
+		}
+		f, ok, err := tryLock(filepath.Join(dir, strconv.FormatUint(slot, 10)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // a live runner's
+		}
+		err = (&vethLink{slot: slot, ifname: vethPrefix + strconv.FormatUint(slot, 10)}).remove()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close removes the pair and the host's table and gives the slot back.
+func (v *vethLink) close() {
+	_ = v.remove()
+	if v.lock != nil {
+		v.lock.Close()
+	}
+}
