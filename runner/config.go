@@ -65,7 +65,14 @@ type Config struct {
 	// it such a runner refuses preview requests, which would otherwise put every service listening on the
 	// host's loopback (Nomad, Consul, the runner's neighbours) on the internet.
 	PreviewHostLoopback bool
-	// Pasta and Nsenter are the programs the sandbox's network needs (default: looked up in PATH).
+	// NetworkStack is the sandbox network's stack when it has one of its own: isolate.StackVeth (kernel
+	// networking, no process per sandbox; "" means it) or isolate.StackPasta (-sandbox-network).
+	NetworkStack string
+	// NetPool4 and NetPool6 are the private ranges veth networks take their addresses from (default
+	// isolate.DefaultPool4, DefaultPool6); every runner of a host must have the same.
+	NetPool4, NetPool6 netip.Prefix
+	// Pasta and Nsenter are the programs the sandbox's network needs (default: looked up in PATH; pasta
+	// only for isolate.StackPasta).
 	Pasta, Nsenter string
 	// EgressAllow opens destinations the sandbox network refuses by default (private, link-local,
 	// loopback and the host's addresses), e.g. a package mirror.
@@ -172,6 +179,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Pasta == "" {
 		c.Pasta = "pasta"
+	}
+	switch c.NetworkStack {
+	case "":
+		c.NetworkStack = isolate.StackVeth
+	case isolate.StackVeth, isolate.StackPasta:
+	default:
+		return c, fmt.Errorf("%w: sandbox network stack %q: want %s or %s", ErrConfig, c.NetworkStack, isolate.StackVeth, isolate.StackPasta)
 	}
 	if c.Nsenter == "" {
 		c.Nsenter = "nsenter"

@@ -17,7 +17,7 @@ import (
 
 // agentRunner is a runner with the real CLI against a model server answering with scenario ("": auto) and
 // a SQLite ledger as its Reserver; mut, when set, adjusts the model config.
-func agentRunner(t *testing.T, scenario string, mut func(*runner.ModelConfig)) (*harness, *modelserver.Server) {
+func agentRunner(t *testing.T, scenario string, mut func(*runner.ModelConfig), mods ...func(*runner.Config)) (*harness, *modelserver.Server) {
 	t.Helper()
 	cli := testenv.ClaudeCLI(t)
 	ms := modelserver.New(modelserver.Options{DefaultScenario: scenario})
@@ -32,12 +32,12 @@ func agentRunner(t *testing.T, scenario string, mut func(*runner.ModelConfig)) (
 	}
 	t.Cleanup(func() { _ = ledger.Close() })
 	home := t.TempDir()
-	h := startRunner(t, func(c *runner.Config) {
+	h := startRunner(t, append([]func(*runner.Config){func(c *runner.Config) {
 		c.Model = &runner.ModelConfig{CLIPath: cli, Home: home, Upstream: msURL, APIKey: "sk-real-key", Reserver: ledger}
 		if mut != nil {
 			mut(c.Model)
 		}
-	})
+	}}, mods...)...)
 	return h, ms
 }
 

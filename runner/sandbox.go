@@ -28,7 +28,7 @@ const (
 // group and its network. Released when the runner ends.
 type sandboxParts struct {
 	uid     *isolate.UIDLease
-	netUID  *isolate.UIDLease // the network's own (pasta's), never the sandbox's
+	netUID  *isolate.UIDLease // the network's own (pasta's), never the sandbox's; nil on veth
 	cgroup  *isolate.Cgroup
 	network *isolate.Network
 }
@@ -168,19 +168,23 @@ func (r *Runner) attachNetwork(proxyURL string) error {
 		}
 		fwd = []uint16{uint16(p)}
 	}
-	netUID, err := isolate.AllocateUID(r.cfg.UIDDir, "network/"+r.cfg.Issuer+"/"+r.cfg.User)
-	if err != nil {
-		return err
+	ncfg := isolate.NetworkConfig{
+		Stack: r.cfg.NetworkStack, Nsenter: r.cfg.Nsenter, ForwardTCP: fwd, Allow: r.cfg.EgressAllow,
+		Pool4: r.cfg.NetPool4, Pool6: r.cfg.NetPool6,
 	}
-	r.parts.netUID = netUID
-	n, err := isolate.NewNetwork(isolate.NetworkConfig{
-		Stack: isolate.StackPasta, Pasta: r.cfg.Pasta, Nsenter: r.cfg.Nsenter, ForwardTCP: fwd, Allow: r.cfg.EgressAllow,
-		UID: netUID.UID, GID: netUID.UID, Cgroup: r.parts.cgroup,
-		OnRestart: func(cause error) {
+	if r.cfg.NetworkStack == isolate.StackPasta {
+		netUID, err := isolate.AllocateUID(r.cfg.UIDDir, "network/"+r.cfg.Issuer+"/"+r.cfg.User)
+		if err != nil {
+			return err
+		}
+		r.parts.netUID = netUID
+		ncfg.Pasta, ncfg.UID, ncfg.GID, ncfg.Cgroup = r.cfg.Pasta, netUID.UID, netUID.UID, r.parts.cgroup
+		ncfg.OnRestart = func(cause error) {
 			r.metrics.network.WithLabelValues(networkRestarted).Inc()
 			r.log.Warn("sandbox network stack exited; started again", "cause", cause)
-		},
-	})
+		}
+	}
+	n, err := isolate.NewNetwork(ncfg)
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}

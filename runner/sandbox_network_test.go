@@ -18,11 +18,17 @@ import (
 
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner"
+	"github.com/warren-mesh/warren/runner/isolate"
 )
 
-// The sandbox's network (pasta, the namespace's holder) against a tenant, and against its own failures:
-// the agent's turns reach the model proxy after the tenant ran out of memory, after pasta was killed, and
-// fail at once with unavailable when the network cannot be repaired. As root, like CI.
+// The sandbox's network on pasta (-sandbox-network=pasta: pasta, the namespace's holder) against a
+// tenant, and against its own failures: the agent's turns reach the model proxy after the tenant ran out
+// of memory, after pasta was killed, and fail at once with unavailable when the network cannot be
+// repaired. As root, like CI. (A veth network has no process to kill; every other agent test runs on it.)
+
+// onPasta gives the runner a pasta network.
+func onPasta(c *runner.Config) { c.NetworkStack = isolate.StackPasta }
 
 // netGrant gives the sandbox memory for the agent's CLI and per-command /tmp and /dev/shm that together
 // exceed it, so that a command filling both runs the sandbox out of memory with pages no process owns.
@@ -35,7 +41,7 @@ var netGrant = wire.Grant{Issuer: "acme", User: "alice", Window: "lifetime", AIM
 // retried until it timed out; now the turn completes through the same pasta.
 func TestIsolationAgentTurnAfterMemoryHog(t *testing.T) {
 	needRoot(t)
-	h, _ := agentRunner(t, "plain", nil)
+	h, _ := agentRunner(t, "plain", nil, onPasta)
 	pasta := childPid(t, "passt")
 	resp := h.doJSON(t, http.MethodPost, "/v1/sandbox/exec", wire.ExecRequest{
 		Command: "dd if=/dev/zero of=/tmp/a bs=1M count=300 2>&1; dd if=/dev/zero of=/dev/shm/b bs=1M count=300 2>&1; echo survived", TimeoutMs: 60_000,
@@ -57,7 +63,7 @@ func TestIsolationAgentTurnAfterMemoryHog(t *testing.T) {
 // at once, counted and logged; the next agent turn completes through the new one.
 func TestIsolationAgentTurnAfterPastaKilled(t *testing.T) {
 	needRoot(t)
-	h, _ := agentRunner(t, "plain", nil)
+	h, _ := agentRunner(t, "plain", nil, onPasta)
 	if r, _ := turn(t, h.dialAs(t, netGrant), "", "hello"); r["is_error"] == true {
 		t.Fatalf("the first turn: %v", r)
 	}
@@ -81,7 +87,7 @@ func TestIsolationAgentTurnAfterPastaKilled(t *testing.T) {
 // a command is refused with it too or finds the runner stopped, and the runner stops the sandbox.
 func TestIsolationAgentTurnFailsWhenNetworkDies(t *testing.T) {
 	needRoot(t)
-	h, ms := agentRunner(t, "long", nil)
+	h, ms := agentRunner(t, "long", nil, onPasta)
 	c := h.dialAs(t, netGrant)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

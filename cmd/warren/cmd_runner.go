@@ -65,16 +65,28 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "runner-private directory, never visible in the sandbox")
 	fs.BoolVar(&cfg.Insecure, "insecure-no-sandbox", false, "run commands WITHOUT bubblewrap (development only)")
 	fs.StringVar(&cfg.BwrapPath, "bwrap", "", "bubblewrap binary (default: bwrap in PATH)")
-	fs.Func("sandbox-network", "own (default: a network of the sandbox's own through pasta; needs root) or host (share the runner's: development only)", func(v string) error {
+	fs.Func("sandbox-network", "veth (default; also \"own\": a network of the sandbox's own, kernel networking routed by the host; needs root), pasta (a network of its own through pasta, a user-mode stack: about 30 MiB more per sandbox; needs root) or host (share the runner's: development only)", func(v string) error {
 		switch v {
-		case "own":
-			cfg.HostNetwork = false
+		case "own", "veth":
+			cfg.HostNetwork, cfg.NetworkStack = false, isolate.StackVeth
+		case "pasta":
+			cfg.HostNetwork, cfg.NetworkStack = false, isolate.StackPasta
 		case "host":
 			cfg.HostNetwork = true
 		default:
-			return fmt.Errorf("want own or host, not %q", v)
+			return fmt.Errorf("want veth, pasta or host, not %q", v)
 		}
 		return nil
+	})
+	fs.Func("sandbox-net-pool", "private IPv4 range (CIDR) the sandboxes' veth networks take their addresses from, a /31 each; the same for every runner of a host (default "+isolate.DefaultPool4.String()+")", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		cfg.NetPool4 = p
+		return err
+	})
+	fs.Func("sandbox-net-pool6", "private IPv6 range (CIDR) the sandboxes' veth networks take their addresses from, a /127 each (default "+isolate.DefaultPool6.String()+")", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		cfg.NetPool6 = p
+		return err
 	})
 	fs.BoolVar(&cfg.PreviewHostLoopback, "preview-host-loopback", false, "let preview URLs reach the host's loopback when the sandbox shares the host's network or runs without bubblewrap (development only; otherwise such a runner refuses previews)")
 	fs.Func("egress-allow", "a destination (CIDR) the sandbox may reach although the default policy refuses it (private, link-local, loopback, the host's addresses); repeatable", func(v string) error {
@@ -87,7 +99,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	})
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", "/warren", "control group under which each sandbox gets its own (\"-\": none; the task driver's limits alone hold)")
 	fs.StringVar(&cfg.UIDDir, "sandbox-uid-dir", isolate.DefaultUIDDir, "host-wide directory of the locks on the sandboxes' host uids")
-	fs.StringVar(&cfg.Pasta, "pasta", "pasta", "pasta binary (package passt), the sandbox's network")
+	fs.StringVar(&cfg.Pasta, "pasta", "pasta", "pasta binary (package passt), for -sandbox-network=pasta")
 	fs.DurationVar(&cfg.DefaultExecTimeout, "exec-timeout", runner.DefaultExecTimeout, "timeout of a command that names none")
 	fs.DurationVar(&cfg.MaxExecTimeout, "max-exec-timeout", runner.DefaultMaxExecTimeout, "largest timeout a command may ask for")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")

@@ -15,6 +15,8 @@ func RequireRoot(t *testing.T) { requireRoot(t) }
 
 func HostAddrs() ([]netip.Prefix, error) { return hostAddrs() }
 
+func LastAddr(p netip.Prefix) netip.Addr { return lastAddr(p) }
+
 // FilterRule is one destination rule of a sandbox's egress filter as the kernel holds it.
 type FilterRule struct {
 	Dst    netip.Prefix

@@ -91,7 +91,7 @@ func addressesAround(ps []netip.Prefix) []netip.Addr {
 	out := []netip.Addr{netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("2606:4700::1"),
 		netip.MustParseAddr("64:ff9b::808:808"), netip.MustParseAddr("::ffff:8.8.8.8")}
 	for _, p := range ps {
-		first, last := p.Masked().Addr(), lastOf(p)
+		first, last := p.Masked().Addr(), isolate.LastAddr(p)
 		out = append(out, first, last)
 		if b := first.Prev(); b.IsValid() {
 			out = append(out, b)
@@ -116,13 +116,4 @@ func sixToFour(a netip.Addr) netip.Addr {
 	copy(b[2:6], v4[:])
 	b[15] = 1
 	return netip.AddrFrom16(b)
-}
-
-func lastOf(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

@@ -1,7 +1,7 @@
 // Package isolate runs one user command inside the sandbox boundary: a bubblewrap (bwrap) sandbox running
 // as an unprivileged host uid of the sandbox's own (AllocateUID) in a user namespace, with its own PID,
-// IPC, UTS, cgroup and network namespaces (NewNetwork: pasta and an egress filter), a seccomp filter,
-// read-only system directories, a minimal /etc, a private sized /tmp and the user's workspace at
+// IPC, UTS, cgroup and network namespaces (NewNetwork: a veth pair or pasta, and an egress filter), a
+// seccomp filter, read-only system directories, a minimal /etc, a private sized /tmp and the user's workspace at
 // /workspace, a cleared environment, a wall-clock timeout that kills the whole tree, and nothing else of
 // the host visible. Run runs a command to completion with captured output; Start runs a long-lived program
 // (the agent CLI) under the same boundary with pipes, extra bind mounts and a kill of its whole tree on
@@ -64,7 +64,7 @@ type Config struct {
 	// (a runner makes it once its model proxy listens). Commands need it unless HostNetwork.
 	Network *Network
 	// HostNetwork shares the runner's network namespace with the sandbox: every host listener on loopback
-	// is reachable from it. Only for development machines without pasta, chosen explicitly.
+	// is reachable from it. Only for development machines where the runner is not root, chosen explicitly.
 	HostNetwork bool
 	// Cgroup, when set, holds every command of the sandbox (NewCgroup), so its limits apply to them all.
 	Cgroup *Cgroup

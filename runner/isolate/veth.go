@@ -448,15 +448,24 @@ func (v *vethLink) remove() error {
 	return delTables(func(name string) bool { return name == vethTablePrefix+strconv.FormatUint(v.slot, 10) })
 }
 
-// delTables deletes the runner namespace's inet tables whose name del accepts.
-func delTables(del func(name string) bool) error {
+// inetTables lists the runner namespace's inet tables.
+func inetTables() (*nftables.Conn, []*nftables.Table, error) {
 	c, err := nftables.New()
 	if err != nil {
-		return fmt.Errorf("%w: nftables: %w", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: nftables: %w", ErrConfig, err)
 	}
 	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return fmt.Errorf("%w: list nftables tables: %w", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: list nftables tables: %w", ErrConfig, err)
+	}
+	return c, ts, nil
+}
+
+// delTables deletes the runner namespace's inet tables whose name del accepts.
+func delTables(del func(name string) bool) error {
+	c, ts, err := inetTables()
+	if err != nil {
+		return err
 	}
 	found := false
 	for _, t := range ts {
@@ -477,13 +486,9 @@ func delTables(del func(name string) bool) error {
 // sweepVeths deletes the host tables (and host ends) of slots no runner holds: what runners that crashed
 // left. A slot is locked while its leftovers are deleted, so no runner takes it meanwhile.
 func sweepVeths(dir string) error {
-	c, err := nftables.New()
+	_, ts, err := inetTables()
 	if err != nil {
-		return fmt.Errorf("%w: nftables: %w", ErrConfig, err)
-	}
-	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return fmt.Errorf("%w: list nftables tables: %w", ErrConfig, err)
+		return err
 	}
 	for _, t := range ts {
 		slot, err := strconv.ParseUint(strings.TrimPrefix(t.Name, vethTablePrefix), 10, 64)
