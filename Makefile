@@ -136,7 +136,7 @@ bwrap: ## install the sandbox's parts from Debian if missing: bubblewrap, pasta 
 	@command -v bwrap >/dev/null && command -v pasta >/dev/null && command -v nsenter >/dev/null && \
 	  command -v ip >/dev/null && command -v perl >/dev/null && command -v python3 >/dev/null && command -v cc >/dev/null || \
 	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap passt util-linux iproute2 perl python3 gcc; }
-	@# pasta runs as each sandbox's unprivileged uid and opens /dev/net/tun: the Linux default mode is 0666.
+	@# pasta (-sandbox-network=pasta) runs as each sandbox's unprivileged uid and opens /dev/net/tun: the Linux default mode is 0666.
 	@[ "$$(stat -c %a /dev/net/tun 2>/dev/null)" = 666 ] || $(SUDO) chmod 0666 /dev/net/tun
 	@command -v bwrap >/dev/null && echo "bubblewrap: $$(bwrap --version), pasta: $$(command -v pasta)"
 

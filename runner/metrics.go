@@ -51,7 +51,7 @@ func newMetrics(connections, commands func() float64) *metrics {
 		}, []string{"op", "result"}),
 		network: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_runner_sandbox_network_failures_total",
-			Help: "Times the sandbox's network stack (pasta) or its namespace's holder exited, by outcome (restarted, or down: the sandbox stopped).",
+			Help: "Times the sandbox's network stack (pasta, with -sandbox-network=pasta) or its namespace's holder exited, by outcome (restarted, or down: the sandbox stopped).",
 		}, []string{"outcome"}),
 	}
 	m.reg.MustRegister(
