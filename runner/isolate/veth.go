@@ -116,7 +116,7 @@ func newVethNetwork(cfg NetworkConfig) (*Network, error) {
 		n.Close()
 		return nil, fmt.Errorf("%w: sandbox network link: %w", ErrConfig, err)
 	}
-	if err := v.hostTable(); err != nil {
+	if err := v.hostTable(cfg.Allow, cfg.Pool4, cfg.Pool6); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("%w: sandbox network host rules: %w", ErrConfig, err)
 	}
@@ -369,8 +369,11 @@ func (v *vethLink) link(ns *os.File) error {
 // replies of the sandbox's own connections (other sandboxes, the host's neighbours, the internet cannot
 // open one to it); nothing leaves it for the host itself but IPv6 neighbour discovery (the host end's
 // address and every other address of the host refuse the sandbox, whatever its filter says); the
-// sandbox's packets carry its own address; and they leave the host masqueraded as the host.
-func (v *vethLink) hostTable() error {
+// sandbox's packets carry its own address; and they leave the host masqueraded as the host. An address of
+// the host inside one of the operator's opened ranges (allow, -egress-allow: a git server or mirror on the
+// host) is the exception: the sandbox may open connections to it, as its filter lets them out; the pools'
+// addresses (every pair's host end) never are, whatever the operator opened.
+func (v *vethLink) hostTable(allow []netip.Prefix, pools ...netip.Prefix) error {
 	c, err := nftables.New()
 	if err != nil {
 		return err
@@ -400,6 +403,13 @@ func (v *vethLink) hostTable() error {
 		}
 	}
 	rule(in, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), neighbourDiscovery(&expr.Verdict{Kind: expr.VerdictAccept})...)...)
+	for _, p := range pools {
+		rule(in, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchPrefix(p)...), drop)...)
+	}
+	for _, p := range allow {
+		rule(in, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchPrefix(p)...),
+			&expr.Verdict{Kind: expr.VerdictAccept})...)
+	}
 	rule(in, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), drop)...)
 	for _, own := range []netip.Addr{v.peer4, v.peer6} {
 		if own.IsValid() {
