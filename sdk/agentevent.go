@@ -385,6 +385,9 @@ type ReadyInfo struct {
 	Notice string `json:"notice,omitempty"`
 	// PromptUUIDs: the runner echoes prompt uuids and runs a prompt sent again with the same uuid once.
 	PromptUUIDs bool `json:"promptUuids,omitempty"`
+	// DeclaredToolNames: a tool_call names the tool as its client declared it, with serverName and
+	// qualifiedName (ToolCall).
+	DeclaredToolNames bool `json:"declaredToolNames,omitempty"`
 }
 
 // System returns the system message of a system event; ok is false for any other event.

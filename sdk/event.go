@@ -23,9 +23,23 @@ type Event struct {
 
 // ToolCall is the payload of a tool_call event: the agent called a tool that the client executes.
 type ToolCall struct {
-	CallID   string          `json:"callId"`
-	ToolName string          `json:"toolName"`
-	Input    json.RawMessage `json:"input"`
+	CallID string `json:"callId"`
+	// ToolName is the tool's name as declared (ServerName's tool); from a runner that does not say
+	// declaredToolNames in ready, and for a server declared with a type, mcp__<server>__<tool>.
+	ToolName string `json:"toolName"`
+	// ServerName is the client tool server that declared it ("" from such a runner).
+	ServerName string `json:"serverName,omitempty"`
+	// QualifiedName is the name the agent called: mcp__<server>__<tool> ("" from such a runner).
+	QualifiedName string          `json:"qualifiedName,omitempty"`
+	Input         json.RawMessage `json:"input"`
+}
+
+// AgentName is the name the agent called the tool by, mcp__<server>__<tool>, from any runner.
+func (c ToolCall) AgentName() string {
+	if c.QualifiedName != "" {
+		return c.QualifiedName
+	}
+	return c.ToolName
 }
 
 // decodeEvent reads the envelope of one server message. Only a frame that is not a JSON object is an error:

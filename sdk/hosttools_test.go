@@ -58,7 +58,7 @@ func callHost(t *testing.T, srv *ToolServer, tool, input string) (string, error)
 
 func callHostCtx(ctx context.Context, t *testing.T, srv *ToolServer, tool, input string) (string, error) {
 	t.Helper()
-	tl, ok := srv.lookup("mcp__host__" + tool)
+	tl, ok := srv.lookup(ToolCall{ToolName: tool, ServerName: "host", QualifiedName: "mcp__host__" + tool})
 	if !ok {
 		t.Fatalf("no tool %s", tool)
 	}

@@ -13,8 +13,9 @@ import (
 )
 
 // Client tools (docs/PROTOCOL.md#host-tools): tools the application executes itself, which the agent in the
-// sandbox calls as MCP tools named mcp__<server>__<tool>. Declare them in SessionOptions.MCPServers with
-// ToolServer.MCPServer, and answer the tool_call events with Session.HandleToolCall:
+// sandbox calls as MCP tools named mcp__<server>__<tool>; a tool_call names the tool as declared, with its
+// server (ToolCall). Declare them in SessionOptions.MCPServers with ToolServer.MCPServer, and answer the
+// tool_call events with Session.HandleToolCall:
 //
 //	srv := &warren.ToolServer{Name: "app", Tools: []warren.Tool{{
 //		Name: "lookup", Description: "Looks a customer up",
@@ -60,9 +61,10 @@ type ToolServer struct {
 	Tools   []Tool
 }
 
-// MCPServer is the server's entry for SessionOptions.MCPServers.
+// MCPServer is the server's entry for SessionOptions.MCPServers. It has no type (a server with tools is a
+// client server), so its tool_calls name the tools as declared (docs/PROTOCOL.md#host-tools).
 func (t *ToolServer) MCPServer() wire.MCPServer {
-	s := wire.MCPServer{Name: t.Name, Version: t.Version, Type: wire.MCPClient}
+	s := wire.MCPServer{Name: t.Name, Version: t.Version}
 	for _, tool := range t.Tools {
 		s.Tools = append(s.Tools, wire.MCPTool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema,
 			TimeoutMs: tool.Timeout.Milliseconds()})
@@ -76,10 +78,11 @@ func (t *ToolServer) Validate() error {
 	return wire.SessionOptions{MCPServers: MCPServerList{t.MCPServer()}}.Validate()
 }
 
-// lookup finds the tool the agent called by its full name (mcp__<server>__<tool>). A server whose name
-// does not read back (ValidMCPServerName) handles nothing: mcp__app__lookup__x is not server app__lookup's.
-func (t *ToolServer) lookup(name string) (Tool, bool) {
-	rest, ok := strings.CutPrefix(name, "mcp__"+t.Name+"__")
+// lookup finds the tool a call is for by the name the agent called (mcp__<server>__<tool>), which every
+// runner sends (ToolCall.AgentName), whichever name the call's toolName is. A server whose name does not
+// read back (ValidMCPServerName) handles nothing: mcp__app__lookup__x is not server app__lookup's.
+func (t *ToolServer) lookup(call ToolCall) (Tool, bool) {
+	rest, ok := strings.CutPrefix(call.AgentName(), "mcp__"+t.Name+"__")
 	if !ok || !wire.ValidMCPServerName(t.Name) {
 		return Tool{}, false
 	}
@@ -113,7 +116,7 @@ func (s *Session) HandleToolCall(ctx context.Context, ev Event, servers ...*Tool
 		return false, nil
 	}
 	for _, srv := range servers {
-		tool, ok := srv.lookup(call.ToolName)
+		tool, ok := srv.lookup(call)
 		if !ok {
 			continue
 		}
@@ -122,7 +125,7 @@ func (s *Session) HandleToolCall(ctx context.Context, ev Event, servers ...*Tool
 			res = ErrorResult(herr.Error())
 		}
 		if err := s.SendToolResult(ctx, call.CallID, res.Content, res.IsError); err != nil {
-			return true, fmt.Errorf("warren: answer tool call %s (%s): %w", call.CallID, call.ToolName, err)
+			return true, fmt.Errorf("warren: answer tool call %s (%s): %w", call.CallID, call.AgentName(), err)
 		}
 		return true, nil
 	}

@@ -162,7 +162,7 @@ func (v *chatView) Event(ev warren.Event) {
 		}
 	case ev.Type == warren.EventToolCall:
 		if call, ok := ev.ToolCall(); ok {
-			v.toolLine("", "⏺ "+toolTitle(call.ToolName, call.Input, v.cwd))
+			v.toolLine("", "⏺ "+toolTitle(call.AgentName(), call.Input, v.cwd))
 			v.toolLine("", "  ⎿  "+chatOthersTool)
 		}
 	default:

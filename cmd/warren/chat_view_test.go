@@ -88,7 +88,7 @@ const turnSubagent = `
 {"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_grep","content":[{"type":"text","text":"Found 2 files\nsrc/a.go\nsrc/b.go"}]}]},"parent_tool_use_id":"toolu_task"}
 {"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_task","content":[{"type":"text","text":"Two TODOs, in src/a.go and src/b.go."}]}]},"parent_tool_use_id":null}
 {"type":"assistant","message":{"id":"msg_32","content":[{"type":"tool_use","id":"toolu_mcp","name":"mcp__warren__lookup","input":{"q":"TODO owners"}},{"type":"tool_use","id":"toolu_todo","name":"TodoWrite","input":{"todos":[{"content":"a","status":"pending"},{"content":"b","status":"pending"}]}}]},"parent_tool_use_id":null}
-{"type":"tool_call","payload":{"callId":"c1","toolName":"lookup","input":{"q":"TODO owners"}}}
+{"type":"tool_call","payload":{"callId":"c1","toolName":"lookup","serverName":"warren","qualifiedName":"mcp__warren__lookup","input":{"q":"TODO owners"}}}
 {"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_mcp","is_error":true,"content":"<tool_use_error>not found</tool_use_error>"},{"type":"tool_result","tool_use_id":"toolu_todo","content":""}]},"parent_tool_use_id":null}
 {"type":"assistant","message":{"id":"msg_33","content":[{"type":"text","text":"Two TODOs found.\n"}]},"parent_tool_use_id":null}
 {"type":"result","subtype":"success","is_error":false,"num_turns":4,"result":"Two TODOs found.","total_cost_usd":0.001,"usage":{"input_tokens":1234567,"output_tokens":567},"cost":{"ai_microdollars":1000,"compute_seconds":0,"models":{}}}
@@ -154,7 +154,7 @@ func TestChatViewTurns(t *testing.T) {
 				"  ⎿  Two TODOs, in src/a.go and src/b.go.\n" +
 				"⏺ warren.lookup(TODO owners)\n" +
 				"⏺ TodoWrite(2 todos)\n" +
-				"⏺ lookup(TODO owners)\n" +
+				"⏺ warren.lookup(TODO owners)\n" +
 				"  ⎿  runs in the client that declared it\n" +
 				"  ⎿  Error: not found\n" +
 				"  ⎿  (no output)\n" +

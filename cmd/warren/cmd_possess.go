@@ -116,8 +116,8 @@ func (p *possessRun) say(format string, args ...any) {
 
 // event shows the calls of tools another client declared, which this host leaves alone.
 func (p *possessRun) event(ev warren.Event) {
-	if call, ok := ev.ToolCall(); ok && !strings.HasPrefix(call.ToolName, "mcp__"+warren.HostServerName+"__") {
-		p.say("  (%s is another client's tool)", printable(call.ToolName))
+	if call, ok := ev.ToolCall(); ok && !strings.HasPrefix(call.AgentName(), "mcp__"+warren.HostServerName+"__") {
+		p.say("  (%s is another client's tool)", printable(call.AgentName()))
 	}
 	if e := ev.Err(); e != nil {
 		p.say("warren possess: %s", printable(describeError(e)))

@@ -38,8 +38,12 @@ func TestPossess(t *testing.T) {
 			strings.Join(tools, ",") != "HostBash,HostRead,HostWrite,HostEdit,HostGlob,HostGrep" {
 			t.Errorf("init %v (tools %v)", opts, tools)
 		}
-		call := func(id, tool, input string) {
+		call := func(id, tool, input string) { // as a runner before declared tool names sends it
 			c.send(ctx, []byte(`{"type":"tool_call","payload":{"callId":"`+id+`","toolName":"`+tool+`","input":`+input+`}}`))
+		}
+		callDeclared := func(id, server, tool, input string) {
+			c.send(ctx, []byte(`{"type":"tool_call","payload":{"callId":"`+id+`","toolName":"`+tool+`","serverName":"`+server+
+				`","qualifiedName":"mcp__`+server+`__`+tool+`","input":`+input+`}}`))
 		}
 		answer := func(id string) (isError bool, text string) {
 			m := c.read(ctx)
@@ -57,8 +61,8 @@ func TestPossess(t *testing.T) {
 		if isErr, text := answer("c1"); !isErr || !strings.Contains(text, "denied") {
 			t.Errorf("denied call: %v %q", isErr, text)
 		}
-		call("c2", "mcp__app__lookup", `{"q":"x"}`) // another client's tool: left alone
-		call("c3", "mcp__host__HostWrite", `{"file_path":"f.txt","content":"hi"}`)
+		callDeclared("c2", "app", "lookup", `{"q":"x"}`) // another client's tool: left alone
+		callDeclared("c3", "host", "HostWrite", `{"file_path":"f.txt","content":"hi"}`)
 		if isErr, text := answer("c3"); isErr || !strings.Contains(text, "wrote 2 bytes") {
 			t.Errorf("allowed call: %v %q", isErr, text)
 		}

@@ -99,10 +99,11 @@ func sawState(evs []warren.Event, state string) bool {
 }
 
 // TestClientToolsEndToEnd: a client declares a tool; the real CLI calls it as mcp__app__lookup through the
-// runner's bridge; the client gets tool_call (the session waiting_tool), its SDK handler answers, and the
-// answer is the tool_result of the next model request. Then, on the same session: with two clients
-// attached the first answer wins and the second gets conflict; a hostile answer is refused and the call
-// stays pending; a client that leaves mid-call gets the call again when it comes back and answers it.
+// runner's bridge; the client gets tool_call naming it as declared (lookup, of server app; the session
+// waiting_tool), its SDK handler answers, and the answer is the tool_result of the next model request.
+// Then, on the same session: with two clients attached the first answer wins and the second gets
+// conflict; a hostile answer is refused and the call stays pending; a client that leaves mid-call gets
+// the call again when it comes back and answers it.
 func TestClientToolsEndToEnd(t *testing.T) {
 	st, ms := toolStack(t)
 	ctx := agentCtx(t)
@@ -131,7 +132,8 @@ func TestClientToolsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if toolCall == nil || toolCall.ToolName != "mcp__app__lookup" || !strings.Contains(string(toolCall.Input), "alpha") {
+	if toolCall == nil || toolCall.ToolName != "lookup" || toolCall.ServerName != "app" || toolCall.QualifiedName != "mcp__app__lookup" ||
+		!strings.Contains(string(toolCall.Input), "alpha") {
 		t.Fatalf("tool_call %+v", toolCall)
 	}
 	if !sawState(evs, warren.StateWaitingTool) {
@@ -319,3 +321,4 @@ func TestClientMCPServersEndToEnd(t *testing.T) {
 		}
 	}
 }
+

@@ -80,6 +80,18 @@ func ValidMCPServerName(name string) bool {
 // ToolName is the name the agent calls a client tool by.
 func (s MCPServer) ToolName(tool string) string { return "mcp__" + s.Name + "__" + tool }
 
+// CallName is the toolName a tool_call of one of the server's tools carries (docs/PROTOCOL.md#host-tools):
+// the tool's name as declared, so that a client keying its handlers by that name (Chucky's SDK, Warren's
+// SDKs) finds them. A server declared with a type ("client" or "sdk": Warren's SDKs before declared names
+// wrote "client", and clients that read mcp__<server>__<tool> wrote it as documented) keeps the agent's
+// name mcp__<server>__<tool>, which those clients look up.
+func (s MCPServer) CallName(tool string) string {
+	if s.Type != "" {
+		return s.ToolName(tool)
+	}
+	return tool
+}
+
 // MCPServerList is SessionOptions.mcpServers: a list of entries with names, or, as the Agent SDK writes
 // it, an object keyed by server name (an entry's name, when given, must be its key). It encodes as a list.
 type MCPServerList []MCPServer

@@ -12,9 +12,14 @@ import (
 // ToolCallPayload is the payload of a tool_call message.
 type ToolCallPayload struct {
 	CallID string `json:"callId"`
-	// ToolName is the name the agent called: mcp__<server>__<tool>.
-	ToolName string          `json:"toolName"`
-	Input    json.RawMessage `json:"input"`
+	// ToolName is the tool's name as its client named it: as declared, or mcp__<server>__<tool> for a
+	// server declared with a type (MCPServer.CallName).
+	ToolName string `json:"toolName"`
+	// ServerName is the client tool server that declared the tool.
+	ServerName string `json:"serverName,omitempty"`
+	// QualifiedName is the name the agent called: mcp__<server>__<tool>.
+	QualifiedName string          `json:"qualifiedName,omitempty"`
+	Input         json.RawMessage `json:"input"`
 	// ToolUseID is the agent's tool_use block id, when the CLI says it.
 	ToolUseID string `json:"toolUseId,omitempty"`
 	// TimeoutMs is how long the runner waits for the answer.

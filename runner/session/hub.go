@@ -381,6 +381,8 @@ func (h *Hub) handshake(s *conversation, sub *subscriber, model string, lastSeq 
 	s.sendToLocked(sub, wire.Control(wire.ActionReady, h.readyData(map[string]any{
 		"sessionId": s.id, "region": h.cfg.Region, "model": cmp.Or(model, s.model()),
 		"promptUuids": true, // prompt.go: uuids echoed, and prompts deduplicated by them
+		// tools.go: tool_call names the tool as its client declared it, with serverName and qualifiedName.
+		"declaredToolNames": true,
 	})))
 	s.sendToLocked(sub, promptInfo(s.id, s.state, s.turnUUID))
 	s.resendPendingLocked(sub, lastSeq)

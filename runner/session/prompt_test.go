@@ -102,8 +102,8 @@ func TestPromptUUIDEchoedInItsTurnAndErrors(t *testing.T) {
 	p, _ := serve(t, h)
 	p.send(`{"type":"init","payload":{}}`)
 	p.recv(t) // session_info initializing
-	if d, _ := payload(p.recv(t))["data"].(map[string]any); d["promptUuids"] != true {
-		t.Fatalf("ready does not say the runner echoes prompt uuids: %v", d)
+	if d, _ := payload(p.recv(t))["data"].(map[string]any); d["promptUuids"] != true || d["declaredToolNames"] != true {
+		t.Fatalf("ready does not say the runner echoes prompt uuids and sends declared tool names: %v", d)
 	}
 	p.recv(t) // session_info ready
 

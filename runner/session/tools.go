@@ -27,8 +27,11 @@ type ToolCaller interface {
 // ToolCall is one call of a client tool.
 type ToolCall struct {
 	// Name is the name the agent called: mcp__<server>__<tool>.
-	Name  string
-	Input json.RawMessage
+	Name string
+	// Server is the client tool server that declared the tool, and CallName the toolName its tool_call
+	// carries (wire.MCPServer.CallName); empty CallName: Name.
+	Server, CallName string
+	Input            json.RawMessage
 	// ToolUseID is the agent's tool_use id, when known.
 	ToolUseID string
 	// Timeout is how long the call waits for its answer; 0 is the hub's ToolTimeout.
@@ -134,8 +137,8 @@ func (t sessionTools) CallTool(ctx context.Context, call ToolCall) wire.ToolResu
 	}
 	pc := &pendingCall{id: newCallID(), result: make(chan wire.ToolResult, 1)}
 	pc.frame = wire.ToolCallMessage(wire.ToolCallPayload{
-		CallID: pc.id, ToolName: call.Name, Input: call.Input, ToolUseID: call.ToolUseID,
-		TimeoutMs: timeout.Milliseconds(),
+		CallID: pc.id, ToolName: cmp.Or(call.CallName, call.Name), ServerName: call.Server, QualifiedName: call.Name,
+		Input: call.Input, ToolUseID: call.ToolUseID, TimeoutMs: timeout.Milliseconds(),
 	})
 	log := h.log.With("session", s.id, "call", pc.id, "tool", call.Name)
 

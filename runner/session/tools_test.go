@@ -17,7 +17,7 @@ import (
 type toolAgent struct{}
 
 func (toolAgent) Run(ctx context.Context, turn Turn, emit func([]byte)) error {
-	r := turn.Tools.CallTool(ctx, ToolCall{Name: "mcp__app__lookup", Input: json.RawMessage(`{"q":"x"}`), ToolUseID: "toolu_1"})
+	r := turn.Tools.CallTool(ctx, ToolCall{Name: "mcp__app__lookup", Server: "app", CallName: "lookup", Input: json.RawMessage(`{"q":"x"}`), ToolUseID: "toolu_1"})
 	b, _ := json.Marshal(map[string]any{"type": "tool_outcome", "result": r})
 	emit(b)
 	return nil
@@ -69,7 +69,7 @@ func TestToolCallAnswered(t *testing.T) {
 	}
 	call := payload(msgs[len(msgs)-1])
 	id, _ := call["callId"].(string)
-	if !wire.ValidCallID(id) || call["toolName"] != "mcp__app__lookup" || call["toolUseId"] != "toolu_1" ||
+	if !wire.ValidCallID(id) || call["toolName"] != "lookup" || call["serverName"] != "app" || call["qualifiedName"] != "mcp__app__lookup" || call["toolUseId"] != "toolu_1" ||
 		call["input"].(map[string]any)["q"] != "x" {
 		t.Fatalf("tool_call payload %v", call)
 	}

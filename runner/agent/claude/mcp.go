@@ -269,7 +269,7 @@ func (b *mcpBridge) call(req mcpRequest, srv wire.MCPServer) {
 			b.mu.Unlock()
 			b.calls.Done()
 		}()
-		r := caller.CallTool(ctx, session.ToolCall{Name: srv.ToolName(p.Name), Input: p.Arguments, ToolUseID: p.Meta.ToolUseID,
+		r := caller.CallTool(ctx, session.ToolCall{Name: srv.ToolName(p.Name), Server: srv.Name, CallName: srv.CallName(p.Name), Input: p.Arguments, ToolUseID: p.Meta.ToolUseID,
 			Timeout: time.Duration(srv.Tools[i].TimeoutMs) * time.Millisecond})
 		b.reply(mcpReply(req.RequestID, req.Message.ID, r))
 	}()

@@ -22,6 +22,8 @@ export interface ReadyData {
   notice?: string;
   /** The runner echoes prompt uuids and runs a prompt sent again with the same uuid once (docs/PROTOCOL.md#prompt-identity). */
   promptUuids?: boolean;
+  /** A tool_call names the tool as its client declared it, with serverName and qualifiedName (docs/PROTOCOL.md#host-tools). */
+  declaredToolNames?: boolean;
   [k: string]: unknown;
 }
 
@@ -35,10 +37,23 @@ export interface SessionInfoMessage extends Envelope {
   payload: { action: "session_info"; data: { sessionId: string; state: SessionState } };
 }
 
-/** tool_call: the agent called a client tool; answer with a tool_result (Session.sendToolResult). */
+/**
+ * tool_call: the agent called a client tool; answer with a tool_result (Session.sendToolResult). toolName is
+ * the tool's name as declared, serverName its server's and qualifiedName the agent's mcp__<server>__<tool>;
+ * from a runner that does not say declaredToolNames in ready, or for a server declared with a type,
+ * toolName is mcp__<server>__<tool> (agentName reads either).
+ */
 export interface ToolCallMessage extends Envelope {
   type: "tool_call";
-  payload: { callId: string; toolName: string; input: Record<string, unknown>; toolUseId?: string; timeoutMs?: number };
+  payload: {
+    callId: string;
+    toolName: string;
+    serverName?: string;
+    qualifiedName?: string;
+    input: Record<string, unknown>;
+    toolUseId?: string;
+    timeoutMs?: number;
+  };
 }
 
 export interface ErrorMessage extends Envelope {
@@ -225,7 +240,10 @@ export function toolCall(m: ServerMessage): ToolCallMessage["payload"] | undefin
   const p = (m as unknown as Loose).payload as Loose | undefined;
   if (typeof p !== "object" || p === null || typeof p.callId !== "string" || typeof p.toolName !== "string") return undefined;
   const input = typeof p.input === "object" && p.input !== null && !Array.isArray(p.input) ? p.input : {};
-  return { ...(p as ToolCallMessage["payload"]), input: input as Record<string, unknown> };
+  const call = { ...(p as ToolCallMessage["payload"]), input: input as Record<string, unknown> };
+  if (typeof p.serverName !== "string") delete call.serverName;
+  if (typeof p.qualifiedName !== "string") delete call.qualifiedName;
+  return call;
 }
 
 /**

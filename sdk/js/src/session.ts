@@ -414,7 +414,7 @@ export class Session implements AsyncIterable<ServerMessage> {
   // application).
   private answer(call: NonNullable<ReturnType<typeof toolCall>>): void {
     for (const srv of this.tools) {
-      const tool = srv.lookup(call.toolName);
+      const tool = srv.lookup(call);
       if (!tool) continue;
       // runTool does not reject. A failed send is kept (sendToolResult): a later copy of the call sends it.
       void runTool(tool, call.input, call)
@@ -545,7 +545,7 @@ export class Session implements AsyncIterable<ServerMessage> {
     const call = toolCall(m);
     if (!call) return false;
     for (const srv of servers) {
-      const tool = srv.lookup(call.toolName);
+      const tool = srv.lookup(call);
       if (tool) {
         await this.sendToolResult(call.callId, await runTool(tool, call.input, call));
         return true;

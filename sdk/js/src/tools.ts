@@ -1,5 +1,6 @@
 // Client tools (docs/PROTOCOL.md#host-tools): tools the application executes itself, which the agent in
-// the sandbox calls as MCP tools named mcp__<server>__<tool>.
+// the sandbox calls as MCP tools named mcp__<server>__<tool>; a tool_call names the tool as declared, with
+// its server.
 
 import { WarrenError } from "./errors.js";
 
@@ -23,7 +24,11 @@ export const maxToolResultBytes = 1 << 20;
 /** What a handler learns about the call besides its input. */
 export interface ToolCallContext {
   callId: string;
+  /** The tool's name as declared (mcp__<server>__<tool> from a runner before declared names: agentName). */
   toolName: string;
+  serverName?: string;
+  /** The name the agent called: mcp__<server>__<tool>. */
+  qualifiedName?: string;
   toolUseId?: string;
   timeoutMs?: number;
 }
@@ -57,6 +62,11 @@ export function validMCPServerName(name: string): boolean {
   return typeof name === "string" && nameRe.test(name) && !name.includes("__") && !name.endsWith("_");
 }
 
+/** The name the agent called a tool by, mcp__<server>__<tool>, from any runner. */
+export function agentName(call: { toolName: string; qualifiedName?: string }): string {
+  return call.qualifiedName ?? call.toolName;
+}
+
 /** A group of client tools under one MCP server name. */
 export class ToolServer {
   constructor(
@@ -72,12 +82,14 @@ export class ToolServer {
     }
   }
 
-  /** The server's entry for the session options' mcpServers. */
+  /**
+   * The server's entry for the session options' mcpServers. It has no type (a server with tools is a client
+   * server), so its tool_calls name the tools as declared.
+   */
   mcpServer(): Record<string, unknown> {
     return {
       name: this.name,
       ...(this.version ? { version: this.version } : {}),
-      type: "client",
       tools: this.tools.map((t) => ({
         name: t.name,
         ...(t.description !== undefined ? { description: t.description } : {}),
@@ -87,11 +99,15 @@ export class ToolServer {
     };
   }
 
-  /** The tool the agent called by its full name (mcp__<server>__<tool>). */
-  lookup(toolName: string): Tool | undefined {
+  /**
+   * The tool a call is for, by the name the agent called (mcp__<server>__<tool>): a tool_call's payload
+   * (from any runner: agentName), or that name itself.
+   */
+  lookup(call: string | { toolName: string; serverName?: string; qualifiedName?: string }): Tool | undefined {
+    const name = typeof call === "string" ? call : agentName(call);
     const prefix = `mcp__${this.name}__`;
-    if (!toolName.startsWith(prefix) || !validMCPServerName(this.name)) return undefined;
-    const rest = toolName.slice(prefix.length);
+    if (!name.startsWith(prefix) || !validMCPServerName(this.name)) return undefined;
+    const rest = name.slice(prefix.length);
     return this.tools.find((t) => t.name === rest);
   }
 }

@@ -214,7 +214,8 @@ test("a client tool is answered by its handler", async () => {
     for await (const m of s.prompt('call mcp__app__lookup {"q":"alpha"}')) msgs.push(m);
     assert.deepEqual(calls, ["alpha"]);
     const call = msgs.map(toolCall).find((c) => c);
-    assert.equal(call?.toolName, "mcp__app__lookup");
+    // Named as declared, with its server (docs/PROTOCOL.md#host-tools).
+    assert.deepEqual([call?.toolName, call?.serverName, call?.qualifiedName], ["lookup", "app", "mcp__app__lookup"]);
     assert.ok(msgs.some((m) => sessionState(m) === "waiting_tool"));
     // The CLI's user event carries the handler's answer as the tool's result.
     assert.ok(msgs.some((m) => m.type === "user" && JSON.stringify(m).includes("JS-TOOL-ANSWER:alpha")), "the answer did not reach the agent");

@@ -127,9 +127,18 @@ test("tools: names validated, handler errors and oversize answers become error r
     { name: "boom", handler: () => { throw new Error("no such customer"); } },
     { name: "big", handler: () => "x".repeat(2 << 20) },
   ]);
-  assert.deepEqual(srv.mcpServer(), { name: "app", type: "client", tools: [{ name: "ok" }, { name: "boom" }, { name: "big" }] });
+  // No type: the runner names the tools as declared in tool_call, with serverName and qualifiedName.
+  assert.deepEqual(srv.mcpServer(), { name: "app", tools: [{ name: "ok" }, { name: "boom" }, { name: "big" }] });
   assert.equal(srv.lookup("mcp__app__ok")?.name, "ok");
   assert.equal(srv.lookup("mcp__other__ok"), undefined);
+  // A call as a runner before declared names sends it, and as one that sends them; another server's tool
+  // of the same name is not this server's.
+  assert.equal(srv.lookup({ toolName: "mcp__app__ok" })?.name, "ok");
+  assert.equal(srv.lookup({ toolName: "ok", serverName: "app", qualifiedName: "mcp__app__ok" })?.name, "ok");
+  assert.equal(srv.lookup({ toolName: "ok", serverName: "other", qualifiedName: "mcp__other__ok" }), undefined);
+  const wire = toolCall(parseServerMessage('{"type":"tool_call","payload":{"callId":"c","toolName":"ok","serverName":"app","qualifiedName":"mcp__app__ok","input":{}}}'));
+  assert.equal(wire && srv.lookup(wire)?.name, "ok");
+  assert.equal(toolCall(parseServerMessage('{"type":"tool_call","payload":{"callId":"c","toolName":"ok","qualifiedName":7,"input":{}}}'))?.qualifiedName, undefined);
   const call = { callId: "c", toolName: "mcp__app__ok" };
   assert.deepEqual(await runTool(srv.tools[0]!, { q: 1 }, call), { content: [{ type: "text", text: "got 1" }] });
   assert.deepEqual(await runTool(srv.tools[1]!, {}, call), { content: [{ type: "text", text: "no such customer" }], isError: true });
