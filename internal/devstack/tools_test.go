@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -322,3 +323,123 @@ func TestClientMCPServersEndToEnd(t *testing.T) {
 	}
 }
 
+// TestChuckyClientToolsEndToEnd: a client shaped like Chucky's TypeScript SDK declares its tools without
+// a server type (executeIn "client") and keys its handlers by the declared name, answering nothing else;
+// its token lists the tools by those names and the client blocks one (disallowedTools). The real CLI
+// lacks the blocked tool, and a model turn calling it ends at once with an error result and no tool_call;
+// the other tool's tool_call names it as declared, the handler runs and its answer completes the turn. A
+// client that declares its server with type "client" (Warren's SDKs before declared names) still gets
+// mcp__<server>__<tool> and answers. A token blocking a declared tool by its name refuses the session at
+// init, and a name that is no tool is invalid_argument naming it. Before: the tool_call named
+// mcp__client-tools__get_time, so nothing answered and the turn waited out the tool timeout; the token's
+// list refused the session; the block did nothing.
+func TestChuckyClientToolsEndToEnd(t *testing.T) {
+	st, ms := toolStack(t)
+	ctx := agentCtx(t)
+	schema := json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`)
+	declared := warren.MCPServerList{{Name: "client-tools", Version: "1.0.0", Tools: []wire.MCPTool{
+		{Name: "get_weather", Description: "The weather in a city", InputSchema: schema, ExecuteIn: "client"},
+		{Name: "get_time", Description: "The time in a city", InputSchema: schema, ExecuteIn: "client"},
+	}}}
+	var ran []string
+	handlers := map[string]func(json.RawMessage) warren.ToolResult{
+		"get_weather": func(json.RawMessage) warren.ToolResult {
+			ran = append(ran, "get_weather")
+			return warren.TextResult("SUNNY")
+		},
+		"get_time": func(json.RawMessage) warren.ToolResult {
+			ran = append(ran, "get_time")
+			return warren.TextResult("CHUCKY-TIME:noon")
+		},
+	}
+	c := client(t, st, "chucky", withBudget(5_000_000), func(cl *token.Claims) {
+		cl.Permissions = token.Permissions{Tools: []string{"Read", "get_weather", "get_time"}}
+	})
+	s, err := c.Dial(ctx, &warren.SessionOptions{DisallowedTools: []string{"get_weather"}, MCPServers: declared})
+	if err != nil {
+		t.Fatalf("the token's tools by declared name: %v", err)
+	}
+	defer s.Close()
+	var calls []warren.ToolCall
+	answer := func(ev warren.Event) {
+		call, ok := ev.ToolCall()
+		if !ok {
+			return
+		}
+		calls = append(calls, call)
+		if h, ok := handlers[call.ToolName]; ok { // as Chucky's SDK looks its handlers up
+			r := h(call.Input)
+			if err := s.SendToolResult(ctx, call.CallID, r.Content, r.IsError); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	if err := s.Send(ctx, `call mcp__client-tools__get_weather {"city":"Paris"}`); err != nil {
+		t.Fatal(err)
+	}
+	evs := untilResult(t, ctx, s, answer)
+	for _, ev := range evs {
+		if sys, ok := ev.System(); ok && sys.Subtype == "init" &&
+			(slices.Contains(sys.Tools, "mcp__client-tools__get_weather") || !slices.Contains(sys.Tools, "mcp__client-tools__get_time")) {
+			t.Fatalf("the agent's tools %v: want get_time and not the blocked get_weather", sys.Tools)
+		}
+	}
+	if len(calls) != 0 || len(ran) != 0 {
+		t.Fatalf("the blocked tool reached the client: calls %+v, ran %v", calls, ran)
+	}
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, `"is_error":true`) || strings.Contains(msg, "SUNNY") {
+		t.Fatalf("tool_result given to the model for the blocked tool: %s", msg)
+	}
+
+	if err := s.Send(ctx, `call mcp__client-tools__get_time {"city":"Paris"}`); err != nil {
+		t.Fatal(err)
+	}
+	evs = untilResult(t, ctx, s, answer)
+	if len(calls) != 1 || calls[0].ToolName != "get_time" || calls[0].ServerName != "client-tools" || calls[0].QualifiedName != "mcp__client-tools__get_time" {
+		t.Fatalf("tool_calls %+v: want get_time of client-tools", calls)
+	}
+	if r, _ := evs[len(evs)-1].Result(); r.IsError {
+		t.Fatalf("result %+v", r)
+	}
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "CHUCKY-TIME:noon") {
+		t.Fatalf("tool_result given to the model: %s", msg)
+	}
+
+	// A client that declares type "client" and looks its tools up by mcp__<server>__<tool>, as Warren's
+	// SDKs did: the runner still names its calls so.
+	legacy, err := client(t, st, "legacy", withBudget(5_000_000)).Dial(ctx, &warren.SessionOptions{MCPServers: warren.MCPServerList{
+		{Name: "app", Type: wire.MCPClient, Tools: []wire.MCPTool{{Name: "lookup"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer legacy.Close()
+	if err := legacy.Send(ctx, `call mcp__app__lookup {"q":"old"}`); err != nil {
+		t.Fatal(err)
+	}
+	var legacyCall warren.ToolCall
+	untilResult(t, ctx, legacy, func(ev warren.Event) {
+		if call, ok := ev.ToolCall(); ok && call.ToolName == "mcp__app__lookup" {
+			legacyCall = call
+			if err := legacy.SendToolResult(ctx, call.CallID, warren.TextResult("LEGACY-ANSWER").Content, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if legacyCall.CallID == "" || !strings.Contains(lastToolResult(t, ms), "LEGACY-ANSWER") {
+		t.Fatalf("the legacy client's call %+v was not named mcp__app__lookup or not answered", legacyCall)
+	}
+
+	for name, perm := range map[string]struct {
+		perm token.Permissions
+		want string
+	}{
+		"blocked by declared name": {token.Permissions{BlockedTools: []string{"get_weather"}}, "mcp__client-tools__get_weather is blocked"},
+		"no such tool":             {token.Permissions{BlockedTools: []string{"get_wether"}}, `"get_wether" names no tool`},
+	} {
+		tc := client(t, st, "chucky", withBudget(5_000_000), func(cl *token.Claims) { cl.Permissions = perm.perm })
+		if _, err := tc.Dial(ctx, &warren.SessionOptions{MCPServers: declared}); !warren.IsCode(err, warren.CodeInvalidArgument) || !strings.Contains(err.Error(), perm.want) {
+			t.Errorf("%s: %v, want invalid_argument at init with %q", name, err, perm.want)
+		}
+	}
+}

@@ -42,6 +42,19 @@ func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage
 	if err := o.Validate(); err != nil {
 		return o, err
 	}
+	// Tool names as users write them: a client tool's declared name is its mcp__<server>__<tool>, and a
+	// name that is no tool is refused rather than ignored.
+	for _, l := range []struct {
+		field string
+		list  *[]string
+	}{
+		{"session option allowedTools", &o.AllowedTools}, {"session option disallowedTools", &o.DisallowedTools},
+		{"the token's permissions.tools", &perm.Tools}, {"the token's permissions.blockedTools", &perm.BlockedTools},
+	} {
+		if *l.list, err = resolveToolRules(l.field, *l.list, o.MCPServers); err != nil {
+			return o, err
+		}
+	}
 	if perm.Model != "" {
 		o.Model = perm.Model
 		if o.FallbackModel != perm.Model {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -453,5 +454,58 @@ func TestBridgeStopsWritingToAStalledCLI(t *testing.T) {
 	end()
 	if took := time.Since(start); took > 10*timeout {
 		t.Errorf("end took %s with %d calls in flight and a CLI that does not read (%d writes tried)", took, maxBridgeCalls, writes)
+	}
+}
+
+// TestClientToolBlockedByDeclaredName: a client server declared as Chucky's SDK declares it (no type) with
+// get_weather and get_time, and disallowedTools naming get_weather as declared. The real CLI leaves
+// get_weather out of its tools (system/init) and a model turn calling it gets an error result without the
+// client being asked; get_time is called, its tool_call names it as declared (get_time, server
+// client-tools), and the answer completes the turn. Before, "get_weather" went to --disallowedTools as is,
+// blocked nothing, and the client was asked.
+func TestClientToolBlockedByDeclaredName(t *testing.T) {
+	r := newRig(t)
+	d := r.driver(t, "", nil)
+	opts := wire.SessionOptions{DisallowedTools: []string{"get_weather"}, MCPServers: wire.MCPServerList{weatherServers[0]}}
+	tools := &recordingTools{result: textResult("TIME-IS-NOON")}
+	id := session.NewID()
+	tr := runTurn(t, context.Background(), d, session.Turn{SessionID: id, Options: opts, Message: userMessage(`call mcp__client-tools__get_weather {"city":"Paris"}`), Tools: tools}, "call", nil)
+	mustSucceed(t, tr)
+	if init := tr.events[0]; containsAny(init["tools"].([]any), "mcp__client-tools__get_weather") || !containsAny(init["tools"].([]any), "mcp__client-tools__get_time") {
+		t.Fatalf("init tools %v: want mcp__client-tools__get_time and not the blocked get_weather", init["tools"])
+	}
+	if msg := lastToolResult(t, r); !strings.Contains(msg, `"is_error":true`) {
+		t.Fatalf("the blocked tool's call was not refused: %s", msg)
+	}
+	if len(tools.calls) != 0 {
+		t.Fatalf("the blocked tool reached the client: %+v", tools.calls)
+	}
+
+	mustSucceed(t, runTurn(t, context.Background(), d, session.Turn{SessionID: id, Options: opts, Message: userMessage(`call mcp__client-tools__get_time {}`), Tools: tools}, "call", nil))
+	if len(tools.calls) != 1 || tools.calls[0].CallName != "get_time" || tools.calls[0].Server != "client-tools" || tools.calls[0].Name != "mcp__client-tools__get_time" {
+		t.Fatalf("calls %+v: want get_time of client-tools", tools.calls)
+	}
+	if msg := lastToolResult(t, r); !strings.Contains(msg, "TIME-IS-NOON") {
+		t.Fatalf("tool_result sent to the model: %s", msg)
+	}
+}
+
+// TestBuiltinToolsCoverTheCLI: every tool the pinned CLI lists in system/init, with the default tool set
+// and with an MCP server, is a name builtinTools knows, so a permission naming it is never refused.
+func TestBuiltinToolsCoverTheCLI(t *testing.T) {
+	r := newRig(t)
+	script := testenv.ShoutMCPServer(t, r.ws)
+	d := r.driver(t, "plain", nil)
+	opts := wire.SessionOptions{MCPServers: wire.MCPServerList{{Name: "loud", Command: "python3", Args: []string{"/workspace/" + script}}}}
+	tr := run(t, context.Background(), d, session.NewID(), opts, "hello")
+	mustSucceed(t, tr)
+	listed, _ := tr.events[0]["tools"].([]any)
+	if len(listed) == 0 {
+		t.Fatalf("system/init lists no tools: %v", tr.events[0])
+	}
+	for _, v := range listed {
+		if name, _ := v.(string); !isMCPName(name) && !slices.Contains(builtinTools, name) {
+			t.Errorf("the CLI lists %q, which builtinTools lacks: a permission naming it would be refused", name)
+		}
 	}
 }

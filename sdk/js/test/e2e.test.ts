@@ -226,6 +226,36 @@ test("a client tool is answered by its handler", async () => {
   }
 });
 
+test("a client tool blocked by its declared name is not the agent's, and a bare-name client answers", async () => {
+  const ran: string[] = [];
+  const app = new ToolServer("app", [
+    { name: "lookup", handler: () => (ran.push("lookup"), "JS-DECLARED-ANSWER") },
+    { name: "secret", handler: () => (ran.push("secret"), "LEAKED") },
+  ]);
+  // disallowedTools names the tool as declared; the session refuses a name that is no tool at all.
+  const c = client("js-declared");
+  await assert.rejects(c.connect({ tools: [app], options: { disallowedTools: ["secrett"] } }), (e: unknown) => e instanceof WarrenError && e.code === "invalid_argument" && e.message.includes("secrett"));
+  const s = await c.connect({ tools: [app], options: { disallowedTools: ["secret"] } });
+  try {
+    const blocked: ServerMessage[] = [];
+    for await (const m of s.prompt("call mcp__app__secret {}")) blocked.push(m);
+    const init = blocked.find((m) => m.type === "system" && (m as { subtype?: string }).subtype === "init") as { tools?: string[] } | undefined;
+    assert.ok(init?.tools?.includes("mcp__app__lookup") && !init.tools.includes("mcp__app__secret"), `the agent's tools: ${JSON.stringify(init?.tools)}`);
+    assert.equal(blocked.map(toolCall).find((c) => c), undefined, "the blocked tool reached the client");
+    assert.ok(isResult(blocked.at(-1)!));
+
+    // A client keyed by the declared name, as Chucky's SDK is: its handler answers by toolName alone.
+    const msgs: ServerMessage[] = [];
+    for await (const m of s.prompt("call mcp__app__lookup {}")) msgs.push(m);
+    const call = msgs.map(toolCall).find((c) => c);
+    assert.equal(call?.toolName, "lookup");
+    assert.deepEqual(ran, ["lookup"]);
+    assert.ok(msgs.some((m) => m.type === "user" && JSON.stringify(m).includes("JS-DECLARED-ANSWER")), "the answer did not reach the agent");
+  } finally {
+    await s.close();
+  }
+});
+
 test("fork and continue open new sessions from a transcript", async () => {
   const c = client("js-fork");
   const s = await c.connect();
