@@ -158,7 +158,7 @@ func New(cfg Config) (*Edge, error) {
 	return e, nil
 }
 
-// Handler is the edge's HTTP handler: /ws (and /ws/), /v1/sandbox/*, /v1/sessions[/*], /v1/regions, /healthz,
+// Handler is the edge's HTTP handler: /ws (and /ws/, and a WebSocket upgrade at /), /v1/sandbox/*, /v1/sessions[/*], /v1/regions, /healthz,
 // /readyz.
 func (e *Edge) Handler() http.Handler { return e.withRequestID(e.previewHosts(e.withCORS(e.mux))) }
 
@@ -166,6 +166,7 @@ func (e *Edge) routes() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", e.serveWS)
 	mux.HandleFunc("GET /ws/{$}", e.serveWS) // a trailing slash is the same endpoint
+	mux.HandleFunc("GET /{$}", e.serveRoot)  // an upgrade at the bare base URL is the agent channel too
 	mux.Handle("/v1/sandbox/", http.HandlerFunc(e.serveSandbox))
 	mux.Handle("/v1/sessions", http.HandlerFunc(e.serveSandbox))
 	mux.Handle("/v1/sessions/", http.HandlerFunc(e.serveSandbox))

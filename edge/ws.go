@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,16 @@ func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c.SetReadLimit(wire.MaxFrame)
 	e.serveChannel(r, c, transportWebSocket)
+}
+
+// serveRoot is GET /: a WebSocket upgrade there is the agent channel, for clients given a base URL with no
+// path that dial it as is (Chucky Cloud's TypeScript SDK does); any other request is not found, as before.
+func (e *Edge) serveRoot(w http.ResponseWriter, r *http.Request) {
+	if !isUpgrade(r.Header) || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		http.NotFound(w, r)
+		return
+	}
+	e.serveWS(w, r)
 }
 
 // Transports of the agent channel, the transport label of the connection metrics.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +24,27 @@ func TestWSTrailingSlash(t *testing.T) {
 		t.Fatalf("/ws/: %v", err)
 	}
 	c.Close(websocket.StatusNormalClosure, "")
+}
+
+// TestWSAtRoot: a WebSocket upgrade at / (a client given the edge's base URL with no path, as Chucky
+// Cloud's TypeScript SDK dials it) is the agent channel; a plain GET / is still not found.
+func TestWSAtRoot(t *testing.T) {
+	k := billing.QuotaKey{Issuer: "iss", User: "rhea"}
+	url, rn := leaseEdge(t, billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 5}, k)
+	root := strings.TrimSuffix(url, "/ws") + "/"
+	c, err := dialAs(t, root, "rhea", "r1", rn)
+	if err != nil {
+		t.Fatalf("ws at /: %v", err)
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+	res, err := http.Get("http" + strings.TrimPrefix(root, "ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Fatalf("plain GET / answered %d, want 404", res.StatusCode)
+	}
 }
 
 // TestCloseReasonIsJSON: the edge's close reasons are the error as JSON, cut to its code when the JSON
