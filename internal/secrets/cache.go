@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 )
 
 // Refresher is a Store that caches and can be asked to look past its cache for one issuer. The token verifier
 // calls Refresh when a token names a key id it does not hold or matches none of the held keys, so a rotation in
-// the backing store is picked up before the cache's TTL runs out. Implementations bound how often Refresh
-// reaches the backing store, so forged tokens cannot turn it into a flood. Safe for concurrent use.
+// the backing store is picked up at once, not when the cache's TTL runs out. Implementations bound how often
+// Refresh reaches the backing store, per issuer and in all, so forged tokens cannot turn it into a flood. Safe
+// for concurrent use.
 type Refresher interface {
 	Store
 	Refresh(ctx context.Context, issuer string) ([]Key, error)
@@ -23,7 +25,8 @@ type Refresher interface {
 const (
 	DefaultCacheTTL        = 5 * time.Minute
 	DefaultNegativeTTL     = 10 * time.Second
-	DefaultMinRefresh      = 10 * time.Second
+	DefaultMinRefresh      = time.Second
+	DefaultRefreshRate     = 20 // a second, across all issuers
 	DefaultFetchTimeout    = 10 * time.Second
 	DefaultCacheMaxEntries = 10000
 )
@@ -39,6 +42,11 @@ type CacheOptions struct {
 	// MinRefresh is the least time between two fetches of one issuer caused by Refresh, and between two
 	// background refreshes of one issuer.
 	MinRefresh time.Duration
+	// RefreshRate bounds the fetches Refresh and background refreshes start, across all issuers, per second
+	// (a token bucket whose burst is the rate): forged tokens naming many issuers cannot turn refreshes into
+	// a flood on the backing store. A Refresh beyond it, or within MinRefresh of the issuer's last, answers
+	// like IssuerKeys. Lookups the cache has no fresh answer for are not refreshes and are not bounded by it.
+	RefreshRate float64
 	// RefreshAhead is how long before an issuer's keys reach their TTL a lookup that is answered from them
 	// also starts a background fetch: an issuer in use is refreshed before it expires, so its lookups never
 	// wait for the backing store. A failed background fetch changes nothing (the cached keys serve until
@@ -63,16 +71,18 @@ type Cache struct {
 	group   singleflight.Group
 	wg      sync.WaitGroup // background refreshes
 
-	mu      sync.Mutex
-	entries map[string]cacheEntry
-	closed  bool
+	mu        sync.Mutex
+	entries   map[string]cacheEntry
+	refreshes *rate.Limiter // RefreshRate: every fetch Refresh or a background refresh starts takes a token
+	closed    bool
 }
 
 // cacheEntry is one issuer's last answer; keys is nil when the answer was "unknown issuer".
 type cacheEntry struct {
-	keys    []Key
-	fetched time.Time
-	tried   time.Time // when a background refresh of these keys last started
+	keys      []Key
+	fetched   time.Time
+	tried     time.Time // when a background refresh of these keys last started
+	refreshed time.Time // when Refresh last fetched this issuer (kept across fetches)
 }
 
 var _ Refresher = (*Cache)(nil)
@@ -88,6 +98,9 @@ func NewCache(backing Store, opts CacheOptions) *Cache {
 	if opts.MinRefresh <= 0 {
 		opts.MinRefresh = DefaultMinRefresh
 	}
+	if opts.RefreshRate <= 0 {
+		opts.RefreshRate = DefaultRefreshRate
+	}
 	if opts.RefreshAhead == 0 {
 		opts.RefreshAhead = opts.TTL / 5
 	}
@@ -100,7 +113,9 @@ func NewCache(backing Store, opts CacheOptions) *Cache {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Cache{backing: backing, opts: opts, entries: map[string]cacheEntry{}}
+	burst := max(1, int(opts.RefreshRate))
+	return &Cache{backing: backing, opts: opts, entries: map[string]cacheEntry{},
+		refreshes: rate.NewLimiter(rate.Limit(opts.RefreshRate), burst)}
 }
 
 // IssuerKeys answers from the cache while the entry is fresh and asks the backing store otherwise. The
@@ -119,24 +134,36 @@ func (c *Cache) IssuerKeys(ctx context.Context, issuer string) ([]Key, error) {
 	return c.fetch(ctx, issuer)
 }
 
-// Refresh asks the backing store again unless this issuer was fetched less than MinRefresh ago, in which case
-// it answers like IssuerKeys. When the backing store fails and the cached keys are within their TTL, it serves
-// them.
+// Refresh asks the backing store again for an issuer it holds keys of, at once, unless Refresh did so less than
+// MinRefresh ago or RefreshRate is spent; then, and for an issuer it holds no keys of (unknown, or not
+// looked up yet), it answers like IssuerKeys. When the backing store fails and the cached keys are within
+// their TTL, it serves them.
 func (c *Cache) Refresh(ctx context.Context, issuer string) ([]Key, error) {
-	now := c.opts.Now()
-	e, cached := c.lookup(issuer)
-	if cached && now.Before(e.fetched.Add(c.opts.MinRefresh)) {
-		if e.keys == nil {
-			return nil, unknownIssuer(issuer)
-		}
-		return cloneKeys(e.keys), nil
+	e, ok := c.startRefresh(issuer, c.opts.Now())
+	if !ok {
+		return c.IssuerKeys(ctx, issuer)
 	}
 	keys, err := c.fetch(ctx, issuer)
-	if err != nil && !errors.Is(err, ErrUnknownIssuer) && cached && e.keys != nil &&
-		c.opts.Now().Before(e.fetched.Add(c.opts.TTL)) {
+	if err != nil && !errors.Is(err, ErrUnknownIssuer) && c.opts.Now().Before(e.fetched.Add(c.opts.TTL)) {
 		return cloneKeys(e.keys), nil
 	}
 	return keys, err
+}
+
+// startRefresh tells whether Refresh may fetch issuer now: it holds keys of it, Refresh has not fetched it
+// within MinRefresh, and RefreshRate has a token left (taken only then). It answers the entry and marks it
+// refreshed.
+func (c *Cache) startRefresh(issuer string, now time.Time) (cacheEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[issuer]
+	if !ok || e.keys == nil || (!e.refreshed.IsZero() && now.Before(e.refreshed.Add(c.opts.MinRefresh))) ||
+		!c.refreshes.AllowN(now, 1) {
+		return cacheEntry{}, false
+	}
+	e.refreshed = now
+	c.entries[issuer] = e
+	return e, true
 }
 
 // refreshAhead starts a background fetch of issuer when its cached keys are within RefreshAhead of their TTL
@@ -149,7 +176,7 @@ func (c *Cache) refreshAhead(issuer string, now time.Time) {
 	defer c.mu.Unlock()
 	e, ok := c.entries[issuer]
 	if c.closed || !ok || e.keys == nil || now.Before(e.fetched.Add(c.opts.TTL-c.opts.RefreshAhead)) ||
-		(!e.tried.IsZero() && now.Before(e.tried.Add(c.opts.MinRefresh))) {
+		(!e.tried.IsZero() && now.Before(e.tried.Add(c.opts.MinRefresh))) || !c.refreshes.AllowN(now, 1) {
 		return
 	}
 	e.tried = now
@@ -218,12 +245,14 @@ func (c *Cache) fetch(ctx context.Context, issuer string) ([]Key, error) {
 func (c *Cache) store(issuer string, e cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.entries[issuer]; !ok && e.keys == nil && len(c.entries) >= c.opts.MaxEntries {
+	old, ok := c.entries[issuer]
+	if !ok && e.keys == nil && len(c.entries) >= c.opts.MaxEntries {
 		c.sweepLocked()
 		if len(c.entries) >= c.opts.MaxEntries {
 			return // full of live entries: do not let unknown issuers grow the map
 		}
 	}
+	e.refreshed = old.refreshed // a fetch does not reset Refresh's per-issuer bound
 	c.entries[issuer] = e
 }
 

@@ -171,38 +171,107 @@ func TestCacheUnavailable(t *testing.T) {
 	}
 }
 
+// TestCacheRefresh: a key rotated a moment after the issuer was fetched is fetched by the first Refresh at
+// once (before, Refresh waited for MinRefresh after any fetch, 10 s); Refresh fetches one issuer at most
+// once every MinRefresh.
 func TestCacheRefresh(t *testing.T) {
 	f := newFixture(t, secrets.CacheOptions{})
 	f.newest(t, f.cache.IssuerKeys)
 	if _, err := f.files.Rotate("acme"); err != nil {
 		t.Fatal(err)
 	}
-
-	f.clock.Advance(secrets.DefaultMinRefresh - time.Second)
-	if id := f.newest(t, f.cache.Refresh); id != "acme-v1" {
-		t.Fatalf("Refresh within MinRefresh = %q, want cached acme-v1", id)
-	}
-	f.wantCalls(t, 1)
-
-	f.clock.Advance(time.Second)
 	if id := f.newest(t, f.cache.Refresh); id != "acme-v2" {
-		t.Fatalf("Refresh after MinRefresh = %q, want acme-v2", id)
+		t.Fatalf("Refresh right after a rotation = %q, want acme-v2", id)
 	}
 	if id := f.newest(t, f.cache.IssuerKeys); id != "acme-v2" {
 		t.Fatalf("IssuerKeys after Refresh = %q, want acme-v2", id)
 	}
 	f.wantCalls(t, 2)
 
+	if _, err := f.files.Rotate("acme"); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(secrets.DefaultMinRefresh - time.Millisecond)
+	if id := f.newest(t, f.cache.Refresh); id != "acme-v2" {
+		t.Fatalf("Refresh within MinRefresh of the last = %q, want cached acme-v2", id)
+	}
+	f.wantCalls(t, 2)
+	f.clock.Advance(time.Millisecond)
+	if id := f.newest(t, f.cache.Refresh); id != "acme-v3" {
+		t.Fatalf("Refresh after MinRefresh = %q, want acme-v3", id)
+	}
+	f.wantCalls(t, 3)
+
 	// Backend down: Refresh keeps serving keys within their TTL, and no longer.
 	f.probe.down.Store(true)
 	f.clock.Advance(secrets.DefaultMinRefresh)
-	if id := f.newest(t, f.cache.Refresh); id != "acme-v2" {
-		t.Fatalf("Refresh with backend down = %q, want cached acme-v2", id)
+	if id := f.newest(t, f.cache.Refresh); id != "acme-v3" {
+		t.Fatalf("Refresh with backend down = %q, want cached acme-v3", id)
 	}
 	f.clock.Advance(secrets.DefaultCacheTTL)
 	if _, err := f.cache.Refresh(context.Background(), "acme"); !errors.Is(err, secrets.ErrUnavailable) {
 		t.Fatalf("Refresh with backend down past TTL: %v, want ErrUnavailable", err)
 	}
+}
+
+// TestCacheRefreshFlood is the hostile case: a flood of Refresh calls (what forged tokens cause) for one
+// issuer, for many known issuers and for unknown ones reaches the backing store at most once per issuer
+// every MinRefresh and at most RefreshRate times a second in all; unknown issuers never refresh.
+func TestCacheRefreshFlood(t *testing.T) {
+	// Unknown issuers are remembered for the whole test, so every backing call counted below is a refresh.
+	f := newFixture(t, secrets.CacheOptions{RefreshAhead: -1, NegativeTTL: time.Hour})
+	ctx := context.Background()
+	const known, unknown = 100, 100
+	for i := range known {
+		if _, err := f.files.CreateIssuer(fmt.Sprintf("known-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range known {
+		if _, err := f.cache.IssuerKeys(ctx, fmt.Sprintf("known-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range unknown {
+		if _, err := f.cache.IssuerKeys(ctx, fmt.Sprintf("unknown-%d", i)); !errors.Is(err, secrets.ErrUnknownIssuer) {
+			t.Fatalf("unknown issuer: %v", err)
+		}
+	}
+	f.wantCalls(t, known+unknown)
+	base := f.probe.calls.Load()
+	f.clock.Advance(11 * time.Second) // past any per-issuer bound: only the global one holds the flood
+
+	flood := func() {
+		t.Helper()
+		for range 10 {
+			for i := range known {
+				if _, err := f.cache.Refresh(ctx, fmt.Sprintf("known-%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range unknown {
+				if _, err := f.cache.Refresh(ctx, fmt.Sprintf("unknown-%d", i)); !errors.Is(err, secrets.ErrUnknownIssuer) {
+					t.Fatalf("Refresh of an unknown issuer: %v", err)
+				}
+			}
+		}
+	}
+	flood()
+	f.wantCalls(t, base+secrets.DefaultRefreshRate) // the burst, then nothing
+	f.clock.Advance(secrets.DefaultMinRefresh)
+	flood()
+	f.wantCalls(t, base+2*secrets.DefaultRefreshRate) // a second's worth more
+
+	// One issuer alone: once every MinRefresh, however many calls.
+	f.clock.Advance(time.Minute) // the global bucket is full again
+	f.newest(t, f.cache.IssuerKeys)
+	base = f.probe.calls.Load()
+	for range 1000 {
+		if _, err := f.cache.Refresh(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.wantCalls(t, base+1)
 }
 
 func TestCacheInvalidate(t *testing.T) {

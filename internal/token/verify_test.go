@@ -481,6 +481,77 @@ func TestVerifyRefreshesCacheOnRotation(t *testing.T) {
 	}
 }
 
+// TestVerifyRotatedKeyAtOnce: a token signed with a key rotated a moment after the issuer's keys were
+// cached is accepted at once (before, refused for MinRefresh, 10 s); a flood of bad-signature tokens, for
+// one issuer and for many, reaches the key source at most once per issuer a second and at most
+// secrets.DefaultRefreshRate times a second in all.
+func TestVerifyRotatedKeyAtOnce(t *testing.T) {
+	e := newEnv(t, t.TempDir())
+	fl := &flaky{Store: e.store}
+	now := testNow
+	cache := secrets.NewCache(fl, secrets.CacheOptions{Now: func() time.Time { return now }, RefreshAhead: -1})
+	v := token.NewVerifier(cache, token.VerifierOptions{Now: func() time.Time { return testNow }})
+	ctx := context.Background()
+	if _, err := v.Verify(ctx, mint(t, e.v3, baseClaims())); err != nil {
+		t.Fatal(err)
+	}
+	v4, err := e.store.Rotate("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(ctx, mint(t, v4, baseClaims())); err != nil {
+		t.Fatalf("a key rotated a moment ago: %v", err)
+	}
+	if fl.calls.Load() != 2 {
+		t.Fatalf("store calls = %d, want 2", fl.calls.Load())
+	}
+
+	forged := func(iss string) string {
+		return mint(t, secrets.Key{Secret: []byte("not-the-secret")}, with(func(c *token.Claims) { c.Issuer = iss }))
+	}
+	const many = 60
+	issuers := []string{"acme"}
+	for i := range many {
+		iss := fmt.Sprintf("iss-%d", i)
+		k, err := e.store.CreateIssuer(iss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(ctx, mint(t, k, with(func(c *token.Claims) { c.Issuer = iss }))); err != nil {
+			t.Fatal(err)
+		}
+		issuers = append(issuers, iss, fmt.Sprintf("unknown-%d", i))
+	}
+	for i := range many { // unknown issuers are looked up once, then remembered
+		if _, err := v.Verify(ctx, forged(fmt.Sprintf("unknown-%d", i))); token.Reason(err) != "unknown_issuer" {
+			t.Fatalf("unknown issuer: %v", err)
+		}
+	}
+	flood := func(issuers []string) int64 {
+		t.Helper()
+		before := fl.calls.Load()
+		for range 20 {
+			for _, iss := range issuers {
+				if _, err := v.Verify(ctx, forged(iss)); err == nil {
+					t.Fatal("a forged token was accepted")
+				}
+			}
+		}
+		return fl.calls.Load() - before
+	}
+	if n := flood([]string{"acme"}); n != 0 {
+		t.Fatalf("forged tokens right after a refresh reached the store %d times, want 0", n)
+	}
+	now = now.Add(secrets.DefaultMinRefresh)
+	if n := flood([]string{"acme"}); n != 1 {
+		t.Fatalf("forged tokens for one issuer reached the store %d times in a second, want 1", n)
+	}
+	now = now.Add(secrets.DefaultMinRefresh)
+	if n := flood(issuers); n != secrets.DefaultRefreshRate {
+		t.Fatalf("forged tokens for %d issuers reached the store %d times, want %d (the global bound)", len(issuers), n, secrets.DefaultRefreshRate)
+	}
+}
+
 func TestReasons(t *testing.T) {
 	want := []string{"oversize", "malformed", "bad_alg", "unknown_issuer", "unknown_kid", "bad_signature",
 		"expired", "not_yet_valid", "bad_audience", "bad_claims", "unavailable"}
