@@ -274,7 +274,8 @@ func (r *Runner) afterShutdown(cause error) error {
 	return errors.Join(errs...)
 }
 
-// allowedModels are the models a grant's permissions allow the agent to call (nil: any): permissions.model.
+// allowedModels are the models a grant's permissions allow the agent to call (nil: any): permissions.model,
+// an alias resolved (policy).
 func (r *Runner) allowedModels(g wire.Grant) []string {
 	if p, _ := r.policy(g); p.Model != "" {
 		return []string{p.Model}
@@ -298,5 +299,8 @@ func (r *Runner) policy(g wire.Grant) (claude.Permissions, json.RawMessage) {
 			return claude.Permissions{Tools: []string{}}, nil
 		}
 	}
-	return claude.Permissions{Tools: p.Tools, BlockedTools: p.BlockedTools, MaxTurns: p.MaxTurns, Model: p.Model}, g.SDKConfig
+	// An alias ("sonnet") stands for the model the pinned CLI resolves it to: that full name is what the agent
+	// is told to use and what the model proxy allows (allowedModels), as the agent's calls name it.
+	return claude.Permissions{Tools: p.Tools, BlockedTools: p.BlockedTools, MaxTurns: p.MaxTurns,
+		Model: claude.PinnedModel(p.Model)}, g.SDKConfig
 }

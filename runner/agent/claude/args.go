@@ -134,7 +134,7 @@ func effectiveOptions(client wire.SessionOptions, sdk map[string]json.RawMessage
 func checkAgents(agents map[string]wire.AgentDefinition, perm Permissions) error {
 	for _, name := range slices.Sorted(maps.Keys(agents)) {
 		a := agents[name]
-		if perm.Model != "" && a.Model != "" && a.Model != "inherit" && a.Model != perm.Model {
+		if perm.Model != "" && a.Model != "" && a.Model != "inherit" && PinnedModel(a.Model) != perm.Model {
 			return wire.Errorf(wire.InvalidArgument, "session option agents.%s.model: this token allows only model %s", name, perm.Model)
 		}
 		for _, t := range a.Tools {

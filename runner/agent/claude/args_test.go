@@ -210,6 +210,18 @@ func TestEffectiveOptions(t *testing.T) {
 			want:   want{errCode: wire.InvalidArgument},
 		},
 		{
+			name:   "a subagent naming the alias of the token's model",
+			client: wire.SessionOptions{Agents: map[string]wire.AgentDefinition{"a": {Description: "d", Prompt: "p", Model: "sonnet"}}},
+			perm:   Permissions{Model: PinnedModel("sonnet")},
+			want:   want{flags: map[string]string{"model": "claude-sonnet-5-5"}},
+		},
+		{
+			name:   "a subagent naming the alias of another model",
+			client: wire.SessionOptions{Agents: map[string]wire.AgentDefinition{"a": {Description: "d", Prompt: "p", Model: "opus"}}},
+			perm:   Permissions{Model: PinnedModel("sonnet")},
+			want:   want{errCode: wire.InvalidArgument},
+		},
+		{
 			name:   "a subagent inheriting the token's model",
 			client: wire.SessionOptions{Agents: map[string]wire.AgentDefinition{"a": {Description: "d", Prompt: "p", Model: "inherit", Tools: []string{"Read"}}}},
 			perm:   Permissions{Model: "claude-haiku-4-5", Tools: []string{"Read"}},

@@ -31,6 +31,17 @@ var pinnedModels = map[string]string{
 	"haiku":   "claude-haiku-5-5",
 }
 
+// PinnedModel is the model the pinned CLI resolves name to when name is one of its aliases ("sonnet",
+// "default", ...), by the table the driver uses (pinnedModels); any other name, a full model name
+// included, is answered as is. It gives a token's permissions.model its meaning: an alias there allows the
+// model it names here and nothing else, and the agent is told that full name, whichever CLI is installed.
+func PinnedModel(name string) string {
+	if m := pinnedModels[name]; m != "" {
+		return m
+	}
+	return name
+}
+
 // maxPackageJSON bounds the package.json read to tell the CLI's version.
 const maxPackageJSON = 1 << 20
 
