@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,6 +151,12 @@ type Ledger struct {
 	pool *pgxpool.Pool
 	srv  cockroachdb.Server
 	now  func() time.Time
+
+	// The process's Reserve, Settle, Release and Record calls share transactions, one at a time, so that
+	// they never conflict with one another; its Usage reads share statements, two at a time.
+	writes  batcher[*writeOp]
+	reads   batcher[*readOp]
+	retries atomic.Int64
 }
 
 var _ billing.Ledger = (*Ledger)(nil)
@@ -177,6 +184,8 @@ func New(ctx context.Context, cfg Config) (*Ledger, error) {
 	}
 	pool := cfg.Pool
 	l := &Ledger{pool: pool, now: cfg.Now}
+	l.writes = batcher[*writeOp]{lanes: 1, max: maxBatch, run: l.runWrites}
+	l.reads = batcher[*readOp]{lanes: 2, max: maxBatch, run: l.readBatch}
 	var err error
 	if l.srv, err = cockroachdb.Detect(ctx, pool); err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
@@ -212,80 +221,125 @@ func New(ctx context.Context, cfg Config) (*Ledger, error) {
 }
 
 // Usage reads the account's running totals and, in the same snapshot, the sum of its unexpired holds (one
-// statement, so a concurrent Settle is seen either wholly or not at all). Database failures wrap
-// billing.ErrUnavailable.
+// statement, so a concurrent Settle is seen either wholly or not at all). Concurrent calls of the process
+// share a statement (readBatch). Database failures wrap billing.ErrUnavailable.
 func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage, error) {
 	if err := acct.Validate(); err != nil {
 		return billing.Usage{}, fmt.Errorf("usage: %w", err)
 	}
-	var u billing.Usage
-	err := l.tx(ctx, cockroachdb.TxOptions{ReadOnly: true}, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT
-			COALESCE(t.ai_micros, 0), COALESCE(t.compute_seconds, 0),
-			(SELECT COALESCE(sum(granted), 0)::INT8 FROM holds
-				WHERE issuer = $1 AND "user" = $2 AND "window" = $3 AND window_start = $4 AND expires_at > $5)
-			FROM (SELECT 1) AS one LEFT JOIN usage_totals AS t
-				ON t.issuer = $1 AND t."user" = $2 AND t."window" = $3 AND t.window_start = $4`,
-			acct.Issuer, acct.User, string(acct.Window), windowStart(acct), l.now(),
-		).Scan(&u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
-	})
+	op := &readOp{waiter: newWaiter(ctx), acct: acct}
+	err := l.reads.do(op)
+	if err == nil {
+		err = op.err
+	}
 	if err != nil {
 		return billing.Usage{}, fmt.Errorf("usage of %s: %w", acct, billing.ClassifyStore(err, nil))
 	}
-	return u, nil
+	return op.u, nil
 }
 
-// Record inserts the event unless its key is already stored and, only if it inserted, adds its amounts to
-// the account's totals, all in one transaction. An event without At is stamped with the ledger's clock.
-// Invalid events wrap billing.ErrInvalid; database failures wrap billing.ErrUnavailable.
-func (l *Ledger) Record(ctx context.Context, ev billing.UsageEvent) error {
-	if err := ev.Validate(); err != nil {
-		return fmt.Errorf("record: %w", err)
-	}
-	if err := l.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
-		return l.recordTx(ctx, tx, ev)
-	}); err != nil {
-		return fmt.Errorf("record usage event %s: %w", ev.Key, billing.ClassifyStore(err, nil))
-	}
-	return nil
+// A readOp is one Usage waiting for its batch.
+type readOp struct {
+	waiter
+	acct billing.Account
+	u    billing.Usage
+	err  error
 }
 
-// recordTx inserts ev unless its key is stored and, only if it inserted, adds its amounts to the totals.
-func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, ev billing.UsageEvent) error {
-	at := ev.At
-	if at.IsZero() {
-		at = l.now()
+// readBatch reads the usage of a batch's accounts in one statement. It is a read that need not be
+// serializable: one statement sees one snapshot, and Reserve reads again what it grants against in its own
+// serializable transaction. So on PostgreSQL it runs at READ COMMITTED, where it takes no predicate locks
+// that would make the writers' transactions fail, in one round trip (BEGIN, the read and COMMIT
+// pipelined). CockroachDB runs it SERIALIZABLE unless its cluster enables READ COMMITTED; a read retried
+// by the server is retried here.
+func (l *Ledger) readBatch(ctx context.Context, batch []*readOp) {
+	var (
+		rows accountRows
+		seen = map[acctKey]bool{}
+	)
+	for _, op := range batch {
+		if k := keyOf(op.acct); !seen[k] {
+			seen[k] = true
+			rows.add(op.acct)
+		}
 	}
-	acct, start := ev.Account, windowStart(ev.Account)
-	atMicro, atNanos := splitNanos(at)
-	tag, err := tx.Exec(ctx, `INSERT INTO usage_events
-		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at, at_nanos)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		ON CONFLICT (key) DO NOTHING`,
-		ev.Key, acct.Issuer, acct.User, string(acct.Window), start, ev.Kind, ev.Model,
-		ev.AIMicros, ev.ComputeSeconds, atMicro, atNanos)
-	if err != nil {
-		return fmt.Errorf("insert event: %w", err)
+	var (
+		usage map[acctKey]billing.Usage
+		err   error
+	)
+	for attempt := 0; attempt < readAttempts; attempt++ {
+		if usage, err = l.readUsage(ctx, rows); cockroachdb.Classify(err) != cockroachdb.Retryable {
+			break
+		}
+		l.retries.Add(1)
 	}
-	if tag.RowsAffected() == 0 {
-		return nil // already recorded: the first delivery counted it
+	for _, op := range batch {
+		op.u, op.err = usage[keyOf(op.acct)], err
+		op.finish()
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO usage_totals
-		(issuer, "user", "window", window_start, ai_micros, compute_seconds)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (issuer, "user", "window", window_start) DO UPDATE SET
-			ai_micros       = usage_totals.ai_micros + excluded.ai_micros,
-			compute_seconds = usage_totals.compute_seconds + excluded.compute_seconds`,
-		acct.Issuer, acct.User, string(acct.Window), start, ev.AIMicros, ev.ComputeSeconds); err != nil {
-		return fmt.Errorf("add to totals: %w", err)
-	}
-	return nil
 }
 
-// tx runs f in one serializable transaction, retried on serialization failures (cockroachdb.ExecuteTx).
+// readAttempts bounds the attempts of a usage read the server asks to retry.
+const readAttempts = 10
+
+func (l *Ledger) readUsage(ctx context.Context, rows accountRows) (map[acctKey]billing.Usage, error) {
+	var b pgx.Batch
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED, READ ONLY`)
+	b.Queue(usageSQL, rows.issuer, rows.user, rows.window, rows.start, l.now())
+	b.Queue(`COMMIT`)
+	br := l.pool.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	var usage map[acctKey]billing.Usage
+	if err == nil {
+		var r pgx.Rows
+		if r, err = br.Query(); err == nil {
+			usage, err = scanUsage(r)
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return usage, err
+}
+
+// Stats counts what the ledger did since New, for load tools and tests.
+type Stats struct {
+	// Retries are transactions (and usage reads) run again after a serialization failure.
+	Retries int64
+	// WriteBatches and Writes are the write transactions (each a batch) and the Reserve, Settle, Release and
+	// Record calls they ran; ReadBatches and Reads the same for Usage.
+	WriteBatches, Writes, ReadBatches, Reads int64
+}
+
+// Stats returns the ledger's counts so far.
+func (l *Ledger) Stats() Stats {
+	return Stats{
+		Retries:      l.retries.Load(),
+		WriteBatches: l.writes.batches.Load(), Writes: l.writes.calls.Load(),
+		ReadBatches: l.reads.batches.Load(), Reads: l.reads.calls.Load(),
+	}
+}
+
+// tx runs f in one serializable transaction, retried on serialization failures (cockroachdb.ExecuteTx),
+// counting the retries.
 func (l *Ledger) tx(ctx context.Context, opts cockroachdb.TxOptions, f func(tx pgx.Tx) error) error {
-	return cockroachdb.ExecuteTx(ctx, l.pool, l.srv, opts, f)
+	attempts := 0
+	defer func() {
+		if attempts > 1 {
+			l.retries.Add(int64(attempts - 1))
+		}
+	}()
+	return cockroachdb.ExecuteTx(ctx, l.pool, l.srv, opts, func(tx pgx.Tx) error {
+		attempts++
+		return f(tx)
+	})
 }
+
+// maxBatch bounds the calls of one batch.
+const maxBatch = 256
 
 // epoch is the stored window start of the lifetime window.
 var epoch = time.Unix(0, 0).UTC()

@@ -9,3 +9,10 @@ var (
 	SessionMigrations = sessionMigrations
 	RateMigrations    = rateMigrations
 )
+
+// PendingWrites is how many Reserve, Settle, Release and Record calls wait for the next write batch.
+func (l *Ledger) PendingWrites() int {
+	l.writes.mu.Lock()
+	defer l.writes.mu.Unlock()
+	return len(l.writes.pending)
+}
