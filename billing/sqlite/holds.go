@@ -29,7 +29,7 @@ func (l *Ledger) Reserve(ctx context.Context, id string, acct billing.Account, l
 	var granted int64
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		granted, err = reserveTx(ctx, tx, l.now(), id, acct, limit, want, ttl)
+		granted, err = l.reserveTx(ctx, tx, l.now(), id, acct, limit, want, ttl)
 		return err
 	})
 	if err != nil {
@@ -38,12 +38,11 @@ func (l *Ledger) Reserve(ctx context.Context, id string, acct billing.Account, l
 	return granted, nil
 }
 
-func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct billing.Account, limit, want int64, ttl time.Duration) (int64, error) {
+func (l *Ledger) reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct billing.Account, limit, want int64, ttl time.Duration) (int64, error) {
 	at, start := now.UTC().UnixNano(), windowStart(acct)
 	// Sweep first: an expired hold named id must not answer as if it were live, and it may belong to
 	// another account whose holds this sweep would not reach.
-	if _, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE expires_at <= ?5 AND (id = ?6 OR
-		(issuer = ?1 AND "user" = ?2 AND "window" = ?3 AND window_start = ?4))`,
+	if _, err := tx.StmtContext(ctx, l.st.sweep).ExecContext(ctx,
 		acct.Issuer, acct.User, string(acct.Window), start, at, id); err != nil {
 		return 0, fmt.Errorf("sweep expired holds: %w", err)
 	}
@@ -52,7 +51,7 @@ func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct b
 		held             billing.Account
 		heldStart, grant int64
 	)
-	err := tx.QueryRowContext(ctx, `SELECT issuer, "user", "window", window_start, granted FROM holds WHERE id = ?`, id).
+	err := tx.StmtContext(ctx, l.st.readHold).QueryRowContext(ctx, id).
 		Scan(&held.Issuer, &held.User, &held.Window, &heldStart, &grant)
 	switch {
 	case err == nil:
@@ -67,8 +66,7 @@ func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct b
 
 	// The user's quota as it stands now caps the limit the caller was admitted with (billing.Reserver).
 	var quota int64
-	err = tx.QueryRowContext(ctx, `SELECT ai_micros FROM quotas WHERE issuer = ? AND "user" IN (?, '')
-		ORDER BY "user" DESC LIMIT 1`, acct.Issuer, acct.User).Scan(&quota)
+	err = tx.StmtContext(ctx, l.st.quota).QueryRowContext(ctx, acct.Issuer, acct.User).Scan(&quota)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("read quota: %w", err)
 	}
@@ -76,21 +74,14 @@ func reserveTx(ctx context.Context, tx *sql.Tx, now time.Time, id string, acct b
 
 	var used, reserved int64
 	if limit >= 0 { // an unlimited Reserve needs no usage (billing.Grant)
-		if err := tx.QueryRowContext(ctx, `SELECT
-			COALESCE((SELECT ai_micros FROM usage_totals
-				WHERE issuer = ?1 AND "user" = ?2 AND "window" = ?3 AND window_start = ?4), 0),
-			(SELECT COALESCE(SUM(granted), 0) FROM holds
-				WHERE issuer = ?1 AND "user" = ?2 AND "window" = ?3 AND window_start = ?4 AND expires_at > ?5)`,
-			acct.Issuer, acct.User, string(acct.Window), start, at).Scan(&used, &reserved); err != nil {
+		if err := tx.StmtContext(ctx, l.st.reserveUsage).QueryRowContext(ctx, acct.Issuer, acct.User, string(acct.Window), start, at).Scan(&used, &reserved); err != nil {
 			return 0, fmt.Errorf("read usage: %w", err)
 		}
 	}
 	if grant, err = billing.Grant(limit, want, used, reserved); err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO holds
-		(id, issuer, "user", "window", window_start, granted, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		id, acct.Issuer, acct.User, string(acct.Window), start, grant, expiry(now, ttl)); err != nil {
+	if _, err := tx.StmtContext(ctx, l.st.insertHold).ExecContext(ctx, id, acct.Issuer, acct.User, string(acct.Window), start, grant, expiry(now, ttl)); err != nil {
 		return 0, fmt.Errorf("insert hold: %w", err)
 	}
 	return grant, nil
@@ -114,7 +105,7 @@ func (l *Ledger) Settle(ctx context.Context, id string, ev billing.UsageEvent) e
 			held      billing.Account
 			heldStart int64
 		)
-		err := tx.QueryRowContext(ctx, `DELETE FROM holds WHERE id = ? RETURNING issuer, "user", "window", window_start`, id).
+		err := tx.StmtContext(ctx, l.st.settleHold).QueryRowContext(ctx, id).
 			Scan(&held.Issuer, &held.User, &held.Window, &heldStart)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -140,7 +131,7 @@ func (l *Ledger) Release(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("release: hold without id: %w", billing.ErrInvalid)
 	}
-	if _, err := l.db.ExecContext(ctx, `DELETE FROM holds WHERE id = ?`, id); err != nil {
+	if _, err := l.st.release.ExecContext(ctx, id); err != nil {
 		return fmt.Errorf("release hold %s: %w", id, billing.ClassifyStore(err, nil))
 	}
 	return nil

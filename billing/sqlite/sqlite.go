@@ -117,9 +117,9 @@ var migrations = []string{
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.
 type Ledger struct {
-	db    *sql.DB
-	usage *sql.Stmt // usageQuery, prepared
-	now   func() time.Time
+	db  *sql.DB
+	st  statements
+	now func() time.Time
 }
 
 var _ billing.Ledger = (*Ledger)(nil)
@@ -160,9 +160,9 @@ func New(ctx context.Context, cfg Config) (*Ledger, error) {
 			return nil, fmt.Errorf("open ledger: %w", err)
 		}
 	}
-	if l.usage, err = db.PrepareContext(ctx, usageQuery); err != nil {
+	if err := l.st.prepare(ctx, db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open ledger: prepare the usage query: %w", err)
+		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	l.db = db
 	return l, nil
@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Ledger, error) {
 // Close closes the database. It is safe to call more than once; afterwards every call fails with
 // ErrUnavailable.
 func (l *Ledger) Close() error {
-	_ = l.usage.Close()
+	l.st.close()
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("close ledger: %w", err)
 	}
@@ -182,7 +182,7 @@ func (l *Ledger) Close() error {
 // statement, so a concurrent Settle is seen either wholly or not at all). Database failures wrap
 // billing.ErrUnavailable.
 // usageQuery is Usage's: the account's totals and its live holds. It runs for every admission (every exec,
-// file call and agent connect at an edge), so it is prepared once (Ledger.usage): parsing and planning it
+// file call and agent connect at an edge), so it is prepared once (statements): parsing and planning it
 // was three quarters of its cost.
 const usageQuery = `SELECT
 		COALESCE(t.ai_micros, 0), COALESCE(t.compute_seconds, 0),
@@ -197,7 +197,7 @@ func (l *Ledger) Usage(ctx context.Context, acct billing.Account) (billing.Usage
 	}
 	var u billing.Usage
 	start := windowStart(acct)
-	err := l.usage.QueryRowContext(ctx,
+	err := l.st.usage.QueryRowContext(ctx,
 		acct.Issuer, acct.User, string(acct.Window), start, l.now().UTC().UnixNano(),
 	).Scan(&u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
 	if err != nil {
@@ -230,11 +230,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, ev billing.UsageEvent
 		at = l.now()
 	}
 	acct, start := ev.Account, windowStart(ev.Account)
-	res, err := tx.ExecContext(ctx, `INSERT INTO usage_events
-		(key, issuer, "user", "window", window_start, kind, model, ai_micros, compute_seconds, at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (key) DO NOTHING`,
-		ev.Key, acct.Issuer, acct.User, string(acct.Window), start, ev.Kind, ev.Model,
+	res, err := tx.StmtContext(ctx, l.st.insertEvent).ExecContext(ctx, ev.Key, acct.Issuer, acct.User, string(acct.Window), start, ev.Kind, ev.Model,
 		ev.AIMicros, ev.ComputeSeconds, at.UTC().UnixNano())
 	if err != nil {
 		return fmt.Errorf("insert event: %w", err)
@@ -246,13 +242,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, ev billing.UsageEvent
 	if n == 0 {
 		return nil // already recorded: the first delivery counted it
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO usage_totals
-		(issuer, "user", "window", window_start, ai_micros, compute_seconds)
-		VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (issuer, "user", "window", window_start) DO UPDATE SET
-			ai_micros       = ai_micros + excluded.ai_micros,
-			compute_seconds = compute_seconds + excluded.compute_seconds`,
-		acct.Issuer, acct.User, string(acct.Window), start, ev.AIMicros, ev.ComputeSeconds); err != nil {
+	if _, err := tx.StmtContext(ctx, l.st.addTotals).ExecContext(ctx, acct.Issuer, acct.User, string(acct.Window), start, ev.AIMicros, ev.ComputeSeconds); err != nil {
 		return fmt.Errorf("add to totals: %w", err)
 	}
 	return nil
