@@ -251,7 +251,8 @@ type readOp struct {
 // serializable transaction. So on PostgreSQL it runs at READ COMMITTED, where it takes no predicate locks
 // that would make the writers' transactions fail, in one round trip (BEGIN, the read and COMMIT
 // pipelined). CockroachDB runs it SERIALIZABLE unless its cluster enables READ COMMITTED; a read retried
-// by the server is retried here.
+// by the server is retried here. A read the database refuses for an account's strings is run again
+// account by account (callsFault).
 func (l *Ledger) readBatch(ctx context.Context, batch []*readOp) {
 	var (
 		rows accountRows
@@ -272,6 +273,12 @@ func (l *Ledger) readBatch(ctx context.Context, batch []*readOp) {
 			break
 		}
 		l.retries.Add(1)
+	}
+	if callsFault(ctx, err, len(rows.issuer)) { // one account the database refuses fails alone
+		for _, op := range batch {
+			l.readBatch(ctx, []*readOp{op})
+		}
+		return
 	}
 	for _, op := range batch {
 		op.u, op.err = usage[keyOf(op.acct)], err

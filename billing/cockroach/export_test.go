@@ -16,3 +16,10 @@ func (l *Ledger) PendingWrites() int {
 	defer l.writes.mu.Unlock()
 	return len(l.writes.pending)
 }
+
+// PendingReads is how many Usage calls wait for the next read batch.
+func (l *Ledger) PendingReads() int {
+	l.reads.mu.Lock()
+	defer l.reads.mu.Unlock()
+	return len(l.reads.pending)
+}

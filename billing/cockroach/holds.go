@@ -113,8 +113,10 @@ func (l *Ledger) write(op *writeOp) error {
 
 // runWrites is the write batcher's run: one serializable transaction for the whole batch, retried as a
 // whole. An operation refused on its own (ErrInvalid, ErrBudgetExceeded) changes nothing and leaves the
-// others to commit; a failing transaction fails them all. Every operation is idempotent (by hold id or
-// event key), so an ambiguous commit is resolved by running the batch again.
+// others to commit. Every operation is idempotent (by hold id or event key), so an ambiguous commit is
+// resolved by running the batch again. A transaction that fails for the database (unreachable, retries
+// spent) fails them all; one the database refused for what a call carries (a string PostgreSQL cannot
+// store, say) is run again call by call, so that only that call fails.
 func (l *Ledger) runWrites(ctx context.Context, batch []*writeOp) {
 	var results []writeResult
 	err := l.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
@@ -122,6 +124,12 @@ func (l *Ledger) runWrites(ctx context.Context, batch []*writeOp) {
 		results, err = writeBatch(ctx, tx, l.now().UTC(), batch)
 		return err
 	})
+	if callsFault(ctx, err, len(batch)) {
+		for _, op := range batch {
+			l.runWrites(ctx, []*writeOp{op})
+		}
+		return
+	}
 	for i, op := range batch {
 		if err != nil {
 			op.err = err
@@ -130,6 +138,12 @@ func (l *Ledger) runWrites(ctx context.Context, batch []*writeOp) {
 		}
 		op.finish()
 	}
+}
+
+// callsFault reports whether a batch of n calls failed with err for what one of them carries rather than
+// for the database, so that running them one by one isolates it.
+func callsFault(ctx context.Context, err error, n int) bool {
+	return err != nil && n > 1 && ctx.Err() == nil && cockroachdb.Classify(err) == cockroachdb.Other
 }
 
 type writeResult struct {
