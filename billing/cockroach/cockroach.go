@@ -250,8 +250,8 @@ type readOp struct {
 // serializable: one statement sees one snapshot, and Reserve reads again what it grants against in its own
 // serializable transaction. So on PostgreSQL it runs at READ COMMITTED, where it takes no predicate locks
 // that would make the writers' transactions fail, in one round trip (BEGIN, the read and COMMIT
-// pipelined). CockroachDB runs it SERIALIZABLE unless its cluster enables READ COMMITTED; a read retried
-// by the server is retried here. A read the database refuses for an account's strings is run again
+// pipelined). On CockroachDB it is the statement alone, an implicit SERIALIZABLE transaction (its READ
+// COMMITTED may be switched off by a cluster setting); a read the server asks to retry is retried here. A read the database refuses for an account's strings is run again
 // account by account (callsFault).
 func (l *Ledger) readBatch(ctx context.Context, batch []*readOp) {
 	var (
@@ -290,6 +290,13 @@ func (l *Ledger) readBatch(ctx context.Context, batch []*readOp) {
 const readAttempts = 10
 
 func (l *Ledger) readUsage(ctx context.Context, rows accountRows) (map[acctKey]billing.Usage, error) {
+	if l.srv == cockroachdb.CockroachDB { // one statement is a transaction of its own, SERIALIZABLE
+		r, err := l.pool.Query(ctx, usageSQL, rows.issuer, rows.user, rows.window, rows.start, l.now())
+		if err != nil {
+			return nil, err
+		}
+		return scanUsage(r)
+	}
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED, READ ONLY`)
 	b.Queue(usageSQL, rows.issuer, rows.user, rows.window, rows.start, l.now())
