@@ -154,3 +154,29 @@ func BenchmarkReserveSettle(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkReserveSerial is a model call's Reserve from one caller, as the model proxy makes it before
+// the call's first byte (reserve-ns/op), followed by its Settle (outside that figure).
+func BenchmarkReserveSerial(b *testing.B) {
+	ctx := context.Background()
+	l := open(b, sqlite.Config{Path: filepath.Join(b.TempDir(), "ledger.db")})
+	var (
+		n       int
+		reserve time.Duration
+	)
+	b.ReportAllocs()
+	for b.Loop() {
+		n++
+		id := strconv.Itoa(n)
+		start := time.Now()
+		g, err := l.Reserve(ctx, id, ledgertest.Day, 1<<62, 1000, time.Minute)
+		reserve += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Settle(ctx, id, ledgertest.AI(id, ledgertest.Day, g/2)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(reserve.Nanoseconds())/float64(n), "reserve-ns/op")
+}
