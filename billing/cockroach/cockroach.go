@@ -251,8 +251,8 @@ type readOp struct {
 // serializable transaction. So on PostgreSQL it runs at READ COMMITTED, where it takes no predicate locks
 // that would make the writers' transactions fail, in one round trip (BEGIN, the read and COMMIT
 // pipelined). On CockroachDB it is the statement alone, an implicit SERIALIZABLE transaction (its READ
-// COMMITTED may be switched off by a cluster setting); a read the server asks to retry is retried here. A read the database refuses for an account's strings is run again
-// account by account (callsFault).
+// COMMITTED may be switched off by a cluster setting); a read the server asks to retry is retried here. A
+// read the database refuses for an account's strings is run again account by account (callsFault).
 func (l *Ledger) readBatch(ctx context.Context, batch []*readOp) {
 	var (
 		rows accountRows

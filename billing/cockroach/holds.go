@@ -267,7 +267,8 @@ func writeBatch(ctx context.Context, tx pgx.Tx, now time.Time, batch []*writeOp)
 	if len(ins.id) > 0 {
 		if _, err := tx.Exec(ctx, `INSERT INTO holds
 			(id, issuer, "user", "window", window_start, granted, expires_at)
-			SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TIMESTAMPTZ[], $6::INT8[], $7::TIMESTAMPTZ[])`,
+			SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TIMESTAMPTZ[], $6::INT8[],
+				$7::TIMESTAMPTZ[])`,
 			ins.id, ins.issuer, ins.user, ins.window, ins.start, ins.granted, ins.expires); err != nil {
 			return nil, fmt.Errorf("insert holds: %w", err)
 		}
@@ -275,9 +276,12 @@ func writeBatch(ctx context.Context, tx pgx.Tx, now time.Time, batch []*writeOp)
 	return results, nil
 }
 
+// holdsSQL reads the holds named by the array $1, live or expired.
+const holdsSQL = `SELECT id, issuer, "user", "window", window_start, granted FROM holds WHERE id = ANY($1)`
+
 // readHolds reads the holds named ids, live or expired, into into.
 func readHolds(ctx context.Context, tx pgx.Tx, ids []string, into map[string]storedHold) error {
-	rows, err := tx.Query(ctx, `SELECT id, issuer, "user", "window", window_start, granted FROM holds WHERE id = ANY($1)`, ids)
+	rows, err := tx.Query(ctx, holdsSQL, ids)
 	if err != nil {
 		return fmt.Errorf("read holds: %w", err)
 	}
@@ -326,9 +330,11 @@ func (e *eventRows) add(ev billing.UsageEvent, now time.Time) {
 	}
 	atMicro, atNanos := splitNanos(at)
 	a := ev.Account
-	e.key, e.issuer, e.user, e.window = append(e.key, ev.Key), append(e.issuer, a.Issuer), append(e.user, a.User), append(e.window, string(a.Window))
+	e.key, e.issuer, e.user, e.window = append(e.key, ev.Key), append(e.issuer, a.Issuer), append(e.user, a.User),
+		append(e.window, string(a.Window))
 	e.start, e.kind, e.model = append(e.start, windowStart(a)), append(e.kind, ev.Kind), append(e.model, ev.Model)
-	e.ai, e.compute, e.at, e.atNanos = append(e.ai, ev.AIMicros), append(e.compute, ev.ComputeSeconds), append(e.at, atMicro), append(e.atNanos, atNanos)
+	e.ai, e.compute = append(e.ai, ev.AIMicros), append(e.compute, ev.ComputeSeconds)
+	e.at, e.atNanos = append(e.at, atMicro), append(e.atNanos, atNanos)
 }
 
 // queue inserts the events whose keys are not stored and adds only those to their accounts' totals, in one
@@ -358,7 +364,8 @@ type holdRows struct {
 }
 
 func (h *holdRows) add(id string, a billing.Account, granted int64, expires time.Time) {
-	h.id, h.issuer, h.user, h.window = append(h.id, id), append(h.issuer, a.Issuer), append(h.user, a.User), append(h.window, string(a.Window))
+	h.id, h.issuer, h.user, h.window = append(h.id, id), append(h.issuer, a.Issuer), append(h.user, a.User),
+		append(h.window, string(a.Window))
 	h.start, h.granted, h.expires = append(h.start, windowStart(a)), append(h.granted, granted), append(h.expires, expires)
 }
 
@@ -394,7 +401,8 @@ func scanUsage(rows pgx.Rows) (map[acctKey]billing.Usage, error) {
 			start time.Time
 			u     billing.Usage
 		)
-		if err := rows.Scan(&k.issuer, &k.user, &k.window, &start, &u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros); err != nil {
+		err := rows.Scan(&k.issuer, &k.user, &k.window, &start, &u.AIMicros, &u.ComputeSeconds, &u.HeldAIMicros)
+		if err != nil {
 			return nil, err
 		}
 		k.start = start.Unix()
@@ -437,10 +445,11 @@ func (r *reserveReads) queue(b *pgx.Batch, now time.Time, batch []*writeOp) {
 	}
 	b.Queue(`DELETE FROM holds WHERE expires_at <= $1 AND id = ANY($2)`, now, r.ids)
 	b.Queue(`DELETE FROM holds AS h WHERE h.expires_at <= $5 AND EXISTS (
-		SELECT 1 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TIMESTAMPTZ[]) AS a(issuer, "user", "window", window_start)
+		SELECT 1 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TIMESTAMPTZ[])
+			AS a(issuer, "user", "window", window_start)
 		WHERE h.issuer = a.issuer AND h."user" = a."user" AND h."window" = a."window" AND h.window_start = a.window_start)`,
 		r.rows.issuer, r.rows.user, r.rows.window, r.rows.start, now)
-	b.Queue(`SELECT id, issuer, "user", "window", window_start, granted FROM holds WHERE id = ANY($1)`, r.ids)
+	b.Queue(holdsSQL, r.ids)
 	b.Queue(`SELECT issuer, "user", ai_micros FROM quotas WHERE issuer = ANY($1) AND ("user" = ANY($2) OR "user" = '')`,
 		issuers, users)
 	b.Queue(usageSQL, r.rows.issuer, r.rows.user, r.rows.window, r.rows.start, now)

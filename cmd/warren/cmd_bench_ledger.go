@@ -48,7 +48,8 @@ func runBenchLedger(ctx context.Context, args []string, stdout, stderr io.Writer
 	dur := fs.Duration("duration", 10*time.Second, "how long to run")
 	rate := fs.Float64("rate", 0, "cycles per second to start, over all spenders (0: each spender as fast as it can)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	limit := fs.Int64("limit", 1<<50, "each account's AI limit in microdollars (the default is never reached; a small one is, and the spenders are then refused)")
+	limit := fs.Int64("limit", 1<<50,
+		"each account's AI limit in microdollars (the default is never reached; a small one is, and the spenders are then refused)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -189,14 +190,16 @@ func runBenchLedger(ctx context.Context, args []string, stdout, stderr io.Writer
 	report(stdout, "reserve (conditional hold)", reserves)
 	if st, ok := l.(ledgerStats); ok {
 		s := st.Stats()
-		wb, w, rb, r := s.WriteBatches-before.WriteBatches, s.Writes-before.Writes, s.ReadBatches-before.ReadBatches, s.Reads-before.Reads
+		wb, w := s.WriteBatches-before.WriteBatches, s.Writes-before.Writes
+		rb, r := s.ReadBatches-before.ReadBatches, s.Reads-before.Reads
 		fmt.Fprintf(stdout, "%-44s %d retries; %d write transactions (%.1f calls each), %d usage reads (%.1f each)\n",
 			"ledger", s.Retries-before.Retries, wb, float64(w)/float64(max(wb, 1)), rb, float64(r)/float64(max(rb, 1)))
 	}
 	if pool != nil {
 		ps := pool.Stat()
+		wait := ps.AcquireDuration() / time.Duration(max(ps.AcquireCount(), 1))
 		fmt.Fprintf(stdout, "%-44s %d acquires, %d waited for a connection (%s on average), %d connections at most\n",
-			"pool", ps.AcquireCount(), ps.EmptyAcquireCount(), (ps.AcquireDuration() / time.Duration(max(ps.AcquireCount(), 1))).Round(time.Microsecond), ps.MaxConns())
+			"pool", ps.AcquireCount(), ps.EmptyAcquireCount(), wait.Round(time.Microsecond), ps.MaxConns())
 	}
 	var over []string
 	for a := range *accounts {
@@ -206,13 +209,15 @@ func runBenchLedger(ctx context.Context, args []string, stdout, stderr io.Writer
 			return err
 		}
 		if u.AIMicros > *limit || u.AIMicros != settled[a].Load() || u.HeldAIMicros != 0 {
-			over = append(over, fmt.Sprintf("%s: used %d (settled %d, limit %d), held %d", acct, u.AIMicros, settled[a].Load(), *limit, u.HeldAIMicros))
+			over = append(over, fmt.Sprintf("%s: used %d (settled %d, limit %d), held %d",
+				acct, u.AIMicros, settled[a].Load(), *limit, u.HeldAIMicros))
 		}
 	}
 	if len(over) > 0 {
 		return fmt.Errorf("ledger check failed: %s", strings.Join(over, "; "))
 	}
-	fmt.Fprintf(stdout, "%-44s 0 overspend: each account's used equals what was settled, within its limit, nothing held\n", "check")
+	fmt.Fprintf(stdout, "%-44s 0 overspend: each account's used equals what was settled, within its limit, nothing held\n",
+		"check")
 	return nil
 }
 
