@@ -4,7 +4,9 @@
 // through pgx.
 //
 // Every write is one SERIALIZABLE transaction run by cockroachdb.ExecuteTx (crdb.ExecuteTx on
-// CockroachDB), retried on serialization failures. Recording is idempotent by event key (the primary key
+// CockroachDB), retried on serialization failures. A process's concurrent Reserve, Settle, Release and
+// Record calls share one such transaction at a time, and its concurrent Usage reads one statement
+// (batch.go), so that the process never conflicts with itself. Recording is idempotent by event key (the primary key
 // of usage_events) and the totals move in the same transaction as the event insert, so a redelivered event
 // is never counted twice; a hold is granted in the same transaction that reads what is used and held, so
 // concurrent callers in any number of processes cannot overspend. Because every operation is idempotent, a
