@@ -193,9 +193,10 @@ func (h *Hub) shutdownReason() error {
 // is closed with ErrShuttingDown). It always closes c and returns the reason it ended: nil for a normal
 // close, a *wire.Error for a protocol error, or the transport's or ctx's error.
 func (h *Hub) Serve(ctx context.Context, c Conn) error {
-	stop := context.AfterFunc(ctx, func() { _ = c.Close(h.shutdownReason()) })
+	l := &link{shut: make(chan struct{})}
+	stop := context.AfterFunc(ctx, func() { h.shutDown(c, l) })
 	defer stop()
-	reason := h.serve(context.WithoutCancel(ctx), c)
+	reason := h.serve(context.WithoutCancel(ctx), c, l)
 	if ctx.Err() != nil {
 		reason = h.shutdownReason()
 	}
@@ -203,11 +204,57 @@ func (h *Hub) Serve(ctx context.Context, c Conn) error {
 	return reason
 }
 
+// errShutdown is the error message a connection gets before its close when the runner stops
+// (docs/PROTOCOL.md#errors: an error precedes every close that ends a turn or a session).
+var errShutdown = wire.Errorf(wire.Unavailable, "runner shutting down; reconnect to resume")
+
+// link is how the runner's shutdown reaches one connection: before it is attached to a session the
+// shutdown answers it directly (seq 1, as any error before a session); once attached, the shutdown's error
+// takes the session's next seq and shut tells the write loop to flush up to it and close.
+type link struct {
+	mu   sync.Mutex // guards sess, sub and down
+	sess *conversation
+	sub  *subscriber
+	down bool
+	shut chan struct{} // closed once, by shutDown, when sess is set
+}
+
+// attached records the connection's session; it reports false when the shutdown came first (the
+// connection is already closed).
+func (l *link) attached(s *conversation, sub *subscriber) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sess, l.sub = s, sub
+	return !l.down
+}
+
+// shutDown ends c because the runner stops: an error message, then the close (ErrShuttingDown, 1001).
+func (h *Hub) shutDown(c Conn, l *link) {
+	l.mu.Lock()
+	l.down = true
+	s, sub := l.sess, l.sub
+	l.mu.Unlock()
+	why, pub := h.shutdownReason(), errShutdown
+	var failed *wire.Error // the hub failed (Fail): its error says why, not a plain shutdown
+	if errors.As(why, &failed) {
+		pub = failed
+	}
+	if s == nil {
+		h.writeDirect(context.Background(), c, pub)
+		_ = c.Close(why)
+		return
+	}
+	s.sendTo(sub, wire.ErrorMessage(pub))
+	close(l.shut)
+}
+
 // serve uses a context that is never cancelled for I/O: ending a connection goes through Conn.Close so the
-// client gets a proper close frame with a code.
-func (h *Hub) serve(ctx context.Context, c Conn) error {
+// client gets a proper close frame with a code, after an error message saying why.
+func (h *Hub) serve(ctx context.Context, c Conn, l *link) error {
 	timer := time.AfterFunc(h.cfg.InitTimeout, func() {
-		_ = c.Close(wire.Errorf(wire.Timeout, "no init message within %s", h.cfg.InitTimeout))
+		err := wire.Errorf(wire.Timeout, "no init message within %s", h.cfg.InitTimeout)
+		h.writeDirect(ctx, c, err)
+		_ = c.Close(err)
 	})
 	b, err := c.Read(ctx)
 	timer.Stop()
@@ -249,12 +296,15 @@ func (h *Hub) serve(ctx context.Context, c Conn) error {
 	sess.mu.Unlock()
 	log := h.log.With("session", sess.id)
 	defer sess.detach(sub)
+	if !l.attached(sess, sub) {
+		return ErrShuttingDown
+	}
 	h.handshake(sess, sub, checked.Model, opts.LastSeq)
 	log.Debug("agent client attached", "last_seq", opts.LastSeq, "host", opts.Role == wire.RoleHost)
 
 	stopWrite := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { h.writeLoop(ctx, c, sub, stopWrite) })
+	wg.Go(func() { h.writeLoop(ctx, c, sub, stopWrite, l.shut) })
 	reason := h.readLoop(ctx, c, sess, sub)
 	close(stopWrite)
 	wg.Wait()
@@ -409,7 +459,9 @@ func (h *Hub) writeDirect(ctx context.Context, c Conn, err error) {
 	_ = c.Write(wctx, wire.WithSeq(wire.ErrorMessage(pub), 1))
 }
 
-func (h *Hub) writeLoop(ctx context.Context, c Conn, sub *subscriber, stop <-chan struct{}) {
+// writeLoop writes sub's queue to c until stop (the read side ended: flush what is queued) or shut (the
+// runner stops: flush, which writes the shutdown's error message, then close with ErrShuttingDown).
+func (h *Hub) writeLoop(ctx context.Context, c Conn, sub *subscriber, stop, shut <-chan struct{}) {
 	write := func(ctx context.Context, f []byte) bool {
 		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 		defer cancel()
@@ -418,6 +470,20 @@ func (h *Hub) writeLoop(ctx context.Context, c Conn, sub *subscriber, stop <-cha
 			return false
 		}
 		return true
+	}
+	flush := func() {
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		for {
+			select {
+			case f := <-sub.ch:
+				if !write(fctx, f) {
+					return
+				}
+			default:
+				return
+			}
+		}
 	}
 	for {
 		select {
@@ -428,18 +494,12 @@ func (h *Hub) writeLoop(ctx context.Context, c Conn, sub *subscriber, stop <-cha
 		case <-sub.gone: // the connection is being closed with errTooSlow
 			return
 		case <-stop:
-			fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-			defer cancel()
-			for {
-				select {
-				case f := <-sub.ch:
-					if !write(fctx, f) {
-						return
-					}
-				default:
-					return
-				}
-			}
+			flush()
+			return
+		case <-shut:
+			flush()
+			_ = c.Close(h.shutdownReason())
+			return
 		}
 	}
 }

@@ -340,3 +340,84 @@ func TestResumeSeqIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// drain reads p's messages until it is closed and returns them; the hub's writer is never stuck.
+func drain(p *pipeConn) <-chan []map[string]any {
+	out := make(chan []map[string]any, 1)
+	go func() {
+		var got []map[string]any
+		for {
+			select {
+			case b := <-p.out:
+				var m map[string]any
+				_ = json.Unmarshal(b, &m)
+				got = append(got, m)
+			case <-p.closed:
+				out <- got
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// TestShutdownSendsErrorBeforeClose: a runner stopping mid-turn, or before a connection has sent init,
+// sends an error message (unavailable) and only then closes with ErrShuttingDown (1001); the error of an
+// attached connection takes the session's next seq (docs/PROTOCOL.md#errors). Before the fix the
+// connection was closed with no error message, and the Chucky SDK's stream() waited forever.
+func TestShutdownSendsErrorBeforeClose(t *testing.T) {
+	for _, attached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("attached=%v", attached), func(t *testing.T) {
+			started := make(chan struct{})
+			h := newHub(t, Config{Agent: blockingAgent{started: started}})
+			ctx, cancel := context.WithCancel(context.Background())
+			p := newPipe()
+			done := make(chan error, 1)
+			go func() { done <- h.Serve(ctx, p) }()
+			msgs := drain(p)
+			if attached {
+				p.send(`{"type":"init"}`)
+				p.send(`{"type":"user","message":{"role":"user","content":"x"},"uuid":"u1"}`)
+				<-started
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, ErrShuttingDown) || !errors.Is(p.reason, ErrShuttingDown) {
+				t.Fatalf("Serve = %v, close reason %v; want ErrShuttingDown", err, p.reason)
+			}
+			got := <-msgs
+			if len(got) == 0 {
+				t.Fatal("closed with no message")
+			}
+			last := got[len(got)-1]
+			payload, _ := last["payload"].(map[string]any)
+			if last["type"] != "error" || payload["code"] != "unavailable" {
+				t.Fatalf("last message before the close = %v, want an unavailable error", last)
+			}
+			var prev float64
+			for _, m := range got[:len(got)-1] {
+				prev = max(prev, m["seq"].(float64))
+			}
+			if want := prev + 1; last["seq"] != want {
+				t.Fatalf("error seq = %v, want %v (after %d messages)", last["seq"], want, len(got)-1)
+			}
+		})
+	}
+}
+
+// TestInitTimeoutSendsErrorBeforeClose: a connection that sends no init gets a timeout error message,
+// then the close with the timeout code (4504), instead of a bare close.
+func TestInitTimeoutSendsErrorBeforeClose(t *testing.T) {
+	h := newHub(t, Config{InitTimeout: 10 * time.Millisecond})
+	p := newPipe()
+	done := make(chan error, 1)
+	go func() { done <- h.Serve(context.Background(), p) }()
+	msgs := drain(p)
+	<-done
+	got := <-msgs
+	if len(got) != 1 || got[0]["type"] != "error" || got[0]["payload"].(map[string]any)["code"] != "timeout" {
+		t.Fatalf("messages before the close = %v, want one timeout error", got)
+	}
+	if wire.CodeOf(p.reason) != wire.Timeout {
+		t.Fatalf("close reason %v, want timeout", p.reason)
+	}
+}
