@@ -55,7 +55,15 @@ type admitted struct {
 // admit authenticates r, checks the budget and finds or starts the user's runner. An agent channel
 // (channel) is also rate limited per user and issuer and takes a session lease; the caller releases it.
 func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admitted, error) {
-	log := e.log.With("request_id", requestID(ctx))
+	claims, err := e.authenticate(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return e.admitAs(ctx, claims, channel)
+}
+
+// authenticate verifies r's token.
+func (e *Edge) authenticate(ctx context.Context, r *http.Request) (*token.Claims, error) {
 	raw, err := bearer(r)
 	if err != nil {
 		e.m.authFailures.WithLabelValues("missing").Inc()
@@ -64,10 +72,15 @@ func (e *Edge) admit(ctx context.Context, r *http.Request, channel bool) (*admit
 	claims, err := e.cfg.Verifier.Verify(ctx, raw)
 	if err != nil {
 		e.m.authFailures.WithLabelValues(token.Reason(err)).Inc()
-		log.Info("auth failed", "reason", token.Reason(err))
+		e.log.Info("auth failed", "request_id", requestID(ctx), "reason", token.Reason(err))
 		return nil, err
 	}
-	log = log.With("issuer", claims.Issuer, "user", claims.Subject)
+	return claims, nil
+}
+
+// admitAs is admit for a caller whose token is verified: budget, rates, lease, runner.
+func (e *Edge) admitAs(ctx context.Context, claims *token.Claims, channel bool) (*admitted, error) {
+	log := e.log.With("request_id", requestID(ctx), "issuer", claims.Issuer, "user", claims.Subject)
 	acct, budget := accountOf(claims, e.cfg.Now())
 	reads, err := e.readAdmission(ctx, acct, !channel)
 	if err != nil {

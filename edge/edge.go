@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,9 +76,12 @@ type Config struct {
 	// (edge/cors.go); nil: no CORS headers, so only same-origin pages can read the answers.
 	CORS         *CORS
 	PingInterval time.Duration // server pings a silent WebSocket client this often (default 30s)
-	Logger       *slog.Logger
-	Metrics      prometheus.Registerer
-	HTTPClient   *http.Client // for calls to runners; default has sane timeouts
+	// InitTimeout is how long an agent channel may take to send its first message, init (default 30s);
+	// nothing is admitted, leased or started for it before (docs/PROTOCOL.md#client-messages).
+	InitTimeout time.Duration
+	Logger      *slog.Logger
+	Metrics     prometheus.Registerer
+	HTTPClient  *http.Client // for calls to runners; default has sane timeouts
 	// Now is the clock that picks a token's current budget window (nil: time.Now).
 	Now func() time.Time
 	// AdmissionCacheTTL is how long a sandbox API request's quota reads (the issuer's and the user's quota)
@@ -108,6 +112,11 @@ type Edge struct {
 	peers   *peers
 	admits  admissionCache
 	pv      *previewState // nil without Config.Previews
+
+	stopMu   sync.Mutex     // guards stopped and channels.Add
+	stopped  bool           // Shutdown was called
+	stopping chan struct{}  // closed by Shutdown: every agent channel ends (shutdown.go)
+	channels sync.WaitGroup // agent channels being served (http.Server.Shutdown does not track them)
 }
 
 // New validates cfg and returns an Edge.
@@ -127,6 +136,9 @@ func New(cfg Config) (*Edge, error) {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 30 * time.Second
 	}
+	if cfg.InitTimeout <= 0 {
+		cfg.InitTimeout = 30 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,7 +155,7 @@ func New(cfg Config) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
+	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, stopping: make(chan struct{}), runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
 		peers: &peers{dir: cfg.Directory, self: cfg.Region}, admits: newAdmissionCache(cfg.AdmissionCacheTTL)}
 	if e.runners == nil {
 		e.runners = &http.Client{Transport: &http.Transport{

@@ -113,6 +113,9 @@ func BenchmarkHops(bm *testing.B) {
 		c, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(url, "http")+path, &websocket.DialOptions{
 			HTTPHeader: http.Header{"Authorization": {auth(target, user)}}, HTTPClient: client,
 		})
+		if err == nil {
+			err = c.Write(ctx, websocket.MessageText, []byte(`{"type":"init"}`))
+		}
 		return c, err
 	}
 	ping := func(c *websocket.Conn) error {

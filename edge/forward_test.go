@@ -70,6 +70,10 @@ func newMeshRunner(t testing.TB) *meshRunner {
 				} `json:"message"`
 			}
 			_ = json.Unmarshal(data, &m)
+			if strings.Contains(string(data), `"type":"init"`) {
+				seq-- // the channel's init (sent before everything else) is not echoed
+				continue
+			}
 			if m.Message.Content == "close" {
 				_ = c.Close(4409, `{"code":"conflict","message":"closed by the runner"}`)
 				return
@@ -275,7 +279,16 @@ func dialWS(t *testing.T, base, user string) *websocket.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.CloseNow() })
+	sendInit(t, c)
 	return c
+}
+
+// sendInit opens an agent channel: nothing is admitted before its init.
+func sendInit(t *testing.T, c msgConn) {
+	t.Helper()
+	if err := c.Write(testCtx(t), websocket.MessageText, []byte(`{"type":"init"}`)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func say(t *testing.T, c msgConn, content string) {
@@ -347,7 +360,12 @@ func forwardAgentChannel(t *testing.T, transport string) {
 	}
 
 	say(t, c, "close")
-	_, _, err := c.Read(testCtx(t))
+	// The runner closed with no error message: the edge sends one from the close's reason first.
+	_, data, err := c.Read(testCtx(t))
+	if err != nil || string(data) != `{"payload":{"code":"conflict","message":"closed by the runner"},"type":"error"}` {
+		t.Fatalf("client read %s, %v; want the error of the runner's close first", data, err)
+	}
+	_, _, err = c.Read(testCtx(t))
 	var ce websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != 4409 || ce.Reason != `{"code":"conflict","message":"closed by the runner"}` {
 		t.Fatalf("client read %v, want the runner's close 4409 and its reason", err)

@@ -68,7 +68,11 @@ func leaseEdge(t *testing.T, q billing.Quota, k billing.QuotaKey) (string, *oneR
 			return
 		}
 		rn.opened <- struct{}{}
-		_, _, _ = c.Read(r.Context()) // until the edge closes it
+		for { // until the edge closes it
+			if _, _, err := c.Read(r.Context()); err != nil {
+				break
+			}
+		}
 		c.CloseNow()
 	}))
 	t.Cleanup(rs.Close)
@@ -95,6 +99,9 @@ func dialAs(t *testing.T, url, user, requestID string, rn *oneRunner) (*websocke
 		"Authorization": {"Bearer " + user}, "X-Request-Id": {requestID},
 	}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"init"}`)); err != nil {
 		t.Fatal(err)
 	}
 	// The edge either opens the runner's channel (admitted) or sends an error and closes (refused).

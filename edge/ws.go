@@ -53,11 +53,33 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 	e.m.active.WithLabelValues(transport).Inc()
 	defer e.m.active.WithLabelValues(transport).Dec()
 	ctx := r.Context()
+	if !e.channelStarted() {
+		e.closeGoingAway(c)
+		return
+	}
+	defer e.channels.Done()
 
-	a, err := e.admit(ctx, r, true)
+	claims, err := e.authenticate(ctx, r)
 	if err != nil {
 		e.closeWith(ctx, c, err)
 		return
+	}
+	// Only a channel that opens with init (or a reconnect naming its session) is admitted: leased, rated,
+	// its sandbox started.
+	first, err := e.firstMessages(ctx, c)
+	if err != nil {
+		return
+	}
+	a, err := e.admitAs(ctx, claims, true)
+	if err != nil {
+		e.closeWith(ctx, c, err)
+		return
+	}
+	if len(first) > 1 { // a reconnect's prompt passes the prompt rates as any prompt does
+		if refused := e.admitPrompt(ctx, a); refused != nil {
+			_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(refused))
+			first = first[:1]
+		}
 	}
 	a.log = a.log.With("transport", transport)
 	release := sync.OnceFunc(func() { e.releaseLease(a) })
@@ -82,6 +104,13 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 			return
 		}
 		rc = wc
+	}
+	for _, m := range first {
+		// A write that fails leaves it to the relay to read why (the runner's, or a forwarding peer's,
+		// error and close; else the channel lost, an unavailable error).
+		if rc.Write(ctx, websocket.MessageText, m) != nil {
+			break
+		}
 	}
 	a.log.Info("agent channel open")
 	e.relay(ctx, c, rc, a)
@@ -126,6 +155,7 @@ func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 		defer close(done)
 		e.fromRunner(ctx, cancel, c, rc, a)
 	}()
+	go e.endOnShutdown(ctx, cancel, c)
 	// pings keep idle connections alive through proxies and detect dead clients (a WebTransport session
 	// has QUIC's keep-alive and idle timeout instead)
 	if p, ok := c.(pinger); ok {
@@ -209,12 +239,18 @@ func (e *Edge) ping(ctx context.Context, cancel context.CancelFunc, c pinger, a 
 // by the runner is passed on with its code and reason; a runner lost is an unavailable close.
 func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc msgConn, a *admitted) {
 	defer cancel()
+	lastError := false // the last message relayed was an error message
 	for {
 		typ, data, err := rc.Read(ctx)
 		if err != nil {
 			if st := websocket.CloseStatus(err); st != -1 {
-				// The runner ended the channel deliberately: pass its code and reason on.
-				_ = c.Close(st, closeReasonOf(err))
+				// The runner ended the channel deliberately: pass its code and reason on, after an error
+				// message saying why when the runner sent none (an error precedes every close).
+				reason := closeReasonOf(err)
+				if st != websocket.StatusNormalClosure && !lastError {
+					_ = writeClient(context.WithoutCancel(ctx), c, websocket.MessageText, wire.ErrorMessage(closeError(st, reason)))
+				}
+				_ = c.Close(st, reason)
 			} else if ctx.Err() == nil {
 				a.log.Warn("runner channel lost", "err", err)
 				e.closeWith(context.Background(), c, wire.Errorf(wire.Unavailable, "the sandbox stopped unexpectedly; reconnect to resume"))
@@ -222,6 +258,7 @@ func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc 
 			return
 		}
 		e.m.frames.WithLabelValues("to_client").Inc()
+		lastError = isErrorFrame(data)
 		if err := writeClient(ctx, c, typ, data); err != nil {
 			if ctx.Err() == nil {
 				a.log.Info("client dropped: it stopped reading", "err", err)

@@ -61,6 +61,7 @@ func dialWT(t *testing.T, url, user string) *wtconn.Conn {
 	}
 	c := wtconn.New(sess, str, wtconn.Client, wire.MaxFrame+64)
 	t.Cleanup(func() { c.CloseNow() })
+	sendInit(t, c)
 	return c
 }
 

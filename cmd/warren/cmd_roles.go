@@ -272,6 +272,15 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	announced := make(chan error, 1)
 	go func() { announced <- (&regions.Announcer{Dir: dir, Edge: self, Logger: log}).Run(annCtx) }()
 	defer func() { stopAnn(); <-announced }() // withdraws this edge from the directory
+	// After the HTTP server's shutdown (which does not track WebSockets), before the WebTransport server
+	// and the mesh close: every agent channel gets an error message and a 1001 close.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := ed.Shutdown(sctx); err != nil {
+			log.Warn("edge shutdown", "err", err)
+		}
+	}()
 	return serveRoleOn(ctx, "edge", ln, c.metricsListen, ed.Handler(), metrics, stdout, log)
 }
 

@@ -100,6 +100,7 @@ type Stack struct {
 	log       *slog.Logger
 	ln        net.Listener
 	srv       *http.Server
+	edge      *edge.Edge
 	secrets   *file.Store
 	DevKey    secrets.Key // the dev issuer's current key
 	AdminKey  string      // bearer key of the billing API
@@ -314,6 +315,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.edge = ed
 	if wt != nil {
 		wts, err := ed.WebTransportServer()
 		if err != nil {
@@ -434,11 +436,17 @@ func (s *Stack) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
+	if s.edge != nil {
+		// Agent channels first (the HTTP server's shutdown does not track WebSockets): each gets an
+		// error message, then a 1001 close.
+		err = s.edge.Shutdown(ctx)
+	}
 	if s.srv != nil {
-		err = s.srv.Shutdown(ctx)
-		if err != nil {
+		serr := s.srv.Shutdown(ctx)
+		if serr != nil {
 			_ = s.srv.Close()
 		}
+		err = errors.Join(err, serr)
 	}
 	return errors.Join(err, s.closeAll())
 }
