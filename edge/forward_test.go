@@ -362,7 +362,7 @@ func forwardAgentChannel(t *testing.T, transport string) {
 	say(t, c, "close")
 	// The runner closed with no error message: the edge sends one from the close's reason first.
 	_, data, err := c.Read(testCtx(t))
-	if err != nil || string(data) != `{"payload":{"code":"conflict","message":"closed by the runner"},"type":"error"}` {
+	if err != nil || string(data) != `{"payload":{"code":"conflict","message":"session conflict: closed by the runner"},"type":"error"}` {
 		t.Fatalf("client read %s, %v; want the error of the runner's close first", data, err)
 	}
 	_, _, err = c.Read(testCtx(t))

@@ -67,8 +67,11 @@ func TestCloseReasonIsJSON(t *testing.T) {
 		t.Fatalf("close reason %q, want the error as JSON", ce.Reason)
 	}
 	long := wire.Errorf(wire.Unavailable, "%0200d", 0)
-	if got := wire.CloseReason(long); got != string(wire.Unavailable) {
-		t.Fatalf("an oversize reason is %q, want the code", got)
+	if got := wire.CloseReason(long); got != `{"code":"unavailable","message":"connection unavailable"}` {
+		t.Fatalf("an oversize reason is %q, want the code and its phrase", got)
+	}
+	if got := wire.CloseReason(wire.Errorf(wire.Internal, "%0200d", 0)); got != string(wire.Internal) {
+		t.Fatalf("an oversize reason of a code without a phrase is %q, want the code", got)
 	}
 }
 

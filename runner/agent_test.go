@@ -149,7 +149,7 @@ func TestAgentHandshake(t *testing.T) {
 		t.Fatalf("session_info %v", d)
 	}
 	m = a.read()
-	if e := m.errorPayload(); m.Type != wire.TypeError || m.Seq != 6 || e.Code != wire.Unavailable || e.Message != "no agent configured" {
+	if e := m.errorPayload(); m.Type != wire.TypeError || m.Seq != 6 || e.Code != wire.Unavailable || e.Message != wire.ChannelMessage(wire.Unavailable, "no agent configured") {
 		t.Fatalf("error %s", m.raw)
 	}
 	if d := a.expectControl(7, wire.ActionSessionInfo); d["state"] != wire.StateReady {

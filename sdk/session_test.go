@@ -253,7 +253,7 @@ func TestDialErrorBeforeReady(t *testing.T) {
 			send(ctx, t, c, 1, wire.Control(wire.ActionSessionInfo, map[string]any{"state": "initializing"}))
 			send(ctx, t, c, 2, wire.ErrorMessage(wire.Errorf(wire.BudgetExceeded, "the compute budget is spent")))
 			c.Close(websocket.StatusCode(wire.BudgetExceeded.CloseCode()), `{"code":"budget_exceeded","message":"short"}`)
-		}, CodeBudgetExceeded, "the compute budget is spent"},
+		}, CodeBudgetExceeded, wire.ChannelMessage(wire.BudgetExceeded, "the compute budget is spent")},
 		{"close with bare code", func(ctx context.Context, t *testing.T, c *websocket.Conn) {
 			c.Close(websocket.StatusCode(wire.ConcurrencyLimit.CloseCode()), "concurrency_limit")
 		}, CodeConcurrencyLimit, "connection closed with status 4430"},
@@ -327,7 +327,7 @@ func TestEventsErrorClose(t *testing.T) {
 		}
 		types = append(types, ev.Type)
 		if ev.Type == "error" {
-			if e := ev.Err(); e.Code != CodeBudgetExceeded || e.Message != long {
+			if e := ev.Err(); e.Code != CodeBudgetExceeded || e.Message != wire.ChannelMessage(wire.BudgetExceeded, long) {
 				t.Errorf("error event = %v", e)
 			}
 		}
@@ -335,7 +335,7 @@ func TestEventsErrorClose(t *testing.T) {
 	if want := []string{"control", "assistant", "error"}; !reflect.DeepEqual(types, want) {
 		t.Fatalf("events %v, want %v", types, want)
 	}
-	if len(errs) != 1 || !IsCode(errs[0], CodeBudgetExceeded) || errs[0].(*Error).Message != long {
+	if len(errs) != 1 || !IsCode(errs[0], CodeBudgetExceeded) || errs[0].(*Error).Message != wire.ChannelMessage(wire.BudgetExceeded, long) {
 		t.Fatalf("errors %v, want one budget_exceeded with the full message", errs)
 	}
 	for range s.Events() {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/warren-mesh/warren/internal/wire"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -74,7 +75,7 @@ func describeError(err error) string {
 	}
 	var we *warren.Error
 	if errors.As(err, &we) {
-		m := we.Message
+		m := wire.BareMessage(we.Code, we.Message) // the code is said below in the CLI's words
 		switch we.Code {
 		case warren.CodeUnauthenticated:
 			return fmt.Sprintf("the token was rejected: %s (mint one with `warren token`)", m)

@@ -167,12 +167,14 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 const MaxCloseReason = 123
 
 // CloseReason is the reason of a WebSocket close that ends a connection with e (docs/PROTOCOL.md#errors):
-// the JSON {"code","message"} when it fits MaxCloseReason bytes, else the code alone. Details are left
-// out; the error message sent before the close carries them.
+// the JSON {"code","message"} (the message as the channel sends it, ChannelMessage) when it fits
+// MaxCloseReason bytes, else with the message cut to its code's phrase, else the code alone. Details are
+// left out; the error message sent before the close carries them.
 func CloseReason(e *Error) string {
-	b, _ := json.Marshal(&Error{Code: e.Code, Message: e.Message})
-	if len(b) <= MaxCloseReason {
-		return string(b)
+	for _, m := range []string{ChannelMessage(e.Code, e.Message), ChannelMessage(e.Code, "")} {
+		if b, _ := json.Marshal(&Error{Code: e.Code, Message: m}); m != "" && len(b) <= MaxCloseReason {
+			return string(b)
+		}
 	}
 	return string(e.Code)
 }

@@ -163,9 +163,10 @@ func Control(action string, data any) []byte {
 	return mustJSON(map[string]any{"type": TypeControl, "payload": map[string]any{"action": action, "data": data}})
 }
 
-// ErrorMessage encodes {"type":"error","payload":{code,message,details}}.
+// ErrorMessage encodes {"type":"error","payload":{code,message,details}}, the message starting with its
+// code's phrase (ChannelMessage).
 func ErrorMessage(e *Error) []byte {
-	return mustJSON(map[string]any{"type": TypeError, "payload": e})
+	return mustJSON(map[string]any{"type": TypeError, "payload": channelError(e)})
 }
 
 // Pong answers a ping with the same payload.
