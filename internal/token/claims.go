@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -57,10 +61,12 @@ func badClaim(detail string) error { return &claimError{detail: detail} }
 // decodeClaims turns a signed payload into validated Claims. Registered claims must have their JSON types
 // (exp a number, not a string); budget and permissions must not hold unknown fields, so a misspelt
 // restriction is refused rather than ignored. Unknown top-level claims (jti, custom ones) are ignored.
+// Names are case-sensitive and a name twice in one object is refused, at every depth (strictjson): "Sub"
+// is an unknown claim, never sub.
 func decodeClaims(data []byte) (*Claims, error) {
 	var p payload
-	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, &claimError{detail: "payload is not a JSON object with claims of the right types", cause: err}
+	if err := strictjson.Unmarshal(data, &p); err != nil {
+		return nil, jsonClaimError("", err, "payload is not a JSON object with claims of the right types")
 	}
 	c := &Claims{Issuer: p.Iss, Subject: p.Sub, Audience: []string(p.Aud)}
 	if p.Exp != nil {
@@ -75,13 +81,13 @@ func decodeClaims(data []byte) (*Claims, error) {
 	if present(p.Budget) {
 		c.HasBudget = true
 		if err := wire.DecodeStrict(p.Budget, &c.Budget); err != nil {
-			return nil, &claimError{detail: "budget has a wrong type or an unknown field", cause: err}
+			return nil, jsonClaimError("/budget", err, "budget has a wrong type or an unknown field")
 		}
 		c.Budget.WindowStart = c.Budget.WindowStart.UTC()
 	}
 	if present(p.Permissions) {
 		if err := wire.DecodeStrict(p.Permissions, &c.Permissions); err != nil {
-			return nil, &claimError{detail: "permissions has a wrong type or an unknown field", cause: err}
+			return nil, jsonClaimError("/permissions", err, "permissions has a wrong type or an unknown field")
 		}
 	}
 	if present(p.SDKConfig) {
@@ -101,6 +107,39 @@ func decodeClaims(data []byte) (*Claims, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// claimPointers are the members Warren reads, by JSON Pointer: a duplicate of one is named in the detail.
+var claimPointers = []string{
+	"/iss", "/sub", "/aud", "/exp", "/nbf", "/iat", "/template", "/budget", "/permissions", "/sdkConfig",
+	"/budget/ai", "/budget/compute", "/budget/window", "/budget/windowStart",
+	"/permissions/tools", "/permissions/blockedTools", "/permissions/maxTurns", "/permissions/model",
+}
+
+// jsonClaimError is the claimError of a decoding error of the value at prefix. A duplicated name gets a
+// detail of its own naming the claim (from claimPointers, never a name taken from the token); anything
+// else gets fallback. The strictjson error, with the member's full pointer, is the logged cause.
+func jsonClaimError(prefix string, err error, fallback string) error {
+	var je *strictjson.Error
+	if !errors.As(err, &je) || je.Kind != strictjson.Duplicate {
+		return &claimError{detail: fallback, cause: err}
+	}
+	ptr := prefix + je.Pointer
+	cause := fmt.Errorf("duplicate member %s: %w", ptr, err)
+	if slices.Contains(claimPointers, ptr) {
+		return &claimError{detail: "duplicate claim " + claimName(ptr), cause: cause}
+	}
+	for _, obj := range []string{"/budget/", "/permissions/", "/sdkConfig/"} {
+		if strings.HasPrefix(ptr, obj) {
+			return &claimError{detail: "duplicate member in " + claimName(strings.TrimSuffix(obj, "/")), cause: cause}
+		}
+	}
+	return &claimError{detail: "duplicate claim", cause: cause}
+}
+
+// claimName is a claim's pointer as PROTOCOL names it: "/budget/ai" is budget.ai.
+func claimName(ptr string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(ptr, "/"), "/", ".")
 }
 
 // validate checks the claims' shape (not their times against a clock): what Verify requires of every token
@@ -282,14 +321,14 @@ func (a *audience) UnmarshalJSON(b []byte) error {
 		return nil
 	case len(b) > 0 && b[0] == '"':
 		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+		if err := strictjson.Unmarshal(b, &s); err != nil {
 			return err
 		}
 		*a = audience{s}
 		return nil
 	}
 	var list []string
-	if err := json.Unmarshal(b, &list); err != nil {
+	if err := strictjson.Unmarshal(b, &list); err != nil {
 		return errors.New("aud must be a string or an array of strings")
 	}
 	*a = list

@@ -72,15 +72,23 @@ func FuzzClaims(f *testing.F) {
 		`{"iss":"acme","sub":"u","exp":1900000000,"sdkConfig":{"systemPrompt":"<b>&","x":[1e5,null]}}`,
 		`{"iss":"acme","sub":"u","exp":"1"}`,
 		`{"ISS":"a","iss":"b","sub":"u","exp":1}`,
+		`{"iss":"a","iss":"b","sub":"u","exp":1}`,
+		`{"iss":"acme","sub":"u","exp":1900000000,"budget":{"ai":1,"ai":2,"window":"lifetime"}}`,
 		`null`, `[]`, `{}`, `{"budget":{}}`,
 		`{"iss":"acme","sub":"u","exp":1900000000,"template":"py"}`,
 		`{"iss":"acme","sub":"u","exp":1900000000,"template":"a/b"}`,
 	} {
 		f.Add([]byte(s))
 	}
-	details := map[string]bool{}
+	details := map[string]bool{"duplicate claim": true}
 	for _, d := range fixedDetails {
 		details[d] = true
+	}
+	for _, p := range claimPointers {
+		details["duplicate claim "+claimName(p)] = true
+	}
+	for _, obj := range []string{"budget", "permissions", "sdkConfig"} {
+		details["duplicate member in "+obj] = true
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := decodeClaims(data)

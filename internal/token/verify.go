@@ -11,6 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // Verifier defaults (docs/PROTOCOL.md#tokens).
@@ -120,6 +121,10 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if alg, _ := tok.Header["alg"].(string); alg != algHS256 {
 		return nil, reject(ErrBadAlg, nil, "")
 	}
+	if hdr, err := v.parser.DecodeSegment(parts[0]); err != nil || !strictjson.Valid(hdr) {
+		// The header map kept the last of two members of one name; refuse rather than pick one.
+		return nil, reject(ErrMalformed, errors.New("header names a member twice"), "")
+	}
 	if _, ok := tok.Header["crit"]; ok {
 		return nil, reject(ErrMalformed, errors.New("crit header not supported"), "")
 	}
@@ -164,7 +169,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 		}
 		return nil, reject(ErrBadClaims, err, "")
 	}
-	if c.Issuer != iss { // json key case-folding could make the typed decode see another iss
+	if c.Issuer != iss { // never, with exact names and no duplicates (strictjson); a second fence
 		return nil, reject(ErrBadClaims, nil, "iss is ambiguous")
 	}
 	if err := v.checkTimes(c, v.now()); err != nil {

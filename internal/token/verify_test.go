@@ -269,9 +269,13 @@ func TestVerify(t *testing.T) {
 		{"iss not a string", func(t *testing.T) string {
 			return craft(t, hs256kid, payloadJSON(t, map[string]string{"iss": `7`}), jwt.SigningMethodHS256, e.v3.Secret)
 		}, token.VerifierOptions{}, "malformed"},
-		{"iss made ambiguous by case folding", func(t *testing.T) string {
+		{"iss case variant is another claim", func(t *testing.T) string {
 			p := strings.Replace(payloadJSON(t, nil), `"iss":"acme"`, `"iss":"acme","ISS":"other"`, 1)
 			return craft(t, hs256kid, p, jwt.SigningMethodHS256, e.v3.Secret)
+		}, token.VerifierOptions{}, ""},
+		{"iss twice, signed by the last one's key", func(t *testing.T) string {
+			p := strings.Replace(payloadJSON(t, nil), `"iss":"acme"`, `"iss":"acme","iss":"other"`, 1)
+			return craft(t, `{"alg":"HS256","typ":"JWT","kid":"`+e.otherKey.ID+`"}`, p, jwt.SigningMethodHS256, e.otherKey.Secret)
 		}, token.VerifierOptions{}, "bad_claims"},
 		{"bad window", func(t *testing.T) string {
 			return craft(t, hs256kid, payloadJSON(t, map[string]string{"budget": `{"ai":1,"window":"year","windowStart":"2026-01-01T00:00:00Z"}`}), jwt.SigningMethodHS256, e.v3.Secret)
@@ -309,6 +313,9 @@ func TestVerify(t *testing.T) {
 		{"unknown top-level claims are ignored", func(t *testing.T) string {
 			return craft(t, hs256kid, payloadJSON(t, map[string]string{"jti": `"abc"`, "custom": `{"x":1}`}), jwt.SigningMethodHS256, e.v3.Secret)
 		}, token.VerifierOptions{}, ""},
+		{"header names kid twice", func(t *testing.T) string {
+			return craft(t, `{"alg":"HS256","typ":"JWT","kid":"acme-v2","kid":"acme-v3"}`, payloadJSON(t, nil), jwt.SigningMethodHS256, e.v3.Secret)
+		}, token.VerifierOptions{}, "malformed"},
 		{"payload an array", func(t *testing.T) string {
 			return craft(t, hs256kid, `[1,2]`, jwt.SigningMethodHS256, e.v3.Secret)
 		}, token.VerifierOptions{}, "malformed"},

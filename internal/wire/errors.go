@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // Code is one of the error codes of docs/PROTOCOL.md#errors.
@@ -177,4 +179,24 @@ func CloseReason(e *Error) string {
 		}
 	}
 	return string(e.Code)
+}
+
+// JSONError is the invalid_argument error of a refused JSON value (what names it, say "lease body"):
+// a *strictjson.Error keeps its message, which names the member by its JSON Pointer, and the pointer goes
+// to details.field (docs/PROTOCOL.md#json); an *Error returned by a type's own decoding is returned as it
+// is. The cause is kept for logs.
+func JSONError(err error, what string) *Error {
+	var we *Error
+	if errors.As(err, &we) {
+		return we
+	}
+	var je *strictjson.Error
+	if errors.As(err, &je) {
+		e := Wrap(InvalidArgument, err, what+": "+je.Error())
+		if je.Pointer != "" {
+			e.Details = map[string]any{"field": clip(je.Pointer)}
+		}
+		return e
+	}
+	return Wrap(InvalidArgument, err, what+": "+trimJSONErr(err))
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"time"
+
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // HeaderGrant carries a Grant from the edge to a runner on every internal request. Runners trust it only
@@ -76,8 +78,8 @@ func DecodeGrant(s string) (Grant, error) {
 	if err != nil {
 		return g, Errorf(InvalidArgument, "grant header is not base64url")
 	}
-	if err := json.Unmarshal(b, &g); err != nil {
-		return Grant{}, Errorf(InvalidArgument, "grant header: %v", err)
+	if err := strictjson.Unmarshal(b, &g); err != nil {
+		return Grant{}, JSONError(err, "grant header")
 	}
 	return g, nil
 }

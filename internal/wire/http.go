@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // WriteHTTPError writes err as the JSON error body (docs/PROTOCOL.md#errors) with the matching status. Causes
@@ -29,7 +31,7 @@ func WriteHTTPError(w http.ResponseWriter, log *slog.Logger, err error) {
 // not ours (a proxy's HTML page, say).
 func ReadHTTPError(status int, body []byte) *Error {
 	var e Error
-	if json.Unmarshal(body, &e) == nil && e.Code.Valid() {
+	if strictjson.Unmarshal(body, &e) == nil && e.Code.Valid() {
 		return &e
 	}
 	msg := http.StatusText(status)

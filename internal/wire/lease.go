@@ -1,8 +1,6 @@
 package wire
 
 import (
-	"bytes"
-	"encoding/json"
 	"time"
 )
 
@@ -24,13 +22,8 @@ func DecodeLease(b []byte) (Lease, error) {
 	if len(b) > MaxLeaseBody {
 		return Lease{}, Errorf(PayloadTooLarge, "lease body over %d bytes", MaxLeaseBody)
 	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&l); err != nil {
-		return Lease{}, Errorf(InvalidArgument, "lease body: %v", err)
-	}
-	if d.More() {
-		return Lease{}, Errorf(InvalidArgument, "lease body: trailing data")
+	if err := DecodeStrict(b, &l); err != nil {
+		return Lease{}, JSONError(err, "lease body")
 	}
 	if l.Epoch <= 0 || l.Until.IsZero() {
 		return Lease{}, Errorf(InvalidArgument, "lease body: epoch and until are required")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // MaxFrame is the largest message either side accepts (docs/PROTOCOL.md#transports).
@@ -76,12 +78,8 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 	if len(b) > MaxFrame {
 		return m, Errorf(PayloadTooLarge, "message of %d bytes exceeds the %d byte limit", len(b), MaxFrame)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&m); err != nil {
-		return ClientMessage{}, Errorf(InvalidArgument, "message is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return ClientMessage{}, Errorf(InvalidArgument, "trailing data after the JSON message")
+	if err := strictjson.Unmarshal(b, &m); err != nil {
+		return ClientMessage{}, JSONError(err, "message is not a JSON object")
 	}
 	switch m.Type {
 	case TypeInit:
@@ -96,8 +94,8 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		}
-		if err := json.Unmarshal(m.Message, &um); err != nil {
-			return ClientMessage{}, Errorf(InvalidArgument, "user message: %v", err)
+		if err := strictjson.Unmarshal(m.Message, &um); err != nil {
+			return ClientMessage{}, JSONError(err, "user message")
 		}
 		if len(m.UUID) > MaxPromptUUID {
 			return ClientMessage{}, Errorf(InvalidArgument, "user message uuid of %d bytes exceeds the %d byte limit", len(m.UUID), MaxPromptUUID)
@@ -124,14 +122,14 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 		var p struct {
 			CallID string `json:"callId"`
 		}
-		if err := json.Unmarshal(m.Payload, &p); err != nil || p.CallID == "" {
+		if err := strictjson.Unmarshal(m.Payload, &p); err != nil || p.CallID == "" {
 			return ClientMessage{}, Errorf(InvalidArgument, "tool_result needs payload.callId")
 		}
 	case TypePing:
 		if len(m.Payload) > 0 {
 			var p PingPayload
-			if err := json.Unmarshal(m.Payload, &p); err != nil {
-				return ClientMessage{}, Errorf(InvalidArgument, "ping payload: %v", err)
+			if err := strictjson.Unmarshal(m.Payload, &p); err != nil {
+				return ClientMessage{}, JSONError(err, "ping payload")
 			}
 		}
 	case "":
@@ -150,8 +148,8 @@ func (m ClientMessage) Init() (SessionOptions, error) {
 // Control decodes a control payload.
 func (m ClientMessage) Control() (ControlPayload, error) {
 	var c ControlPayload
-	if err := json.Unmarshal(m.Payload, &c); err != nil {
-		return c, Errorf(InvalidArgument, "control payload: %v", err)
+	if err := strictjson.Unmarshal(m.Payload, &c); err != nil {
+		return c, JSONError(err, "control payload")
 	}
 	return c, nil
 }

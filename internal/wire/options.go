@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // SystemPrompt is either a plain string or {"type":"preset","preset":"claude_code","append"?:...,
@@ -25,7 +27,7 @@ type SystemPrompt struct {
 
 func (s *SystemPrompt) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
-		return json.Unmarshal(b, &s.Text)
+		return strictjson.Unmarshal(b, &s.Text)
 	}
 	type plain SystemPrompt
 	var p plain
@@ -69,7 +71,7 @@ func (t *ToolList) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var l []string
-	if err := json.Unmarshal(b, &l); err != nil {
+	if err := strictjson.Unmarshal(b, &l); err != nil {
 		return err
 	}
 	*t = l
@@ -190,7 +192,7 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 		return o, nil
 	}
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	if err := strictjson.Unmarshal(raw, &fields); err != nil {
 		return o, Errorf(InvalidArgument, "session options must be a JSON object")
 	}
 	keys := make([]string, 0, len(fields))
@@ -206,12 +208,12 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 		case k == "resume":
 			// The Agent SDK's name for the session to resume.
 			var id string
-			if err := json.Unmarshal(v, &id); err != nil {
+			if err := strictjson.Unmarshal(v, &id); err != nil {
 				return o, Errorf(InvalidArgument, "session option resume must be a string")
 			}
 			if cur, ok := fields["sessionId"]; ok && string(cur) != "null" {
 				var s string
-				if json.Unmarshal(cur, &s) != nil || (id != "" && s != id) {
+				if strictjson.Unmarshal(cur, &s) != nil || (id != "" && s != id) {
 					return o, Errorf(InvalidArgument, "session options resume and sessionId name different sessions")
 				}
 			}
@@ -222,7 +224,7 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 			rewrite = true
 		case k == "cwd":
 			var cwd string
-			if json.Unmarshal(v, &cwd) != nil || (cwd != Workspace && cwd != Workspace+"/") {
+			if strictjson.Unmarshal(v, &cwd) != nil || (cwd != Workspace && cwd != Workspace+"/") {
 				return o, Errorf(InvalidArgument, "session option cwd is not supported: the agent's working directory is always %s", Workspace)
 			}
 			delete(fields, "cwd")
@@ -246,17 +248,10 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 	return o, nil
 }
 
-// DecodeStrict decodes exactly one JSON value into v, refusing unknown fields and trailing data.
+// DecodeStrict decodes exactly one JSON value into v, refusing unknown fields, duplicate names, case
+// variants of a field's name and trailing data (strictjson with RejectUnknown). Errors are *strictjson.Error.
 func DecodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data")
-	}
-	return nil
+	return strictjson.Unmarshal(b, v, strictjson.RejectUnknown)
 }
 
 // optionError names the option a decoding error is about.
@@ -265,11 +260,7 @@ func optionError(err error) error {
 	if errors.As(err, &we) {
 		return we
 	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return Errorf(InvalidArgument, "session option %s: %s is not a valid %s", clip(te.Field), te.Value, te.Type)
-	}
-	return Errorf(InvalidArgument, "session options: %s", trimJSONErr(err))
+	return JSONError(err, "session options")
 }
 
 // Bounds of session options: they are tenant input and end up on the CLI's command line and in its
@@ -468,7 +459,7 @@ func OutputSchema(raw json.RawMessage) string {
 	var f struct {
 		Schema json.RawMessage `json:"schema"`
 	}
-	if json.Unmarshal(raw, &f) != nil {
+	if strictjson.Unmarshal(raw, &f) != nil {
 		return ""
 	}
 	var buf bytes.Buffer

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // MCP server kinds (docs/PROTOCOL.md#host-tools). A client entry declares tools the client executes; the
@@ -100,7 +102,7 @@ func (l *MCPServerList) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	if len(b) > 0 && b[0] == '{' {
 		var m map[string]json.RawMessage
-		if err := json.Unmarshal(b, &m); err != nil {
+		if err := strictjson.Unmarshal(b, &m); err != nil {
 			return err
 		}
 		out := make(MCPServerList, 0, len(m))
@@ -119,9 +121,7 @@ func (l *MCPServerList) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var list []MCPServer
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&list); err != nil {
+	if err := DecodeStrict(b, &list); err != nil {
 		return err
 	}
 	*l = list

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // Client tools on the agent channel (docs/PROTOCOL.md#host-tools): the runner sends tool_call when the
@@ -118,11 +120,11 @@ func ParseToolResult(payload json.RawMessage) (ToolResultPayload, error) {
 
 func checkContentBlock(b json.RawMessage) *Error {
 	var fields map[string]json.RawMessage
-	if json.Unmarshal(b, &fields) != nil || fields == nil {
+	if strictjson.Unmarshal(b, &fields) != nil || fields == nil {
 		return Errorf(InvalidArgument, "a content block must be an object")
 	}
 	var typ string
-	if json.Unmarshal(fields["type"], &typ) != nil {
+	if strictjson.Unmarshal(fields["type"], &typ) != nil {
 		return Errorf(InvalidArgument, "a content block needs a string type")
 	}
 	need, ok := contentTypes[typ]
@@ -131,7 +133,7 @@ func checkContentBlock(b json.RawMessage) *Error {
 	}
 	for _, f := range need {
 		var s string
-		if json.Unmarshal(fields[f], &s) != nil {
+		if strictjson.Unmarshal(fields[f], &s) != nil {
 			return Errorf(InvalidArgument, "a %s block needs a string %s", clip(typ), f)
 		}
 	}
@@ -141,7 +143,7 @@ func checkContentBlock(b json.RawMessage) *Error {
 			Text *string `json:"text"`
 			Blob *string `json:"blob"`
 		}
-		if json.Unmarshal(fields["resource"], &res) != nil || res.URI == nil || (res.Text == nil) == (res.Blob == nil) {
+		if strictjson.Unmarshal(fields["resource"], &res) != nil || res.URI == nil || (res.Text == nil) == (res.Blob == nil) {
 			return Errorf(InvalidArgument, "a resource block needs resource {uri, text or blob}")
 		}
 	}

@@ -1,0 +1,140 @@
+package strictjson
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	json "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// Kind says why a value was refused.
+type Kind uint8
+
+const (
+	// Syntax: not JSON, cut short, or data after the value.
+	Syntax Kind = iota + 1
+	// Duplicate: an object names the member at Pointer a second time.
+	Duplicate
+	// Unknown: the member at Pointer names no field (RejectUnknown only).
+	Unknown
+	// InvalidUTF8: a string holds invalid UTF-8 or an unpaired surrogate escape.
+	InvalidUTF8
+	// Value: the value at Pointer has the wrong type, is out of range, or its type refused it.
+	Value
+	// ReadFailed: the reader failed (a body over its bound, a closed connection); the cause is wrapped.
+	ReadFailed
+)
+
+// Error is a refused JSON value. Its message names the member by its JSON Pointer (RFC 6901, clipped) and
+// holds nothing else from the input, so it may be sent to the client that wrote it.
+type Error struct {
+	Kind Kind
+	// Pointer locates the member or value: "" is the whole value, "/budget/ai" a nested member.
+	Pointer string
+	err     error
+}
+
+func (e *Error) Error() string {
+	where := "at " + clip(e.Pointer)
+	if e.Pointer == "" {
+		where = "at the top level"
+	}
+	switch e.Kind {
+	case Duplicate:
+		return "duplicate member " + clip(e.Pointer)
+	case Unknown:
+		return "unknown member " + clip(e.Pointer)
+	case InvalidUTF8:
+		return "invalid UTF-8 " + where
+	case Syntax:
+		if errors.Is(e.err, io.ErrUnexpectedEOF) {
+			return "JSON cut short " + where
+		}
+		return "invalid JSON " + where
+	case Value:
+		return e.valueMessage(where)
+	}
+	return "reading JSON: " + e.err.Error()
+}
+
+func (e *Error) valueMessage(where string) string {
+	var se *json.SemanticError
+	if !errors.As(e.err, &se) {
+		return "invalid value " + where
+	}
+	switch {
+	case se.Err != nil && !isJSONError(se.Err):
+		// The type's own refusal (an UnmarshalJSON method): its text is the type's, not the input's.
+		return fmt.Sprintf("invalid value %s: %s", where, clip(se.Err.Error()))
+	case se.GoType != nil && se.JSONKind != 0:
+		return fmt.Sprintf("JSON %s %s is not a valid %s", se.JSONKind, where, se.GoType)
+	case se.GoType != nil:
+		return fmt.Sprintf("invalid value %s for %s", where, se.GoType)
+	}
+	return "invalid value " + where
+}
+
+func (e *Error) Unwrap() error { return e.err }
+
+// isJSONError: err is the decoder's own, not a method's.
+func isJSONError(err error) bool {
+	var se *json.SemanticError
+	var sy *jsontext.SyntacticError
+	return errors.As(err, &se) || errors.As(err, &sy) || errors.Is(err, json.ErrUnknownName)
+}
+
+// classify turns the decoder's error into an *Error (nil stays nil).
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	e := &Error{Kind: ReadFailed, err: err}
+	var sy *jsontext.SyntacticError
+	var se *json.SemanticError
+	switch {
+	case errors.As(err, &sy):
+		e.Pointer = string(sy.JSONPointer)
+		switch {
+		case errors.Is(sy.Err, jsontext.ErrDuplicateName):
+			e.Kind = Duplicate
+		case sy.Err != nil && (strings.Contains(sy.Err.Error(), "invalid UTF-8") ||
+			strings.Contains(sy.Err.Error(), "surrogate pair")):
+			e.Kind = InvalidUTF8
+		default:
+			e.Kind = Syntax
+		}
+	case errors.As(err, &se):
+		e.Pointer = string(se.JSONPointer)
+		var inner *Error
+		switch {
+		case errors.As(se.Err, &inner):
+			// A type's UnmarshalJSON decoded its value with this package: keep its kind and cause, with the
+			// whole pointer.
+			e.Kind, e.Pointer, e.err = inner.Kind, e.Pointer+inner.Pointer, inner.err
+		case errors.Is(se.Err, json.ErrUnknownName):
+			e.Kind = Unknown
+		default:
+			e.Kind = Value
+		}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		e.Kind = Syntax
+	}
+	return e
+}
+
+// clip bounds a pointer taken from the input for messages.
+func clip(s string) string {
+	const max = 128
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return strings.ToValidUTF8(s, "") + "…"
+}
