@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -368,7 +369,7 @@ func CursorAfter(g GroupBy, r UsageRow) string {
 func ParseUsageCursor(s string, g GroupBy) (UsageCursor, error) {
 	var c UsageCursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) > 2*MaxNameLen+64 || json.Unmarshal(b, &c) != nil || c.Issuer == "" {
+	if err != nil || len(b) > 2*MaxNameLen+64 || strictjson.Unmarshal(b, &c) != nil || c.Issuer == "" {
 		return UsageCursor{}, fmt.Errorf("malformed usage cursor: %w", ErrInvalid)
 	}
 	if c.GroupBy != g {

@@ -14,11 +14,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -292,69 +292,29 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error 
 		return wire.Errorf(wire.PayloadTooLarge, "request body of %d bytes is over the limit of %d", r.ContentLength, limit)
 	}
 	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			err = terr
-			if err == nil {
-				return wire.Errorf(wire.InvalidArgument, "request body holds more than one JSON value")
-			}
-		}
-	}
+	err := strictjson.Read(body, dst, strictjson.RejectUnknown)
 	var (
-		maxErr    *http.MaxBytesError
-		syntaxErr *json.SyntaxError
-		typeErr   *json.UnmarshalTypeError
+		maxErr *http.MaxBytesError
+		je     *strictjson.Error
 	)
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &maxErr):
 		return wire.Errorf(wire.PayloadTooLarge, "request body is over the limit of %d bytes", limit)
-	case errors.Is(err, io.EOF):
+	case !errors.As(err, &je):
+	case je.Kind == strictjson.Syntax && je.Pointer == "" && errors.Is(err, io.ErrUnexpectedEOF) && r.ContentLength <= 0:
 		return wire.Errorf(wire.InvalidArgument, "request body is empty: want a JSON object")
-	case errors.As(err, &typeErr):
-		if typeErr.Field == "" {
-			return wire.Errorf(wire.InvalidArgument, "request body must be a JSON object")
-		}
-		field := jsonField(typeErr.Field)
-		return invalidField(field, "%s must be a JSON %s", field, jsonKind(typeErr.Type.Kind().String()))
-	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		return wire.Errorf(wire.InvalidArgument, "request body is not valid JSON")
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return invalidField(field, "unknown field %q", field)
+	case je.Pointer == "" && je.Kind == strictjson.Value:
+		return wire.Errorf(wire.InvalidArgument, "request body must be a JSON object")
+	case je.Pointer != "" && je.Kind != strictjson.Syntax:
+		// Named by its dotted path (docs/PROTOCOL.md#billing-api): an unknown, duplicate or mistyped field.
+		field := strings.ReplaceAll(strings.TrimPrefix(je.Pointer, "/"), "/", ".")
+		return invalidField(field, "%s: %s", field, je)
+	default:
+		return wire.Errorf(wire.InvalidArgument, "request body is not valid JSON: %s", je)
 	}
 	return wire.Wrap(wire.InvalidArgument, err, "request body cannot be read")
-}
-
-// jsonField is the JSON name of a field in an UnmarshalTypeError's path: encoding/json puts the Go names of
-// embedded structs in it (SandboxQuota.max_memory_bytes), which a client never sent. The API's JSON names
-// are all lower case, so the segments that start upper case are those.
-func jsonField(path string) string {
-	segs := strings.Split(path, ".")
-	out := segs[:0]
-	for _, s := range segs {
-		if s == "" || !unicode.IsUpper(rune(s[0])) {
-			out = append(out, s)
-		}
-	}
-	if len(out) == 0 {
-		return path
-	}
-	return strings.Join(out, ".")
-}
-
-func jsonKind(goKind string) string {
-	switch {
-	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
-		return "integer"
-	case goKind == "string":
-		return "string"
-	}
-	return "value of another type"
 }
 
 // pathName reads and checks a path value naming an issuer, user or model.

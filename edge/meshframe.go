@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/mesh"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -250,15 +250,7 @@ func validMethod(m string) bool {
 }
 
 func decodeStrictJSON(b []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return err
-	}
-	if d.More() {
-		return errors.New("trailing data")
-	}
-	return nil
+	return strictjson.Unmarshal(b, v, strictjson.RejectUnknown)
 }
 
 // readFrame reads exactly len(b) bytes; a stream that ends early is errBadFrame.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/internal/previews"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -204,10 +205,8 @@ func (e *Edge) servePreviewAPI(w http.ResponseWriter, r *http.Request) {
 
 func (e *Edge) createPreview(w http.ResponseWriter, r *http.Request) error {
 	var req wire.PreviewRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, previewBodyLimit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return wire.Wrap(wire.InvalidArgument, err, "the body must be {\"port\": 1-65535, \"public\": bool, \"ttl_seconds\": n}")
+	if err := strictjson.Read(io.LimitReader(r.Body, previewBodyLimit), &req, strictjson.RejectUnknown); err != nil {
+		return wire.Wrap(wire.InvalidArgument, err, "the body must be {\"port\": 1-65535, \"public\": bool, \"ttl_seconds\": n}: "+err.Error())
 	}
 	if req.Port < 1 || req.Port > 65535 {
 		return wire.Errorf(wire.InvalidArgument, "port must be 1 to 65535")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
@@ -25,7 +26,7 @@ const maxExecBody = 8 << 20
 // error. A timed-out command reports timedOut and exitCode -1.
 func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 	var er wire.ExecRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxExecBody)).Decode(&er); err != nil {
+	if err := strictjson.Read(http.MaxBytesReader(w, req.Body, maxExecBody), &er); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			a.fail(w, req, wire.Errorf(wire.PayloadTooLarge, "exec request exceeds %d bytes", maxExecBody))

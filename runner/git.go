@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/workspace"
@@ -184,7 +184,7 @@ func gitFailure(op string, exit int, stderr, secret string) error {
 
 // readGitBody decodes a JSON body of at most maxGitBody bytes into v.
 func readGitBody(w http.ResponseWriter, req *http.Request, v any) error {
-	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxGitBody)).Decode(v); err != nil {
+	if err := strictjson.Read(http.MaxBytesReader(w, req.Body, maxGitBody), v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return wire.Errorf(wire.PayloadTooLarge, "git request exceeds %d bytes", maxGitBody)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/modelproxy"
 	"github.com/warren-mesh/warren/runner/session"
@@ -113,7 +114,7 @@ type Cost struct {
 // Decorate adds the cost of the turn to a result event and marks a budget-ended turn.
 func (m *meteredAgent) Decorate(sessionID string, event []byte) []byte {
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(event, &obj); err != nil {
+	if err := strictjson.Unmarshal(event, &obj, strictjson.AllowInvalidUTF8); err != nil {
 		return event
 	}
 	m.mu.Lock()
@@ -143,7 +144,7 @@ func (m *meteredAgent) Decorate(sessionID string, event []byte) []byte {
 	if isErrorResult(obj) {
 		// The Agent SDK's error results explain themselves in errors.
 		var text string
-		_ = json.Unmarshal(obj["result"], &text)
+		_ = strictjson.Unmarshal(obj["result"], &text, strictjson.AllowInvalidUTF8)
 		addError(obj, text)
 	}
 	out, err := json.Marshal(obj)
@@ -158,7 +159,7 @@ func (m *meteredAgent) Decorate(sessionID string, event []byte) []byte {
 // list is added.
 func modelUsage(raw json.RawMessage, charged map[string]modelproxy.ModelUsage) map[string]map[string]any {
 	usage := map[string]map[string]any{}
-	_ = json.Unmarshal(raw, &usage)
+	_ = strictjson.Unmarshal(raw, &usage, strictjson.AllowInvalidUTF8)
 	for name, u := range usage {
 		if u == nil {
 			u = map[string]any{}
@@ -181,14 +182,14 @@ func modelUsage(raw json.RawMessage, charged map[string]modelproxy.ModelUsage) m
 // isErrorResult reports whether a result is an error in the Agent SDK's sense: an error_* subtype.
 func isErrorResult(obj map[string]json.RawMessage) bool {
 	var subtype string
-	_ = json.Unmarshal(obj["subtype"], &subtype)
+	_ = strictjson.Unmarshal(obj["subtype"], &subtype, strictjson.AllowInvalidUTF8)
 	return strings.HasPrefix(subtype, "error_")
 }
 
 // addError appends msg to the result's errors list unless it is empty or there already.
 func addError(obj map[string]json.RawMessage, msg string) {
 	var errs []string
-	_ = json.Unmarshal(obj["errors"], &errs)
+	_ = strictjson.Unmarshal(obj["errors"], &errs, strictjson.AllowInvalidUTF8)
 	if msg == "" || slices.Contains(errs, msg) {
 		if errs == nil {
 			errs = []string{}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/agent/claude"
 	"github.com/warren-mesh/warren/runner/modelproxy"
@@ -293,7 +294,7 @@ func (r *Runner) policy(g wire.Grant) (claude.Permissions, json.RawMessage) {
 		Model        string   `json:"model"`
 	}
 	if len(g.Permissions) > 0 {
-		if err := json.Unmarshal(g.Permissions, &p); err != nil {
+		if err := strictjson.Unmarshal(g.Permissions, &p); err != nil {
 			// The edge verified the token; a grant it encoded that we cannot read is a bug: deny all tools.
 			r.log.Error("unreadable permissions in grant; denying tools", "err", err)
 			return claude.Permissions{Tools: []string{}}, nil

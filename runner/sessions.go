@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/session"
 )
@@ -239,7 +240,7 @@ type transcriptLine struct {
 // ignored.
 func (sc *transcriptScan) line(b []byte, prices billing.Prices) {
 	var l transcriptLine
-	if json.Unmarshal(b, &l) != nil {
+	if strictjson.Unmarshal(b, &l, strictjson.AllowInvalidUTF8) != nil {
 		return
 	}
 	if ts, err := time.Parse(time.RFC3339Nano, l.Timestamp); err == nil && (l.Type == "user" || l.Type == "assistant") {
@@ -269,14 +270,14 @@ func (sc *transcriptScan) line(b []byte, prices billing.Prices) {
 // promptText is the text of a user message's content: a string, or the first text block.
 func promptText(raw json.RawMessage) string {
 	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if strictjson.Unmarshal(raw, &s, strictjson.AllowInvalidUTF8) == nil {
 		return s
 	}
 	var blocks []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
-	if json.Unmarshal(raw, &blocks) == nil {
+	if strictjson.Unmarshal(raw, &blocks, strictjson.AllowInvalidUTF8) == nil {
 		for _, b := range blocks {
 			if b.Type == "text" && b.Text != "" {
 				return b.Text

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/session"
 )
@@ -100,7 +101,7 @@ func (c *taskConn) Write(_ context.Context, msg []byte) error {
 		TotalCostUSD float64  `json:"total_cost_usd"`
 		Errors       []string `json:"errors"`
 	}
-	if json.Unmarshal(msg, &m) != nil {
+	if strictjson.Unmarshal(msg, &m, strictjson.AllowInvalidUTF8) != nil {
 		return nil
 	}
 	c.mu.Lock()
@@ -124,7 +125,7 @@ func (c *taskConn) Write(_ context.Context, msg []byte) error {
 			SessionID string `json:"sessionId"`
 			State     string `json:"state"`
 		}
-		_ = json.Unmarshal(m.Payload.Data, &d)
+		_ = strictjson.Unmarshal(m.Payload.Data, &d, strictjson.AllowInvalidUTF8)
 		if d.SessionID != "" {
 			c.out.sessionID = d.SessionID
 		}

@@ -201,13 +201,8 @@ func checkIdempotencyKey(k string) error {
 // session with.
 func (tt *taskTable) parseExecuteRequest(body []byte) (ExecuteRequest, json.RawMessage, time.Duration, error) {
 	var req ExecuteRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, nil, 0, wire.Errorf(wire.InvalidArgument, "request body: %v", err)
-	}
-	if dec.More() {
-		return req, nil, 0, wire.Errorf(wire.InvalidArgument, "trailing data after the request body")
+	if err := wire.DecodeStrict(body, &req); err != nil {
+		return req, nil, 0, wire.JSONError(err, "request body")
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
 		return req, nil, 0, wire.Errorf(wire.InvalidArgument, "prompt is required")

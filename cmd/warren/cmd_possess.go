@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -173,7 +174,7 @@ func (p *possessRun) confirm(ctx context.Context, call warren.HostCall) bool {
 // What the user reads is what runs: a path or a command cannot hide behind a long field.
 func shown(input json.RawMessage) string {
 	var fields map[string]json.RawMessage
-	if json.Unmarshal(input, &fields) != nil {
+	if strictjson.Unmarshal(input, &fields) != nil {
 		var b bytes.Buffer
 		if json.Compact(&b, input) != nil {
 			b.Reset()

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/registry/consul"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -35,13 +34,8 @@ type assignment struct {
 // parseAssignment decodes an assignment body strictly (it crosses the network).
 func parseAssignment(b []byte) (assignment, error) {
 	var a assignment
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&a); err != nil {
+	if err := strictjson.Unmarshal(b, &a, strictjson.RejectUnknown); err != nil {
 		return assignment{}, wire.Wrap(wire.InvalidArgument, err, "malformed assignment")
-	}
-	if d.More() {
-		return assignment{}, wire.Errorf(wire.InvalidArgument, "trailing data after the assignment")
 	}
 	if a.Issuer == "" || a.User == "" || len(a.Issuer) > 256 || len(a.User) > 256 || a.Epoch < 1 || len(a.Region) > 64 {
 		return assignment{}, wire.Errorf(wire.InvalidArgument, "an assignment needs issuer and user (≤ 256 bytes) and an epoch ≥ 1")

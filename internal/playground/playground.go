@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/secrets"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -123,13 +124,8 @@ func parseTokenRequest(body []byte) (tokenRequest, error) {
 	if len(body) > maxTokenRequest {
 		return req, wire.Errorf(wire.PayloadTooLarge, "token request over %d bytes", maxTokenRequest)
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := strictjson.Unmarshal(body, &req, strictjson.RejectUnknown); err != nil {
 		return req, wire.Wrap(wire.InvalidArgument, err, "token request: want {\"user\": \"...\"}")
-	}
-	if dec.More() {
-		return req, wire.Errorf(wire.InvalidArgument, "token request: one JSON object")
 	}
 	if !userRe.MatchString(req.User) {
 		return req, wire.Errorf(wire.InvalidArgument, "user: 1 to 64 of [A-Za-z0-9._-], starting with a letter or digit")

@@ -9,7 +9,8 @@
 //
 //   - matches member names to fields exactly (case-sensitive; a case variant is an unrelated member),
 //   - refuses an object that names a member twice, at every depth (raw values kept for later included),
-//   - refuses invalid UTF-8 (raw or as an unpaired surrogate escape) and data after the value,
+//   - refuses invalid UTF-8 (raw or as an unpaired surrogate escape; AllowInvalidUTF8 reads it as U+FFFD)
+//     and data after the value,
 //   - ignores unknown members, or refuses them with RejectUnknown,
 //
 // and reports every refusal as an *Error naming the member by its JSON Pointer. Marshalling stays on
@@ -30,6 +31,10 @@ const (
 	// RejectUnknown refuses an object member that names no field of the struct it is decoded into
 	// (encoding/json's DisallowUnknownFields). A case variant of a field's name is such a member.
 	RejectUnknown Option = 1 << iota
+	// AllowInvalidUTF8 reads invalid UTF-8 and unpaired surrogate escapes as U+FFFD, as encoding/json did,
+	// for output that legitimately holds them: the Claude Code CLI (Node) writes a lone surrogate where it
+	// cut a string inside a pair. Names are still exact and duplicates still refused.
+	AllowInvalidUTF8
 )
 
 // Unmarshal decodes b, which must hold exactly one JSON value (whitespace around it allowed), into v.
@@ -81,7 +86,7 @@ func options(opts []Option) json.Options {
 		json.DefaultOptionsV2(), // exact names, no duplicates, UTF-8 only; stated again below
 		json.MatchCaseInsensitiveNames(false),
 		jsontext.AllowDuplicateNames(false),
-		jsontext.AllowInvalidUTF8(false),
+		jsontext.AllowInvalidUTF8(all&AllowInvalidUTF8 != 0),
 		json.RejectUnknownMembers(all&RejectUnknown != 0),
 	)
 }

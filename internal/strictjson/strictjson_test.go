@@ -309,3 +309,15 @@ func isFolded(name string) bool {
 	}
 	return false
 }
+
+func TestAllowInvalidUTF8(t *testing.T) {
+	var v target
+	in := []byte("{\"sub\":\"a\\ud83d\",\"iss\":\"\xff\"}")
+	if err := strictjson.Unmarshal(in, &v, strictjson.AllowInvalidUTF8); err != nil || v.Sub != "a\uFFFD" || v.Iss != "\uFFFD" {
+		t.Fatalf("Unmarshal = %+v, %v", v, err)
+	}
+	var je *strictjson.Error
+	if err := strictjson.Unmarshal([]byte(`{"sub":"\ud83d","sub":"b"}`), &v, strictjson.AllowInvalidUTF8); !errors.As(err, &je) || je.Kind != strictjson.Duplicate {
+		t.Fatalf("duplicate with AllowInvalidUTF8 = %v", err)
+	}
+}

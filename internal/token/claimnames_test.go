@@ -55,6 +55,21 @@ func verifyClaims(t *testing.T, e *env, payload string) (*token.Claims, error) {
 	return c, err
 }
 
+// refusedClaims asserts that claimBase with old replaced by new is refused as bad_claims, and answers the
+// error.
+func refusedClaims(t *testing.T, e *env, old, new string) error {
+	t.Helper()
+	p := claimsJSON(old, new)
+	if p == claimsJSON() {
+		t.Fatal("the replacement changed nothing")
+	}
+	c, err := verifyClaims(t, e, p)
+	if token.Reason(err) != "bad_claims" {
+		t.Fatalf("Verify = %+v, %v; want bad_claims", c, err)
+	}
+	return err
+}
+
 // TestClaimCaseVariantsNeverOverride: a member whose name differs from a registered claim only in case (or
 // by Unicode case folding: ſ is s, K is K), placed after the real one, never changes what the token says.
 // encoding/json matched such names and let the last one win, so {"sub":"alice","Sub":"bob"} acted as bob
@@ -115,16 +130,7 @@ func TestClaimCaseVariantsNeverOverride(t *testing.T) {
 		{"permissions.Model", `"model":"claude-haiku-4-5"}`, `"model":"claude-haiku-4-5","Model":"claude-opus-4-1"}`},
 	}
 	for _, tt := range refused {
-		t.Run(tt.name, func(t *testing.T) {
-			p := claimsJSON(tt.old, tt.new)
-			if p == claimsJSON() {
-				t.Fatal("the replacement changed nothing")
-			}
-			c, err := verifyClaims(t, e, p)
-			if token.Reason(err) != "bad_claims" {
-				t.Fatalf("Verify = %+v, %v; want bad_claims", c, err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { refusedClaims(t, e, tt.old, tt.new) })
 	}
 	t.Run("sdkConfig.Model", func(t *testing.T) {
 		c, err := verifyClaims(t, e, claimsJSON(`"maxTurns":1}`, `"maxTurns":1,"Model":"claude-opus-4-1","MaxTurns":1000}`))
@@ -167,14 +173,7 @@ func TestClaimDuplicatesRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.detail+" "+tt.new, func(t *testing.T) {
-			p := claimsJSON(tt.old, tt.new)
-			if p == claimsJSON() {
-				t.Fatal("the replacement changed nothing")
-			}
-			c, err := verifyClaims(t, e, p)
-			if token.Reason(err) != "bad_claims" {
-				t.Fatalf("Verify = %+v, %v; want bad_claims", c, err)
-			}
+			err := refusedClaims(t, e, tt.old, tt.new)
 			var we *wire.Error
 			if !errors.As(err, &we) || !strings.HasSuffix(we.Message, ": "+tt.detail) {
 				t.Fatalf("message %q does not end with %q", we.Message, tt.detail)

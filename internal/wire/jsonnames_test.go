@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -67,4 +68,21 @@ func TestClientMessageNamesExact(t *testing.T) {
 			t.Fatalf("ParseToolResult = %v; want invalid_argument (unknown field)", err)
 		}
 	})
+}
+
+// TestRESTBodyNamesExact: a sandbox REST body (here a background process start, read by DecodeBody like
+// every /v1/sandbox body) naming a field twice is refused with details.field, and a case variant of a field
+// is an unknown field, refused: under encoding/json {"command":"true","Command":"rm -rf ~"} ran rm.
+func TestRESTBodyNamesExact(t *testing.T) {
+	for body, field := range map[string]string{
+		`{"command":"true","command":"rm -rf ~"}`:    "/command",
+		`{"command":"true","Command":"rm -rf ~"}`:    "/Command",
+		`{"command":"true","env":{"A":"1","A":"2"}}`: "/env/A",
+	} {
+		p, err := DecodeProcStart(strings.NewReader(body))
+		var we *Error
+		if !errors.As(err, &we) || we.Code != InvalidArgument || we.Details["field"] != field {
+			t.Errorf("DecodeProcStart(%s) = %+v, %v; want invalid_argument with details.field %s", body, p, err, field)
+		}
+	}
 }

@@ -145,7 +145,7 @@ func DecodeBody(r io.Reader, what string, v any) error {
 		return Errorf(PayloadTooLarge, "%s exceeds %d bytes", what, MaxProcBody)
 	}
 	if err := DecodeStrict(b, v); err != nil {
-		return Errorf(InvalidArgument, "%s is not valid: %s", what, strings.TrimPrefix(err.Error(), "json: "))
+		return JSONError(err, what+" is not valid")
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -239,7 +240,7 @@ func (h *Hub) toolResult(s *conversation, sub *subscriber, payload json.RawMessa
 		var env struct {
 			CallID string `json:"callId"`
 		}
-		if json.Unmarshal(payload, &env) == nil && wire.ValidCallID(env.CallID) {
+		if strictjson.Unmarshal(payload, &env) == nil && wire.ValidCallID(env.CallID) {
 			pub = pub.WithDetails(map[string]any{"callId": env.CallID})
 		}
 		reject(pub)

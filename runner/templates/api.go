@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -64,9 +65,7 @@ func Handler(s *Store, authenticate func(*http.Request) error, log *slog.Logger)
 		var req struct {
 			Version string `json:"version"`
 		}
-		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := strictjson.Read(io.LimitReader(r.Body, 4<<10), &req, strictjson.RejectUnknown); err != nil {
 			return wire.Errorf(wire.InvalidArgument, "want {\"version\": \"N\"}: %v", err)
 		}
 		v, err := s.Use(r.Context(), iss, name, req.Version)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/registry"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/scheduler"
@@ -114,13 +115,8 @@ func ParseEntry(b []byte) (registry.Entry, error) {
 }
 
 func decodeStrict(b []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return wire.Wrap(wire.InvalidArgument, err, "malformed request body")
-	}
-	if d.More() {
-		return wire.Errorf(wire.InvalidArgument, "trailing data after the request body")
+	if err := strictjson.Unmarshal(b, v, strictjson.RejectUnknown); err != nil {
+		return wire.JSONError(err, "malformed request body")
 	}
 	return nil
 }

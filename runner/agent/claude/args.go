@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
@@ -196,7 +197,7 @@ func checkMCP(servers []wire.MCPServer, perm Permissions) error {
 // are always there, and a client server may not take one's name.
 func mergeMCPServers(client []wire.MCPServer, sdk json.RawMessage) (json.RawMessage, error) {
 	var token wire.MCPServerList
-	if err := json.Unmarshal(sdk, &token); err != nil {
+	if err := strictjson.Unmarshal(sdk, &token); err != nil {
 		return sdk, nil // refused with the sdkConfig's own error when decoded
 	}
 	merged := slices.Clone([]wire.MCPServer(token))
@@ -254,7 +255,7 @@ func parseSDKConfig(raw json.RawMessage) (map[string]json.RawMessage, error) {
 		return nil, nil
 	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if err := strictjson.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("%w: sdkConfig is not a JSON object: %w", ErrConfig, err)
 	}
 	if _, err := overlay(wire.SessionOptions{}, m); err != nil {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/tools"
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/session"
@@ -515,7 +516,7 @@ func drainStale(p *cliProc, log *slog.Logger) {
 				return
 			}
 			var ev event
-			if json.Unmarshal(l, &ev) == nil && ev.Type == "control_request" {
+			if strictjson.Unmarshal(l, &ev, strictjson.AllowInvalidUTF8) == nil && ev.Type == "control_request" {
 				p.control(l, ev, log)
 				continue
 			}
@@ -604,7 +605,7 @@ func (t *turnRun) relay(ctx context.Context) error {
 // handle relays one line; done reports the turn's result.
 func (t *turnRun) handle(line []byte) (done bool, err error) {
 	var ev event
-	if line[0] != '{' || json.Unmarshal(line, &ev) != nil || ev.Type == "" {
+	if line[0] != '{' || strictjson.Unmarshal(line, &ev, strictjson.AllowInvalidUTF8) != nil || ev.Type == "" {
 		if t.noise < noiseLogs {
 			preview := line[:min(len(line), 200)]
 			t.log.Warn("agent wrote a line that is not a JSON event; skipped", "bytes", len(line), "preview", string(preview))

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/session"
 )
@@ -89,7 +90,7 @@ func parseMCPRequest(line []byte) (mcpRequest, error) {
 			Message    json.RawMessage `json:"message"`
 		} `json:"request"`
 	}
-	if err := json.Unmarshal(line, &env); err != nil {
+	if err := strictjson.Unmarshal(line, &env, strictjson.AllowInvalidUTF8); err != nil {
 		return mcpRequest{}, fmt.Errorf("not a control request: %w", err)
 	}
 	if env.Type != "control_request" || env.Request.Subtype != "mcp_message" {
@@ -99,7 +100,7 @@ func parseMCPRequest(line []byte) (mcpRequest, error) {
 		return mcpRequest{}, errors.New("mcp_message without a valid request_id")
 	}
 	r := mcpRequest{RequestID: env.RequestID, Server: env.Request.ServerName}
-	if err := json.Unmarshal(env.Request.Message, &r.Message); err != nil {
+	if err := strictjson.Unmarshal(env.Request.Message, &r.Message, strictjson.AllowInvalidUTF8); err != nil {
 		return r, fmt.Errorf("mcp_message carries no JSON-RPC message: %w", err)
 	}
 	if id := bytes.TrimSpace(r.Message.ID); len(id) > 0 {
@@ -190,7 +191,7 @@ func (b *mcpBridge) handle(line []byte) {
 		var p struct {
 			ProtocolVersion string `json:"protocolVersion"`
 		}
-		_ = json.Unmarshal(m.Params, &p)
+		_ = strictjson.Unmarshal(m.Params, &p, strictjson.AllowInvalidUTF8)
 		if p.ProtocolVersion == "" || len(p.ProtocolVersion) > 32 {
 			p.ProtocolVersion = "2025-06-18"
 		}
@@ -227,7 +228,7 @@ func (b *mcpBridge) call(req mcpRequest, srv wire.MCPServer) {
 			ToolUseID string `json:"claudecode/toolUseId"`
 		} `json:"_meta"`
 	}
-	if err := json.Unmarshal(req.Message.Params, &p); err != nil {
+	if err := strictjson.Unmarshal(req.Message.Params, &p, strictjson.AllowInvalidUTF8); err != nil {
 		b.reply(mcpRPCError(req.RequestID, req.Message.ID, -32602, "invalid tools/call params"))
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/tools"
+	"github.com/warren-mesh/warren/internal/strictjson"
 )
 
 // probeTimeout bounds the CLI's answer to the model probe.
@@ -177,7 +178,7 @@ func (d *Driver) probeModels() map[string]string {
 					} `json:"response"`
 				} `json:"response"`
 			}
-			if json.Unmarshal(line, &resp) != nil || resp.Type != "control_response" || resp.Response.RequestID != "warren-models" {
+			if strictjson.Unmarshal(line, &resp, strictjson.AllowInvalidUTF8) != nil || resp.Type != "control_response" || resp.Response.RequestID != "warren-models" {
 				continue
 			}
 			out := make(map[string]string)
