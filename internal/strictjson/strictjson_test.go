@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/warren-mesh/warren/internal/strictjson"
 )
@@ -212,7 +213,12 @@ func FuzzAgreesWithEncodingJSON(f *testing.F) {
 			if !errors.As(err, &je) {
 				t.Fatalf("error %T is not a *strictjson.Error", err)
 			}
-			if je.Kind != strictjson.Duplicate && je.Kind != strictjson.InvalidUTF8 {
+			switch {
+			case je.Kind == strictjson.Duplicate && !hasDuplicate(in):
+				t.Fatalf("strictjson refuses %q as a duplicate (%v), but no object in it names a member twice", in, err)
+			case je.Kind == strictjson.InvalidUTF8 && utf8.Valid(in) && !bytes.Contains(in, []byte(`\u`)):
+				t.Fatalf("strictjson refuses %q as invalid UTF-8 (%v), but it is valid and escapes nothing", in, err)
+			case je.Kind != strictjson.Duplicate && je.Kind != strictjson.InvalidUTF8:
 				t.Fatalf("strictjson refuses %q (%v, kind %d) for a reason not documented; encoding/json accepts it as %+v", in, err, je.Kind, ref)
 			}
 		}
@@ -299,6 +305,55 @@ func renameFoldedNames(in []byte) []byte {
 		return in // trailing data: leave it to the decoders
 	}
 	return out.Bytes()
+}
+
+// hasDuplicate reports whether an object of in, at any depth, names a member twice (as encoding/json's
+// scanner reads the names).
+func hasDuplicate(in []byte) bool {
+	type open struct {
+		names map[string]bool // nil for an array
+		atKey bool            // the next token of this object is a member name
+	}
+	dec := json.NewDecoder(bytes.NewReader(in))
+	var stack []*open
+	valueDone := func() { // a value ended: its object, if any, expects a name next
+		if n := len(stack); n > 0 && stack[n-1].names != nil {
+			stack[n-1].atKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		top := (*open)(nil)
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch d := tok.(type) {
+		case json.Delim:
+			switch d {
+			case '{':
+				stack = append(stack, &open{names: map[string]bool{}, atKey: true})
+			case '[':
+				stack = append(stack, &open{})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case string:
+			if top != nil && top.names != nil && top.atKey {
+				if top.names[d] {
+					return true
+				}
+				top.names[d], top.atKey = true, false
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
 }
 
 func isFolded(name string) bool {
