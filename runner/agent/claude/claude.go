@@ -22,8 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/warren-mesh/warren/internal/tools"
 	"github.com/warren-mesh/warren/internal/strictjson"
+	"github.com/warren-mesh/warren/internal/tools"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/session"

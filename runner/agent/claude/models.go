@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/warren-mesh/warren/internal/tools"
 	"github.com/warren-mesh/warren/internal/strictjson"
+	"github.com/warren-mesh/warren/internal/tools"
 )
 
 // probeTimeout bounds the CLI's answer to the model probe.
