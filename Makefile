@@ -17,7 +17,7 @@ export GOPROXY := $(shell p=$$($(GO) env GOPROXY); echo "$${p%%,direct*}")
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-dev: bwrap claude-code build ## run the whole platform on this machine (warren dev, embedded defaults)
+dev: bwrap claude-code build ## run the whole platform on this machine (warren dev, embedded defaults: the edge and playground on 127.0.0.1:8080, preview URLs on 127.0.0.1:8081)
 	$(BIN) dev
 
 build: sdk-js ## build the warren binary into bin/ (with the TypeScript SDK's browser build the dev playground embeds)

@@ -172,7 +172,7 @@ func New(cfg Config) (*Edge, error) {
 
 // Handler is the edge's HTTP handler: /ws (and /ws/, and a WebSocket upgrade at /), /v1/sandbox/*, /v1/sessions[/*], /v1/regions, /healthz,
 // /readyz.
-func (e *Edge) Handler() http.Handler { return e.withRequestID(e.previewHosts(e.withCORS(e.mux))) }
+func (e *Edge) Handler() http.Handler { return e.PreviewHosts(e.withRequestID(e.withCORS(e.mux))) }
 
 func (e *Edge) routes() {
 	mux := http.NewServeMux()

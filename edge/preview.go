@@ -23,9 +23,11 @@ import (
 
 // Preview URLs (docs/ARCHITECTURE.md#previews): POST/GET /v1/sandbox/previews and DELETE
 // /v1/sandbox/previews/{id} make, list and revoke them (served here, over the shared store, never relayed);
-// a request to a preview URL, at <token>.<Domain> or /preview/<token>/..., is verified against the store
-// and relayed, HTTP or WebSocket, to the port of the owner's sandbox through the owner's runner (over the
-// mesh when another region holds the user), with the edge's and the user's credentials removed.
+// a request to a preview URL, at <token>.<Domain> or <PathBase>/preview/<token>/..., is verified against the
+// store and relayed, HTTP or WebSocket, to the port of the owner's sandbox through the owner's runner (over
+// the mesh when another region holds the user), with the edge's and the user's credentials removed. No
+// preview shares an origin with an endpoint of the edge: a preview host answers nothing but its preview, and
+// path previews are served by PreviewHandler alone, on a listener of their own.
 
 // PreviewConfig enables preview URLs.
 type PreviewConfig struct {
@@ -34,12 +36,17 @@ type PreviewConfig struct {
 	// Domain, when set, is a wildcard domain that reaches the edges: previews are https://<token>.<Domain>/
 	// (each on an origin of its own). Unset: previews are paths of the edge's own host, /preview/<token>/.
 	Domain string
-	// PathMode allows previews as paths of the edge's own host (/preview/<token>/) when Domain is unset:
-	// for development only, since every such preview shares the edge's origin, so one preview's page could
-	// read another's (a private one included, with its owner's access cookie) and set cookies for them all.
-	// With Domain too, both forms are served (the API answers the host form). Without PathMode no
-	// /preview/ path is served, and without Domain either creating a preview is refused (unavailable).
+	// PathMode allows previews as paths (/preview/<token>/) when Domain is unset: for development only,
+	// since every such preview shares one origin, so one preview's page could read another's (a private one
+	// included, with its owner's access cookie) and set cookies for them all. They are served by
+	// PreviewHandler alone, never by Handler: on the edge's origin a preview's page could call what trusts
+	// that origin (warren dev's playground token endpoint). With Domain too, both forms are served (the API
+	// answers the host form). Without PathMode no /preview/ path is served, and without Domain either
+	// creating a preview is refused (unavailable).
 	PathMode bool
+	// PathBase is where PreviewHandler is served, scheme://host:port without a path (required with
+	// PathMode): path previews are <PathBase>/preview/<token>/, an origin that is not the edge's.
+	PathBase string
 	// MaxPerUser bounds a user's live previews (0: DefaultMaxPreviews).
 	MaxPerUser int
 	// Scheme is the scheme clients reach preview URLs with: "https" when TLS ends in front of the edges (a
@@ -97,18 +104,39 @@ func (e *Edge) previewRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("/v1/sandbox/previews", e.servePreviewAPI)
 	mux.HandleFunc("/v1/sandbox/previews/{id}", e.servePreviewAPI)
 	if cfg.PathMode {
-		mux.HandleFunc("/preview/", e.servePreviewPath)
+		mux.HandleFunc("/preview/", func(w http.ResponseWriter, r *http.Request) {
+			wire.WriteHTTPError(w, nil, wire.Errorf(wire.NotFound, "preview URLs are not served on the edge's origin: path previews are at %s/preview/<token>/", cfg.PathBase))
+		})
 	}
 }
 
-// previewHosts serves requests to <token>.<Domain> as previews, the rest with next.
-func (e *Edge) previewHosts(next http.Handler) http.Handler {
+// PreviewHandler serves preview URLs and nothing else: /preview/<token>/... with PreviewConfig.PathMode,
+// <token>.<Domain> with a Domain, not_found for anything else (no endpoint of the edge, no playground). Serve
+// it on a listener of its own, at PreviewConfig.PathBase, so that a preview's page is never on the origin of
+// an endpoint that trusts its own origin or its caller's address.
+func (e *Edge) PreviewHandler() http.Handler {
+	mux := http.NewServeMux()
+	if e.pv != nil && e.pv.cfg.PathMode {
+		mux.HandleFunc("/preview/", e.servePreviewPath)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		wire.WriteHTTPError(w, nil, wire.Errorf(wire.NotFound, "this origin serves preview URLs only (/preview/<token>/)"))
+	})
+	return e.PreviewHosts(e.withRequestID(mux))
+}
+
+// PreviewHosts serves requests to <token>.<Domain> as previews, the rest with next. Handler has it already;
+// a server that mounts more beside Handler (/metrics, warren dev's playground and billing API) puts its
+// whole mux behind it, so that a preview host answers its preview and nothing else.
+func (e *Edge) PreviewHosts(next http.Handler) http.Handler {
 	if e.pv == nil || e.pv.cfg.Domain == "" {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tok, ok := previews.ParseHost(r.Host, e.pv.cfg.Domain); ok {
-			e.servePreview(w, r, tok, "", r.URL.EscapedPath())
+			e.withRequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				e.servePreview(w, r, tok, "", r.URL.EscapedPath())
+			})).ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -119,6 +147,10 @@ func (e *Edge) previewHosts(next http.Handler) http.Handler {
 func (c *PreviewConfig) check() error {
 	if c != nil && c.Scheme != "" && c.Scheme != "http" && c.Scheme != "https" {
 		return errors.New("edge: preview scheme " + strconv.Quote(c.Scheme) + ": want http or https")
+	}
+	if c != nil && c.PathMode && !pathBaseRE.MatchString(c.PathBase) {
+		return errors.New("edge: path previews need an origin of their own: preview path base " + strconv.Quote(c.PathBase) +
+			": want scheme://host:port (http or https, no path) where PreviewHandler is served")
 	}
 	if c != nil && c.Domain != "" && (len(c.Domain) > maxPreviewDomain || !previewDomainRE.MatchString(c.Domain)) {
 		return errors.New("edge: preview domain " + strconv.Quote(c.Domain) + ": want a lower-case DNS name of at least two labels " +
@@ -133,6 +165,10 @@ func (c *PreviewConfig) check() error {
 var previewDomainRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 const maxPreviewDomain = 197
+
+// pathBaseRE is what PreviewConfig.PathBase may be: an http(s) origin, host (a name, IPv4 or [IPv6]) and
+// optional port, nothing after.
+var pathBaseRE = regexp.MustCompile(`^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
 
 // scheme is the scheme clients reach r's edge with: PreviewConfig.Scheme, else r's own.
 func (st *previewState) scheme(r *http.Request) string {
@@ -169,7 +205,7 @@ func (e *Edge) viewOf(r *http.Request, key []byte, p previews.Preview) wire.Prev
 		}
 		u = scheme + "://" + host + "/"
 	} else {
-		u = scheme + "://" + r.Host + "/preview/" + tok + "/"
+		u = e.pv.cfg.PathBase + "/preview/" + tok + "/"
 	}
 	return wire.Preview{ID: p.ID, Port: p.Port, Public: p.Public, Created: p.Created, Expires: p.Expires, Token: tok, URL: u}
 }

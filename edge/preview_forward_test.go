@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,11 +28,20 @@ func TestForwardPreview(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	_, b, _ := twoRegions(t, rn, live, func(c *Config) { c.Previews = &PreviewConfig{Store: store, PathMode: true} })
+	pvSrv := httptest.NewUnstartedServer(nil) // b's preview origin
+	t.Cleanup(pvSrv.Close)
+	pathBase := "http://" + pvSrv.Listener.Addr().String()
+	_, b, _ := twoRegions(t, rn, live, func(c *Config) { c.Previews = &PreviewConfig{Store: store, PathMode: true, PathBase: pathBase} })
+	pvSrv.Config.Handler = b.edge.PreviewHandler()
+	pvSrv.Start()
 	ctx := testCtx(t)
 	call := func(method, path, body string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, method, b.url+path, strings.NewReader(body))
+		base := b.url
+		if strings.HasPrefix(path, "/preview/") {
+			base = pathBase
+		}
+		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
 		for i := 0; i+1 < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
@@ -79,7 +89,7 @@ func TestForwardPreview(t *testing.T) {
 			}
 			continue
 		}
-		conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(b.url, "http")+"/preview/"+pv.Token+"/ws", nil)
+		conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(pathBase, "http")+"/preview/"+pv.Token+"/ws", nil)
 		if err != nil {
 			t.Fatalf("a WebSocket through b: %v", err)
 		}

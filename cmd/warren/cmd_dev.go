@@ -25,6 +25,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", defaultDataDir(), "where secrets, databases and sandboxes live ($WARREN_DATA_DIR)")
 	listen := fs.String("listen", envOr("WARREN_LISTEN", "127.0.0.1:8080"), "edge listen address ($WARREN_LISTEN)")
+	previewListen := fs.String("preview-listen", os.Getenv("WARREN_PREVIEW_LISTEN"), "listen address of preview URLs (/preview/<token>/), an origin apart from the edge's and the playground's; default: -listen's host at the next port, 127.0.0.1:8081 ($WARREN_PREVIEW_LISTEN)")
 	region := fs.String("region", envOr("WARREN_REGION", "local"), "region name ($WARREN_REGION)")
 	insecure := fs.Bool("insecure-no-sandbox", false, "run user commands without bubblewrap isolation (only for machines without bwrap)")
 	hostNet := fs.Bool("sandbox-host-network", false, "sandboxes share this machine's network (every loopback listener is reachable from them); for machines where warren does not run as root")
@@ -67,7 +68,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	apiKey := os.Getenv("ANTHROPIC_API_KEY")
 	st, err := devstack.Start(ctx, devstack.Config{
-		DataDir: *dataDir, Listen: *listen, Region: *region, Insecure: *insecure, HostNetwork: *hostNet,
+		DataDir: *dataDir, Listen: *listen, PreviewListen: *previewListen, Region: *region, Insecure: *insecure, HostNetwork: *hostNet,
 		StartTimeout: startTimeout.Abs(), Logger: log,
 		ClaudeCLI: cli, ModelAPIKey: apiKey, ModelUpstream: *upstream, IdleTimeout: *idle, DefaultModel: *model,
 		CORSOrigins: corsOrigins,
@@ -82,6 +83,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, `warren dev is running
   edge       %[1]s   (WebSocket %[1]s/ws, REST %[1]s/v1/sandbox/..., metrics %[1]s/metrics)
 %[9]s  playground %[10]s   (chat, files and exec in the browser; %[11]s)
+  previews   %[12]s/preview/<token>/   (preview URLs, an origin of their own: nothing else is served there)
   scheduler  local process driver, region %[2]q
   billing    SQLite ledger in %[3]s; admin API %[1]s/v1/{issuers,quotas,usage,prices} (try: %[7]s admin issuers ls)
   issuer     %[4]q (%[5]s; secret in %[3]s/secrets.json)
@@ -96,7 +98,7 @@ Try it:
   %[7]s exec -- 'echo hi > f && cat f'
   %[7]s files get f
   %[7]s chat -p "create hello.txt containing hi"
-`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st), st.PlaygroundURL(), playgroundLabel())
+`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st), st.PlaygroundURL(), playgroundLabel(), st.PreviewURL())
 	if cli != "" && apiKey == "" {
 		fmt.Fprintln(stderr, "\n*** NO ANTHROPIC_API_KEY: a built-in SCRIPTED demo model answers every prompt, not Claude. ***\n*** Export ANTHROPIC_API_KEY and restart to use the real API.                              ***")
 	}

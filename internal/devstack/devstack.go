@@ -73,8 +73,12 @@ type Config struct {
 	IdleTimeout   time.Duration // sandboxes sleep after this long idle (0: never)
 	Rates         edge.Rates    // zero: edge.DefaultRates
 	// Previews configures preview URLs (their store is always the placements' SQLite file); nil: the
-	// defaults, path-based (/preview/<token>/).
+	// defaults, path-based (/preview/<token>/ on PreviewListen).
 	Previews *edge.PreviewConfig
+	// PreviewListen is where path previews are served, an origin of their own: on the edge's, a preview's
+	// page could call what trusts that origin (the playground's token endpoint). Default: Listen's host at
+	// the next port (127.0.0.1:8081), or port 0 when Listen's is 0.
+	PreviewListen string
 	// NoWebTransport turns WebTransport off; otherwise the edge serves it on UDP at the TCP port number,
 	// with a self-signed certificate (WebTransportCert, default a fresh edge.SelfSigned for the listen
 	// address and localhost) whose hash GET /v1/regions publishes. A UDP port that cannot be bound only
@@ -101,6 +105,8 @@ type Stack struct {
 	ln        net.Listener
 	srv       *http.Server
 	edge      *edge.Edge
+	pvLn      net.Listener // path previews' origin (edge.PreviewHandler)
+	pvSrv     *http.Server
 	secrets   *file.Store
 	DevKey    secrets.Key // the dev issuer's current key
 	AdminKey  string      // bearer key of the billing API
@@ -134,6 +140,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Region == "" {
 		cfg.Region = "local"
 	}
+	if cfg.PreviewListen == "" {
+		if cfg.PreviewListen, err = nextPort(cfg.Listen); err != nil {
+			return nil, fmt.Errorf("devstack: preview listen address: %w", err)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -154,11 +165,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: data dir: %w", err)
 	}
-	s := &Stack{cfg: cfg, log: cfg.Logger, served: make(chan error, 1)}
+	s := &Stack{cfg: cfg, log: cfg.Logger, served: make(chan error, 2)}
 	defer func() {
 		if err != nil {
-			if s.ln != nil {
-				s.ln.Close()
+			for _, ln := range []net.Listener{s.ln, s.pvLn} {
+				if ln != nil {
+					ln.Close()
+				}
 			}
 			s.closeAll()
 		}
@@ -293,6 +306,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("devstack: listen: %w", err)
 	}
+	if s.pvLn, err = net.Listen("tcp", cfg.PreviewListen); err != nil {
+		return nil, fmt.Errorf("devstack: listen for path previews (an origin apart from the edge's): %w", err)
+	}
+	pv.PathBase = s.PreviewURL()
 	var wt *edge.WebTransport
 	var wtConn net.PacketConn
 	if !cfg.NoWebTransport {
@@ -343,15 +360,18 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	mux.Handle(playground.Prefix, playground.Handler(playground.Config{Issuer: DevIssuer, Key: s.devKey,
 		Logger: s.log.With("component", "playground")}))
 
-	s.srv = httpx.NewServer(mux, cfg.HTTP)
+	// Behind PreviewHosts: a preview host's paths are its preview's, the playground's and billing's included.
+	s.srv = httpx.NewServer(ed.PreviewHosts(mux), cfg.HTTP)
 	go func() { s.served <- s.srv.Serve(s.ln) }()
+	s.pvSrv = httpx.NewServer(ed.PreviewHandler(), cfg.HTTP)
+	go func() { s.served <- s.pvSrv.Serve(s.pvLn) }()
 	ann := &regions.Announcer{Dir: dir, Logger: s.log.With("component", "edge"),
 		Edge: regions.Edge{Region: cfg.Region, ID: "dev", URL: "http://" + s.ln.Addr().String(), WebTransport: s.wtURL}}
 	annCtx, stopAnn := context.WithCancel(context.WithoutCancel(ctx))
 	announced := make(chan error, 1)
 	go func() { announced <- ann.Run(annCtx) }()
 	s.closers = append(s.closers, func() error { stopAnn(); return <-announced })
-	s.log.Info("warren dev started", "addr", s.ln.Addr().String(), "data_dir", cfg.DataDir, "region", cfg.Region, "insecure", cfg.Insecure)
+	s.log.Info("warren dev started", "addr", s.ln.Addr().String(), "previews", s.pvLn.Addr().String(), "data_dir", cfg.DataDir, "region", cfg.Region, "insecure", cfg.Insecure)
 	return s, nil
 }
 
@@ -404,6 +424,33 @@ func (s *Stack) devKey(ctx context.Context) (secrets.Key, error) {
 // PlaygroundURL is the dev playground's page.
 func (s *Stack) PlaygroundURL() string { return s.URL() + playground.Prefix }
 
+// PreviewURL is the origin of path previews (<PreviewURL>/preview/<token>/), a listener apart from the edge's
+// serving nothing else.
+func (s *Stack) PreviewURL() string {
+	a := s.pvLn.Addr().(*net.TCPAddr)
+	ip := a.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
+}
+
+// nextPort is listen's host at the next port, or at port 0 when listen's is 0.
+func nextPort(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n >= 65535 {
+		return "", fmt.Errorf("port %q of %s has no next port", port, listen)
+	}
+	if n > 0 {
+		n++
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n)), nil
+}
+
 // WebTransportURL is the edge's WebTransport URL ("" when WebTransport is off).
 func (s *Stack) WebTransportURL() string { return s.wtURL }
 
@@ -435,20 +482,22 @@ const schedulerCloseTimeout = time.Minute
 func (s *Stack) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var err error
+	var errs []error
 	if s.edge != nil {
 		// Agent channels first (the HTTP server's shutdown does not track WebSockets): each gets an
 		// error message, then a 1001 close.
-		err = s.edge.Shutdown(ctx)
+		errs = append(errs, s.edge.Shutdown(ctx))
 	}
-	if s.srv != nil {
-		serr := s.srv.Shutdown(ctx)
-		if serr != nil {
-			_ = s.srv.Close()
+	for _, srv := range []*http.Server{s.srv, s.pvSrv} {
+		if srv == nil {
+			continue
 		}
-		err = errors.Join(err, serr)
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+			_ = srv.Close()
+		}
 	}
-	return errors.Join(err, s.closeAll())
+	return errors.Join(append(errs, s.closeAll())...)
 }
 
 func (s *Stack) closeAll() error {
@@ -460,7 +509,7 @@ func (s *Stack) closeAll() error {
 	return errors.Join(errs...)
 }
 
-// Served reports the HTTP server's end (an error other than http.ErrServerClosed means it failed).
+// Served reports the end of either HTTP server, the edge's or the previews' (an error other than http.ErrServerClosed means it failed).
 func (s *Stack) Served() <-chan error { return s.served }
 
 // sandboxes adapts the scheduler to the edge's consumer interface.

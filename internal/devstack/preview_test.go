@@ -38,10 +38,19 @@ func startPreviewServer(t testing.TB, ctx context.Context, sb *warren.Sandbox, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.WriteFile(ctx, "previewserver.py", strings.NewReader(string(src))); err != nil {
-		t.Fatal(err)
+	startServer(t, ctx, sb, port, map[string]string{"previewserver.py": string(src)}, "python3", "previewserver.py", itoa(port))
+}
+
+// startServer writes files (path: content) into the sandbox and starts command there, a background process,
+// until it listens on port.
+func startServer(t testing.TB, ctx context.Context, sb *warren.Sandbox, port int, files map[string]string, command string, args ...string) {
+	t.Helper()
+	for name, content := range files {
+		if _, err := sb.WriteFile(ctx, name, strings.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	p, err := sb.StartProcess(ctx, warren.ProcStartRequest{Command: "python3", Args: []string{"previewserver.py", itoa(port)}})
+	p, err := sb.StartProcess(ctx, warren.ProcStartRequest{Command: command, Args: args})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +89,8 @@ func wireCode(resp *http.Response, body []byte) wire.Code {
 	return wire.CodeOf(wire.ReadHTTPError(resp.StatusCode, body))
 }
 
-// pathURL is the path-based URL of a preview token on st's edge.
-func pathURL(st *devstack.Stack, tok string) string { return st.URL() + "/preview/" + tok + "/" }
+// pathURL is the path-based URL of a preview token, on the stack's preview origin.
+func pathURL(st *devstack.Stack, tok string) string { return st.PreviewURL() + "/preview/" + tok + "/" }
 
 // hostOf is the preview host of a token, with the edge's port.
 func hostOf(st *devstack.Stack, tok string) string {

@@ -1,5 +1,5 @@
 // Package playground is the page `warren dev` serves at /playground/: a dev token minted by a same-origin,
-// loopback-only endpoint, a chat with the agent streamed live (tool calls as they happen, each turn's
+// loopback-only endpoint (no preview shares its origin), a chat with the agent streamed live (tool calls as they happen, each turn's
 // cost), a file browser of the sandbox and an exec box, all through the TypeScript SDK's browser build
 // (sdk/js) over WebTransport with the WebSocket as fallback. Plain HTML and JavaScript, embedded in the
 // binary. It exists only in the dev stack: production edges serve edge.Handler alone, which has no
@@ -77,9 +77,9 @@ func Handler(cfg Config) http.Handler {
 	if cfg.SDK != nil {
 		sdk = cfg.SDK
 	}
-	mux.Handle("GET "+Prefix+"sdk/", noStore(http.StripPrefix(Prefix+"sdk/", onlyJS(http.FileServerFS(sdk)))))
+	mux.Handle("GET "+Prefix+"sdk/", pageHeaders(http.StripPrefix(Prefix+"sdk/", onlyJS(http.FileServerFS(sdk)))))
 	mux.HandleFunc("POST "+Prefix+"token", cfg.serveToken)
-	mux.Handle("GET "+Prefix, noStore(http.StripPrefix(Prefix, http.FileServerFS(static))))
+	mux.Handle("GET "+Prefix, pageHeaders(http.StripPrefix(Prefix, http.FileServerFS(static))))
 	return mux
 }
 
@@ -95,10 +95,14 @@ func onlyJS(h http.Handler) http.Handler {
 	})
 }
 
-func noStore(h http.Handler) http.Handler {
+// pageHeaders keeps the page out of caches and out of other pages' frames: a page of another origin (a
+// tenant's preview) framing the playground could not read it, but could dress it up to be clicked.
+func pageHeaders(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY")
 		h.ServeHTTP(w, r)
 	})
 }
@@ -137,7 +141,10 @@ func parseTokenRequest(body []byte) (tokenRequest, error) {
 // on loopback (a dev stack listening on all interfaces must not hand tokens to the network), a Host that
 // is not a loopback address or localhost (DNS rebinding: evil.example resolving to 127.0.0.1 is another
 // origin in the browser's eyes but reaches this port), and a cross-origin request (a page of another site
-// may POST here; the browser sends its Origin).
+// may POST here; the browser sends its Origin). It trusts every page of its origin, so nothing a tenant
+// controls may be served there: warren dev serves preview URLs on an origin of their own
+// (edge.PreviewHandler; internal/devstack TestPreviewPagesCannotMintPlaygroundTokens). A secret in the
+// page would not do instead: a page of the same origin could fetch the playground's HTML and read it.
 func sameOriginLoopback(r *http.Request) error {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err != nil || !ap.Addr().Unmap().IsLoopback() {
 		return wire.Errorf(wire.PermissionDenied, "the playground mints tokens for loopback clients only")

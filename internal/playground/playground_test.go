@@ -143,6 +143,10 @@ func TestAssets(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		// No other origin's page (a tenant's preview) may frame the playground.
+		if resp.StatusCode == 200 && (resp.Header.Get("Content-Security-Policy") != "frame-ancestors 'none'" || resp.Header.Get("X-Frame-Options") != "DENY") {
+			t.Errorf("%s may be framed: %v", p, resp.Header)
+		}
 		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 	}
 	if code, ct, body := get(Prefix); code != 200 || !strings.HasPrefix(ct, "text/html") || !strings.Contains(body, `src="app.js"`) {

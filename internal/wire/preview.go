@@ -13,7 +13,7 @@ type PreviewRequest struct {
 type Preview struct {
 	ID      string    `json:"id"`
 	Token   string    `json:"token"` // <port>-<id>-<sig>
-	URL     string    `json:"url"`   // https://<token>.<domain>/ or https://<edge>/preview/<token>/
+	URL     string    `json:"url"`   // https://<token>.<domain>/, or <preview origin>/preview/<token>/ (warren dev: not the edge's origin)
 	Port    int       `json:"port"`
 	Public  bool      `json:"public"`
 	Created time.Time `json:"created"`

@@ -18,7 +18,7 @@ export interface Preview {
   id: string;
   /** <port>-<id>-<sig>. */
   token: string;
-  /** https://<token>.<domain>/ or https://<edge>/preview/<token>/. A private one opens with ?token=<JWT> once. */
+  /** https://<token>.<domain>/, or <preview origin>/preview/<token>/ (warren dev: never the edge's origin). A private one opens with ?token=<JWT> once. */
   url: string;
   port: number;
   public: boolean;
