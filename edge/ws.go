@@ -60,6 +60,9 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 	defer e.channels.Done()
 
 	claims, err := e.authenticate(ctx, r)
+	if err == nil {
+		err = wire.CheckChannelQuery(r.URL.Query())
+	}
 	if err != nil {
 		e.closeWith(ctx, c, err)
 		return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -165,6 +166,25 @@ var unsupportedOptions = map[string]string{
 	"abortController":            "use the control message interrupt",
 	"debug":                      "the CLI's debug output stays in the sandbox",
 	"debugFile":                  "the CLI's debug output stays in the sandbox",
+	"jobId":                      oneSandbox,
+	"vessel":                     oneSandbox,
+}
+
+// oneSandbox is why Chucky Cloud's vessel (a named sandbox) and jobId are refused: Warren keeps one sandbox
+// per user, and would otherwise run what the app meant to keep apart in one workspace.
+const oneSandbox = "Warren keeps one sandbox (one workspace) per user, kept across connections; " +
+	"a separate workspace needs another user id (the token's sub)"
+
+// CheckChannelQuery refuses the agent channel query parameters Warren does not honour: vessel (Chucky
+// Cloud's TypeScript SDK sends ?vessel= to ask for a named sandbox of its own) and jobId, invalid_argument
+// naming the parameter. Other parameters (token) are the edge's.
+func CheckChannelQuery(q url.Values) error {
+	for _, name := range []string{"vessel", "jobId"} {
+		if q.Has(name) {
+			return Errorf(InvalidArgument, "query parameter %s is not supported: %s", name, oneSandbox)
+		}
+	}
+	return nil
 }
 
 // sessionOptionNames are the JSON names of SessionOptions' fields.

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -133,5 +134,31 @@ func TestInitRefusesThroughParse(t *testing.T) {
 	}
 	if o, _ := m.Init(); !slices.Equal(o.Tools, ToolList{"default"}) {
 		t.Fatalf("tools %q", o.Tools)
+	}
+}
+
+// TestVesselAndJobIDAreRefusedByName: Chucky Cloud's vessel (a named sandbox, sent as ?vessel= or an
+// option) and jobId ask for a workspace apart from the user's other sessions; Warren has one sandbox per
+// user, so each is refused by name, saying what to do instead, never ignored. Before: ?vessel= was
+// ignored (the session ran in the user's one workspace) and jobId was an unknown option with no reason.
+func TestVesselAndJobIDAreRefusedByName(t *testing.T) {
+	const instead = "a separate workspace needs another user id"
+	for _, in := range []string{`{"jobId":"job-1"}`, `{"vessel":"build-box"}`} {
+		_, err := DecodeSessionOptions(json.RawMessage(in))
+		name := strings.Split(in, `"`)[1]
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), "session option "+name+" is not supported") || !strings.Contains(err.Error(), instead) {
+			t.Errorf("DecodeSessionOptions(%s) = %v, want invalid_argument naming %s and saying %q", in, err, name, instead)
+		}
+	}
+	for _, q := range []string{"token=t&vessel=build-box", "vessel=", "token=t&jobId=j"} {
+		v, _ := url.ParseQuery(q)
+		err := CheckChannelQuery(v)
+		name, _, _ := strings.Cut(strings.TrimPrefix(q, "token=t&"), "=")
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), "query parameter "+name) || !strings.Contains(err.Error(), instead) {
+			t.Errorf("CheckChannelQuery(%s) = %v, want invalid_argument naming %s", q, err, name)
+		}
+	}
+	if err := CheckChannelQuery(url.Values{"token": {"t"}}); err != nil {
+		t.Errorf("?token= alone: %v", err)
 	}
 }
