@@ -79,12 +79,19 @@ func (t *ToolList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// AgentDefinition is one subagent of SessionOptions.agents (the CLI's --agents).
+// AgentDefinition is one subagent of SessionOptions.agents (the CLI's --agents). Name and SystemPrompt
+// are the shape of Chucky Cloud's TypeScript SDK ({name, description?, systemPrompt?, model?, tools?,
+// maxTurns?}): DecodeSessionOptions checks them and moves the prompt to Prompt, so what reaches the CLI
+// has neither.
 type AgentDefinition struct {
-	Description     string   `json:"description"`
-	Prompt          string   `json:"prompt"`
-	Tools           []string `json:"tools,omitempty"`
-	DisallowedTools []string `json:"disallowedTools,omitempty"`
+	// Name, when given, is the agent's key in agents.
+	Name string `json:"name,omitempty"`
+	// SystemPrompt is the subagent's prompt as a string; the preset form is the main agent's only.
+	SystemPrompt    *SystemPrompt `json:"systemPrompt,omitempty"`
+	Description     string        `json:"description"`
+	Prompt          string        `json:"prompt"`
+	Tools           []string      `json:"tools,omitempty"`
+	DisallowedTools []string      `json:"disallowedTools,omitempty"`
 	// Model is an alias (sonnet, opus, haiku), a model name, or "inherit".
 	Model    string `json:"model,omitempty"`
 	MaxTurns int    `json:"maxTurns,omitempty"`
@@ -262,6 +269,9 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 	if err := DecodeStrict(raw, &o); err != nil {
 		return SessionOptions{}, optionError(err)
 	}
+	if err := o.normalizeAgents(); err != nil {
+		return SessionOptions{}, err
+	}
 	if err := o.Validate(); err != nil {
 		return SessionOptions{}, err
 	}
@@ -274,13 +284,60 @@ func DecodeStrict(b []byte, v any) error {
 	return strictjson.Unmarshal(b, v, strictjson.RejectUnknown)
 }
 
-// optionError names the option a decoding error is about.
+// normalizeAgents maps subagents given in the shape of Chucky Cloud's SDK to the CLI's: name must be the
+// agent's key, and systemPrompt (a string) is its prompt.
+func (o *SessionOptions) normalizeAgents() error {
+	for _, key := range sortedKeys(o.Agents) {
+		a := o.Agents[key]
+		if a.Name != "" && a.Name != key {
+			return Errorf(InvalidArgument, "session option agents.%s.name: %q is not the agent's key %q", clip(key), clip(a.Name), clip(key))
+		}
+		if sp := a.SystemPrompt; sp != nil {
+			if sp.Type != "" {
+				return Errorf(InvalidArgument, "session option agents.%s.systemPrompt: a subagent's prompt is a string (the preset is the main agent's only)", clip(key))
+			}
+			if a.Prompt != "" && a.Prompt != sp.Text {
+				return Errorf(InvalidArgument, "session option agents.%s: prompt and systemPrompt differ (give one)", clip(key))
+			}
+			a.Prompt = sp.Text
+		}
+		a.Name, a.SystemPrompt = "", nil
+		o.Agents[key] = a
+	}
+	return nil
+}
+
+// optionError names the option a decoding error is about: its path (agents.reviewer.tools[2]), then
+// strictjson's message with the JSON Pointer (details.field).
 func optionError(err error) error {
 	var we *Error
 	if errors.As(err, &we) {
 		return we
 	}
-	return JSONError(err, "session options")
+	e := JSONError(err, "session options")
+	var je *strictjson.Error
+	if errors.As(err, &je) && je.Pointer != "" {
+		e.Message = "session option " + clip(optionPath(je.Pointer)) + ": " + je.Error()
+	}
+	return e
+}
+
+// optionPath is a JSON Pointer as a dotted path with list indexes in brackets: /agents/a/tools/2 is
+// agents.a.tools[2]. A member named by digits reads as an index.
+func optionPath(pointer string) string {
+	var b strings.Builder
+	for i, seg := range strings.Split(strings.TrimPrefix(pointer, "/"), "/") {
+		seg = strings.NewReplacer("~1", "/", "~0", "~").Replace(seg)
+		switch {
+		case seg != "" && strings.Trim(seg, "0123456789") == "" && i > 0:
+			b.WriteString("[" + seg + "]")
+		case i > 0:
+			b.WriteString("." + seg)
+		default:
+			b.WriteString(seg)
+		}
+	}
+	return b.String()
 }
 
 // Bounds of session options: they are tenant input and end up on the CLI's command line and in its
@@ -444,7 +501,7 @@ func (a AgentDefinition) validate(name string) error {
 		return Errorf(InvalidArgument, "session option agents: invalid agent name %q", name)
 	}
 	if strings.TrimSpace(a.Description) == "" || strings.TrimSpace(a.Prompt) == "" {
-		return Errorf(InvalidArgument, "session option agents.%s needs a description and a prompt", name)
+		return Errorf(InvalidArgument, "session option agents.%s needs a description and a prompt (or systemPrompt): the CLI chooses a subagent by its description", name)
 	}
 	if strings.IndexByte(a.Description+a.Prompt, 0) >= 0 {
 		return Errorf(InvalidArgument, "session option agents.%s: description and prompt must not contain NUL", name)
@@ -462,9 +519,9 @@ func checkNames(option string, list []string) error {
 	if len(list) > maxListEntries {
 		return Errorf(InvalidArgument, "session option %s: at most %d entries", option, maxListEntries)
 	}
-	for _, t := range list {
+	for i, t := range list {
 		if strings.TrimSpace(t) == "" || strings.HasPrefix(t, "-") || len(t) > maxOptionString || strings.ContainsFunc(t, isControl) {
-			return Errorf(InvalidArgument, "session option %s: invalid tool name %q", option, t)
+			return Errorf(InvalidArgument, "session option %s[%d]: invalid tool name %q", option, i, clip(t))
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
@@ -160,5 +161,45 @@ func TestVesselAndJobIDAreRefusedByName(t *testing.T) {
 	}
 	if err := CheckChannelQuery(url.Values{"token": {"t"}}); err != nil {
 		t.Errorf("?token= alone: %v", err)
+	}
+}
+
+// TestAgentsInChuckyShape: subagents as Chucky Cloud's TypeScript SDK declares them ({name, description,
+// systemPrompt, model, tools, maxTurns}) are accepted and mapped to the CLI's shape (the prompt in prompt,
+// no name or systemPrompt left for --agents); what does not fit is refused naming the field's full path.
+// Before: "unknown member /agents/reviewer/name", and a bad entry's path without its index.
+func TestAgentsInChuckyShape(t *testing.T) {
+	o, err := DecodeSessionOptions(json.RawMessage(`{"agents":{"reviewer":{"name":"reviewer","description":"Reviews code",
+		"systemPrompt":"You review.","model":"inherit","tools":["Read","Grep"],"maxTurns":3}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := o.Agents["reviewer"]
+	if a.Prompt != "You review." || a.Description != "Reviews code" || a.MaxTurns != 3 || !slices.Equal(a.Tools, []string{"Read", "Grep"}) {
+		t.Fatalf("agent %+v", a)
+	}
+	b, _ := json.Marshal(o.Agents)
+	if strings.Contains(string(b), "name") || strings.Contains(string(b), "systemPrompt") {
+		t.Fatalf("--agents would carry the SDK's fields: %s", b)
+	}
+	for in, want := range map[string]string{
+		`{"agents":{"reviewer":{"description":"d","prompt":"p","tools":["Read","Grep",3]}}}`:           "session option agents.reviewer.tools[2]: ",
+		`{"agents":{"reviewer":{"description":"d","prompt":"p","tools":["Read","","Grep"]}}}`:          "session option agents.reviewer.tools[1]: ",
+		`{"agents":{"reviewer":{"description":"d","prompt":"p","disallowedTools":["-x"]}}}`:            "agents.reviewer.disallowedTools[0]",
+		`{"agents":{"reviewer":{"description":"d","prompt":"p","color":"red"}}}`:                       "session option agents.reviewer.color: unknown member /agents/reviewer/color",
+		`{"agents":{"reviewer":{"name":"other","description":"d","systemPrompt":"p"}}}`:                "agents.reviewer.name",
+		`{"agents":{"reviewer":{"description":"d","prompt":"p","systemPrompt":"q"}}}`:                  "prompt and systemPrompt differ",
+		`{"agents":{"reviewer":{"name":"reviewer","systemPrompt":"p"}}}`:                               "agents.reviewer needs a description",
+		`{"agents":{"r":{"description":"d","systemPrompt":{"type":"preset","preset":"claude_code"}}}}`: "agents.r.systemPrompt",
+	} {
+		_, err := DecodeSessionOptions(json.RawMessage(in))
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeSessionOptions(%s) = %v, want invalid_argument with %q", in, err, want)
+		}
+	}
+	_, err = DecodeSessionOptions(json.RawMessage(`{"agents":{"reviewer":{"description":"d","prompt":"p","tools":[1]}}}`))
+	var we *Error
+	if !errors.As(err, &we) || we.Details["field"] != "/agents/reviewer/tools/0" {
+		t.Errorf("details of %v: want field /agents/reviewer/tools/0", err)
 	}
 }

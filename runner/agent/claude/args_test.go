@@ -171,6 +171,17 @@ func TestEffectiveOptions(t *testing.T) {
 			}},
 		},
 		{
+			// Chucky Cloud's TypeScript SDK: {name, description, systemPrompt, tools}, here in sdkConfig.
+			name: "sdkConfig agents in Chucky's shape reach --agents in the CLI's",
+			sdk:  `{"agents":{"rev":{"name":"rev","description":"Reviews","systemPrompt":"You review.","tools":["Read"],"maxTurns":2}}}`,
+			want: want{flags: map[string]string{"agents": `{"rev":{"description":"Reviews","prompt":"You review.","tools":["Read"],"maxTurns":2}}`}},
+		},
+		{
+			name: "sdkConfig agents naming another key are refused",
+			sdk:  `{"agents":{"rev":{"name":"other","description":"Reviews","systemPrompt":"You review."}}}`,
+			want: want{errCode: wire.InvalidArgument},
+		},
+		{
 			name:   "thinking disabled and no setting source",
 			client: wire.SessionOptions{Thinking: &wire.ThinkingConfig{Type: "disabled"}, SettingSources: []string{}},
 			want:   want{flags: map[string]string{"thinking": "disabled", "setting-sources": ""}, absent: []string{"max-thinking-tokens"}},
