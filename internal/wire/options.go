@@ -231,6 +231,17 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 	for _, k := range keys {
 		v := fields[k]
 		switch {
+		case k == "outputFormat" && len(bytes.TrimSpace(v)) > 0 && bytes.TrimSpace(v)[0] == '"':
+			f, err := outputFormatString(v)
+			if err != nil {
+				return o, err
+			}
+			if f == nil {
+				delete(fields, k)
+			} else {
+				fields[k] = f
+			}
+			rewrite = true
 		case slices.Contains(sessionOptionNames, k):
 		case k == "resume":
 			// The Agent SDK's name for the session to resume.
@@ -544,6 +555,25 @@ func OutputSchema(raw json.RawMessage) string {
 		return ""
 	}
 	return buf.String()
+}
+
+// outputFormatString is outputFormat given as a string, as Chucky Cloud's token types its
+// sdkConfig.outputFormat: "text" is plain text, the default (nil: no structured output), and a string
+// holding the JSON of {"type":"json_schema","schema":{...}} is that object; any other string means nothing
+// Warren can do and is refused.
+func outputFormatString(v json.RawMessage) (json.RawMessage, error) {
+	var s string
+	if err := strictjson.Unmarshal(v, &s); err != nil {
+		return nil, JSONError(err, "session option outputFormat")
+	}
+	if s == "text" {
+		return nil, nil
+	}
+	if t := strings.TrimSpace(s); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+		return json.RawMessage(t), nil
+	}
+	return nil, Errorf(InvalidArgument, `session option outputFormat: the string %q means no format; give "text" (the default: plain text), `+
+		`{"type":"json_schema","schema":{...}} or that object's JSON as a string`, clip(s))
 }
 
 func checkOutputFormat(raw json.RawMessage) error {

@@ -203,3 +203,29 @@ func TestAgentsInChuckyShape(t *testing.T) {
 		t.Errorf("details of %v: want field /agents/reviewer/tools/0", err)
 	}
 }
+
+// TestOutputFormatString: outputFormat as a string, as Chucky Cloud's token types sdkConfig.outputFormat:
+// "text" is the default (no structured output), a string holding the object's JSON is that object, and
+// any other string is refused saying what the forms are. Before: every string was refused as not the
+// object, so such a token opened no session.
+func TestOutputFormatString(t *testing.T) {
+	o, err := DecodeSessionOptions(json.RawMessage(`{"outputFormat":"text","model":"m"}`))
+	if err != nil || len(o.OutputFormat) != 0 || o.Model != "m" {
+		t.Fatalf(`"text": %+v, %v; want no output format`, o, err)
+	}
+	o, err = DecodeSessionOptions(json.RawMessage(`{"outputFormat":"{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\"}}"}`))
+	if err != nil || OutputSchema(o.OutputFormat) != `{"type":"object"}` {
+		t.Fatalf("the object's JSON as a string: schema %q, %v", OutputSchema(o.OutputFormat), err)
+	}
+	for in, want := range map[string]string{
+		`{"outputFormat":"json"}`:                                    `the string "json" means no format`,
+		`{"outputFormat":"{\"type\":\"text\"}"}`:                     "outputFormat must be",
+		`{"outputFormat":"{\"type\":\"json_schema\",\"schema\":1}"}`: "outputFormat.schema",
+		`{"outputFormat":"{\"type\":"}`:                              "means no format",
+	} {
+		_, err := DecodeSessionOptions(json.RawMessage(in))
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeSessionOptions(%s) = %v, want invalid_argument with %q", in, err, want)
+		}
+	}
+}

@@ -177,6 +177,18 @@ func TestEffectiveOptions(t *testing.T) {
 			want: want{flags: map[string]string{"agents": `{"rev":{"description":"Reviews","prompt":"You review.","tools":["Read"],"maxTurns":2}}`}},
 		},
 		{
+			// Chucky Cloud's token types sdkConfig.outputFormat as a string.
+			name: "sdkConfig outputFormat as the object's JSON in a string",
+			sdk:  `{"outputFormat":"{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\"}}"}`,
+			want: want{flags: map[string]string{"json-schema": `{"type":"object"}`}},
+		},
+		{
+			name:   "sdkConfig outputFormat text is plain text: no schema",
+			client: wire.SessionOptions{OutputFormat: json.RawMessage(`{"type":"json_schema","schema":{"type":"object"}}`)},
+			sdk:    `{"outputFormat":"text"}`,
+			want:   want{absent: []string{"json-schema"}},
+		},
+		{
 			name: "sdkConfig agents naming another key are refused",
 			sdk:  `{"agents":{"rev":{"name":"other","description":"Reviews","systemPrompt":"You review."}}}`,
 			want: want{errCode: wire.InvalidArgument},
