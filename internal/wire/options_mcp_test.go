@@ -156,8 +156,41 @@ func TestParseToolResult(t *testing.T) {
 	}
 }
 
+// TestParseToolResultFlatResource: a resource block in the flat shape of Chucky Cloud's TypeScript SDK
+// ({"type":"resource","uri","mimeType"?,"text"|"blob"}) is accepted and given to the agent as MCP's
+// {"type":"resource","resource":{...}}, its other members kept; a flat block without text or blob, or with
+// a field that is no string, is refused. Before: every flat block was refused ("needs resource").
+func TestParseToolResultFlatResource(t *testing.T) {
+	p, err := ParseToolResult(json.RawMessage(`{"callId":"c","result":{"content":[
+		{"type":"resource","uri":"file:///notes.md","mimeType":"text/markdown","text":"# Notes","annotations":{"priority":1}},
+		{"type":"resource","uri":"mem://logo","blob":"aGk="}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{
+		`{"annotations":{"priority":1},"resource":{"mimeType":"text/markdown","text":"# Notes","uri":"file:///notes.md"},"type":"resource"}`,
+		`{"resource":{"blob":"aGk=","uri":"mem://logo"},"type":"resource"}`,
+	} {
+		if got := string(p.Result.Content[i]); got != want {
+			t.Errorf("content[%d] = %s, want %s", i, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		`{"type":"resource","uri":"u"}`:                         "content[0]: a resource block needs",
+		`{"type":"resource","uri":"u","text":"a","blob":"b"}`:   "content[0]: a resource block needs",
+		`{"type":"resource","uri":7,"text":"a"}`:                "content[0]: a resource block's uri must be a string",
+		`{"type":"resource","uri":"u","mimeType":1,"text":"a"}`: "mimeType must be a string",
+	} {
+		_, err := ParseToolResult(json.RawMessage(`{"callId":"c","result":{"content":[` + in + `]}}`))
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseToolResult(%s) = %v, want invalid_argument with %q", in, err, want)
+		}
+	}
+}
+
 func FuzzParseToolResult(f *testing.F) {
 	for _, s := range []string{
+		`{"callId":"c","result":{"content":[{"type":"resource","uri":"u","mimeType":"text/plain","text":"t"}]}}`,
 		`{"callId":"c","result":{"content":[{"type":"text","text":"hi"}],"isError":false}}`,
 		`{"callId":"c","result":{"content":[{"type":"resource","resource":{"uri":"u","blob":"eA=="}}]}}`,
 		`{"callId":"c","result":{"content":[],"structuredContent":{"a":1}}}`,

@@ -107,9 +107,11 @@ func ParseToolResult(payload json.RawMessage) (ToolResultPayload, error) {
 		return ToolResultPayload{}, Errorf(InvalidArgument, "tool_result payload.result.content: at most %d blocks", MaxToolResultBlocks)
 	}
 	for i, b := range *r.Content {
-		if err := checkContentBlock(b); err != nil {
+		nb, err := checkContentBlock(b)
+		if err != nil {
 			return ToolResultPayload{}, Errorf(InvalidArgument, "tool_result payload.result.content[%d]: %s", i, err.Message)
 		}
+		(*r.Content)[i] = nb
 	}
 	if sc := bytes.TrimSpace(r.StructuredContent); len(sc) > 0 && string(sc) != "null" && sc[0] != '{' {
 		return ToolResultPayload{}, Errorf(InvalidArgument, "tool_result payload.result.structuredContent must be an object")
@@ -118,35 +120,67 @@ func ParseToolResult(payload json.RawMessage) (ToolResultPayload, error) {
 	return p, nil
 }
 
-func checkContentBlock(b json.RawMessage) *Error {
+// checkContentBlock validates b and returns it as the agent gets it: as written, except a flat resource
+// block (mapped by flatResource).
+func checkContentBlock(b json.RawMessage) (json.RawMessage, *Error) {
 	var fields map[string]json.RawMessage
 	if strictjson.Unmarshal(b, &fields) != nil || fields == nil {
-		return Errorf(InvalidArgument, "a content block must be an object")
+		return nil, Errorf(InvalidArgument, "a content block must be an object")
 	}
 	var typ string
 	if strictjson.Unmarshal(fields["type"], &typ) != nil {
-		return Errorf(InvalidArgument, "a content block needs a string type")
+		return nil, Errorf(InvalidArgument, "a content block needs a string type")
 	}
 	need, ok := contentTypes[typ]
 	if !ok {
-		return Errorf(InvalidArgument, "content block type %q is not one of text, image, audio, resource, resource_link", clip(typ))
+		return nil, Errorf(InvalidArgument, "content block type %q is not one of text, image, audio, resource, resource_link", clip(typ))
 	}
 	for _, f := range need {
 		var s string
 		if strictjson.Unmarshal(fields[f], &s) != nil {
-			return Errorf(InvalidArgument, "a %s block needs a string %s", clip(typ), f)
+			return nil, Errorf(InvalidArgument, "a %s block needs a string %s", clip(typ), f)
 		}
 	}
-	if typ == "resource" {
-		var res struct {
-			URI  *string `json:"uri"`
-			Text *string `json:"text"`
-			Blob *string `json:"blob"`
+	if typ != "resource" {
+		return b, nil
+	}
+	if _, nested := fields["resource"]; !nested && fields["uri"] != nil {
+		if err := flatResource(fields); err != nil {
+			return nil, err
 		}
-		if strictjson.Unmarshal(fields["resource"], &res) != nil || res.URI == nil || (res.Text == nil) == (res.Blob == nil) {
-			return Errorf(InvalidArgument, "a resource block needs resource {uri, text or blob}")
+		b, _ = json.Marshal(fields)
+	}
+	var res struct {
+		URI  *string `json:"uri"`
+		Text *string `json:"text"`
+		Blob *string `json:"blob"`
+	}
+	if strictjson.Unmarshal(fields["resource"], &res) != nil || res.URI == nil || (res.Text == nil) == (res.Blob == nil) {
+		return nil, Errorf(InvalidArgument, "a resource block needs resource {uri, text or blob} (or uri and text or blob beside type)")
+	}
+	return b, nil
+}
+
+// resourceFields are the members of an embedded resource (MCP's resource.{uri, mimeType, text, blob}).
+var resourceFields = []string{"uri", "mimeType", "text", "blob"}
+
+// flatResource moves a flat resource block's fields into resource: {"type":"resource","uri","mimeType"?,
+// "text"|"blob"}, the shape of Chucky Cloud's TypeScript SDK's ResourceContent, becomes MCP's
+// {"type":"resource","resource":{...}}; other members (annotations, _meta) stay beside type.
+func flatResource(fields map[string]json.RawMessage) *Error {
+	res := map[string]json.RawMessage{}
+	for _, f := range resourceFields {
+		if v, ok := fields[f]; ok {
+			var s string
+			if strictjson.Unmarshal(v, &s) != nil {
+				return Errorf(InvalidArgument, "a resource block's %s must be a string", f)
+			}
+			res[f] = v
+			delete(fields, f)
 		}
 	}
+	b, _ := json.Marshal(res)
+	fields["resource"] = b
 	return nil
 }
 
