@@ -242,6 +242,18 @@ func DecodeSessionOptions(raw json.RawMessage) (SessionOptions, error) {
 				fields[k] = f
 			}
 			rewrite = true
+		case k == "tools" && hasToolDefinitions(v):
+			tools, servers, err := toolDefinitions(v, fields["mcpServers"])
+			if err != nil {
+				return o, err
+			}
+			if tools == nil {
+				delete(fields, k)
+			} else {
+				fields[k] = tools
+			}
+			fields["mcpServers"] = servers
+			rewrite = true
 		case slices.Contains(sessionOptionNames, k):
 		case k == "resume":
 			// The Agent SDK's name for the session to resume.

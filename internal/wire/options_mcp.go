@@ -128,6 +128,78 @@ func (l *MCPServerList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// ToolDefinitionsServer is the client tool server that tool definitions given in tools (Chucky Cloud's
+// TypeScript SDK's tools: [tool(...)]) are declared in.
+const ToolDefinitionsServer = "tools"
+
+// hasToolDefinitions says whether v, the option tools, is a list holding an object.
+func hasToolDefinitions(v json.RawMessage) bool {
+	var l []json.RawMessage
+	if strictjson.Unmarshal(v, &l) != nil {
+		return false
+	}
+	return slices.ContainsFunc(l, func(e json.RawMessage) bool {
+		e = bytes.TrimSpace(e)
+		return len(e) > 0 && e[0] == '{'
+	})
+}
+
+// toolDefinitions splits the option tools holding tool definitions ({name, description?, inputSchema?,
+// executeIn?}): its names stay the built-in tools (nil when none is left: the default set, which
+// definitions do not restrict), and the definitions become the client tool server ToolDefinitionsServer,
+// added to mcpServers (returned as a list). Their calls go to the client, named as declared: Warren is the
+// server and runs no tool code, so executeIn "server" (what Chucky's tool() sets by default, handler or
+// not) and "browser" mean the client's handler, like "client".
+func toolDefinitions(v, mcp json.RawMessage) (tools, servers json.RawMessage, err error) {
+	var entries []json.RawMessage
+	if err := strictjson.Unmarshal(v, &entries); err != nil {
+		return nil, nil, JSONError(err, "session option tools")
+	}
+	var names []string
+	var at []int // index in tools of each definition
+	def := MCPServer{Name: ToolDefinitionsServer}
+	for i, e := range entries {
+		if e = bytes.TrimSpace(e); len(e) == 0 || e[0] != '{' {
+			var n string
+			if err := strictjson.Unmarshal(e, &n); err != nil {
+				return nil, nil, Errorf(InvalidArgument, "session option tools[%d]: a tool name or a tool definition {name, description?, inputSchema?}", i)
+			}
+			names = append(names, n)
+			continue
+		}
+		var t MCPTool
+		if err := DecodeStrict(e, &t); err != nil {
+			return nil, nil, Errorf(InvalidArgument, "session option tools[%d]: %s", i, trimJSONErr(err))
+		}
+		switch t.ExecuteIn {
+		case "server", "browser":
+			t.ExecuteIn = ""
+		}
+		def.Tools = append(def.Tools, t)
+		at = append(at, i)
+	}
+	if len(def.Tools) > MaxMCPTools {
+		return nil, nil, Errorf(InvalidArgument, "session option tools: at most %d tool definitions", MaxMCPTools)
+	}
+	if err := def.checkTools(func(j int) string { return fmt.Sprintf("tools[%d]", at[j]) }); err != nil {
+		return nil, nil, err
+	}
+	var list MCPServerList
+	if m := bytes.TrimSpace(mcp); len(m) > 0 && string(m) != "null" {
+		if err := DecodeStrict(m, &list); err != nil {
+			return nil, nil, JSONError(err, "session option mcpServers")
+		}
+	}
+	if slices.ContainsFunc(list, func(s MCPServer) bool { return s.Name == ToolDefinitionsServer }) {
+		return nil, nil, Errorf(InvalidArgument, "session option tools: its tool definitions are declared as the client tool server %q, which mcpServers names too", ToolDefinitionsServer)
+	}
+	servers, _ = json.Marshal(append(list, def))
+	if names != nil {
+		tools, _ = json.Marshal(names)
+	}
+	return tools, servers, nil
+}
+
 // Bounds of mcpServers: they become one CLI argument (--mcp-config) and, for client tools, the tool list
 // the runner serves to the agent.
 const (
@@ -243,8 +315,13 @@ func (s MCPServer) validateTools(f string) error {
 	if len(s.Tools) == 0 || len(s.Tools) > MaxMCPTools {
 		return Errorf(InvalidArgument, "session option %s.tools: a client server declares 1 to %d tools", f, MaxMCPTools)
 	}
+	return s.checkTools(func(j int) string { return fmt.Sprintf("%s.tools[%d]", f, j) })
+}
+
+// checkTools checks each of the server's tools; at names the option path of the tool at index j.
+func (s MCPServer) checkTools(at func(j int) string) error {
 	for j, t := range s.Tools {
-		tf := fmt.Sprintf("%s.tools[%d]", f, j)
+		tf := at(j)
 		if !mcpNamePattern.MatchString(t.Name) {
 			return Errorf(InvalidArgument, "session option %s.name: %q must be 1 to %d characters of [a-zA-Z0-9_-]", tf, clip(t.Name), maxMCPName)
 		}
@@ -268,6 +345,10 @@ func (s MCPServer) validateTools(f string) error {
 		case "", MCPClient:
 		case "host":
 			return Errorf(InvalidArgument, "session option %s.executeIn: host tools (possession mode) are not supported", tf)
+		case "server", "browser":
+			// What Chucky's SDK sends for a tool it has no handler for (its serverTool()): nobody would run it.
+			return Errorf(InvalidArgument, "session option %s.executeIn: %q (a tool without a handler in the client, Chucky's serverTool()) is not supported: "+
+				"Warren is the server and runs no tool code of its own; give the tool a handler in the client (executeIn \"client\") or serve it from an MCP server (stdio, http, sse)", tf, t.ExecuteIn)
 		default:
 			return Errorf(InvalidArgument, "session option %s.executeIn: %q is not client", tf, clip(t.ExecuteIn))
 		}

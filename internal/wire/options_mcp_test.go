@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -223,6 +224,9 @@ func FuzzDecodeMCPServers(f *testing.F) {
 		`{"mcpServers":[{"name":"b","tools":[{"name":"t","inputSchema":{"type":"object"}}]}]}`,
 		`{"mcpServers":[{"name":"c","type":"http","url":"https://x/y","headers":{"H":"v"}}]}`,
 		`{"mcpServers":null}`, `{"mcpServers":[{}]}`,
+		`{"tools":["Read",{"name":"w","executeIn":"server"}],"mcpServers":{"a":{"tools":[{"name":"t"}]}}}`,
+		`{"agents":{"r":{"name":"r","description":"d","systemPrompt":"p","tools":["Read"]}},"outputFormat":"text"}`,
+		`{"outputFormat":"{\"type\":\"json_schema\",\"schema\":{}}"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -261,6 +265,45 @@ func TestMCPErrorsAreBounded(t *testing.T) {
 		_, err := DecodeSessionOptions(json.RawMessage(in))
 		if CodeOf(err) != InvalidArgument || len(err.Error()) > 1000 {
 			t.Errorf("error of %d bytes: %.200v", len(err.Error()), err)
+		}
+	}
+}
+
+// TestToolDefinitionsInTools: tool definitions in tools, as Chucky Cloud's TypeScript SDK's README writes
+// tools: [tool(...)] (its tool() marks them executeIn "server", handler or not), are the client's tools:
+// declared in the client tool server "tools" (calls named as declared), the names beside them still the
+// built-in tools. In mcpServers, executeIn "server" or "browser" is what that SDK sends for a tool it has
+// no handler for (serverTool()): refused by name, since Warren runs no tool code. Before: tools with an
+// object was refused as not a string, and executeIn "server" as merely "not client".
+func TestToolDefinitionsInTools(t *testing.T) {
+	o, err := DecodeSessionOptions(json.RawMessage(`{"tools":["Read",{"name":"get_weather","description":"Weather",
+		"inputSchema":{"type":"object"},"executeIn":"server"}],"mcpServers":{"app":{"tools":[{"name":"lookup"}]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.Tools, ToolList{"Read"}) || len(o.MCPServers) != 2 {
+		t.Fatalf("tools %q, servers %+v", o.Tools, o.MCPServers)
+	}
+	s := o.MCPServers[1]
+	if s.Name != ToolDefinitionsServer || s.Kind() != MCPClient || len(s.Tools) != 1 || s.Tools[0].Name != "get_weather" ||
+		s.Tools[0].ExecuteIn != "" || s.CallName("get_weather") != "get_weather" {
+		t.Fatalf("the definitions' server %+v", s)
+	}
+	o, err = DecodeSessionOptions(json.RawMessage(`{"tools":[{"name":"greet","executeIn":"browser"}]}`))
+	if err != nil || o.Tools != nil || len(o.MCPServers) != 1 {
+		t.Fatalf("definitions only: tools %q (want the default set), servers %+v, %v", o.Tools, o.MCPServers, err)
+	}
+	for in, want := range map[string]string{
+		`{"mcpServers":[{"name":"app","tools":[{"name":"t","executeIn":"server"}]}]}`:  `mcpServers[0].tools[0].executeIn: "server" (a tool without a handler in the client, Chucky's serverTool()) is not supported`,
+		`{"mcpServers":[{"name":"app","tools":[{"name":"t","executeIn":"browser"}]}]}`: "Warren is the server and runs no tool code",
+		`{"tools":[{"name":"t","handler":{}}]}`:                                        "tools[0]",
+		`{"tools":[{"name":"t"},7]}`:                                                   "tools[1]",
+		`{"tools":["Read",{"name":"bad name"}]}`:                                       "session option tools[1].name",
+		`{"tools":[{"name":"t"}],"mcpServers":[{"name":"tools","command":"x"}]}`:       `client tool server "tools", which mcpServers names too`,
+	} {
+		_, err := DecodeSessionOptions(json.RawMessage(in))
+		if CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeSessionOptions(%s) = %v, want invalid_argument with %q", in, err, want)
 		}
 	}
 }
