@@ -12,6 +12,42 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
+// MaxWaitingChannelsPerUser bounds a user's agent channels that are authenticated but have not sent init
+// yet: no rate, lease or session cap counts them (nothing is admitted before init), so without it one token
+// could hold any number of connections, their goroutines and buffers, for InitTimeout each.
+const MaxWaitingChannelsPerUser = 8
+
+// waitingInit counts each user's channels waiting for init. The zero value is ready.
+type waitingInit struct {
+	mu sync.Mutex
+	n  map[admissionKey]int
+}
+
+// take counts one more waiting channel of k, or refuses it (concurrency_limit) when k has
+// MaxWaitingChannelsPerUser already. release, called once, uncounts it.
+func (w *waitingInit) take(k admissionKey) (release func(), err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n[k] >= MaxWaitingChannelsPerUser {
+		return nil, wire.Errorf(wire.ConcurrencyLimit, "too many agent channels of this user waiting for init (at most %d); send init or close one",
+			MaxWaitingChannelsPerUser).WithDetails(map[string]any{"max_waiting_channels": MaxWaitingChannelsPerUser})
+	}
+	if w.n == nil {
+		w.n = map[admissionKey]int{}
+	}
+	w.n[k]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.n[k]--; w.n[k] <= 0 {
+				delete(w.n, k)
+			}
+		})
+	}, nil
+}
+
 // errChannelEnded: the channel ended while the edge waited for its first message (the client left, or
 // the edge closed it with an error message already: the init timeout, its shutdown).
 var errChannelEnded = errors.New("agent channel ended before init")

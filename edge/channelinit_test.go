@@ -192,3 +192,38 @@ func TestEdgeClosesSendAnErrorFirst(t *testing.T) {
 		wantErrorThenClose(t, c, wire.Unavailable, 0)
 	})
 }
+
+// A user may hold at most MaxWaitingChannelsPerUser channels that have not sent init: nothing before init
+// is rated or leased, so without the bound one token held any number of connections open for the init
+// timeout each (the attack: open channels and never send init). The next is refused with
+// concurrency_limit; a channel that sends init, or leaves, makes room. Before the fix all were held.
+func TestWaitingChannelsPerUserBounded(t *testing.T) {
+	_, url, _, k, _ := initEdge(t, time.Hour)
+	var held []*websocket.Conn
+	for range MaxWaitingChannelsPerUser {
+		c := dialRaw(t, url, k.User)
+		write(t, c, `{"type":"ping","payload":{"timestamp":1}}`)
+		if typ, _ := readMsg(t, c); typ != wire.TypePong { // the edge is waiting for its init
+			t.Fatalf("ping answered with %s", typ)
+		}
+		held = append(held, c)
+	}
+	over := dialRaw(t, url, k.User)
+	wantErrorThenClose(t, over, wire.ConcurrencyLimit, 0)
+
+	// Leaving makes room; sending init does too.
+	held[0].Close(websocket.StatusNormalClosure, "")
+	write(t, held[1], `{"type":"init","payload":{}}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := dialRaw(t, url, k.User)
+		write(t, c, `{"type":"ping","payload":{"timestamp":1}}`)
+		if typ, _ := readMsg(t, c); typ == wire.TypePong {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no room after a waiting channel left and another sent init")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

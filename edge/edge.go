@@ -112,6 +112,7 @@ type Edge struct {
 	peers   *peers
 	admits  admissionCache
 	pv      *previewState // nil without Config.Previews
+	waiting waitingInit   // agent channels authenticated and waiting for init, per user (channelinit.go)
 
 	stopMu   sync.Mutex     // guards stopped and channels.Add
 	stopped  bool           // Shutdown was called

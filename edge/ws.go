@@ -68,8 +68,14 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 		return
 	}
 	// Only a channel that opens with init (or a reconnect naming its session) is admitted: leased, rated,
-	// its sandbox started.
+	// its sandbox started. Until then it is bounded by the user's count of waiting channels instead.
+	unwait, err := e.waiting.take(admissionKey{issuer: claims.Issuer, user: claims.Subject})
+	if err != nil {
+		e.closeWith(ctx, c, err)
+		return
+	}
 	first, err := e.firstMessages(ctx, c)
+	unwait()
 	if err != nil {
 		return
 	}
