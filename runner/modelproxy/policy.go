@@ -145,6 +145,11 @@ func (pol policy) check(r *http.Request, req *messagesRequest, models []string) 
 			return &e
 		}
 	}
+	if req.urlSource {
+		e := badRequest(`a content block whose source is of type "url" is not enabled on this platform: ` +
+			"the API would fetch it, and its tokens are not bounded by the request's size; send the data itself (base64 or text)")
+		return &e
+	}
 	if len(req.gated) > 0 {
 		e := badRequest(fmt.Sprintf("%s is not enabled on this platform", req.gated[0]))
 		return &e

@@ -483,3 +483,46 @@ func TestServiceTier(t *testing.T) {
 		return fmt.Sprintf("charged %d µ$, want %d (standard prices)", ledgerUsage(t, e.ledger).AIMicros, charged)
 	})
 }
+
+// An image or a document given by URL is fetched by the API: its tokens (about 1,600 per image, thousands
+// per PDF page) are not bounded by the request's bytes, on which the proxy's reservation rests, so a tenant
+// near the end of its budget could have a call of a few hundred bytes and max_tokens 1 admitted and cost
+// far more than was held (and many at once). Such a source is refused at any depth (a tool result's
+// content too), on both routes, and so is a repeated name anywhere (a "type" given twice must not read as
+// base64 here and url upstream). Before the fix every one of these reached the upstream.
+func TestURLSourcesAreRefused(t *testing.T) {
+	e := startEnv(t, modelserver.Options{})
+	token := e.proxy.OpenSession("s1", acct, -1)
+	body := func(content string) string {
+		return `{"model":"claude-sonnet-4-5","max_tokens":1,"messages":[{"role":"user","content":` + content + `}]}`
+	}
+	const img = `{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}`
+	for name, payload := range map[string]string{
+		"image":          body(`[` + img + `]`),
+		"document":       body(`[{"type":"document","source":{"type":"url","url":"https://example.com/a.pdf"}}]`),
+		"in tool result": body(`[{"type":"tool_result","tool_use_id":"t","content":[` + img + `]}]`),
+		"in system":      `{"model":"claude-sonnet-4-5","max_tokens":1,"system":[` + img + `],"messages":[{"role":"user","content":"hi"}]}`,
+		"duplicate type": body(`[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA==","type":"url","url":"https://example.com/a.png"}}]`),
+		"duplicate deep": body(`[{"type":"text","text":"a","text":"b"}]`),
+		"invalid UTF-8":  body("\"\xff\""),
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+				resp, b := callAs(t, e, path, token, payload, nil, "")
+				wantAPIError(t, resp, b, http.StatusBadRequest, "invalid_request_error")
+			}
+		})
+	}
+	noUpstream(t, e)
+	for name, payload := range map[string]string{
+		"base64 image":     body(`[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]`),
+		"url as text":      body(`[{"type":"text","text":"{\"source\":{\"type\":\"url\"}}"}]`),
+		"search result":    body(`[{"type":"search_result","source":"https://example.com","title":"t","content":[{"type":"text","text":"x"}]}]`),
+		"schema named url": withTools("claude-sonnet-4-5", `[{"name":"x","input_schema":{"type":"object","properties":{"source":{"type":"string"}}}}]`, ""),
+	} {
+		resp, b := callAs(t, e, "/v1/messages", token, payload, nil, "")
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: status %d: %s", name, resp.StatusCode, b)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Bounds on what an agent may ask for.
@@ -52,6 +54,9 @@ type messagesRequest struct {
 	fields map[string]span
 	// serviceTier is the "service_tier" value; "" when absent.
 	serviceTier string
+	// urlSource is true when a content block anywhere in the body has a "source" of "type" "url": an image
+	// or document the API fetches itself, whose tokens its bytes do not bound.
+	urlSource bool
 }
 
 // gatedKeys are top-level request fields the proxy refuses (policy.go), with why: each makes the API reach
@@ -128,7 +133,66 @@ func parseMessagesRequest(body []byte) (*messagesRequest, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the JSON object")
 	}
+	if r.urlSource, err = hasURLSource(body); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// hasURLSource reads the whole body as exact JSON (a name repeated in any object, or invalid UTF-8, is
+// refused: the proxy and the API could read different values) and reports whether any object's "source"
+// member is an object whose "type" is "url". Such a block (an image or a PDF given by URL) is fetched by the
+// API: a few dozen bytes can become many thousands of input tokens, which breaks the proxy's bound of one
+// token per byte (and its count_tokens fallback does not see what the fetch will return).
+func hasURLSource(body []byte) (bool, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	found := false
+	var walk func(source bool) error
+	walk = func(source bool) error {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		switch tok.Kind() {
+		case '{':
+			for dec.PeekKind() != '}' {
+				name, err := dec.ReadToken()
+				if err != nil {
+					return err
+				}
+				k := name.String()
+				if source && k == "type" && dec.PeekKind() == '"' {
+					v, err := dec.ReadToken()
+					if err != nil {
+						return err
+					}
+					found = found || v.String() == "url"
+					continue
+				}
+				if err := walk(k == "source"); err != nil {
+					return err
+				}
+			}
+		case '[':
+			for dec.PeekKind() != ']' {
+				if err := walk(false); err != nil {
+					return err
+				}
+			}
+		default:
+			return nil
+		}
+		_, err = dec.ReadToken() // the closing '}' or ']'
+		return err
+	}
+	if err := walk(false); err != nil {
+		var se *jsontext.SyntacticError
+		if errors.As(err, &se) {
+			return false, fmt.Errorf("body at %.128q: %w", string(se.JSONPointer), se.Err) // the pointer is the tenant's text: clipped
+		}
+		return false, fmt.Errorf("read body: %w", err)
+	}
+	return found, nil
 }
 
 // toolTypes reads the "type" of every entry of a tools array ("" when absent). Keys are matched exactly
