@@ -159,42 +159,7 @@ func TestIsolationOtherTenants(t *testing.T) {
 func listenIn(t *testing.T, nsPath, addr, banner string) net.Listener {
 	t.Helper()
 	var ln net.Listener
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if nsPath != "" {
-			// The thread goes into the namespace for the socket and comes back: a goroutine that ended
-			// locked on the main thread would leave the whole process's namespace (/proc/self) changed.
-			runtime.LockOSThread()
-			own, e := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if e != nil {
-				err = e
-				return // locked: the runtime ends this thread
-			}
-			defer unix.Close(own)
-			fd, e := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if e != nil {
-				err = e
-				return
-			}
-			defer unix.Close(fd)
-			if e := unix.Setns(fd, unix.CLONE_NEWNET); e != nil {
-				err = e
-				return
-			}
-			ln, err = net.Listen("tcp", addr)
-			if unix.Setns(own, unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-			return
-		}
-		ln, err = net.Listen("tcp", addr)
-	}()
-	<-done
-	if err != nil {
-		t.Fatalf("listen %s in %q: %v", addr, nsPath, err)
-	}
+	socketIn(t, nsPath, func() (err error) { ln, err = net.Listen("tcp", addr); return err })
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -207,6 +172,47 @@ func listenIn(t *testing.T, nsPath, addr, banner string) net.Listener {
 		}
 	}()
 	return ln
+}
+
+// socketIn runs open (which makes a socket) in the network namespace at nsPath ("": the test's own).
+func socketIn(t *testing.T, nsPath string, open func() error) {
+	t.Helper()
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if nsPath == "" {
+			err = open()
+			return
+		}
+		// The thread goes into the namespace for the socket and comes back: a goroutine that ended
+		// locked on the main thread would leave the whole process's namespace (/proc/self) changed.
+		runtime.LockOSThread()
+		own, e := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if e != nil {
+			err = e
+			return // locked: the runtime ends this thread
+		}
+		defer unix.Close(own)
+		fd, e := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if e != nil {
+			err = e
+			return
+		}
+		defer unix.Close(fd)
+		if e := unix.Setns(fd, unix.CLONE_NEWNET); e != nil {
+			err = e
+			return
+		}
+		err = open()
+		if unix.Setns(own, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	<-done
+	if err != nil {
+		t.Fatalf("socket in %q: %v", nsPath, err)
+	}
 }
 
 // testHost makes a network namespace reached from the test's own through a veth pair, the namespace's

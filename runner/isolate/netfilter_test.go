@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestIsolationNetworkIPv4InIPv6: the IPv6 forms of IPv4 addresses a gateway may translate (IPv4-compatible
@@ -41,8 +42,8 @@ func TestIsolationNetworkIPv4InIPv6(t *testing.T) {
 
 // testHost6 makes a network namespace holding addrs (IPv6) on its loopback, reached from the test's own
 // through a veth pair on a ULA /64 of its own, routes each of addrs there, and listens on port of all of
-// them: a host beyond a gateway that translates those addresses.
-func testHost6(t *testing.T, addrs []string, port int, banner string) {
+// them: a host beyond a gateway that translates those addresses. It returns the namespace's path.
+func testHost6(t *testing.T, addrs []string, port int, banner string) string {
 	t.Helper()
 	name, ip := vethNamespace(t)
 	var b [2]byte
@@ -61,5 +62,61 @@ func testHost6(t *testing.T, addrs []string, port int, banner string) {
 	listenIn(t, "/run/netns/"+name, net.JoinHostPort("::", strconv.Itoa(port)), banner)
 	for _, a := range addrs {
 		dialFromHost(t, net.JoinHostPort(a, strconv.Itoa(port)))
+	}
+	return "/run/netns/" + name
+}
+
+// TestIsolationNetworkFlowsBounded: what a veth sandbox opens through the host is tracked in the host's
+// connection table, which every sandbox, the runner and the edge share. The attack: a loop of UDP
+// datagrams, each from a fresh socket (a new tracked flow each), fills it (262144 entries here, 30 s each)
+// and the host's new connections are dropped. The host's table of the pair drops a sandbox's new flows
+// beyond vethMaxFlows at once (lowered here): of 40 flows to a host beyond the gateway, at most that many
+// arrive, while an established flow still works. Before the fix all 40 arrived.
+func TestIsolationNetworkFlowsBounded(t *testing.T) {
+	requireRoot(t)
+	toolPath(t, "ip", "iproute2")
+	defer func(n uint32) { vethMaxFlows = n }(vethMaxFlows)
+	vethMaxFlows = 16
+	public := "64:ff9b::cb00:720b" // 203.0.114.11
+	ns := testHost6(t, []string{public}, 8083, "flows")
+	var pc net.PacketConn
+	socketIn(t, ns, func() (err error) { pc, err = net.ListenPacket("udp6", net.JoinHostPort(public, "8084")); return err })
+	t.Cleanup(func() { pc.Close() })
+	got := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			m := strings.TrimSpace(string(buf[:n]))
+			if m == "first" {
+				_, _ = pc.WriteTo([]byte("ok\n"), from) // a flow with a reply: established
+			}
+			got <- m
+		}
+	}()
+	s := vethSandbox(t, NetworkConfig{})
+	res, o := sh(t, s, fmt.Sprintf(`bash -c 'exec 3<>/dev/udp/%[1]s/8084 || exit 3; echo first >&3; read -t 10 -N 1 r <&3 || exit 4
+for i in $(seq 2 40); do echo flow 2>/dev/null >/dev/udp/%[1]s/8084; done; echo end >&3'`, public))
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v %q", res, o.stderr.String())
+	}
+	flows := 0
+	for deadline := time.After(30 * time.Second); ; {
+		select {
+		case m := <-got:
+			if m != "end" {
+				flows++
+				continue
+			}
+		case <-deadline:
+			t.Fatalf("no end on the first flow (%d flows arrived)", flows)
+		}
+		break
+	}
+	if flows < 1 || flows > int(vethMaxFlows) {
+		t.Fatalf("%d of 40 flows arrived, want 1 to %d", flows, vethMaxFlows)
 	}
 }

@@ -52,6 +52,10 @@ const (
 	maxVethSlots    = 1 << 20
 )
 
+// vethMaxFlows bounds the connections (TCP, UDP flows, ...) one sandbox has tracked in the host's
+// connection table at once (hostTable); a variable so that a test can lower it.
+var vethMaxFlows uint32 = 4096
+
 // vethLink is a sandbox's end of the host: its slot (held by lock), the host end's name and the
 // addresses of both ends.
 type vethLink struct {
@@ -402,6 +406,16 @@ func (v *vethLink) hostTable(allow []netip.Prefix, pools ...netip.Prefix) error 
 			rule(fwd, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchAddr(own, true, expr.CmpOpNeq)...), drop)...)
 		}
 	}
+	// What the sandbox opens through the host is tracked in the host's connection table, which every
+	// sandbox, the runner and the edge share (nf_conntrack_max): its new connections beyond vethMaxFlows
+	// tracked at once are dropped, so one tenant cannot fill the table (a loop of UDP datagrams to fresh
+	// ports) and stop the host's new connections.
+	rule(fwd, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname),
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Connlimit{Count: vethMaxFlows, Flags: 1 /* NFT_CONNLIMIT_F_INV: over the count */}, drop)...)
 	rule(in, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), neighbourDiscovery(&expr.Verdict{Kind: expr.VerdictAccept})...)...)
 	for _, p := range pools {
 		rule(in, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchPrefix(p)...), drop)...)
