@@ -69,6 +69,21 @@ func noUpstream(t testing.TB, e *env) {
 	}
 }
 
+// refusedOnBothRoutes checks that every payload is refused (400) on /v1/messages and count_tokens, and
+// that none reached the upstream.
+func refusedOnBothRoutes(t *testing.T, e *env, token string, payloads map[string]string) {
+	t.Helper()
+	for name, payload := range payloads {
+		t.Run(name, func(t *testing.T) {
+			for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+				resp, b := callAs(t, e, path, token, payload, nil, "")
+				wantAPIError(t, resp, b, http.StatusBadRequest, "invalid_request_error")
+			}
+		})
+	}
+	noUpstream(t, e)
+}
+
 // withTools is a request body offering tools (raw JSON array) plus extra top-level fields.
 func withTools(model, tools, extra string) string {
 	return fmt.Sprintf(`{"model":%q,"max_tokens":100,"stream":true%s,"tools":%s,"messages":[{"role":"user","content":"hi"}]}`, model, extra, tools)
@@ -128,15 +143,7 @@ func TestServerToolsAndGatedFieldsAreRefused(t *testing.T) {
 		"duplicate tools": withTools("claude-sonnet-4-5", `[]`, `,"tools":[{"type":"web_search_20250305","name":"w"}]`),
 		"duplicate speed": withTools("claude-sonnet-4-5", `[]`, `,"speed":"standard","speed":"fast"`),
 	}
-	for name, payload := range refused {
-		t.Run(name, func(t *testing.T) {
-			for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
-				resp, b := callAs(t, e, path, token, payload, nil, "")
-				wantAPIError(t, resp, b, http.StatusBadRequest, "invalid_request_error")
-			}
-		})
-	}
-	noUpstream(t, e)
+	refusedOnBothRoutes(t, e, token, refused)
 	for name, payload := range map[string]string{
 		"client tool":       withTools("claude-sonnet-4-5", `[`+client+`]`, ""),
 		"custom type":       withTools("claude-sonnet-4-5", `[{"type":"custom","name":"x","input_schema":{}}]`, ""),
@@ -497,7 +504,7 @@ func TestURLSourcesAreRefused(t *testing.T) {
 		return `{"model":"claude-sonnet-4-5","max_tokens":1,"messages":[{"role":"user","content":` + content + `}]}`
 	}
 	const img = `{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}`
-	for name, payload := range map[string]string{
+	refusedOnBothRoutes(t, e, token, map[string]string{
 		"image":          body(`[` + img + `]`),
 		"document":       body(`[{"type":"document","source":{"type":"url","url":"https://example.com/a.pdf"}}]`),
 		"in tool result": body(`[{"type":"tool_result","tool_use_id":"t","content":[` + img + `]}]`),
@@ -505,15 +512,7 @@ func TestURLSourcesAreRefused(t *testing.T) {
 		"duplicate type": body(`[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA==","type":"url","url":"https://example.com/a.png"}}]`),
 		"duplicate deep": body(`[{"type":"text","text":"a","text":"b"}]`),
 		"invalid UTF-8":  body("\"\xff\""),
-	} {
-		t.Run(name, func(t *testing.T) {
-			for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
-				resp, b := callAs(t, e, path, token, payload, nil, "")
-				wantAPIError(t, resp, b, http.StatusBadRequest, "invalid_request_error")
-			}
-		})
-	}
-	noUpstream(t, e)
+	})
 	for name, payload := range map[string]string{
 		"base64 image":     body(`[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]`),
 		"url as text":      body(`[{"type":"text","text":"{\"source\":{\"type\":\"url\"}}"}]`),
