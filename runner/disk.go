@@ -22,16 +22,18 @@ var ErrWorkspaceFull = errors.New("the workspace is over its size limit")
 // uploads in flight) would be over the limit, and a running command is killed within diskPoll of taking
 // it over. Commands still start while the workspace is over, so that it can always be cleaned with rm
 // from exec (issue #21): such a command is killed once the workspace grows past the least it has been
-// since the command started (or past the limit, once back under it), so it may free space but not write. Usage is the allocated size, each entry counted as at least entryBytes so that inodes
-// are bounded too, measured by a walk through os.Root (one level at a time: no path is too long to count
-// and no directory swapped for a symlink leads outside) that is cached for diskCache. A walk that fails
-// counts as over the limit.
+// since the command started (or past the limit, once back under it), so it may free space but not write;
+// admit stops them starting once the workspace has grown overSlack while over. Usage is the allocated
+// size, each entry counted as at least entryBytes so that inodes are bounded too, measured by a walk
+// through os.Root (one level at a time: no path is too long to count and no directory swapped for a
+// symlink leads outside) that is cached for diskCache. A walk that fails counts as over the limit.
 type diskGuard struct {
 	dir      string
 	limit    func() int64 // 0: none
 	mu       sync.Mutex
 	at       time.Time
 	used     int64
+	over     int64        // the least usage measured since the workspace last went over its limit; 0: not over
 	inflight atomic.Int64 // bytes reserved by uploads in progress
 	walks    atomic.Int64 // walks of the workspace so far
 }
@@ -55,7 +57,37 @@ func (g *diskGuard) usage(maxAge time.Duration) int64 {
 		n = math.MaxInt64 // fail closed
 	}
 	g.used, g.at = n, time.Now()
+	switch limit := g.limit(); {
+	case limit <= 0 || n <= limit:
+		g.over = 0
+	case n != math.MaxInt64 && (g.over == 0 || n < g.over):
+		g.over = n
+	}
 	return n
+}
+
+// overSlack is how far a workspace over its limit may grow past the least it has been since it went over
+// before commands stop starting (see admit).
+const overSlack = 16 << 20
+
+// admit refuses with resource_exhausted to start a command (exec, process or terminal) while the workspace
+// is over its limit and has grown more than overSlack past the least it has been since it went over.
+// Commands start while it is over so that rm can clean it, and each is killed once it grows the workspace,
+// but the bytes written in the poll before its kill stay: without this a loop of commands, each killed,
+// grew an over-full workspace without bound. The files API's DELETE still frees space.
+func (g *diskGuard) admit() error {
+	limit := g.limit()
+	if limit <= 0 {
+		return nil
+	}
+	used := g.usage(diskPoll / 2)
+	g.mu.Lock()
+	over := g.over
+	g.mu.Unlock()
+	if used > limit && (over == 0 || used > over+overSlack) {
+		return wire.Errorf(wire.ResourceExhausted, "the workspace is over its limit of %d bytes (the quota's max_workspace_bytes) and grew while over: delete files first (DELETE /v1/sandbox/files)", limit)
+	}
+	return nil
 }
 
 // walkUsage sums the allocated bytes (at least entryBytes an entry) under dir. Entries that vanish during

@@ -103,6 +103,10 @@ func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result
 		return isolate.Result{ExitCode: -1}, err
 	}
 	defer release()
+	if err := a.r.disk.admit(); err != nil {
+		a.r.metrics.execs.WithLabelValues(outcomeError).Inc()
+		return isolate.Result{ExitCode: -1}, err
+	}
 	ctx, cancelFull := context.WithCancelCause(ctx)
 	defer cancelFull(nil)
 	go a.r.disk.watch(ctx, cancelFull)

@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner"
 )
 
 // TestSandboxLimitsFromGrant: the limits of the quota, carried in the edge's grant, hold for the user's
@@ -116,6 +118,61 @@ print('ok')"`)
 			t.Fatalf("24 MB under a 16 MiB limit, half of it under a path longer than PATH_MAX: mkdir status %d", resp.StatusCode)
 		}
 	})
+}
+
+// TestWorkspaceOverLimitDoesNotRatchet: commands start while the workspace is over its limit (so rm can
+// clean it), and each is killed once it grows it, but what it wrote before the kill stays. A loop of such
+// commands grew the workspace without bound (before: 8 rounds of 6 MB each stayed, 60 MB under an 8 MiB
+// limit); now commands stop starting once it has grown 16 MiB past the least it was since it went over.
+func TestWorkspaceOverLimitDoesNotRatchet(t *testing.T) {
+	needRoot(t)
+	h := startRunner(t)
+	g := wire.Grant{Issuer: "acme", User: "alice", Window: "lifetime", AIMicros: -1, ComputeSeconds: -1,
+		Limits: &wire.SandboxLimits{WorkspaceBytes: 8 << 20}}
+	grant := []string{wire.HeaderGrant, g.Encode()}
+	for i := range 9 {
+		// Each writes at once, then waits past a poll of the guard, which kills it (or it is refused).
+		resp := h.doJSON(t, http.MethodPost, "/v1/sandbox/exec", wire.ExecRequest{
+			Command: fmt.Sprintf("head -c 6000000 /dev/zero > r%d; sleep 3; echo survived", i)}, grant...)
+		if i == 0 { // under the limit
+			decode(t, resp, http.StatusOK, &wire.ExecResult{})
+			continue
+		}
+		var werr wire.Error
+		decode(t, resp, http.StatusTooManyRequests, &werr)
+		if werr.Code != wire.ResourceExhausted {
+			t.Fatalf("round %d: %+v", i, werr)
+		}
+	}
+	used, err := runner.WalkUsage(h.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first two rounds take it over (12 MB), rounds grow it while over up to 16 MiB more, and the last
+	// admitted round adds its 6 MB.
+	if bound := int64(12e6 + 16<<20 + 6e6 + 1<<20); used > bound {
+		t.Fatalf("the workspace holds %d bytes under an 8 MiB limit, over %d", used, bound)
+	}
+	// Space can still be freed through the files API, and then commands run again.
+	for i := range 9 {
+		resp := h.do(t, http.MethodDelete, fmt.Sprintf("/v1/sandbox/files?path=r%d", i), nil, grant...)
+		resp.Body.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; { // the usage is cached for up to 2s
+		resp := h.doJSON(t, http.MethodPost, "/v1/sandbox/exec", wire.ExecRequest{Command: "echo ok"}, grant...)
+		if resp.StatusCode == http.StatusOK {
+			var res wire.ExecResult
+			decode(t, resp, http.StatusOK, &res)
+			if strings.TrimSpace(res.Stdout) != "ok" {
+				t.Fatalf("after cleaning: %+v", res)
+			}
+			return
+		}
+		resp.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("after cleaning, exec still answers %d", resp.StatusCode)
+		}
+	}
 }
 
 // needRoot fails the test without root (as CI has): the sandbox's uid and cgroup need it; -short skips.

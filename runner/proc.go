@@ -129,7 +129,10 @@ func (t *procTable) counted(err error) error { return countStart(t.starts, err) 
 
 // start validates req and starts it. ctx is the runner's lifetime: the process dies when it ends.
 func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
-	// No disk check: a process may start in a full workspace (to clean it); its watch kills it if it writes.
+	// A process may start in a full workspace (to clean it); its watch kills it if it writes.
+	if err := t.r.disk.admit(); err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {

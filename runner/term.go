@@ -102,6 +102,9 @@ func (t *termTable) start(ctx context.Context, dir string, req wire.TermCreateRe
 	if command == "" {
 		command = defaultShell
 	}
+	if err := t.r.disk.admit(); err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
