@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,10 +27,12 @@ var ErrWorkspaceFull = errors.New("the workspace is over its size limit")
 // admit stops them starting once the workspace has grown overSlack while over. Usage is the allocated
 // size, each entry counted as at least entryBytes so that inodes are bounded too, measured by a walk
 // through os.Root (one level at a time: no path is too long to count and no directory swapped for a
-// symlink leads outside) that is cached for diskCache. A walk that fails counts as over the limit.
+// symlink leads outside), plus heldUnlinked, cached for diskCache. A walk that fails counts as over
+// the limit.
 type diskGuard struct {
 	dir      string
 	limit    func() int64 // 0: none
+	pids     func() []int // the sandbox's processes, whose unlinked open files count too; nil: none
 	mu       sync.Mutex
 	at       time.Time
 	used     int64
@@ -55,6 +58,8 @@ func (g *diskGuard) usage(maxAge time.Duration) int64 {
 	n, err := walkUsage(g.dir)
 	if err != nil {
 		n = math.MaxInt64 // fail closed
+	} else if g.pids != nil {
+		n += heldUnlinked(g.dir, g.pids())
 	}
 	g.used, g.at = n, time.Now()
 	switch limit := g.limit(); {
@@ -118,6 +123,37 @@ func walkUsage(dir string) (int64, error) {
 		return nil
 	})
 	return n, err
+}
+
+// heldUnlinked sums the allocated bytes (at least entryBytes a file) of the files on dir's file system
+// that pids hold open or mapped but no name links any more. The walk cannot see them: a command that
+// opened a file, removed it and kept writing filled the disk while the workspace looked empty.
+func heldUnlinked(dir string, pids []int) int64 {
+	var root syscall.Stat_t
+	if syscall.Stat(dir, &root) != nil {
+		return 0
+	}
+	seen := map[uint64]bool{}
+	var n int64
+	for _, pid := range pids {
+		for _, sub := range []string{"fd", "map_files"} {
+			d := "/proc/" + strconv.Itoa(pid) + "/" + sub
+			entries, err := os.ReadDir(d)
+			if err != nil {
+				continue
+			}
+			for _, e := range entries {
+				var st syscall.Stat_t
+				if syscall.Stat(d+"/"+e.Name(), &st) != nil || st.Nlink != 0 || st.Dev != root.Dev ||
+					st.Mode&syscall.S_IFMT != syscall.S_IFREG || seen[st.Ino] {
+					continue
+				}
+				seen[st.Ino] = true
+				n += max(int64(entryBytes), st.Blocks*512)
+			}
+		}
+	}
+	return n
 }
 
 // check refuses with resource_exhausted a write (a mkdir) while the workspace is over its limit.

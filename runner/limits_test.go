@@ -175,6 +175,32 @@ func TestWorkspaceOverLimitDoesNotRatchet(t *testing.T) {
 	}
 }
 
+// TestWorkspaceCountsUnlinkedOpenFiles: a file a command opened, removed and kept writing holds disk space
+// no walk of the workspace finds. Before, such a command wrote 18 MB under an 8 MiB limit and lived on
+// (and could fill the disk: no file past the limit, but any number of them); now the guard counts the sandbox's unlinked open files.
+func TestWorkspaceCountsUnlinkedOpenFiles(t *testing.T) {
+	needRoot(t)
+	h := startRunner(t)
+	g := wire.Grant{Issuer: "acme", User: "alice", Window: "lifetime", AIMicros: -1, ComputeSeconds: -1,
+		Limits: &wire.SandboxLimits{WorkspaceBytes: 8 << 20}}
+	resp := h.doJSON(t, http.MethodPost, "/v1/sandbox/exec", wire.ExecRequest{Command: `python3 -c "
+import os, time
+fs = []
+for i in range(3):
+    f = open('held', 'wb')
+    os.unlink('held')
+    f.write(bytes(6000000))
+    f.flush()
+    fs.append(f)
+time.sleep(4)
+print('survived')"`}, wire.HeaderGrant, g.Encode())
+	var werr wire.Error
+	decode(t, resp, http.StatusTooManyRequests, &werr)
+	if werr.Code != wire.ResourceExhausted || !strings.Contains(werr.Message, "max_workspace_bytes") {
+		t.Fatalf("18 MB in unlinked files under an 8 MiB limit: %+v", werr)
+	}
+}
+
 // needRoot fails the test without root (as CI has): the sandbox's uid and cgroup need it; -short skips.
 func needRoot(t *testing.T) {
 	t.Helper()

@@ -126,6 +126,9 @@ func (r *Runner) buildSandbox() error {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	r.sandbox, r.parts = sb, parts
+	r.disk.mu.Lock()
+	r.disk.pids = sb.Pids
+	r.disk.mu.Unlock()
 	return nil
 }
 

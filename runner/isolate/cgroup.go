@@ -269,3 +269,29 @@ func (n *node) delete() error {
 }
 
 func must[T any](v T, _ error) T { return v }
+
+// Pids lists the processes of the group's commands' part (its cgroup.procs, subgroups included); nil when
+// it cannot be read.
+func (c *Cgroup) Pids() []int {
+	dir := filepath.Join(CgroupMount, c.commands.rel)
+	if c.commands.v2 == nil {
+		dir = filepath.Join(CgroupMount, "pids", c.commands.rel)
+	}
+	var pids []int
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for f := range strings.FieldsSeq(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids
+}

@@ -186,6 +186,14 @@ func (s *Sandbox) OOMKills() int64 {
 // Insecure reports whether commands run without bubblewrap.
 func (s *Sandbox) Insecure() bool { return s.cfg.Insecure }
 
+// Pids lists the processes of the sandbox's commands (nil without a cgroup).
+func (s *Sandbox) Pids() []int {
+	if s.cfg.Cgroup == nil {
+		return nil
+	}
+	return s.cfg.Cgroup.Pids()
+}
+
 // Spec is one command to run.
 type Spec struct {
 	// Command is a /bin/sh -c script when Args is empty, otherwise the program to execute with Args.
