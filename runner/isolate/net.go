@@ -359,7 +359,7 @@ func installFilter(fd int, deny, allow []netip.Prefix) error {
 			return errors.New("refusing to filter the runner's own network namespace")
 		}
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	c, err := newNFT(nftables.WithNetNSFd(fd))
 	if err != nil {
 		return err
 	}

@@ -378,7 +378,7 @@ func (v *vethLink) link(ns *os.File) error {
 // host) is the exception: the sandbox may open connections to it, as its filter lets them out; the pools'
 // addresses (every pair's host end) never are, whatever the operator opened.
 func (v *vethLink) hostTable(allow []netip.Prefix, pools ...netip.Prefix) error {
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return err
 	}
@@ -474,7 +474,7 @@ func (v *vethLink) remove() error {
 
 // inetTables lists the runner namespace's inet tables.
 func inetTables() (*nftables.Conn, []*nftables.Table, error) {
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: nftables: %w", ErrConfig, err)
 	}
