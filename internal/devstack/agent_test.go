@@ -505,14 +505,16 @@ func TestPermissionsFollowTheConnection(t *testing.T) {
 	}
 }
 
-// Two sessions of one user in parallel against a budget that one turn's reservation can fit but not two:
-// one turn completes, the other ends with error_max_budget_usd, and the ledger never passes the limit.
-// (A reservation is the worst case — request bytes at the dearest input price plus max_tokens — so ~0.38 $
-// fits one ~0.07 $ turn's reservation, and what is left after it settles no longer fits a second.)
+// Two sessions of one user in parallel against a budget that one turn fits but not two: one turn completes,
+// the other ends with error_max_budget_usd, and the ledger never passes the limit. (A turn of the scripted
+// model costs ~0.066 $, its input ~22k tokens of the CLI's system prompt. Near the end of a budget the proxy
+// bounds a call by its counted input (~0.1 $ at the cache-write price, with margins) and lowers max_tokens
+// to what is left, so 0.15 $ fits one turn; the other is refused while the first holds its reservation, or
+// finds ~0.084 $ left after it settles, less than its bound.)
 func TestParallelSessionsShareOneBudget(t *testing.T) {
 	st := agentStack(t, agentOpts{})
 	ctx := agentCtx(t)
-	const limit = 380_000
+	const limit = 150_000
 	c := client(t, st, "sam", withBudget(limit))
 	var sessions [2]*warren.Session
 	for i := range sessions {
