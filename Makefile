@@ -32,7 +32,7 @@ terraform-provider: build ## install Warren's Terraform provider into a filesyst
 
 test: tools ## install what the tests need, lint, run every test and a short fuzz pass
 	$(MAKE) --no-print-directory lint
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 25m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
 test-short: ## unit tests only (no bubblewrap, no real servers)
