@@ -60,6 +60,10 @@ type Config struct {
 	// Endpoint returns the model API the CLI of a session talks to (the runner's proxy) and the key it
 	// uses (a per-session token). It is called each time a process starts. Required.
 	Endpoint func(sessionID string) (baseURL, apiKey string, err error)
+	// Watch, when set, runs for the life of each agent process (ctx ends when it exits); kill ends the
+	// process, and the turn running then fails naming the cause. The runner passes its workspace disk
+	// guard, so an agent (its own writes and its tools') is held to the workspace's cap as a command is.
+	Watch func(ctx context.Context, kill context.CancelCauseFunc)
 	// Release, when set, is called once the process an Endpoint key was given to has exited (or could not
 	// start), so the key can be revoked: a key never outlives its process.
 	Release func(sessionID, apiKey string)
@@ -461,6 +465,11 @@ func (d *Driver) start(s *agentSession, opts wire.SessionOptions, pinned bool, l
 			<-p.p.Done()
 			d.cfg.Release(s.id, apiKey)
 		}()
+	}
+	if d.cfg.Watch != nil {
+		wctx, stop := context.WithCancel(context.Background())
+		go func() { <-p.p.Done(); stop() }()
+		go d.cfg.Watch(wctx, func(cause error) { p.kill(cause) })
 	}
 	s.started = true
 	log.Debug("agent process started", "pid", p.p.Pid(), "resume", l.Resume, "fork_from", l.ForkFrom, "resume_at", l.ResumeAt)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
@@ -43,6 +44,14 @@ type cliProc struct {
 
 	writeMu sync.Mutex // one line at a time on stdin: turns and tool call answers write concurrently
 	bridge  *mcpBridge // answers the CLI's mcp_message requests for client tools
+
+	killedFor atomic.Pointer[error] // why Config.Watch ended the process, if it did
+}
+
+// kill ends the process for cause (Config.Watch's verdict), which its exit reason then names.
+func (c *cliProc) kill(cause error) {
+	c.killedFor.CompareAndSwap(nil, &cause)
+	_ = c.p.Kill()
 }
 
 // startCLI starts the CLI in the sandbox; lifetime ends the process when it is cancelled. servers are the
@@ -199,6 +208,9 @@ func (c *cliProc) exitReason() string {
 	reason := c.p.ExitError()
 	if reason == "" {
 		reason = "running"
+	}
+	if why := c.killedFor.Load(); why != nil {
+		reason = (*why).Error() + " (" + reason + ")"
 	}
 	if last := c.stderrLast(); last != "" {
 		reason += ": " + last
