@@ -14,8 +14,10 @@ import (
 
 // MaxWaitingChannelsPerUser bounds a user's agent channels that are authenticated but have not sent init
 // yet: no rate, lease or session cap counts them (nothing is admitted before init), so without it one token
-// could hold any number of connections, their goroutines and buffers, for InitTimeout each.
-const MaxWaitingChannelsPerUser = 8
+// could hold any number of connections, their goroutines and buffers, for InitTimeout each. It is above a
+// legitimate burst (an app opening dozens of clients of one user at once, each sending init as soon as it
+// is connected: TestConcurrentConnectsStartOneRunner dials 50) and bounds a hostile token all the same.
+const MaxWaitingChannelsPerUser = 64
 
 // waitingInit counts each user's channels waiting for init. The zero value is ready.
 type waitingInit struct {
