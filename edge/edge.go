@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,9 +111,13 @@ type Edge struct {
 	lean    *leanHop // plain requests to local runners (leanhop.go); nil with Config.HTTPClient
 	mux     *http.ServeMux
 	peers   *peers
-	admits  admissionCache
-	pv      *previewState // nil without Config.Previews
-	waiting waitingInit   // agent channels authenticated and waiting for init, per user (channelinit.go)
+	mpool   *meshPool // kept mesh streams of forwarded requests (meshpool.go)
+	// meshIdle is how long a kept stream waits for its next exchange here (meshServeIdleTimeout; shorter
+	// in tests).
+	meshIdle atomic.Int64
+	admits   admissionCache
+	pv       *previewState // nil without Config.Previews
+	waiting  waitingInit   // agent channels authenticated and waiting for init, per user (channelinit.go)
 
 	stopMu   sync.Mutex     // guards stopped and channels.Add
 	stopped  bool           // Shutdown was called
@@ -157,7 +162,7 @@ func New(cfg Config) (*Edge, error) {
 		return nil, err
 	}
 	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, stopping: make(chan struct{}), runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
-		peers: &peers{dir: cfg.Directory, self: cfg.Region}, admits: newAdmissionCache(cfg.AdmissionCacheTTL)}
+		peers: &peers{dir: cfg.Directory, self: cfg.Region}, mpool: newMeshPool(), admits: newAdmissionCache(cfg.AdmissionCacheTTL)}
 	if e.runners == nil {
 		e.runners = &http.Client{Transport: &http.Transport{
 			Proxy:                 nil,
@@ -167,6 +172,7 @@ func New(cfg Config) (*Edge, error) {
 		}}
 		e.lean = newLeanHop(e.runners.Transport)
 	}
+	e.meshIdle.Store(int64(meshServeIdleTimeout))
 	e.routes()
 	return e, nil
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -161,6 +162,23 @@ func (e *Edge) KnownRegion(region string) bool { return e.peers.known(region) }
 // the stream's header. None reachable: unavailable naming the region.
 func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind, next []byte) (meshStream, error) {
 	kl := string(kind)
+	cands, err := e.forwardTargets(ctx, a, kl)
+	if err != nil {
+		return nil, err
+	}
+	frame, err := e.grantFrame(a, kl, nil)
+	if err != nil {
+		return nil, err
+	}
+	frame = append(frame, next...)
+	h := mesh.Header{Kind: kind, RequestID: requestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject}
+	s, _, err := e.openTo(ctx, a, kl, cands, h, frame)
+	return s, err
+}
+
+// forwardTargets lists the live, non-draining edges of a.owner with a mesh address, in a random order. None:
+// unavailable naming the region.
+func (e *Edge) forwardTargets(ctx context.Context, a *admitted, kl string) ([]regions.Edge, error) {
 	edges, err := e.peers.list(ctx, peerCacheTTL)
 	if err != nil && len(edges) == 0 {
 		e.m.forwarded.WithLabelValues(kl, a.owner, "no_edge").Inc()
@@ -178,22 +196,31 @@ func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind, nex
 		return nil, ownedElsewhere(a.owner, errors.New("no live edge announced"))
 	}
 	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	frame, err := appendGrant(nil, a.grant(a.budget))
+	return cands, nil
+}
+
+// grantFrame appends the frame of the grant a admitted to b.
+func (e *Edge) grantFrame(a *admitted, kl string, b []byte) ([]byte, error) {
+	b, err := appendGrant(b, a.grant(a.budget))
 	if err != nil {
 		e.m.forwarded.WithLabelValues(kl, a.owner, "error").Inc()
 		return nil, wire.Wrap(wire.Internal, err, "encode the grant")
 	}
-	frame = append(frame, next...)
-	h := mesh.Header{Kind: kind, RequestID: requestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject}
+	return b, nil
+}
+
+// openTo opens a stream with header h and first bytes early to the first of cands that takes it, and says
+// which. None: unavailable naming the region.
+func (e *Edge) openTo(ctx context.Context, a *admitted, kl string, cands []regions.Edge, h mesh.Header, early []byte) (*mesh.Stream, regions.Edge, error) {
 	var last error
 	for _, ed := range cands {
 		octx, cancel := context.WithTimeout(ctx, forwardOpenTimeout)
-		s, err := e.cfg.Mesh.OpenWith(octx, a.owner, ed.Mesh, h, frame)
+		s, err := e.cfg.Mesh.OpenWith(octx, a.owner, ed.Mesh, h, early)
 		cancel()
 		if err == nil {
 			e.m.forwarded.WithLabelValues(kl, a.owner, "ok").Inc()
 			a.log.Info("forwarding over the mesh", "owner", a.owner, "peer_edge", ed.ID)
-			return s, nil
+			return s, ed, nil
 		}
 		last = err
 		a.log.Warn("mesh forward failed; trying the next edge", "owner", a.owner, "peer_edge", ed.ID, "err", err)
@@ -202,7 +229,66 @@ func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind, nex
 		}
 	}
 	e.m.forwarded.WithLabelValues(kl, a.owner, "mesh_failed").Inc()
-	return nil, ownedElsewhere(a.owner, last)
+	return nil, regions.Edge{}, ownedElsewhere(a.owner, last)
+}
+
+// sendExchange sends a forwarded request as an exchange (meshpool.go) to an edge of a.owner: on a kept
+// stream to one of them when there is one and fresh is false, else on a stream opened for it. first is
+// the exchange's first bytes after the per-request header and the grant (the request's head, and its body
+// when whole); whole says they are all of the request, sent with its end. It answers the exchange and
+// whether its stream was a kept one.
+func (e *Edge) sendExchange(ctx context.Context, a *admitted, first []byte, whole, fresh bool) (*exchange, bool, error) {
+	const kl = "http"
+	cands, err := e.forwardTargets(ctx, a, kl)
+	if err != nil {
+		return nil, false, err
+	}
+	b, err := mesh.AppendHeader(nil, mesh.Header{Kind: mesh.KindHTTP, RequestID: requestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject})
+	if err != nil {
+		e.m.forwarded.WithLabelValues(kl, a.owner, "error").Inc()
+		return nil, false, wire.Wrap(wire.Internal, err, "encode the exchange header")
+	}
+	if b, err = e.grantFrame(a, kl, b); err != nil {
+		return nil, false, err
+	}
+	b = append(b, first...)
+	if !fresh {
+		for _, ed := range cands {
+			s := e.mpool.get(ed.Mesh)
+			if s == nil {
+				continue
+			}
+			x := &exchange{s: s, pool: e.mpool, addr: ed.Mesh}
+			a.log.Info("forwarding over the mesh", "owner", a.owner, "peer_edge", ed.ID, "kept_stream", true)
+			// A failed write is learned by the answer's read, which tells a stream the peer ended idle.
+			if whole {
+				_ = x.writeAll(b)
+			} else {
+				_, _ = x.Write(b)
+			}
+			e.m.forwarded.WithLabelValues(kl, a.owner, "ok").Inc()
+			return x, true, nil
+		}
+	}
+	// A new stream: the exchange's first chunk (and its end) go with the stream's header.
+	x := &exchange{pool: e.mpool}
+	var early []byte
+	for len(b) > 0 {
+		c := b[:min(len(b), maxChunk)]
+		early = binary.BigEndian.AppendUint32(early, uint32(len(c)))
+		early = append(early, c...)
+		b = b[len(c):]
+	}
+	if whole {
+		early = binary.BigEndian.AppendUint32(early, 0)
+		x.wended = true
+	}
+	s, ed, err := e.openTo(ctx, a, kl, cands, mesh.Header{Kind: mesh.KindRequests}, early)
+	if err != nil {
+		return nil, false, err
+	}
+	x.s, x.addr = s, ed.Mesh
+	return x, false, nil
 }
 
 // msgConn is one side of an agent channel relay: a WebSocket (*websocket.Conn) or a mesh stream (msgStream).
@@ -278,7 +364,6 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		head.ContentLength = 0
 	}
-	upgrade := isUpgrade(req.Header)
 	frame, err := appendHead(nil, head)
 	if err != nil {
 		if req.Body != nil {
@@ -289,6 +374,10 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, wire.Wrap(wire.Internal, err, "encode the request head")
 	}
+	if !isUpgrade(req.Header) {
+		return t.roundTripExchange(req, head, frame)
+	}
+	// An upgrade: a stream of its own, which the upgraded connection's bytes follow.
 	s, err := t.e.openForward(ctx, t.a, mesh.KindHTTP, frame) // the head goes with the stream's header
 	if err != nil {
 		if req.Body != nil {
@@ -297,10 +386,35 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, s.Abort)
+	t.sendBody(s, req, head.ContentLength, true)
+	var rh respHead
+	if err := readHead(s, &rh); err != nil {
+		stop()
+		s.Abort()
+		return nil, wire.Wrap(wire.Unavailable, err, "the forwarded request failed")
+	}
+	cl := int64(-1)
+	if v := rh.Header.Get("Content-Length"); v != "" {
+		cl = parseLen(v)
+	}
+	var body io.ReadCloser = &streamBody{s: s, stop: stop}
+	if rh.Status == http.StatusSwitchingProtocols {
+		body = upgradedBody{body.(*streamBody)}
+		cl = 0 // as net/http has it for a 101: what follows is the upgraded connection, not a body
+	}
+	return &http.Response{
+		Status: http.StatusText(rh.Status), StatusCode: rh.Status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: rh.Header, Body: body, ContentLength: cl, Request: req,
+	}, nil
+}
+
+// sendBody copies req's body (of length n, -1 unknown) to s on a goroutine of its own, then half-closes s
+// unless upgrade (an upgraded connection's bytes follow: upgradedBody); bodyDone is closed when it is done.
+func (t *meshTransport) sendBody(s meshStream, req *http.Request, n int64, upgrade bool) {
 	t.bodyDone = make(chan struct{})
-	go func() { // the body, then the half-close that ends it
+	go func() {
 		defer close(t.bodyDone)
-		if head.ContentLength != 0 {
+		if n != 0 {
 			br := &errReader{r: req.Body}
 			_, err := io.Copy(s, br)
 			req.Body.Close()
@@ -312,34 +426,68 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return // the peer stopped reading (it answered early); its answer is still read
 			}
 		}
-		if !upgrade { // an upgraded connection's bytes follow (upgradedBody)
+		if !upgrade {
 			_ = s.CloseWrite()
 		}
 	}()
-	var rh respHead
-	if err := readHead(s, &rh); err != nil {
-		stop()
-		s.Abort()
-		return nil, wire.Wrap(wire.Unavailable, err, "the forwarded request failed")
+}
+
+// roundTripExchange forwards a request that is not an upgrade as an exchange (meshpool.go): on a kept
+// stream when its body is held whole (none, or at most smallBody), so that it can go again on a new stream
+// when the kept one turns out ended by the peer before it (errIdleClosed) or, for an idempotent request,
+// failed before any answer; a body streamed from the client goes on a stream of its own (kept afterwards).
+func (t *meshTransport) roundTripExchange(req *http.Request, head reqHead, frame []byte) (*http.Response, error) {
+	ctx := req.Context()
+	whole := head.ContentLength == 0
+	if head.ContentLength > 0 && head.ContentLength <= smallBody {
+		n := len(frame)
+		frame = append(frame, make([]byte, head.ContentLength)...)
+		_, err := io.ReadFull(req.Body, frame[n:])
+		if err != nil {
+			req.Body.Close()
+			return nil, wire.Wrap(wire.InvalidArgument, err, "the request body was cut short")
+		}
+		whole = true
 	}
-	cl := int64(-1)
-	if v := rh.Header.Get("Content-Length"); v != "" {
-		cl = parseLen(v)
+	if whole && req.Body != nil {
+		req.Body.Close()
 	}
-	if rh.Status == http.StatusSwitchingProtocols && !upgrade {
-		stop()
-		s.Abort()
-		return nil, wire.Errorf(wire.Unavailable, "the forwarded request was answered with a protocol switch it did not ask for")
+	for attempt := 0; ; attempt++ {
+		x, kept, err := t.e.sendExchange(ctx, t.a, frame, whole, attempt > 0 || !whole)
+		if err != nil {
+			if !whole {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+		stop := context.AfterFunc(ctx, x.Abort)
+		if !whole {
+			t.sendBody(x, req, head.ContentLength, false)
+		}
+		var rh respHead
+		if err := readHead(x, &rh); err != nil {
+			stop()
+			x.Abort()
+			if ctx.Err() == nil && kept && attempt == 0 && (x.idleEnded || idempotent(req)) {
+				t.a.log.Info("kept mesh stream failed before the answer; sending the request again", "err", err)
+				continue
+			}
+			return nil, wire.Wrap(wire.Unavailable, err, "the forwarded request failed")
+		}
+		if rh.Status == http.StatusSwitchingProtocols {
+			stop()
+			x.Abort()
+			return nil, wire.Errorf(wire.Unavailable, "the forwarded request was answered with a protocol switch it did not ask for")
+		}
+		cl := int64(-1)
+		if v := rh.Header.Get("Content-Length"); v != "" {
+			cl = parseLen(v)
+		}
+		return &http.Response{
+			Status: http.StatusText(rh.Status), StatusCode: rh.Status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: rh.Header, Body: &streamBody{s: x, stop: stop}, ContentLength: cl, Request: req,
+		}, nil
 	}
-	var body io.ReadCloser = &streamBody{s: s, stop: stop}
-	if upgrade && rh.Status == http.StatusSwitchingProtocols {
-		body = upgradedBody{body.(*streamBody)}
-		cl = 0 // as net/http has it for a 101: what follows is the upgraded connection, not a body
-	}
-	return &http.Response{
-		Status: http.StatusText(rh.Status), StatusCode: rh.Status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: rh.Header, Body: body, ContentLength: cl, Request: req,
-	}, nil
 }
 
 // errReader remembers the error of its reader other than io.EOF.
@@ -378,7 +526,10 @@ func (b *streamBody) Read(p []byte) (int, error) { return b.s.Read(p) }
 
 func (b *streamBody) Close() error {
 	b.once.Do(func() {
-		b.stop()
+		if !b.stop() { // the request's context ended: the stream is (being) aborted
+			b.s.Abort()
+			return
+		}
 		_ = b.s.Close()
 	})
 	return nil
@@ -389,7 +540,11 @@ func (b *streamBody) Close() error {
 // user and relays the agent channel or the request to it under that grant, without admitting or leasing:
 // the forwarding edge did.
 func (e *Edge) ServeMesh(ctx context.Context, from string, s *mesh.Stream) {
-	if s.Header().Kind == mesh.KindHTTP {
+	switch s.Header().Kind {
+	case mesh.KindRequests:
+		e.serveExchanges(ctx, from, s)
+		return
+	case mesh.KindHTTP:
 		// A forwarded request's work ends when its peer gives up on the stream (the client behind the
 		// forwarding edge went away), not when the mesh connection does: the runner request is cancelled
 		// as a direct one would be. (An agent channel ends by its own close frames and read errors.)
@@ -399,6 +554,44 @@ func (e *Edge) ServeMesh(ctx context.Context, from string, s *mesh.Stream) {
 		defer context.AfterFunc(s.Context(), cancel)()
 	}
 	e.serveMesh(ctx, from, s, s.Header())
+}
+
+// serveExchanges serves the exchanges of a KindRequests stream (meshpool.go) one after the other, each under
+// the header and grant it carries, as a stream of its own would be. The stream ends quietly when the
+// forwarding edge ends it (or leaves it idle for meshServeIdleTimeout) between two exchanges, and is reset
+// when an exchange fails or is malformed.
+func (e *Edge) serveExchanges(ctx context.Context, from string, s *mesh.Stream) {
+	for {
+		x := &exchange{s: s}
+		started, err := x.await(time.Duration(e.meshIdle.Load()))
+		if !started {
+			if err != nil {
+				s.Abort()
+			}
+			return // the node closes the stream: the forwarding edge reads its end
+		}
+		_ = s.SetReadDeadline(time.Now().Add(grantReadTimeout))
+		h, err := mesh.ReadHeader(x)
+		if err == nil && h.Kind != mesh.KindHTTP {
+			err = fmt.Errorf("an exchange of kind %q", h.Kind)
+		}
+		if err != nil {
+			e.m.forwardServed.WithLabelValues("http", from, "bad_grant").Inc()
+			e.log.Warn("forwarded exchange refused", "from_region", from, "err", err)
+			s.Abort()
+			return
+		}
+		// The exchange's work ends when the forwarding edge gives up on it (it resets the stream).
+		xctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(s.Context(), cancel)
+		e.serveMesh(xctx, from, x, h)
+		stop()
+		cancel()
+		if !x.reusable {
+			s.Abort() // never a quiet end after an exchange began: the forwarding edge would send it again
+			return
+		}
+	}
 }
 
 func (e *Edge) serveMesh(ctx context.Context, from string, s meshStream, h mesh.Header) {
@@ -516,6 +709,12 @@ func (e *Edge) serveForwardedHTTP(ctx context.Context, from string, s meshStream
 		wire.WriteHTTPError(w, a.log, ensureErr)
 		return
 	}
+	if _, exchanged := s.(*exchange); exchanged && isUpgrade(head.Header) {
+		e.m.forwardServed.WithLabelValues("http", from, "bad_grant").Inc()
+		a.log.Warn("forwarded upgrade refused on a kept stream")
+		w.failed = true // an upgraded connection takes a stream of its own
+		return
+	}
 	if isUpgrade(head.Header) {
 		e.m.forwardServed.WithLabelValues("http", from, "ok").Inc()
 		e.relayUpgrade(ctx, s, w, head, a)
@@ -542,14 +741,20 @@ func (e *Edge) serveForwardedHTTP(ctx context.Context, from string, s meshStream
 	e.proxyToRunner(w, r, a, g)
 }
 
-// streamResponse is the http.ResponseWriter of a forwarded request: the head frame at the first write, then
-// the body bytes as they are written (each write goes out at once: Flush has nothing to do).
+// streamResponse is the http.ResponseWriter of a forwarded request: the head frame, then the body bytes,
+// held until a Flush (the relay flushes after every write of the runner's answer, but for the one that
+// ends it: endingWriter), maxChunk bytes or finish, so that the head and the first bytes, and the last
+// bytes and the answer's end, cross the mesh in one packet each rather than one a write. The relay's
+// Flush may come from a goroutine of its own (httputil.ReverseProxy's first flush of the head).
 type streamResponse struct {
 	s       meshStream
 	header  http.Header
 	status  int
 	written bool
 	failed  bool
+
+	mu  sync.Mutex
+	buf []byte // written, not sent yet
 }
 
 func (w *streamResponse) Header() http.Header { return w.header }
@@ -561,40 +766,74 @@ func (w *streamResponse) WriteHeader(code int) {
 	w.status = code
 	w.written = true
 	frame, err := appendHead(nil, respHead{Status: code, Header: w.header.Clone()})
-	if err == nil {
-		_, err = w.s.Write(frame)
-	}
 	if err != nil {
 		w.failed = true
+		return
 	}
+	w.mu.Lock()
+	w.buf = append(w.buf, frame...)
+	w.mu.Unlock()
 }
 
 func (w *streamResponse) Write(p []byte) (int, error) {
 	if !w.written {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.failed {
 		return 0, errors.New("forwarded response failed")
 	}
-	n, err := w.s.Write(p)
+	w.buf = append(w.buf, p...)
+	if len(w.buf) >= maxChunk {
+		if err := w.send(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// send writes what is held; under mu.
+func (w *streamResponse) send() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	_, err := w.s.Write(w.buf)
+	w.buf = w.buf[:0]
 	if err != nil {
 		w.failed = true
 	}
-	return n, err
+	return err
 }
 
 func (w *streamResponse) Flush() {
 	if !w.written {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = w.send()
 }
 
-// finish writes the head of a response that wrote nothing; false when the response failed.
+// finish sends what is held (the head of a response that wrote nothing included), with the exchange's end
+// when the stream is one (exchange.writeAll); false when the response failed.
 func (w *streamResponse) finish() bool {
 	if !w.written {
 		w.WriteHeader(http.StatusOK)
 	}
-	return !w.failed
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed {
+		return false
+	}
+	if x, ok := w.s.(*exchange); ok {
+		if err := x.writeAll(w.buf); err != nil {
+			w.failed = true
+		}
+		w.buf = nil
+		return !w.failed
+	}
+	return w.send() == nil
 }
 
 // proxyToRunner relays r to a's runner: same path and query, the runner's key instead of the user's token,
@@ -621,7 +860,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 	again, in := false, r // a.running's runner was not there: asked for afresh (retryRunning)
 	rw := &endingWriter{ResponseWriter: w}
 	transport := e.runners.Transport
-	if _, forwarded := w.(*streamResponse); e.lean != nil && !forwarded {
+	if e.lean != nil {
 		transport = e.lean // in this goroutine when it can (leanhop.go)
 	}
 	p := &httputil.ReverseProxy{

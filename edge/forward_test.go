@@ -38,6 +38,7 @@ type meshRunner struct {
 	url     string
 	release chan struct{} // closed by the test: exec finishes
 	closed  chan websocket.CloseError
+	arrived chan string // the bodies of held whoami requests, as they arrive
 
 	mu       sync.Mutex
 	grants   []wire.Grant
@@ -46,7 +47,7 @@ type meshRunner struct {
 }
 
 func newMeshRunner(t testing.TB) *meshRunner {
-	rn := &meshRunner{release: make(chan struct{}), closed: make(chan websocket.CloseError, 4)}
+	rn := &meshRunner{release: make(chan struct{}), closed: make(chan websocket.CloseError, 4), arrived: make(chan string, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/agent", func(w http.ResponseWriter, r *http.Request) {
 		rn.record(r)
@@ -106,6 +107,31 @@ func newMeshRunner(t testing.TB) *meshRunner {
 			return
 		}
 		fmt.Fprint(w, "event: exit\ndata: 0\n\n")
+	})
+	mux.HandleFunc("/v1/sandbox/whoami", func(w http.ResponseWriter, r *http.Request) {
+		// The user the runner was granted for, and the request's own body and id: an answer that reached
+		// another request, or carried another's headers, shows.
+		g, _ := wire.DecodeGrant(r.Header.Get(wire.HeaderGrant))
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Who", g.User)
+		w.Header().Set("X-Echo-Request-Id", r.Header.Get("X-Request-Id"))
+		if r.URL.Query().Has("hold") { // answered once rn.release is closed
+			rn.arrived <- string(body)
+			select {
+			case <-rn.release:
+			case <-r.Context().Done():
+				rn.canceled.Add(1)
+				return
+			}
+		}
+		if r.URL.Query().Has("big") { // an answer longer than any buffer on the way, for clients that leave early
+			w.Header().Set("Content-Type", "application/octet-stream")
+			for range 64 {
+				fmt.Fprintf(w, "%s %s %s\n", g.User, body, strings.Repeat("x", 4096))
+			}
+			return
+		}
+		fmt.Fprintf(w, "%s %s", g.User, body)
 	})
 	execute := func(w http.ResponseWriter, r *http.Request) { // one-shot tasks: echoes what arrived
 		rn.record(r)
@@ -182,6 +208,10 @@ type meshRegion struct {
 	verifier  *countingVerifier
 	sandboxes *regionSandboxes
 	reg       *prometheus.Registry
+	// restart closes the region's mesh node (its peers are told) and starts another on the same address,
+	// serving the same edge: a restarted edge process as its peers see it (its metrics are not in reg).
+	restart  func()
+	restarts int
 }
 
 // twoRegions is regions a and b, each an edge with a real mesh node (one dev CA) and its own ledger and
@@ -207,15 +237,33 @@ func twoRegions(t testing.TB, rn *meshRunner, announce func(r *meshRegion) *regi
 		}
 		t.Cleanup(func() { r.ledger.Close() })
 		var ed *Edge
-		node, err := mesh.New(mesh.Config{
-			Region: name, Certificate: ca.Source(name), Roots: ca.Roots(), DialAddr: "127.0.0.1:0",
-			KnownRegions: func(region string) bool { return ed.KnownRegion(region) },
-			Handler:      func(ctx context.Context, from string, s *mesh.Stream) { ed.ServeMesh(ctx, from, s) },
-			Metrics:      r.reg,
-		})
-		if err != nil {
-			t.Fatal(err)
+		// start starts this region's mesh node listening on addr; the node is closed at the test's end.
+		start := func(addr string) (*mesh.Node, net.Addr) {
+			var reg prometheus.Registerer = r.reg
+			if r.restarts > 0 {
+				reg = prometheus.NewRegistry() // r.reg has the first node's metrics
+			}
+			node, err := mesh.New(mesh.Config{
+				Region: name, Certificate: ca.Source(name), Roots: ca.Roots(), DialAddr: "127.0.0.1:0",
+				KnownRegions: func(region string) bool { return ed.KnownRegion(region) },
+				Handler:      func(ctx context.Context, from string, s *mesh.Stream) { ed.ServeMesh(ctx, from, s) },
+				Metrics:      reg,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			la, err := node.Listen(ctx, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = node.Close(cctx)
+			})
+			return node, la
 		}
+		node, addr := start("127.0.0.1:0")
 		cfg := Config{
 			Region: name, Verifier: r.verifier, Sandboxes: sb, Ledger: r.ledger, Quotas: r.ledger, Sessions: r.ledger.Sessions(),
 			Directory: dir, Mesh: node, Metrics: r.reg,
@@ -228,15 +276,15 @@ func twoRegions(t testing.TB, rn *meshRunner, announce func(r *meshRegion) *regi
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr, err := node.Listen(ctx, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
+		r.restart = func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_ = node.Close(cctx)
-		})
+			if err := r.node.Close(cctx); err != nil {
+				t.Fatal(err)
+			}
+			r.restarts++
+			r.node, _ = start(r.meshAddr)
+		}
 		srv := httptest.NewServer(ed.Handler())
 		t.Cleanup(srv.Close)
 		r.edge, r.node, r.meshAddr, r.url = ed, node, addr.String(), srv.URL

@@ -15,10 +15,13 @@ type Kind string
 const (
 	KindWebSocket Kind = "ws"   // a forwarded client WebSocket connection
 	KindHTTP      Kind = "http" // a forwarded HTTP request and its response
+	// KindRequests carries forwarded HTTP requests one after the other, each framed by the caller with an
+	// identity of its own: the header's request id, issuer and user are empty, and the stream is reused.
+	KindRequests Kind = "requests"
 )
 
 // kindCodes are the kinds' codes on the wire. A kind is added here and to Header docs together.
-var kindCodes = []Kind{1: KindWebSocket, 2: KindHTTP}
+var kindCodes = []Kind{1: KindWebSocket, 2: KindHTTP, 3: KindRequests}
 
 // HeaderVersion is the preamble version this package writes and the only one it reads.
 const HeaderVersion = 1
@@ -35,7 +38,7 @@ const (
 // Encoding (version 1), MaxHeaderLen bytes at most:
 //
 //	version  u8 (= 1)
-//	kind     u8 (1 = ws, 2 = http)
+//	kind     u8 (1 = ws, 2 = http, 3 = requests)
 //	request  u8 length, bytes
 //	issuer   u8 length, bytes
 //	user     u8 length, bytes

@@ -11,6 +11,7 @@ import (
 func TestHeaderRoundTrip(t *testing.T) {
 	for _, h := range []Header{
 		{Kind: KindWebSocket},
+		{Kind: KindRequests},
 		{Kind: KindHTTP, RequestID: "req-1", Issuer: "acme", User: "user-42", Epoch: 7},
 		{Kind: KindWebSocket, RequestID: strings.Repeat("r", MaxFieldLen), Issuer: "é ü 日本", User: strings.Repeat("u", MaxFieldLen), Epoch: ^uint64(0)},
 	} {

@@ -63,6 +63,10 @@ func (s *Stream) Header() Header { return s.header }
 // up reading (it aborted the stream). A handler uses it to stop work its peer no longer waits for.
 func (s *Stream) Context() context.Context { return s.qs.Context() }
 
+// Connection is cancelled once the connection the stream runs on has ended (the peer closed it, went
+// silent, or this node closed): a stream kept for reuse is worth nothing after that.
+func (s *Stream) Connection() context.Context { return s.conn.Context() }
+
 // Read reads what the peer wrote; io.EOF once it closed its send side. An error wrapping ErrStreamReset
 // means the peer aborted the stream.
 func (s *Stream) Read(p []byte) (int, error) {
