@@ -364,7 +364,14 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		head.ContentLength = 0
 	}
-	frame, err := appendHead(nil, head)
+	exchanged := !isUpgrade(req.Header) // else a stream of its own, which the upgraded connection's bytes follow
+	var frame []byte
+	var err error
+	if exchanged {
+		frame, err = appendExchangeHead(nil, head)
+	} else {
+		frame, err = appendHead(nil, head)
+	}
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -374,10 +381,9 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, wire.Wrap(wire.Internal, err, "encode the request head")
 	}
-	if !isUpgrade(req.Header) {
+	if exchanged {
 		return t.roundTripExchange(req, head, frame)
 	}
-	// An upgrade: a stream of its own, which the upgraded connection's bytes follow.
 	s, err := t.e.openForward(ctx, t.a, mesh.KindHTTP, frame) // the head goes with the stream's header
 	if err != nil {
 		if req.Body != nil {
@@ -465,7 +471,7 @@ func (t *meshTransport) roundTripExchange(req *http.Request, head reqHead, frame
 			t.sendBody(x, req, head.ContentLength, false)
 		}
 		var rh respHead
-		if err := readHead(x, &rh); err != nil {
+		if err := readExchangeHead(x, &rh); err != nil {
 			stop()
 			x.Abort()
 			if ctx.Err() == nil && kept && attempt == 0 && (x.idleEnded || idempotent(req)) {
@@ -698,7 +704,11 @@ func (e *Edge) serveForwardedHTTP(ctx context.Context, from string, s meshStream
 		_ = s.Close()
 	}()
 	var head reqHead
-	if err := readHead(s, &head); err != nil {
+	read := readHead
+	if _, exchanged := s.(*exchange); exchanged {
+		read = readExchangeHead
+	}
+	if err := read(s, &head); err != nil {
 		e.m.forwardServed.WithLabelValues("http", from, "bad_grant").Inc()
 		a.log.Warn("forwarded request refused", "err", err)
 		w.failed = true
@@ -765,7 +775,13 @@ func (w *streamResponse) WriteHeader(code int) {
 	}
 	w.status = code
 	w.written = true
-	frame, err := appendHead(nil, respHead{Status: code, Header: w.header.Clone()})
+	var frame []byte
+	var err error
+	if _, exchanged := w.s.(*exchange); exchanged {
+		frame, err = appendExchangeHead(nil, respHead{Status: code, Header: w.header})
+	} else {
+		frame, err = appendHead(nil, respHead{Status: code, Header: w.header.Clone()})
+	}
 	if err != nil {
 		w.failed = true
 		return

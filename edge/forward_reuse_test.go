@@ -282,7 +282,7 @@ func TestExchangeKeptOnlyWhenComplete(t *testing.T) {
 			b1, err = appendGrant(b1, wire.Grant{Issuer: "acme", User: "alice", Window: string(billing.Day), AIMicros: -1, ComputeSeconds: -1})
 		}
 		if err == nil {
-			b1, err = appendHead(b1, reqHead{Method: "POST", Path: "/v1/sandbox/whoami" + query, Header: http.Header{}, ContentLength: 4})
+			b1, err = appendExchangeHead(b1, reqHead{Method: "POST", Path: "/v1/sandbox/whoami" + query, Header: http.Header{}, ContentLength: 4})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -297,7 +297,7 @@ func TestExchangeKeptOnlyWhenComplete(t *testing.T) {
 		}
 		x := &exchange{s: s, pool: b.edge.mpool, addr: a.meshAddr, wended: true}
 		var rh respHead
-		if err := readHead(x, &rh); err != nil || rh.Status != http.StatusOK || rh.Header.Get("X-Who") != "alice" {
+		if err := readExchangeHead(x, &rh); err != nil || rh.Status != http.StatusOK || rh.Header.Get("X-Who") != "alice" {
 			t.Fatalf("answer head %+v, %v", rh, err)
 		}
 		return x
@@ -373,6 +373,39 @@ func FuzzExchangeChunks(f *testing.F) {
 		}
 		if n, err := x.Read(make([]byte, 8)); n != 0 || err == nil {
 			t.Fatalf("%x: read %d bytes, %v after the exchange's end", b, n, err)
+		}
+	})
+}
+
+// An exchange's binary head is read exactly as written, and whatever else arrives is refused with a typed
+// error, or accepted only as a head as checked as a JSON one.
+func FuzzExchangeHead(f *testing.F) {
+	req, _ := appendExchangeHead(nil, reqHead{Method: "POST", Path: "/v1/sandbox/exec?x=1", Header: http.Header{"Content-Type": {"a"}, "X-A": {"1", "2"}}, ContentLength: -1})
+	f.Add(req)
+	resp, _ := appendExchangeHead(nil, respHead{Status: 200, Header: http.Header{"X-A": {"b"}}})
+	f.Add(resp)
+	f.Add([]byte{0, 0, 0, 4, 0, 200, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h reqHead
+		if err := readExchangeHead(bytes.NewReader(b), &h); err == nil {
+			if !relayedPath(h.Path) && !previewPath(h.Path) || !validMethod(h.Method) || h.ContentLength < -1 || checkHeader(h.Header) != nil {
+				t.Fatalf("accepted %+v", h)
+			}
+			again, err := appendExchangeHead(nil, h)
+			var h2 reqHead
+			if err != nil || readExchangeHead(bytes.NewReader(again), &h2) != nil || fmt.Sprint(h2) != fmt.Sprint(h) {
+				t.Fatalf("%+v does not read back (%v): %+v", h, err, h2)
+			}
+		} else if !errors.Is(err, errBadFrame) {
+			t.Fatalf("untyped error %v", err)
+		}
+		var rh respHead
+		if err := readExchangeHead(bytes.NewReader(b), &rh); err == nil {
+			if rh.Status < 101 || rh.Status > 599 || checkHeader(rh.Header) != nil {
+				t.Fatalf("accepted %+v", rh)
+			}
+		} else if !errors.Is(err, errBadFrame) {
+			t.Fatalf("untyped error %v", err)
 		}
 	})
 }

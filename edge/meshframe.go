@@ -270,3 +270,144 @@ func truncateStr(s string) string {
 	}
 	return s
 }
+
+// An exchange's heads (meshpool.go) are binary, not JSON, being on the path of every forwarded request:
+//
+//	request   length u32 (1..maxHeadFrame), then method u8 length and bytes, path u16 length and bytes,
+//	          content length u64 (two's complement: -1 unknown), fields
+//	response  length u32 (1..maxHeadFrame), then status u16, fields
+//	fields    count u16, then each: name u16 length and bytes, value u16 length and bytes (a name with
+//	          several values once per value)
+//
+// The frame's bytes are exactly these; they are checked as a JSON head is (check).
+
+// appendExchangeHead appends v's frame (reqHead or respHead) in an exchange's form.
+func appendExchangeHead(b []byte, v any) ([]byte, error) {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0)
+	var h http.Header
+	switch v := v.(type) {
+	case reqHead:
+		if len(v.Method) > 0xff || len(v.Path) > 0xffff {
+			return b[:start], badFrame("method or path too long")
+		}
+		b = append(append(b, byte(len(v.Method))), v.Method...)
+		b = append(binary.BigEndian.AppendUint16(b, uint16(len(v.Path))), v.Path...)
+		b = binary.BigEndian.AppendUint64(b, uint64(v.ContentLength))
+		h = v.Header
+	case respHead:
+		b = binary.BigEndian.AppendUint16(b, uint16(v.Status))
+		h = v.Header
+	default:
+		return b[:start], fmt.Errorf("no exchange head for %T", v)
+	}
+	count := 0
+	for _, vs := range h {
+		count += len(vs)
+	}
+	if count > 0xffff {
+		return b[:start], badFrame("%d header fields", count)
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(count))
+	for k, vs := range h {
+		for _, v := range vs {
+			if len(k) > 0xffff || len(v) > 0xffff {
+				return b[:start], badFrame("header %s too long", truncateStr(k))
+			}
+			b = append(binary.BigEndian.AppendUint16(b, uint16(len(k))), k...)
+			b = append(binary.BigEndian.AppendUint16(b, uint16(len(v))), v...)
+		}
+	}
+	n := len(b) - start - 4
+	if n > maxHeadFrame {
+		return b[:start], badFrame("head of %d bytes, more than %d", n, maxHeadFrame)
+	}
+	binary.BigEndian.PutUint32(b[start:], uint32(n))
+	return b, nil
+}
+
+// readExchangeHead reads an exchange's head frame into v (*reqHead or *respHead) and checks it.
+func readExchangeHead(r io.Reader, v interface{ check() error }) error {
+	var hdr [4]byte
+	if err := readFrame(r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 || n > maxHeadFrame {
+		return badFrame("head of %d bytes", n)
+	}
+	br := binReader{b: make([]byte, n)}
+	if err := readFrame(r, br.b); err != nil {
+		return err
+	}
+	var h *http.Header
+	switch v := v.(type) {
+	case *reqHead:
+		v.Method = string(br.next(int(br.u8())))
+		v.Path = string(br.next(int(br.u16())))
+		v.ContentLength = int64(br.u64())
+		h = &v.Header
+	case *respHead:
+		v.Status = int(br.u16())
+		h = &v.Header
+	default:
+		return fmt.Errorf("no exchange head for %T", v)
+	}
+	count := int(br.u16())
+	if count > len(br.b)/4 { // each field takes 4 bytes at least
+		return badFrame("%d header fields in %d bytes", count, len(br.b))
+	}
+	*h = make(http.Header, count)
+	for range count {
+		k := string(br.next(int(br.u16())))
+		val := string(br.next(int(br.u16())))
+		if br.bad {
+			break
+		}
+		(*h)[k] = append((*h)[k], val)
+	}
+	switch {
+	case br.bad:
+		return badFrame("head truncated")
+	case len(br.b) > 0:
+		return badFrame("%d bytes after the head", len(br.b))
+	}
+	return v.check()
+}
+
+// binReader reads big-endian fields off b; bad once a read went past its end (reads then give zeros).
+type binReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *binReader) next(n int) []byte {
+	if r.bad || n > len(r.b) {
+		r.bad = true
+		return nil
+	}
+	p := r.b[:n]
+	r.b = r.b[n:]
+	return p
+}
+
+func (r *binReader) u8() uint8 {
+	if p := r.next(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (r *binReader) u16() uint16 {
+	if p := r.next(2); p != nil {
+		return binary.BigEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (r *binReader) u64() uint64 {
+	if p := r.next(8); p != nil {
+		return binary.BigEndian.Uint64(p)
+	}
+	return 0
+}
