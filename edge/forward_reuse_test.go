@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -15,8 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/mesh"
@@ -95,16 +92,7 @@ func TestForwardKeepsStreams(t *testing.T) {
 	}
 
 	c := rawExec(t, b.url, "alice", 5, "hello") // on the kept stream
-	br := bufio.NewReader(c)
-	for {
-		l, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("no output before the runner was released: %v", err)
-		}
-		if strings.HasPrefix(l, "data: hello") {
-			break
-		}
-	}
+	readUntil(t, c, "data: hello")
 	c.Close() // mid-answer
 	waitFor(t, "the runner's request to be cancelled", func() bool { return rn.canceled.Load() == 1 })
 	mustWhoami(t, b.url, "alice", "after-the-cut", "after")
@@ -186,7 +174,7 @@ func TestForwardKeptStreamEndedIdleSendsAgain(t *testing.T) {
 	a.edge.meshIdle.Store(int64(20 * time.Millisecond))
 	mustWhoami(t, b.url, "alice", "first", "one")
 	waitFor(t, "a to end the idle stream", func() bool {
-		return gaugeValue(t, a.reg, "warren_mesh_open_streams", "in") == 0
+		return counterValue(t, a.reg, "warren_mesh_open_streams", "in") == 0
 	})
 	a.edge.meshIdle.Store(int64(meshServeIdleTimeout))
 	if n := b.edge.mpool.size(a.meshAddr); n != 1 {
@@ -248,25 +236,6 @@ func TestForwardKeptStreamsPeerRestart(t *testing.T) {
 	if r := <-get; r.err != nil || r.code != http.StatusOK || r.body != "alice got" {
 		t.Fatalf("a GET in flight when the peer restarted: %d %q %v, want 200 after one retry", r.code, r.body, r.err)
 	}
-}
-
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == label {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // An exchange's stream goes back to the pool only when the answer was read to its end (and the request

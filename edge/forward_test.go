@@ -775,22 +775,28 @@ func rawExec(t *testing.T, url, user string, contentLength int, body string) net
 	return c
 }
 
-// A client that leaves a forwarded exec cancels the runner's request, as on a direct one; and a client
-// whose body breaks off does not get its runner stopped (Forget): neither holds anything at the owner.
-func TestForwardClientGoneCancelsTheRunnerRequest(t *testing.T) {
-	rn := newMeshRunner(t)
-	a, b, _ := twoRegions(t, rn, live)
-	c := rawExec(t, b.url, "alice", 5, "hello")
+// readUntil reads c up to the line starting with prefix: the runner's first output.
+func readUntil(t *testing.T, c net.Conn, prefix string) {
+	t.Helper()
 	br := bufio.NewReader(c)
 	for {
 		l, err := br.ReadString('\n')
 		if err != nil {
 			t.Fatalf("no output before the runner was released: %v", err)
 		}
-		if strings.HasPrefix(l, "data: hello") {
-			break
+		if strings.HasPrefix(l, prefix) {
+			return
 		}
 	}
+}
+
+// A client that leaves a forwarded exec cancels the runner's request, as on a direct one; and a client
+// whose body breaks off does not get its runner stopped (Forget): neither holds anything at the owner.
+func TestForwardClientGoneCancelsTheRunnerRequest(t *testing.T) {
+	rn := newMeshRunner(t)
+	a, b, _ := twoRegions(t, rn, live)
+	c := rawExec(t, b.url, "alice", 5, "hello")
+	readUntil(t, c, "data: hello")
 	c.Close()
 	for deadline := time.Now().Add(20 * time.Second); rn.canceled.Load() == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -186,18 +186,27 @@ func appendHead(b []byte, v any) ([]byte, error) {
 	return append(b, j...), nil
 }
 
-// readHead reads a head frame into v and checks it.
-func readHead(r io.Reader, v interface{ check() error }) error {
+// readHeadFrame reads a head frame's length and bytes (1 to maxHeadFrame).
+func readHeadFrame(r io.Reader) ([]byte, error) {
 	var hdr [4]byte
 	if err := readFrame(r, hdr[:]); err != nil {
-		return err
+		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n == 0 || n > maxHeadFrame {
-		return badFrame("head of %d bytes", n)
+		return nil, badFrame("head of %d bytes", n)
 	}
 	b := make([]byte, n)
 	if err := readFrame(r, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// readHead reads a head frame into v and checks it.
+func readHead(r io.Reader, v interface{ check() error }) error {
+	b, err := readHeadFrame(r)
+	if err != nil {
 		return err
 	}
 	if err := decodeStrictJSON(b, v); err != nil {
@@ -328,18 +337,11 @@ func appendExchangeHead(b []byte, v any) ([]byte, error) {
 
 // readExchangeHead reads an exchange's head frame into v (*reqHead or *respHead) and checks it.
 func readExchangeHead(r io.Reader, v interface{ check() error }) error {
-	var hdr [4]byte
-	if err := readFrame(r, hdr[:]); err != nil {
+	b, err := readHeadFrame(r)
+	if err != nil {
 		return err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 || n > maxHeadFrame {
-		return badFrame("head of %d bytes", n)
-	}
-	br := binReader{b: make([]byte, n)}
-	if err := readFrame(r, br.b); err != nil {
-		return err
-	}
+	br := binReader{b: b}
 	var h *http.Header
 	switch v := v.(type) {
 	case *reqHead:

@@ -179,6 +179,7 @@ func TestRunningAdmission(t *testing.T) {
 	}
 }
 
+// counterValue is the value of the counter (or gauge) name whose first label is label in reg, 0 if none.
 func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -191,6 +192,9 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 		}
 		for _, m := range mf.GetMetric() {
 			if m.GetLabel()[0].GetValue() == label {
+				if g := m.GetGauge(); g != nil {
+					return g.GetValue()
+				}
 				return m.GetCounter().GetValue()
 			}
 		}
