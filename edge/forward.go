@@ -271,7 +271,7 @@ func (e *Edge) sendExchange(ctx context.Context, a *admitted, first []byte, whol
 		}
 	}
 	// A new stream: the exchange's first chunk (and its end) go with the stream's header.
-	x := &exchange{pool: e.mpool}
+	x := &exchange{pool: e.mpool, once: !whole}
 	var early []byte
 	for len(b) > 0 {
 		c := b[:min(len(b), maxChunk)]
@@ -403,7 +403,7 @@ func (t *meshTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if v := rh.Header.Get("Content-Length"); v != "" {
 		cl = parseLen(v)
 	}
-	var body io.ReadCloser = &streamBody{s: s, stop: stop}
+	var body io.ReadCloser = &streamBody{s: s, stop: stop, left: -1}
 	if rh.Status == http.StatusSwitchingProtocols {
 		body = upgradedBody{body.(*streamBody)}
 		cl = 0 // as net/http has it for a 101: what follows is the upgraded connection, not a body
@@ -441,7 +441,9 @@ func (t *meshTransport) sendBody(s meshStream, req *http.Request, n int64, upgra
 // roundTripExchange forwards a request that is not an upgrade as an exchange (meshpool.go): on a kept
 // stream when its body is held whole (none, or at most smallBody), so that it can go again on a new stream
 // when the kept one turns out ended by the peer before it (errIdleClosed) or, for an idempotent request,
-// failed before any answer; a body streamed from the client goes on a stream of its own (kept afterwards).
+// failed before any answer. A body streamed from the client goes on a stream of its own, ended after the
+// exchange: its answer may have come before the body's end, which the serving edge then drains only up to
+// drainLimit, resetting the stream past it, and a reset kept stream would fail the next request.
 func (t *meshTransport) roundTripExchange(req *http.Request, head reqHead, frame []byte) (*http.Response, error) {
 	ctx := req.Context()
 	whole := head.ContentLength == 0
@@ -491,7 +493,7 @@ func (t *meshTransport) roundTripExchange(req *http.Request, head reqHead, frame
 		}
 		return &http.Response{
 			Status: http.StatusText(rh.Status), StatusCode: rh.Status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: rh.Header, Body: &streamBody{s: x, stop: stop}, ContentLength: cl, Request: req,
+			Header: rh.Header, Body: &streamBody{s: x, stop: stop, left: cl}, ContentLength: cl, Request: req,
 		}, nil
 	}
 }
@@ -521,14 +523,34 @@ func parseLen(v string) int64 {
 	return n
 }
 
-// streamBody is a forwarded response's body: the stream up to its end.
+// streamBody is a forwarded response's body: the stream (or exchange) up to its end. With left, the length
+// its head announced, it ends there: the exchange's end is then read to keep the stream, but the answer is
+// whole without it (a peer gone just after its last bytes does not cut an answer the client has whole).
 type streamBody struct {
 	s    meshStream
 	stop func() bool
 	once sync.Once
+	left int64 // bytes to come; -1 unknown
 }
 
-func (b *streamBody) Read(p []byte) (int, error) { return b.s.Read(p) }
+func (b *streamBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		var end [1]byte
+		_, _ = b.s.Read(end[:]) // io.EOF, normally there already: the exchange ended (else it is not kept)
+		b.left = -2
+	}
+	if b.left == -2 {
+		return 0, io.EOF
+	}
+	if b.left > 0 && int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.s.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+	}
+	return n, err
+}
 
 func (b *streamBody) Close() error {
 	b.once.Do(func() {

@@ -105,6 +105,30 @@ func TestForwardKeepsStreams(t *testing.T) {
 	}
 }
 
+// A request whose body is streamed from the client (more than smallBody) goes on a stream of its own, ended
+// after its exchange, never kept: its answer may come before the body's end, and the serving edge resets a
+// stream it cannot drain, which kept would fail the next request. The kept stream meanwhile serves on.
+func TestForwardStreamedBodyNotKept(t *testing.T) {
+	rn := newMeshRunner(t)
+	a, b, _ := twoRegions(t, rn, live)
+	mustWhoami(t, b.url, "alice", "small", "small")
+	big := strings.Repeat("b", 2*smallBody)
+	mustWhoami(t, b.url, "alice", "big", big)
+	if n := acceptedStreams(t, a); n != 2 {
+		t.Fatalf("%v mesh streams, want 2 (the kept one, and the big body's own)", n)
+	}
+	if n := b.edge.mpool.size(a.meshAddr); n != 1 {
+		t.Fatalf("%d streams kept, want 1: the big body's stream must not be", n)
+	}
+	mustWhoami(t, b.url, "alice", "small-again", "again")
+	if n := acceptedStreams(t, a); n != 2 {
+		t.Fatalf("%v mesh streams, want 2", n)
+	}
+	waitFor(t, "the big body's stream to end", func() bool {
+		return counterValue(t, a.reg, "warren_mesh_open_streams", "in") == 1
+	})
+}
+
 // Users' requests forwarded concurrently, among them clients that leave in the middle of a long answer and
 // clients that give up before theirs, each get their own answer and headers, from a runner granted for
 // them: no kept stream carries one exchange's bytes into another's. Streams are kept, not opened per
@@ -188,10 +212,15 @@ func TestForwardKeptStreamEndedIdleSendsAgain(t *testing.T) {
 
 // A peer edge that restarts drops the streams kept to it: the next request goes on a new connection and
 // stream. A POST in flight on a kept stream when the peer goes is answered unavailable and not sent again
-// (the runner may have acted on it); an idempotent GET in flight is sent again, once.
+// (the runner may have acted on it); an idempotent GET in flight is sent again, once (which the peer, still
+// going down, may refuse: then it is answered unavailable too).
 func TestForwardKeptStreamsPeerRestart(t *testing.T) {
 	rn := newMeshRunner(t)
 	a, b, _ := twoRegions(t, rn, live)
+	sends := func() float64 { // requests b sent to a, or tried to
+		return metric(t, b.reg, "warren_edge_forwarded_total", "kind", "http", "region", "a", "outcome", "ok") +
+			metric(t, b.reg, "warren_edge_forwarded_total", "kind", "http", "region", "a", "outcome", "mesh_failed")
+	}
 	mustWhoami(t, b.url, "alice", "first", "one")
 	a.restart()
 	waitFor(t, "b to learn that a's node is gone", func() bool { return liveKept(b.edge.mpool, a.meshAddr) == 0 })
@@ -214,27 +243,37 @@ func TestForwardKeptStreamsPeerRestart(t *testing.T) {
 		return out
 	}
 
+	before := sends()
 	post := held("POST", "posted")
 	a.restart()
 	if r := <-post; r.err != nil || r.code != http.StatusServiceUnavailable {
 		t.Fatalf("a POST in flight when the peer restarted: %d %q %v, want 503", r.code, r.body, r.err)
 	}
-	select {
-	case got := <-rn.arrived:
-		t.Fatalf("the POST in flight was sent again (%q)", got)
-	default:
+	if n := sends() - before; n != 1 {
+		t.Fatalf("a POST in flight when the peer restarted was sent %v times, want once", n)
 	}
 
 	waitFor(t, "b to learn that a's node is gone", func() bool { return liveKept(b.edge.mpool, a.meshAddr) == 0 })
 	mustWhoami(t, b.url, "alice", "after-second-restart", "three") // a kept stream again
+	before = sends()
 	get := held("GET", "got")
 	a.restart()
-	if got := <-rn.arrived; got != "got" {
-		t.Fatalf("the GET in flight was sent again as %q", got)
+	select {
+	case got := <-rn.arrived:
+		if got != "got" {
+			t.Fatalf("the GET in flight was sent again as %q", got)
+		}
+		close(rn.release)
+		if r := <-get; r.err != nil || r.code != http.StatusOK || r.body != "alice got" {
+			t.Fatalf("a GET in flight when the peer restarted: %d %q %v, want 200 after one retry", r.code, r.body, r.err)
+		}
+	case r := <-get: // the retry reached the peer going down
+		if r.err != nil || r.code != http.StatusServiceUnavailable {
+			t.Fatalf("a GET in flight when the peer restarted: %d %q %v, want 200 or 503", r.code, r.body, r.err)
+		}
 	}
-	close(rn.release)
-	if r := <-get; r.err != nil || r.code != http.StatusOK || r.body != "alice got" {
-		t.Fatalf("a GET in flight when the peer restarted: %d %q %v, want 200 after one retry", r.code, r.body, r.err)
+	if n := sends() - before; n != 2 {
+		t.Fatalf("a GET in flight when the peer restarted was sent %v times, want twice", n)
 	}
 }
 

@@ -109,7 +109,8 @@ func (p *meshPool) size(addr string) int {
 // chunks (length u32 big endian, 1 to maxChunk bytes), CloseWrite sends the zero-length chunk that ends this
 // side, and Read reads the peer's chunks up to its zero-length one (io.EOF). Abort resets the stream, which
 // ends with the exchange. Close ends the exchange: on the forwarding edge (pool set) the stream goes back to
-// the pool when both sides' ends were exchanged and the answer read to its end, else it is reset; on the
+// the pool (or, once, is ended) when both sides' ends were exchanged and the answer read to its end, else
+// it is reset; on the
 // serving edge the answer's end is sent, the rest of the request read (up to drainLimit) and the exchange
 // is reusable when that succeeded, else the stream is reset.
 //
@@ -117,7 +118,10 @@ func (p *meshPool) size(addr string) int {
 type exchange struct {
 	s    keptStream
 	pool *meshPool // forwarding edge: where the stream goes back
-	addr string    // the peer edge's mesh address (pool key)
+	// once: the forwarding edge ends the stream after this exchange rather than keep it (a request body
+	// streamed from the client, of which the serving edge may have had to leave more than drainLimit).
+	once bool
+	addr string // the peer edge's mesh address (pool key)
 
 	// read side
 	left      uint32 // bytes left of the chunk being read
@@ -131,7 +135,7 @@ type exchange struct {
 	wbroken bool
 	wbuf    []byte
 
-	once     sync.Once
+	closing  sync.Once
 	aborted  atomic.Bool
 	reusable bool // serving edge: Close kept the stream for the next exchange
 }
@@ -255,7 +259,7 @@ func (x *exchange) CloseWrite() error {
 }
 
 func (x *exchange) Close() error {
-	x.once.Do(func() {
+	x.closing.Do(func() {
 		if x.aborted.Load() {
 			return
 		}
@@ -277,6 +281,10 @@ func (x *exchange) release() {
 		x.wmu.Unlock()
 	}
 	if ended && x.eof.Load() && !x.rbroken.Load() && x.s.Connection().Err() == nil && x.s.SetDeadline(time.Time{}) == nil {
+		if x.once {
+			_ = x.s.Close() // between exchanges: the serving edge ends it quietly
+			return
+		}
 		x.pool.put(x.addr, x.s)
 		return
 	}
