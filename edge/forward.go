@@ -524,8 +524,9 @@ func parseLen(v string) int64 {
 }
 
 // streamBody is a forwarded response's body: the stream (or exchange) up to its end. With left, the length
-// its head announced, it ends there: the exchange's end is then read to keep the stream, but the answer is
-// whole without it (a peer gone just after its last bytes does not cut an answer the client has whole).
+// its head announced, it ends there, with its last bytes: the exchange's end is read then to keep the
+// stream, but the answer is whole without it (a peer gone just after its last bytes does not cut an answer
+// the client has whole).
 type streamBody struct {
 	s    meshStream
 	stop func() bool
@@ -534,9 +535,9 @@ type streamBody struct {
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
-	if b.left == 0 {
+	if b.left == 0 { // an empty answer
 		var end [1]byte
-		_, _ = b.s.Read(end[:]) // io.EOF, normally there already: the exchange ended (else it is not kept)
+		_, _ = b.s.Read(end[:])
 		b.left = -2
 	}
 	if b.left == -2 {
@@ -547,7 +548,11 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.s.Read(p)
 	if b.left > 0 {
-		b.left -= int64(n)
+		if b.left -= int64(n); b.left == 0 && err == nil {
+			var end [1]byte
+			_, _ = b.s.Read(end[:]) // io.EOF, normally there already: the exchange ended (else it is not kept)
+			b.left, err = -2, io.EOF
+		}
 	}
 	return n, err
 }
@@ -1087,6 +1092,10 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted,
 			<-t.bodyDone
 		}
 	}()
+	// The last bytes of an answer go to the client with the handler's end (endingWriter), after the
+	// answer's body was closed: a stream kept for the next request is back in the pool before the client
+	// can send it.
+	rw := &endingWriter{ResponseWriter: w}
 	p := &httputil.ReverseProxy{
 		Transport:     t,
 		FlushInterval: -1,
@@ -1100,6 +1109,9 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted,
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t.closeIfUploading(resp.Header)
+			if resp.StatusCode != http.StatusSwitchingProtocols { // an upgrade's body is the connection
+				resp.Body = &endingBody{ReadCloser: resp.Body, w: rw}
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -1110,7 +1122,7 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted,
 			wire.WriteHTTPError(w, a.log, err)
 		},
 	}
-	p.ServeHTTP(w, r)
+	p.ServeHTTP(rw, r)
 }
 
 // closeIfUploading makes an answer given while the client is still uploading its body the last one on the
