@@ -418,3 +418,51 @@ func FuzzExchangeHead(f *testing.F) {
 		}
 	})
 }
+
+// closeCounter is a keptStream that counts its Closes.
+type closeCounter struct {
+	readStream
+	closed *int
+	conn   context.Context
+}
+
+func (c closeCounter) Close() error                   { *c.closed++; return nil }
+func (c closeCounter) Connection() context.Context    { return c.conn }
+func (closeCounter) SetDeadline(time.Time) error      { return nil }
+func (closeCounter) SetWriteDeadline(time.Time) error { return nil }
+
+// The pool keeps at most meshPoolIdle streams per peer edge, the most recent, and never answers one whose
+// connection ended or that stayed idle meshPoolIdleTimeout; the streams of a peer edge no longer used are
+// closed by a later put for another one.
+func TestMeshPoolBounds(t *testing.T) {
+	p := newMeshPool()
+	closed := 0
+	live, cancel := context.WithCancel(context.Background())
+	mk := func() closeCounter { return closeCounter{closed: &closed, conn: live} }
+	for range meshPoolIdle + 3 {
+		p.put("x", mk())
+	}
+	if n := p.size("x"); n != meshPoolIdle || closed != 3 {
+		t.Fatalf("%d kept, %d closed; want %d and 3", n, closed, meshPoolIdle)
+	}
+	p.mu.Lock()
+	p.idle["x"][meshPoolIdle-1].since = time.Now().Add(-meshPoolIdleTimeout) // the most recent: expired
+	p.mu.Unlock()
+	if s := p.get("x"); s == nil || closed != 4 {
+		t.Fatalf("get answered %v with %d closed; want the next stream, the expired one closed", s, closed)
+	}
+	p.mu.Lock()
+	p.swept = time.Time{}
+	for i := range p.idle["x"] {
+		p.idle["x"][i].since = time.Now().Add(-meshPoolIdleTimeout)
+	}
+	p.mu.Unlock()
+	p.put("y", mk())
+	if n := p.size("x"); n != 0 || closed != 4+meshPoolIdle-2 {
+		t.Fatalf("x: %d kept, %d closed after a sweep", n, closed)
+	}
+	cancel() // y's connection ends
+	if s := p.get("y"); s != nil {
+		t.Fatal("a stream whose connection ended was answered")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,13 +48,20 @@ type keptStream interface {
 // meshPool keeps the forwarding edge's idle KindRequests streams, per peer edge (its mesh address). Safe for
 // concurrent use.
 type meshPool struct {
-	mu   sync.Mutex
-	idle map[string][]idleStream // the most recently used last
+	mu    sync.Mutex
+	idle  map[string][]idleStream // the most recently used last
+	swept time.Time
 }
 
 type idleStream struct {
 	s     keptStream
 	since time.Time
+}
+
+// usable reports whether the stream may carry another exchange: its connection lives, and it has not been
+// idle for meshPoolIdleTimeout.
+func (is idleStream) usable(now time.Time) bool {
+	return is.s.Connection().Err() == nil && now.Sub(is.since) < meshPoolIdleTimeout
 }
 
 func newMeshPool() *meshPool { return &meshPool{idle: map[string][]idleStream{}} }
@@ -63,12 +71,12 @@ func newMeshPool() *meshPool { return &meshPool{idle: map[string][]idleStream{}}
 func (p *meshPool) get(addr string) keptStream {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l := p.idle[addr]
+	l, now := p.idle[addr], time.Now()
 	var s keptStream
 	for s == nil && len(l) > 0 {
 		is := l[len(l)-1]
 		l = l[:len(l)-1]
-		if is.s.Connection().Err() == nil && time.Since(is.since) < meshPoolIdleTimeout {
+		if is.usable(now) {
 			s = is.s
 		} else {
 			_ = is.s.Close()
@@ -82,12 +90,32 @@ func (p *meshPool) get(addr string) keptStream {
 func (p *meshPool) put(addr string, s keptStream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
+	p.sweepLocked(now)
 	l := p.idle[addr]
-	for len(l) > 0 && (len(l) >= meshPoolIdle || l[0].s.Connection().Err() != nil || time.Since(l[0].since) >= meshPoolIdleTimeout) {
+	for len(l) > 0 && (len(l) >= meshPoolIdle || !l[0].usable(now)) {
 		_ = l[0].s.Close()
 		l = l[1:]
 	}
-	p.set(addr, append(l, idleStream{s, time.Now()}))
+	p.set(addr, append(l, idleStream{s, now}))
+}
+
+// sweepLocked closes the streams of every peer edge that are no longer usable, at most every
+// meshPoolIdleTimeout/2: peer edges no longer forwarded to keep none for long.
+func (p *meshPool) sweepLocked(now time.Time) {
+	if now.Sub(p.swept) < meshPoolIdleTimeout/2 {
+		return
+	}
+	p.swept = now
+	for addr, l := range p.idle {
+		p.set(addr, slices.DeleteFunc(l, func(is idleStream) bool {
+			if is.usable(now) {
+				return false
+			}
+			_ = is.s.Close()
+			return true
+		}))
+	}
 }
 
 func (p *meshPool) set(addr string, l []idleStream) {
