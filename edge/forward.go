@@ -536,9 +536,7 @@ type streamBody struct {
 
 func (b *streamBody) Read(p []byte) (int, error) {
 	if b.left == 0 { // an empty answer
-		var end [1]byte
-		_, _ = b.s.Read(end[:])
-		b.left = -2
+		b.readEnd()
 	}
 	if b.left == -2 {
 		return 0, io.EOF
@@ -549,12 +547,21 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	n, err := b.s.Read(p)
 	if b.left > 0 {
 		if b.left -= int64(n); b.left == 0 && err == nil {
-			var end [1]byte
-			_, _ = b.s.Read(end[:]) // io.EOF, normally there already: the exchange ended (else it is not kept)
-			b.left, err = -2, io.EOF
+			b.readEnd()
+			err = io.EOF
 		}
 	}
 	return n, err
+}
+
+// readEnd reads what follows an answer's announced length: the exchange's end, normally there already, within
+// closeWriteTimeout (else, or if anything else is there, the exchange is not complete and its stream is not
+// kept).
+func (b *streamBody) readEnd() {
+	_ = b.s.SetReadDeadline(time.Now().Add(closeWriteTimeout))
+	var end [1]byte
+	_, _ = b.s.Read(end[:])
+	b.left = -2
 }
 
 func (b *streamBody) Close() error {
