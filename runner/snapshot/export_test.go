@@ -26,3 +26,6 @@ func ParseFence(data []byte) (int64, error) {
 	f, err := parseFence(data)
 	return f.Epoch, err
 }
+
+// Parallel exposes the worker pool to its test.
+var Parallel = parallel

@@ -168,11 +168,11 @@ func (s *Snapshotter) collectGarbage(ctx context.Context) (GCStats, error) {
 		return l[:n]
 	}
 	dropped, garbage = take(dropped), take(garbage)
-	deleted, bytes, err := s.deleteAll(ctx, dropped, time.Time{})
+	deleted, bytes, err := s.deleteAll(ctx, dropped, time.Time{}, nil)
 	st.ManifestsDeleted = deleted
 	st.BytesDeleted += bytes
 	if err == nil {
-		deleted, bytes, err = s.deleteAll(ctx, garbage, cutoff)
+		deleted, bytes, err = s.deleteAll(ctx, garbage, cutoff, nil)
 		st.BlobsDeleted = deleted
 		st.BytesDeleted += bytes
 	}
@@ -209,7 +209,7 @@ func (s *Snapshotter) readManifestFrom(ctx context.Context, r region, key string
 // deleteAll deletes the objects on up to Config.Concurrency goroutines and returns how many it deleted
 // and their bytes; it stops at the first error. With a non-zero cutoff, each object is looked at again
 // just before and left alone if written since cutoff: a snapshot may have renewed it since the listing.
-func (s *Snapshotter) deleteAll(ctx context.Context, objs []listed, cutoff time.Time) (int, int64, error) {
+func (s *Snapshotter) deleteAll(ctx context.Context, objs []listed, cutoff time.Time, spared func(key string)) (int, int64, error) {
 	var (
 		mu    sync.Mutex
 		n     int
@@ -224,6 +224,11 @@ func (s *Snapshotter) deleteAll(ctx context.Context, objs []listed, cutoff time.
 			case err != nil:
 				return err
 			case !o.Modified.Before(cutoff):
+				if spared != nil {
+					mu.Lock()
+					spared(objs[i].Key)
+					mu.Unlock()
+				}
 				return nil // renewed
 			}
 		}

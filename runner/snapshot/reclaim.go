@@ -27,6 +27,9 @@ type reclaimed struct {
 	pinned      int64
 	pinnedBlobs map[string]struct{}
 	st          GCStats
+	// spared are the keys of the blobs left alone as written since the fence was raised (by the store's
+	// clock, to its precision).
+	spared map[string]struct{}
 }
 
 // reclaim is the collection a snapshot at epoch runs when it would take the stored bytes past the limit
@@ -124,7 +127,7 @@ func (s *Snapshotter) reclaim(ctx context.Context, epoch int64, protect map[stri
 		}
 	}
 
-	err = s.deleteFenced(ctx, epoch, append(dropped, garbage...), len(dropped), cutoff, &rc.st)
+	err = s.deleteFenced(ctx, epoch, append(dropped, garbage...), len(dropped), cutoff, &rc)
 	rc.stored -= rc.st.BytesDeleted
 	s.stored.Store(rc.stored)
 	rc.st.Duration = s.cfg.Now().Sub(start)
@@ -145,7 +148,8 @@ func (s *Snapshotter) reclaim(ctx context.Context, epoch int64, protect map[stri
 // deleteFenced deletes objs (the first manifests of them manifests, the rest blobs) in batches, reading
 // the fence before each and stopping with ErrFenced once it holds another epoch. Blobs written since
 // cutoff (by the store's clock) are left alone; deletion is bounded by Config.MaxDeletes.
-func (s *Snapshotter) deleteFenced(ctx context.Context, epoch int64, objs []listed, manifests int, cutoff time.Time, st *GCStats) error {
+func (s *Snapshotter) deleteFenced(ctx context.Context, epoch int64, objs []listed, manifests int, cutoff time.Time, rc *reclaimed) error {
+	st := &rc.st
 	objs = objs[:min(len(objs), s.cfg.MaxDeletes)]
 	for i := 0; i < len(objs); {
 		f, _, err := s.readFence(ctx)
@@ -164,7 +168,12 @@ func (s *Snapshotter) deleteFenced(ctx context.Context, epoch int64, objs []list
 		if i >= manifests {
 			at = cutoff // spare what was written since the fence (to the store's precision: in its second)
 		}
-		n, bytes, err := s.deleteAll(ctx, objs[i:end], at)
+		n, bytes, err := s.deleteAll(ctx, objs[i:end], at, func(key string) {
+			if rc.spared == nil {
+				rc.spared = make(map[string]struct{})
+			}
+			rc.spared[key] = struct{}{}
+		})
 		if i < manifests {
 			st.ManifestsDeleted += n
 		} else {

@@ -324,9 +324,10 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 		if rerr != nil {
 			return Manifest{}, st, fmt.Errorf("snapshot at epoch %d: over the stored-bytes limit: %w", epoch, rerr)
 		}
-		m, st, _, err = s.snapshotOnce(ctx, epoch, limit, &rc)
+		var up2 *uploads
+		m, st, up2, err = s.snapshotOnce(ctx, epoch, limit, &rc)
 		if errors.Is(err, ErrStoredBytesQuota) {
-			s.reclaimAfter(ctx, epoch, "refused") // what the refused attempts uploaded
+			s.reclaimRefused(ctx, epoch, up, up2)
 		}
 		if err != nil {
 			return Manifest{}, st, err
@@ -343,6 +344,58 @@ func (s *Snapshotter) Snapshot(ctx context.Context, epoch int64) (Manifest, Stat
 func (s *Snapshotter) reclaimAfter(ctx context.Context, epoch int64, why string) {
 	if _, err := s.reclaim(ctx, epoch, s.known); err != nil {
 		s.cfg.Logger.Warn("snapshot: reclaim under the stored-bytes limit failed", "after", why, "epoch", epoch, "err", err)
+	}
+}
+
+// refusedRetries bounds the reclaims after a refused snapshot that wait for the store's clock to pass
+// the refused attempts' own uploads; refusedWait is the first wait, four times longer each time (20 ms covers a
+// file system's coarse timestamps, the last ones an S3 server's one-second precision).
+const (
+	refusedRetries = 4
+	refusedWait    = 20 * time.Millisecond
+)
+
+// reclaimRefused reclaims what the refused attempts (ups) uploaded. A reclaim spares the blobs written
+// since its fence, to the store's precision, as they may be a newer runner's; the refused attempts'
+// uploads finished before it but may share the fence's tick (a second on S3). While one of them is
+// spared, it waits for the store's clock to move on and reclaims again, a bounded number of times; what
+// still stays is left to the next reclaim, which counts it in the stored bytes meanwhile.
+func (s *Snapshotter) reclaimRefused(ctx context.Context, epoch int64, ups ...*uploads) {
+	own := make(map[string]struct{})
+	for _, up := range ups {
+		if up == nil {
+			continue
+		}
+		up.mu.Lock()
+		maps.Copy(own, up.put)
+		up.mu.Unlock()
+	}
+	wait := refusedWait
+	for try := 0; ; try++ {
+		rc, err := s.reclaim(ctx, epoch, s.known)
+		if err != nil {
+			s.cfg.Logger.Warn("snapshot: reclaim under the stored-bytes limit failed", "after", "refused", "epoch", epoch, "err", err)
+			return
+		}
+		left := 0
+		for k := range rc.spared {
+			if _, ok := own[k]; ok {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if try == refusedRetries {
+			s.cfg.Logger.Warn("snapshot: blobs of a refused snapshot left for the next reclaim", "epoch", epoch, "blobs", left)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait *= 4
 	}
 }
 

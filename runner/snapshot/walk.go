@@ -432,6 +432,12 @@ func (s *Snapshotter) ensureBlob(ctx context.Context, up *uploads, j *fileJob, d
 	ok = true
 	j.didPut = true
 	j.uploaded = e.Size
+	up.mu.Lock()
+	if up.put == nil {
+		up.put = make(map[string]struct{})
+	}
+	up.put[key] = struct{}{}
+	up.mu.Unlock()
 	return nil
 }
 
@@ -483,6 +489,8 @@ type uploads struct {
 	chargedBytes int64
 	// renewed are the files whose old blob was written again (under mu).
 	renewed []*fileJob
+	// put are the keys of the blobs this snapshot wrote (under mu).
+	put map[string]struct{}
 }
 
 // checkRenewed makes sure the blobs the snapshot renewed are still there after its commit. A Collect that
@@ -613,25 +621,27 @@ func (u *uploads) release(sha string, stored bool) {
 }
 
 // parallel calls fn for 0..n-1 on up to workers goroutines and returns the first error, after which the
-// remaining calls are skipped and ctx is cancelled for those in flight.
+// remaining calls are skipped. The calls in flight are not cancelled: they finish (or fail) against the
+// caller's ctx before parallel returns. An upload cancelled half-way may still land in an S3 store after
+// the client gave up on it, after the reclaim that follows a refusal listed the store, and stay there;
+// letting it finish makes the store's contents settled when parallel returns.
 func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
+		next    atomic.Int64
+		stopped atomic.Bool
+		wg      sync.WaitGroup
+		once    sync.Once
+		first   error
 	)
 	for range min(workers, n) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
+				if i >= n || stopped.Load() || ctx.Err() != nil {
 					return
 				}
 				if err := fn(ctx, i); err != nil {
-					once.Do(func() { first = err; cancel() })
+					once.Do(func() { first = err; stopped.Store(true) })
 					return
 				}
 			}
