@@ -25,6 +25,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/playground"
+	"github.com/warren-mesh/warren/internal/secrets"
 )
 
 // TestPlayground drives `warren dev`'s playground page in headless Chromium against a dev stack with the
@@ -147,10 +148,53 @@ func TestPlayground(t *testing.T) {
 	if tr := ws.text(ctx, t, "#transport"); tr != "websocket" {
 		t.Fatalf("transport %q, want websocket", tr)
 	}
-	ws.eval(ctx, t, `(document.getElementById("prompt").value = "hello over the websocket", document.getElementById("prompt-form").requestSubmit(), true)`)
+	// Typed as a user types: Shift+Enter is a new line and sends nothing; Enter sends.
+	var keys struct{ ShiftSent, ShiftPrevented, EnterPrevented bool }
+	ws.evalInto(ctx, t, `(() => {
+		const p = document.getElementById("prompt");
+		p.focus();
+		p.value = "hello over the websocket";
+		const shift = new KeyboardEvent("keydown", { key: "Enter", shiftKey: true, bubbles: true, cancelable: true });
+		p.dispatchEvent(shift);
+		const shiftSent = document.querySelector("#log .msg.user") !== null || p.value === "";
+		const enter = new KeyboardEvent("keydown", { key: "Enter", bubbles: true, cancelable: true });
+		p.dispatchEvent(enter);
+		return { shiftSent, shiftPrevented: shift.defaultPrevented, enterPrevented: enter.defaultPrevented };
+	})()`, &keys)
+	if keys.ShiftSent || keys.ShiftPrevented || !keys.EnterPrevented {
+		t.Fatalf("keys: %+v, want Shift+Enter a new line and Enter sending", keys)
+	}
 	ws.waitFor(ctx, t, `document.querySelector("#log .cost") !== null && document.body.dataset.state === "ready"`)
 	if log := ws.text(ctx, t, "#log"); !strings.Contains(log, "hello over the websocket") || !strings.Contains(log, "turn cost: $") {
 		t.Fatalf("websocket turn: %s", log)
+	}
+
+	// The token is renewed before it expires (scheduled at 80% of its life; run now), and the client
+	// goes on with the new one.
+	var renew struct{ RenewAt, ExpiresAt string }
+	ws.evalInto(ctx, t, `({ renewAt: document.body.dataset.tokenRenewAt, expiresAt: document.body.dataset.tokenExpiresAt })`, &renew)
+	renewAt, err1 := time.Parse(time.RFC3339Nano, renew.RenewAt)
+	expiresAt, err2 := time.Parse(time.RFC3339Nano, renew.ExpiresAt)
+	if err1 != nil || err2 != nil || !renewAt.Before(expiresAt.Add(-5*time.Minute)) || !renewAt.After(time.Now()) {
+		t.Fatalf("token renewal scheduled at %q for a token expiring at %q: want well before", renew.RenewAt, renew.ExpiresAt)
+	}
+	ws.eval(ctx, t, `window.playground.renewToken().then(() => true)`)
+	ws.waitFor(ctx, t, `document.body.dataset.tokenRenewals === "1" && document.getElementById("error").hidden`)
+	ws.eval(ctx, t, `(document.getElementById("command").value = "echo renewed-ok", document.getElementById("exec-form").requestSubmit(), true)`)
+	ws.waitFor(ctx, t, `document.querySelector("#exec-out .exit") !== null`)
+	if out := ws.text(ctx, t, "#exec-out"); !strings.Contains(out, "renewed-ok") {
+		t.Fatalf("exec after the renewal: %s", out)
+	}
+
+	// A refused token request shows its code and message (the errors are {code, message}).
+	keyless := httptest.NewServer(playground.Handler(playground.Config{Issuer: devstack.DevIssuer,
+		Key: func(context.Context) (secrets.Key, error) { return secrets.Key{}, errors.New("no key yet") }}))
+	defer keyless.Close()
+	refused := b.newPage(ctx, t)
+	refused.navigate(ctx, t, keyless.URL+playground.Prefix)
+	refused.waitFor(ctx, t, `document.body.dataset.state === "error"`)
+	if msg := refused.text(ctx, t, "#error"); !strings.HasPrefix(msg, "unavailable: token: ") || strings.Contains(msg, "undefined") {
+		t.Fatalf("a refused token request shows %q, want its code and message", msg)
 	}
 }
 

@@ -1,7 +1,7 @@
 // The Warren playground: plain JavaScript over the TypeScript SDK's browser build (./sdk/, embedded in
 // warren by `make sdk-js`). It mints a dev token (POST token, same origin), opens an agent session over
 // WebTransport with the WebSocket as fallback (AutoTransport; ?transport=websocket or webtransport forces
-// one), streams each turn (text as it comes, tool calls as they start, the turn's cost), browses the
+// one), renews the token before it expires, streams each turn (text as it comes, tool calls as they start, the turn's cost), browses the
 // sandbox's files and runs commands.
 
 const $ = (id) => document.getElementById(id);
@@ -57,19 +57,60 @@ function describe(e) {
   return e && e.message ? e.message : String(e);
 }
 
+// mint asks the playground for a dev token for user; a refusal is the WarrenError its {code, message} says.
+async function mint(user) {
+  const r = await fetch("token", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ user }) });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) {
+    const code = typeof body.code === "string" ? body.code : "unavailable";
+    const message = typeof body.message === "string" ? body.message : `HTTP ${r.status}`;
+    throw new sdk.WarrenError(code, `token: ${message}`, undefined, { status: r.status });
+  }
+  return body;
+}
+
+// Token renewal: a new token for the same user at 80% of the current one's life (12 minutes before a
+// one-hour token expires), handed to the client, so requests and reconnects keep working; a failed
+// renewal is shown and tried again every 30 s until the token expires.
+let renewTimer;
+let currentUser;
+let renewals = 0;
+function scheduleRenewal(user, expiresAt) {
+  clearTimeout(renewTimer);
+  const left = Date.parse(expiresAt) - Date.now();
+  const at = Date.now() + Math.max(0, left * 0.8);
+  document.body.dataset.tokenExpiresAt = expiresAt;
+  document.body.dataset.tokenRenewAt = new Date(at).toISOString();
+  renewTimer = setTimeout(() => void renewToken(user), at - Date.now());
+}
+async function renewToken(user) {
+  try {
+    const body = await mint(user);
+    client.setToken(body.token);
+    renewals++;
+    document.body.dataset.tokenRenewals = String(renewals);
+    scheduleRenewal(user, body.expiresAt);
+  } catch (e) {
+    showError("renewing the token: " + describe(e));
+    const expires = Date.parse(document.body.dataset.tokenExpiresAt ?? "");
+    if (Date.now() < expires) renewTimer = setTimeout(() => void renewToken(user), 30_000);
+  }
+}
+
 async function start(user) {
   setState("connecting", "minting a token…");
   clearError();
+  clearTimeout(renewTimer);
   if (session) {
     await session.close().catch(() => {});
     session = undefined;
   }
-  const r = await fetch("token", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ user }) });
-  const body = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(`token: ${r.status} ${body.error?.code ?? ""} ${body.error?.message ?? ""}`);
+  const body = await mint(user);
   const params = new URLSearchParams(location.search);
   const transport = transportFor(params.get("transport"));
   client = new sdk.Client(location.origin, body.token, { transport });
+  currentUser = body.user;
+  scheduleRenewal(body.user, body.expiresAt);
   setState("connecting", `connecting as ${body.user}…`);
   session = await client.connect({ options: { includePartialMessages: true } });
   $("transport").textContent = transport.last || transport.name;
@@ -280,8 +321,11 @@ $("prompt-form").onsubmit = (ev) => {
   $("prompt").value = "";
   void sendPrompt(text);
 };
+// Enter sends; Shift+Enter is a new line (and Enter while an input method composes is the composition's).
 $("prompt").onkeydown = (ev) => {
-  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) $("prompt-form").requestSubmit();
+  if (ev.key !== "Enter" || ev.shiftKey || ev.isComposing) return;
+  ev.preventDefault();
+  $("prompt-form").requestSubmit();
 };
 $("interrupt").onclick = () => session?.interrupt().catch((e) => showError(describe(e)));
 $("exec-form").onsubmit = (ev) => {
@@ -290,6 +334,9 @@ $("exec-form").onsubmit = (ev) => {
   if (c && client) void runCommand(c);
 };
 $("refresh").onclick = () => client && listFiles(cwd);
+
+// For tests and the console: renew the token now.
+window.playground = { renewToken: () => renewToken(currentUser) };
 
 start($("user").value).catch((e) => {
   setState("error", "not connected");

@@ -41,7 +41,6 @@ const maxRegions = 256;
 /** A client of one edge with one end user's token. */
 export class Client {
   readonly url: string;
-  readonly token: string;
   readonly transport: Transport;
   /** The sandbox of the token's user. */
   readonly sandbox: Sandbox;
@@ -50,10 +49,10 @@ export class Client {
   /** The terminals of the token's user's sandbox. */
   readonly terminals: Terminals;
   private fetchFn: typeof fetch;
+  private tok: string;
 
   constructor(baseURL: string, token: string, opts: ClientOptions = {}) {
     if (typeof baseURL !== "string") throw new WarrenError("invalid_argument", `the edge URL must be a string, not ${typeOf(baseURL)}`);
-    if (typeof token !== "string") throw new WarrenError("unauthenticated", `the token must be a string, not ${typeOf(token)}`);
     if (typeof opts !== "object" || opts === null) throw new WarrenError("invalid_argument", `client options must be an object, not ${typeOf(opts)}`);
     let u: URL;
     try {
@@ -68,13 +67,26 @@ export class Client {
     u.search = "";
     u.hash = "";
     this.url = u.toString().replace(/\/+$/, "");
-    if (!token) throw new WarrenError("unauthenticated", "no token");
-    this.token = token;
+    this.tok = checkToken(token);
     this.transport = opts.transport ?? new WebSocketTransport();
     this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.sandbox = new Sandbox(this);
     this.tasks = new Tasks(this);
     this.terminals = new Terminals(this);
+  }
+
+  /** The end user's token this client sends. */
+  get token(): string {
+    return this.tok;
+  }
+
+  /**
+   * Replaces the token with a renewed one (for the same user, before the old one expires): requests and
+   * reconnects from now on send it; connections already open keep going (the edge checks a token when a
+   * connection opens).
+   */
+  setToken(token: string): void {
+    this.tok = checkToken(token);
   }
 
   /** Opens an agent session. */
@@ -230,3 +242,9 @@ async function readBounded(r: Response, max: number): Promise<string> {
 }
 
 export type { SessionOptions };
+
+function checkToken(token: unknown): string {
+  if (typeof token !== "string") throw new WarrenError("unauthenticated", `the token must be a string, not ${typeOf(token)}`);
+  if (!token) throw new WarrenError("unauthenticated", "no token");
+  return token;
+}

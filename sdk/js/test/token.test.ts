@@ -78,3 +78,20 @@ test("bad arguments are WarrenErrors, not TypeErrors", () => {
   }
   assert.throws(() => new Client("http://127.0.0.1:8080", undefined as unknown as string), refused("unauthenticated"));
 });
+
+test("setToken renews the token later requests send, and refuses what the constructor refuses", async () => {
+  const seen: (string | null)[] = [];
+  const fetchFn = (async (_url: unknown, init?: RequestInit) => {
+    seen.push(new Headers(init?.headers).get("Authorization"));
+    return new Response(JSON.stringify({ entries: [] }), { status: 200, headers: { "Content-Type": "application/json" } });
+  }) as typeof fetch;
+  const c = new Client("http://127.0.0.1:1", "old-token", { fetch: fetchFn });
+  await c.sandbox.list(".");
+  c.setToken("new-token");
+  await c.sandbox.list(".");
+  assert.deepEqual(seen, ["Bearer old-token", "Bearer new-token"]);
+  assert.equal(c.token, "new-token");
+  assert.throws(() => c.setToken(undefined as unknown as string), refused("unauthenticated"));
+  assert.throws(() => c.setToken(""), refused("unauthenticated"));
+  assert.equal(c.token, "new-token", "a refused token leaves the old one");
+});
