@@ -201,5 +201,73 @@ func FuzzCurrentWindowStart(f *testing.F) {
 		if !next.After(now) {
 			t.Fatalf("%s window of anchor %s at %s starts %s, but the next (%s) has begun", w, anchor, now, got, next)
 		}
+		// The reset time the budget errors announce is the next window's start.
+		if reset := billing.NextWindowStart(w, anchor, now); !reset.After(now) || !billing.CurrentWindowStart(w, anchor, reset).Equal(reset) ||
+			!billing.CurrentWindowStart(w, anchor, reset.Add(-time.Second)).Equal(got) {
+			t.Fatalf("%s window of anchor %s at %s (from %s) resets at %s", w, anchor, now, got, reset)
+		}
 	})
+}
+
+func TestNextWindowStart(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		w                 billing.Window
+		anchor, now, want string
+	}{
+		{billing.Hour, "2026-11-22T10:15:00Z", "2026-11-22T10:15:00Z", "2026-11-22T11:15:00Z"},
+		{billing.Day, "2026-11-20T09:30:00Z", "2026-11-22T09:29:59Z", "2026-11-22T09:30:00Z"},
+		{billing.Week, "2026-11-16T00:00:00Z", "2026-11-29T23:59:59Z", "2026-11-30T00:00:00Z"},
+		{billing.Month, "2026-01-31T12:00:00Z", "2026-02-28T12:00:00Z", "2026-03-31T12:00:00Z"}, // from the anchor, not from Feb 28
+		{billing.Month, "2026-01-31T12:00:00Z", "2026-01-01T00:00:00Z", "2026-02-28T12:00:00Z"}, // before the anchor
+		{billing.Day, "2026-11-22T00:00:00Z", "2026-11-21T00:00:00Z", "2026-11-23T00:00:00Z"},
+		{billing.Lifetime, "0001-01-01T00:00:00Z", "2026-11-22T00:00:00Z", "0001-01-01T00:00:00Z"}, // never
+	} {
+		if got := billing.NextWindowStart(tc.w, at(tc.anchor), at(tc.now)); !got.Equal(at(tc.want)) {
+			t.Errorf("NextWindowStart(%s, %s, %s) = %s, want %s", tc.w, tc.anchor, tc.now, got.Format(time.RFC3339), tc.want)
+		}
+	}
+}
+
+// A spent budget is a *BudgetError saying which part, used of its limit, the window and its reset, in
+// words and in details; it still wraps ErrBudgetExceeded.
+func TestBudgetError(t *testing.T) {
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	acct := billing.Account{Issuer: "dev", User: "alice", Window: billing.Day, WindowStart: start}
+	if err := billing.CheckUsage(acct, billing.Usage{AIMicros: 1_999_999, ComputeSeconds: 599}, billing.Budget{AIMicros: 2_000_000, ComputeSeconds: 600}); err != nil {
+		t.Fatalf("under the budget: %v", err)
+	}
+	err := billing.CheckUsage(acct, billing.Usage{AIMicros: 10, ComputeSeconds: 600}, billing.Budget{AIMicros: 2_000_000, ComputeSeconds: 600})
+	var be *billing.BudgetError
+	if !errors.As(err, &be) || !errors.Is(err, billing.ErrBudgetExceeded) || be.AI || !be.Compute {
+		t.Fatalf("compute spent: %#v", err)
+	}
+	be.ResetsAt = start.AddDate(0, 0, 1)
+	want := "the compute budget of this day is spent: 600 of 600 sandbox seconds used (window from 2026-11-29T00:00:00Z; resets at 2026-11-30T00:00:00Z)"
+	if got := be.Describe(); got != want {
+		t.Fatalf("Describe:\n got %q\nwant %q", got, want)
+	}
+	d := be.Details()
+	if b, _ := d["budgets"].([]string); len(b) != 1 || b[0] != "compute" || d["compute_limit_seconds"] != int64(600) || d["compute_used_seconds"] != int64(600) ||
+		d["window"] != "day" || d["resets_at"] != "2026-11-30T00:00:00Z" || d["window_start"] != "2026-11-29T00:00:00Z" || d["ai_limit_microdollars"] != nil {
+		t.Fatalf("details %v", d)
+	}
+
+	life := billing.Account{Issuer: "dev", User: "bob", Window: billing.Lifetime}
+	err = billing.CheckUsage(life, billing.Usage{AIMicros: 2_500_000}, billing.Budget{AIMicros: 2_000_000, ComputeSeconds: -1})
+	if !errors.As(err, &be) || !be.AI || be.Compute {
+		t.Fatalf("ai spent: %#v", err)
+	}
+	if got := be.Describe(); got != "the AI budget of this user is spent: $2.500000 of $2.000000 used (a lifetime budget: it does not reset; raise the quota or mint a larger budget)" {
+		t.Fatalf("Describe: %q", got)
+	}
+	if d := be.Details(); d["resets_at"] != nil || d["window"] != "lifetime" || d["ai_used_microdollars"] != int64(2_500_000) {
+		t.Fatalf("details %v", d)
+	}
 }

@@ -39,10 +39,21 @@ func WindowStart(w Window, t time.Time) time.Time {
 // at or before now. Before the anchor it is the anchor itself (the first window has not begun; usage then
 // counts against the first window). Lifetime and unknown windows return anchor unchanged.
 func CurrentWindowStart(w Window, anchor, now time.Time) time.Time {
+	start, _ := windowAt(w, anchor, now)
+	return start
+}
+
+// NextWindowStart returns when the window of kind w anchored at anchor that contains now ends: the start
+// of the next one (before the anchor, the end of the first window). Lifetime and unknown windows never
+// end: the zero time.
+func NextWindowStart(w Window, anchor, now time.Time) time.Time {
+	_, next := windowAt(w, anchor, now)
+	return next
+}
+
+// windowAt returns the start of the window containing now (CurrentWindowStart) and of the next one.
+func windowAt(w Window, anchor, now time.Time) (start, next time.Time) {
 	anchor, now = anchor.UTC(), now.UTC()
-	if !now.After(anchor) {
-		return anchor
-	}
 	var period time.Duration
 	switch w {
 	case Hour:
@@ -52,17 +63,24 @@ func CurrentWindowStart(w Window, anchor, now time.Time) time.Time {
 	case Week:
 		period = 7 * 24 * time.Hour
 	case Month:
+		if !now.After(anchor) {
+			return anchor, addMonths(anchor, 1)
+		}
 		y1, m1, _ := anchor.Date()
 		y2, m2, _ := now.Date()
 		k := (y2-y1)*12 + int(m2-m1)
 		for k > 0 && addMonths(anchor, k).After(now) {
 			k--
 		}
-		return addMonths(anchor, k)
+		return addMonths(anchor, k), addMonths(anchor, k+1)
 	default:
-		return anchor
+		return anchor, time.Time{}
 	}
-	return anchor.Add(now.Sub(anchor) / period * period)
+	if !now.After(anchor) {
+		return anchor, anchor.Add(period)
+	}
+	start = anchor.Add(now.Sub(anchor) / period * period)
+	return start, start.Add(period)
 }
 
 // addMonths adds k calendar months to t, clamping the day to the target month's last day (Jan 31 + 1 month is

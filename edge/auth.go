@@ -96,7 +96,7 @@ func (e *Edge) admitAs(ctx context.Context, claims *token.Claims, channel bool) 
 	}
 	if err := billing.CheckUsage(acct, reads.usage, budget); err != nil {
 		e.m.admissions.WithLabelValues("budget_exceeded").Inc()
-		return nil, wire.Wrap(wire.BudgetExceeded, err, "the budget of this window is spent")
+		return nil, budgetRefusal(err, anchorOf(claims, acct), e.cfg.Now())
 	}
 	a := &admitted{claims: claims, account: acct, budget: budget, maxSessions: maxSessions, limit: lim, log: log}
 	if reads.running { // the user's sandbox is running (admitcache.go): no Ensure
@@ -167,6 +167,17 @@ func accountOf(c *token.Claims, now time.Time) (billing.Account, billing.Budget)
 		acct.WindowStart = billing.CurrentWindowStart(acct.Window, c.Budget.WindowStart.UTC().Truncate(time.Second), now)
 	}
 	return acct, billing.Budget{AIMicros: c.Budget.AIMicros, ComputeSeconds: c.Budget.ComputeSeconds}
+}
+
+// budgetRefusal is the budget_exceeded error of a spent budget (billing.CheckUsage's): which budget, used
+// of its limit, the window and when it resets, in words and in details (docs/PROTOCOL.md#errors).
+func budgetRefusal(err error, anchor, now time.Time) *wire.Error {
+	var be *billing.BudgetError
+	if !errors.As(err, &be) {
+		return wire.Wrap(wire.BudgetExceeded, err, "the budget of this window is spent")
+	}
+	be.ResetsAt = billing.NextWindowStart(be.Account.Window, anchor, now)
+	return wire.Wrap(wire.BudgetExceeded, err, be.Describe()).WithDetails(be.Details())
 }
 
 // anchor is the token's windowStart for a bounded window (zero for lifetime): the account rolls from it.

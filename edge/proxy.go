@@ -27,7 +27,7 @@ func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 		e.m.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
 		e.m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
-	a, err := e.admit(r.Context(), r, false)
+	a, err := e.admitChecked(r)
 	if err != nil {
 		wire.WriteHTTPError(sw, e.log.With("request_id", requestID(r.Context())), err)
 		return

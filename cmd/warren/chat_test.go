@@ -199,9 +199,9 @@ func TestChatOneShotErrors(t *testing.T) {
 		{"budget exceeded close is described", []string{"-p", "hi"}, func(ctx context.Context, c *chatConn) {
 			c.open(ctx)
 			c.prompt(ctx)
-			c.send(ctx, wire.ErrorMessage(wire.Errorf(wire.BudgetExceeded, "the AI budget is spent")))
+			c.send(ctx, wire.ErrorMessage(wire.Errorf(wire.BudgetExceeded, "the AI budget of this day is spent: $2.000000 of $2.000000 used")))
 			c.c.Close(websocket.StatusCode(wire.BudgetExceeded.CloseCode()), "budget_exceeded")
-		}, 0, "the budget is spent: the AI budget is spent (raise the user's quota", ""},
+		}, 0, "the AI budget of this day is spent: $2.000000 of $2.000000 used (raise the user's quota", ""},
 		{"refused at dial", []string{"-p", "hi"}, func(ctx context.Context, c *chatConn) {
 			c.read(ctx)
 			c.c.Close(websocket.StatusCode(wire.ConcurrencyLimit.CloseCode()), `{"code":"concurrency_limit","message":"3 sessions"}`)

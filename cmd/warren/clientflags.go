@@ -82,7 +82,7 @@ func describeError(err error) string {
 		case warren.CodePermissionDenied:
 			return fmt.Sprintf("not allowed: %s (the token's permissions do not cover this)", m)
 		case warren.CodeBudgetExceeded:
-			return fmt.Sprintf("the budget is spent: %s (raise the user's quota or wait for the budget window to reset)", m)
+			return fmt.Sprintf("%s (raise the user's quota with `warren admin quota set`, or wait for the window to reset)", m)
 		case warren.CodeRateLimited:
 			if s, ok := retryAfter(we); ok {
 				return fmt.Sprintf("rate limited: %s (retry in %ds)", m, s)

@@ -423,8 +423,51 @@ func TestAuthAndAdmissionErrors(t *testing.T) {
 	if code, wc := status(mint(t, st, "gina", budget)); code != 402 || wc != wire.BudgetExceeded {
 		t.Fatalf("spent budget: %d %s, want 402 budget_exceeded", code, wc)
 	}
-	if _, err := client(t, st, "gina", budget).Dial(ctx, nil); !warren.IsCode(err, warren.CodeBudgetExceeded) {
+	_, err = client(t, st, "gina", budget).Dial(ctx, nil)
+	var we *warren.Error
+	if !errors.As(err, &we) || we.Code != warren.CodeBudgetExceeded {
 		t.Fatalf("ws spent budget: %v", err)
+	}
+	// The refusal says which budget, used of its limit, and that a lifetime budget does not reset, in
+	// words and in details, on the channel as over REST.
+	if !strings.Contains(we.Message, "the AI budget of this user is spent: $0.001000 of $0.001000 used (a lifetime budget") ||
+		fmt.Sprint(we.Details["budgets"]) != "[ai]" || we.Details["ai_limit_microdollars"] != float64(1000) || we.Details["window"] != "lifetime" {
+		t.Fatalf("ws spent budget: %q %v", we.Message, we.Details)
+	}
+	if _, err := client(t, st, "gina", budget).Sandbox().Exec(ctx, wire.ExecRequest{Command: "true"}); !errors.As(err, &we) ||
+		!strings.Contains(we.Message, "the AI budget of this user is spent") || we.Details["ai_used_microdollars"] != float64(1000) {
+		t.Fatalf("rest spent budget: %v", err)
+	}
+	// A malformed request is refused as malformed, not as over budget, and starts nothing.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, st.URL()+"/v1/sandbox/exec", strings.NewReader(`{"command": 5}`))
+	req.Header.Set("Authorization", "Bearer "+mint(t, st, "gina", budget))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if e := wire.ReadHTTPError(resp.StatusCode, b); resp.StatusCode != 400 || e.Code != wire.InvalidArgument || e.Details["field"] != "/command" ||
+		strings.Contains(e.Message, "Go struct") {
+		t.Fatalf("malformed exec with a spent budget: %d %s, want 400 invalid_argument naming /command", resp.StatusCode, b)
+	}
+	// A day's budget says when it resets: the next window's start from the token's anchor.
+	anchor := time.Now().UTC().Add(-30 * time.Hour).Truncate(time.Second)
+	daily := func(c *token.Claims) {
+		c.HasBudget = true
+		c.Budget = token.Budget{AIMicros: 1000, ComputeSeconds: 60, Window: "day", WindowStart: anchor}
+	}
+	start := billing.CurrentWindowStart(billing.Day, anchor, time.Now())
+	dayAcct := billing.Account{Issuer: devstack.DevIssuer, User: "gina", Window: billing.Day, WindowStart: start}
+	if err := st.Ledger.Record(ctx, billing.UsageEvent{Key: "test/2", Account: dayAcct, Kind: billing.KindAI, AIMicros: 1500}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = client(t, st, "gina", daily).Sandbox().Exec(ctx, wire.ExecRequest{Command: "true"})
+	resets := start.Add(24 * time.Hour).Format(time.RFC3339)
+	if !errors.As(err, &we) || !strings.Contains(we.Message, "the AI budget of this day is spent: $0.001500 of $0.001000 used") ||
+		!strings.Contains(we.Message, "resets at "+resets) || we.Details["resets_at"] != resets || we.Details["window"] != "day" {
+		t.Fatalf("day budget spent: %v %v, want it to reset at %s", err, we.Details, resets)
 	}
 	if _, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "gina"); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("a sandbox started for a user without budget: %v", err)
@@ -535,8 +578,11 @@ func TestComputeBudgetStopsTheSandbox(t *testing.T) {
 		_, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "olga")
 		return errors.Is(err, registry.ErrNotFound)
 	})
-	if _, err := sb.Exec(ctx, wire.ExecRequest{Command: "true"}); !warren.IsCode(err, warren.CodeBudgetExceeded) {
-		t.Fatalf("after the compute budget: %v, want budget_exceeded", err)
+	_, err = sb.Exec(ctx, wire.ExecRequest{Command: "true"})
+	var we *warren.Error
+	if !errors.As(err, &we) || we.Code != warren.CodeBudgetExceeded || !strings.Contains(we.Message, "the compute budget of this user is spent") ||
+		fmt.Sprint(we.Details["budgets"]) != "[compute]" || we.Details["compute_limit_seconds"] != float64(1) {
+		t.Fatalf("after the compute budget: %v %v, want budget_exceeded naming the compute budget", err, we.Details)
 	}
 }
 

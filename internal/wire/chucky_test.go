@@ -40,7 +40,9 @@ func TestChannelErrorsSelectTheChuckyClass(t *testing.T) {
 		messages []string // as the code base writes them
 		class    string
 	}{
-		{BudgetExceeded, []string{"the budget of this window is spent", ""}, "BudgetExceededError"},
+		{BudgetExceeded, []string{"the AI budget of this day is spent: $2.000000 of $2.000000 used (window from 2026-11-29T00:00:00Z; resets at 2026-11-30T00:00:00Z)",
+			"the compute budget of this user is spent: 600 of 600 sandbox seconds used (a lifetime budget: it does not reset; raise the quota or mint a larger budget)",
+			"the budget of this window is spent", ""}, "BudgetExceededError"},
 		{ConcurrencyLimit, []string{"too many concurrent sessions for this user; close one first",
 			"2 sessions are already live in this sandbox; close one first"}, "ConcurrencyLimitError"},
 		{RateLimited, []string{"too many prompts; slow down", "too many connections; slow down"}, "RateLimitError"},
