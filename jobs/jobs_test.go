@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/mem"
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/jobs"
@@ -63,16 +64,16 @@ func validateAndPlan(t *testing.T, ns *testenv.NomadServer) {
 		wtCert     string // the edge's -wt-cert, and -wt-url https://wt.example.com/wt with it; "": neither
 	}{
 		{"sandbox", "runner", jobs.Sandbox, map[string]any{
-			"sandbox_id": scheduler.SandboxID("iss", "alice"), "issuer": "iss", "user": "alice", "epoch": 7, "region": "r1",
+			"sandbox_id": registry.SandboxID("iss", "alice"), "issuer": "iss", "user": "alice", "epoch": 7, "region": "r1",
 			"warren_binary": "/usr/local/bin/warren", "cpu": 100, "memory": 128,
 			"runner_args": []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
-		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7", ""},
+		}, "sandbox-" + registry.SandboxID("iss", "alice") + "-e7", ""},
 		{"sandbox with webhooks", "runner", jobs.Sandbox, map[string]any{
-			"sandbox_id": scheduler.SandboxID("iss", "alice"), "issuer": "iss", "user": "alice", "epoch": 7, "region": "r1",
+			"sandbox_id": registry.SandboxID("iss", "alice"), "issuer": "iss", "user": "alice", "epoch": 7, "region": "r1",
 			"warren_binary": "/usr/local/bin/warren", "cpu": 100, "memory": 128,
 			"runner_args":         []string{"-consul", "127.0.0.1:8500", "-s3-bucket", "snapshots"},
 			"webhook_secret_path": "secret/data/warren/webhook",
-		}, "sandbox-" + scheduler.SandboxID("iss", "alice") + "-e7", ""},
+		}, "sandbox-" + registry.SandboxID("iss", "alice") + "-e7", ""},
 		{"edge", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200"}, "warren-edge", ""},
 		{"edge with mesh", "edge", jobs.Edge, map[string]any{"driver": "raw_exec", "count": 1, "region": "r1", "vault_addr": "http://127.0.0.1:8200",
 			"mesh_pki_role": "warren-mesh"}, "warren-edge", ""},
@@ -284,7 +285,7 @@ func driverJobIsTheCLIJob(t *testing.T, ns *testenv.NomadServer) {
 	}
 	defer d.Close()
 	user := `bob "the builder" \o/`
-	spec := scheduler.Spec{ID: scheduler.SandboxID("https://iss.example", user), Issuer: "https://iss.example", User: user, Epoch: 42, Region: "eu"}
+	spec := scheduler.Spec{ID: registry.SandboxID("https://iss.example", user), Issuer: "https://iss.example", User: user, Epoch: 42, Region: "eu"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got, err := d.Job(ctx, spec)
@@ -376,8 +377,8 @@ func sandboxTemplateRequiresIdentity(t *testing.T, ns *testenv.NomadServer) {
 	for _, vars := range []string{
 		`{"issuer":"iss","user":"u","epoch":1}`,
 		`{"sandbox_id":"../etc","issuer":"iss","user":"u","epoch":1}`,
-		`{"sandbox_id":"` + scheduler.SandboxID("iss", "u") + `","issuer":"iss","user":"u","epoch":0}`,
-		`{"sandbox_id":"` + scheduler.SandboxID("iss", "u") + `","issuer":"iss","user":"u","epoch":1,"driver":"docker"}`,
+		`{"sandbox_id":"` + registry.SandboxID("iss", "u") + `","issuer":"iss","user":"u","epoch":0}`,
+		`{"sandbox_id":"` + registry.SandboxID("iss", "u") + `","issuer":"iss","user":"u","epoch":1,"driver":"docker"}`,
 	} {
 		_, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(jobs.Sandbox), Variables: vars})
 		var ue api.UnexpectedResponseError

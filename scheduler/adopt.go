@@ -59,7 +59,7 @@ const adoptTimeout = time.Minute
 // adopt adopts p's runner if it is still registered; it returns an error only for what a later attempt may
 // get past.
 func (s *Scheduler) adopt(ctx context.Context, ad Adopter, p Placement) (bool, error) {
-	id := SandboxID(p.Issuer, p.User)
+	id := registry.SandboxID(p.Issuer, p.User)
 	log := s.log.With("issuer", p.Issuer, "user", p.User, "epoch", p.Epoch, "alloc", p.Alloc)
 	s.mu.Lock()
 	_, known := s.live[id]

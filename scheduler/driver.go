@@ -2,13 +2,11 @@ package scheduler
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 )
 
 // Spec is what a driver needs to start one user's sandbox.
 type Spec struct {
-	ID     string // stable per (Issuer, User): SandboxID
+	ID     string // stable per (Issuer, User): registry.SandboxID
 	Issuer string
 	User   string
 	Epoch  int64
@@ -41,11 +39,4 @@ type Adopter interface {
 	// caller knows the address and key from the registry). An allocation the driver no longer knows is
 	// ErrNotFound; one that has ended is returned with Exited already closed.
 	Adopt(ctx context.Context, spec Spec, alloc string) (Sandbox, error)
-}
-
-// SandboxID names (issuer, user) in paths and job names: a hash, so user-controlled strings never reach a
-// file system path or a scheduler's job name.
-func SandboxID(issuer, user string) string {
-	h := sha256.Sum256([]byte(issuer + "\x00" + user))
-	return hex.EncodeToString(h[:16])
 }

@@ -31,7 +31,7 @@ func newLive(e registry.Entry, sb Sandbox, to charging) *live {
 }
 
 // id is the runner's SandboxID.
-func (l *live) id() string { return SandboxID(l.entry.Issuer, l.entry.User) }
+func (l *live) id() string { return registry.SandboxID(l.entry.Issuer, l.entry.User) }
 
 // charging is what a runner's compute is charged to: an account's window, the token's anchor its windows
 // roll over from (zero: the account's WindowStart stays) and the compute seconds allowed in a window (< 0

@@ -155,12 +155,12 @@ func New(cfg Config) (*Scheduler, error) {
 // *wire.Error (unavailable, timeout) ready for a client.
 func (s *Scheduler) Ensure(ctx context.Context, req Request) (registry.Entry, error) {
 	if e, err := s.cfg.Registry.Lookup(ctx, req.Issuer, req.User); err == nil {
-		s.charge(ctx, SandboxID(req.Issuer, req.User), req.charging())
+		s.charge(ctx, registry.SandboxID(req.Issuer, req.User), req.charging())
 		return e, nil
 	} else if !errors.Is(err, registry.ErrNotFound) {
 		return registry.Entry{}, wire.Wrap(wire.Unavailable, err, "sandbox registry unavailable")
 	}
-	id := SandboxID(req.Issuer, req.User)
+	id := registry.SandboxID(req.Issuer, req.User)
 	ch := s.sf.DoChan(id, func() (any, error) {
 		// The start outlives any one caller: others may be waiting on it.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
@@ -181,7 +181,7 @@ func (s *Scheduler) Ensure(ctx context.Context, req Request) (registry.Entry, er
 // Forget tells the scheduler that e could not be reached: the runner is stopped and deregistered so the next
 // Ensure starts a fresh one under a higher epoch.
 func (s *Scheduler) Forget(ctx context.Context, e registry.Entry) {
-	id := SandboxID(e.Issuer, e.User)
+	id := registry.SandboxID(e.Issuer, e.User)
 	s.mu.Lock()
 	l := s.live[id]
 	s.mu.Unlock()

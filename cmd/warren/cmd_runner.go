@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/warren-mesh/warren/runner/isolate"
 	"io"
 	"log/slog"
 	"net"
@@ -23,8 +22,8 @@ import (
 	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/runner"
+	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/modelproxy"
-	"github.com/warren-mesh/warren/scheduler"
 )
 
 // runnerKeyEnv carries the runner's bearer key from the scheduler's driver. It is removed from the
@@ -244,7 +243,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("blob store: %w", err)
 		}
 		if snapPrefix == "" {
-			snapPrefix = "sandboxes/" + scheduler.SandboxID(cfg.Issuer, cfg.User)
+			snapPrefix = "sandboxes/" + registry.SandboxID(cfg.Issuer, cfg.User)
 		}
 		cfg.Snapshots, cfg.SnapshotPrefix = store, snapPrefix
 	}

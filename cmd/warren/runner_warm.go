@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/httpx"
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
@@ -84,7 +85,7 @@ func serveWarm(ctx context.Context, ln net.Listener, key, alloc, region string, 
 		_ = srv.Shutdown(sctx) // lets the 202 reach the scheduler
 	}()
 
-	lease, err := reg.HoldWarm(ctx, consul.Warm{Region: region, Alloc: alloc, Addr: addr, Key: key, Job: os.Getenv("NOMAD_JOB_ID")})
+	lease, err := reg.HoldWarm(ctx, registry.Warm{Region: region, Alloc: alloc, Addr: addr, Key: key, Job: os.Getenv("NOMAD_JOB_ID")})
 	if err != nil {
 		return assignment{}, "", fmt.Errorf("warm runner: announce in Consul: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/internal/token"
@@ -121,14 +122,14 @@ func TestServeWarm(t *testing.T) {
 		}()
 		return done
 	}
-	claim := func() consul.Warm {
+	claim := func() registry.Warm {
 		t.Helper()
 		for {
 			w, err := reg.ClaimWarm(ctx, "r1")
 			if err == nil {
 				return w
 			}
-			if !errors.Is(err, consul.ErrNoWarm) || ctx.Err() != nil {
+			if !errors.Is(err, registry.ErrNoWarm) || ctx.Err() != nil {
 				t.Fatalf("ClaimWarm: %v", err)
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -21,7 +21,6 @@ import (
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/runner/snapshot"
-	"github.com/warren-mesh/warren/scheduler"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -303,7 +302,7 @@ func TestAgentResumesAfterRunnerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := scheduler.SandboxID(devstack.DevIssuer, "liam")
+	id := registry.SandboxID(devstack.DevIssuer, "liam")
 	stale, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + id,
 		Dirs: map[string]string{"workspace": filepath.Join(st.Config().DataDir, "sandboxes", id, "workspace")}})
 	if err != nil {
@@ -337,7 +336,7 @@ func TestSleepsWhenIdleAndWakesFromSnapshot(t *testing.T) {
 		return errors.Is(err, registry.ErrNotFound)
 	})
 	// Prove the wake-up restores from object storage, not from the local directory.
-	sbDir := filepath.Join(st.Config().DataDir, "sandboxes", scheduler.SandboxID(devstack.DevIssuer, "mia"))
+	sbDir := filepath.Join(st.Config().DataDir, "sandboxes", registry.SandboxID(devstack.DevIssuer, "mia"))
 	for _, d := range []string{"workspace", "home"} {
 		if err := os.RemoveAll(filepath.Join(sbDir, d)); err != nil {
 			t.Fatal(err)

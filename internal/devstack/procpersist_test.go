@@ -10,7 +10,6 @@ import (
 
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/registry"
-	"github.com/warren-mesh/warren/scheduler"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -36,7 +35,7 @@ func TestProcTableKeptThroughSleepAndWake(t *testing.T) {
 		_, err := st.Registry.Lookup(ctx, devstack.DevIssuer, "pia")
 		return errors.Is(err, registry.ErrNotFound)
 	})
-	sbDir := filepath.Join(st.Config().DataDir, "sandboxes", scheduler.SandboxID(devstack.DevIssuer, "pia"))
+	sbDir := filepath.Join(st.Config().DataDir, "sandboxes", registry.SandboxID(devstack.DevIssuer, "pia"))
 	if err := os.RemoveAll(filepath.Join(sbDir, "state")); err != nil {
 		t.Fatal(err)
 	}

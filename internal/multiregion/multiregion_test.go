@@ -204,7 +204,7 @@ func (tp *topology) owner(t *testing.T, ctx context.Context, r *region, user str
 // jobs lists the Nomad jobs of user's sandbox in region r, one per epoch started there.
 func (tp *topology) jobs(t *testing.T, r *region, user string) []string {
 	t.Helper()
-	js, _, err := r.nomad.Jobs().PrefixList("sandbox-" + scheduler.SandboxID(issuer, user))
+	js, _, err := r.nomad.Jobs().PrefixList("sandbox-" + registry.SandboxID(issuer, user))
 	if err != nil {
 		t.Fatalf("Nomad jobs of region %s: %v", r.name, err)
 	}
@@ -223,7 +223,7 @@ func (tp *topology) latest(t *testing.T, ctx context.Context, r *region, user st
 	if err != nil {
 		t.Fatal(err)
 	}
-	snaps, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + scheduler.SandboxID(issuer, user),
+	snaps, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + registry.SandboxID(issuer, user),
 		Region: r.name, Dirs: map[string]string{"workspace": t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func (tp *topology) latest(t *testing.T, ctx context.Context, r *region, user st
 // on disk (<epoch>-<seq>.json): every commit, retained or not yet collected.
 func (tp *topology) manifests(t *testing.T, r *region, user string) []string {
 	t.Helper()
-	dir := filepath.Join(r.s3.DataDir(), r.bucket, "sandboxes", scheduler.SandboxID(issuer, user), "manifests")
+	dir := filepath.Join(r.s3.DataDir(), r.bucket, "sandboxes", registry.SandboxID(issuer, user), "manifests")
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -721,7 +721,7 @@ func testRegionDown(t *testing.T, ctx context.Context, tp *topology) {
 
 	// a comes back: its Consul (empty, as after a loss) and the frozen runner.
 	manifestsA, manifestsB := tp.manifests(t, tp.a, user), tp.manifests(t, tp.b, user)
-	compute2 := "compute/" + scheduler.SandboxID(issuer, user) + "/2/"
+	compute2 := "compute/" + registry.SandboxID(issuer, user) + "/2/"
 	notB := func(ev []string) []string {
 		return slices.DeleteFunc(ev, func(k string) bool { return strings.HasPrefix(k, compute2) })
 	}

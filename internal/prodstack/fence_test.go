@@ -15,10 +15,10 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/stacktest"
 	"github.com/warren-mesh/warren/internal/testenv"
-	"github.com/warren-mesh/warren/scheduler"
 )
 
 // runnerProc is a `warren runner -consul` started by hand, as Nomad would.
@@ -108,7 +108,7 @@ func TestRunnerFencesItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, _, err := api.KV().Get("warren/owners/"+scheduler.SandboxID("acme", "fenced"), nil)
+	pair, _, err := api.KV().Get("warren/owners/"+registry.SandboxID("acme", "fenced"), nil)
 	if err != nil || pair == nil || pair.Session == "" {
 		t.Fatalf("owner key: %+v, %v", pair, err)
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/warren-mesh/warren/internal/stacktest"
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/runner/snapshot"
-	"github.com/warren-mesh/warren/scheduler"
 	warren "github.com/warren-mesh/warren/sdk"
 
 	blobs3 "github.com/warren-mesh/warren/internal/blob/s3"
@@ -252,7 +251,7 @@ func TestProductionTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snaps, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + scheduler.SandboxID("acme", "ada"),
+	snaps, err := snapshot.New(snapshot.Config{Store: store, Prefix: "sandboxes/" + registry.SandboxID("acme", "ada"),
 		Dirs: map[string]string{"workspace": t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/scheduler"
 )
 
@@ -21,7 +22,7 @@ var seq atomic.Int64
 func Spec(region string) scheduler.Spec {
 	n := seq.Add(1)
 	user := fmt.Sprintf("driver-test-%d-%d", time.Now().UnixNano(), n)
-	return scheduler.Spec{ID: scheduler.SandboxID("iss", user), Issuer: "iss", User: user, Epoch: 1, Region: region}
+	return scheduler.Spec{ID: registry.SandboxID("iss", user), Issuer: "iss", User: user, Epoch: 1, Region: region}
 }
 
 // Run runs the contract against d.

@@ -194,7 +194,7 @@ func TestNomad(t *testing.T) {
 			user := fmt.Sprintf("%s %d", user, time.Now().UnixNano())
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			spec := scheduler.Spec{ID: scheduler.SandboxID("iss", user), Issuer: "iss", User: user, Epoch: 1, Region: "r1"}
+			spec := scheduler.Spec{ID: registry.SandboxID("iss", user), Issuer: "iss", User: user, Epoch: 1, Region: "r1"}
 			sb, err := d.Start(ctx, spec)
 			if err != nil {
 				t.Fatalf("user %q: %v", user, err)

@@ -20,7 +20,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/warren-mesh/warren/internal/registry/consul"
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/scheduler"
 )
@@ -45,8 +45,8 @@ import (
 
 // WarmRegistry is where warm runners announce themselves (the Consul registry).
 type WarmRegistry interface {
-	ClaimWarm(ctx context.Context, region string) (consul.Warm, error)
-	ListWarm(ctx context.Context, region string) ([]consul.Warm, error)
+	ClaimWarm(ctx context.Context, region string) (registry.Warm, error)
+	ListWarm(ctx context.Context, region string) ([]registry.Warm, error)
 }
 
 // PoolConfig enables the warm pool.
@@ -235,7 +235,7 @@ func (p *pool) claim(ctx context.Context, spec scheduler.Spec) (sb scheduler.San
 	begin := time.Now()
 	for attempt := 1; attempt <= claimAttempts; attempt++ {
 		w, err := p.cfg.Registry.ClaimWarm(ctx, p.cfg.Region)
-		if errors.Is(err, consul.ErrNoWarm) {
+		if errors.Is(err, registry.ErrNoWarm) {
 			p.observe("empty", begin)
 			return sb, false, nil
 		}
@@ -269,7 +269,7 @@ func (p *pool) observe(outcome string, begin time.Time) {
 // of verify, or its runner answered the assignment with a refusal (all left alone), or nothing listens
 // at its address (its job is abandoned). Any other error is final, and the job is abandoned when it is
 // known: the runner may have taken the assignment.
-func (p *pool) use(ctx context.Context, spec scheduler.Spec, w consul.Warm, begin time.Time) (scheduler.Sandbox, error) {
+func (p *pool) use(ctx context.Context, spec scheduler.Spec, w registry.Warm, begin time.Time) (scheduler.Sandbox, error) {
 	a, _, err := p.d.client.Allocations().Info(w.Alloc, query(ctx, 0, 0))
 	if isNotFound(err) {
 		return scheduler.Sandbox{}, fmt.Errorf("%w: allocation %s is unknown to Nomad", errUnusable, w.Alloc)
@@ -322,7 +322,7 @@ func (p *pool) use(ctx context.Context, spec scheduler.Spec, w consul.Warm, begi
 // verify checks that a, the allocation an announcement named, is a warm runner of this pool: its job is a
 // sandbox job with warm-pool meta of this region, w.Addr is one of its allocated addresses, and this driver
 // is not following it already (it would be a sandbox claimed here before).
-func (p *pool) verify(ctx context.Context, a *api.Allocation, w consul.Warm) error {
+func (p *pool) verify(ctx context.Context, a *api.Allocation, w registry.Warm) error {
 	if !strings.HasPrefix(a.JobID, jobPrefix) {
 		return fmt.Errorf("allocation %s belongs to job %q, not a sandbox", a.ID, a.JobID)
 	}
@@ -381,7 +381,7 @@ func allocAddrs(a *api.Allocation) []string {
 
 // assign tells w which sandbox it now is. An error wrapping errRefused means the runner answered without
 // accepting; notDelivered tells the errors where the request never reached it.
-func (p *pool) assign(ctx context.Context, w consul.Warm, spec scheduler.Spec) error {
+func (p *pool) assign(ctx context.Context, w registry.Warm, spec scheduler.Spec) error {
 	a := map[string]any{"issuer": spec.Issuer, "user": spec.User, "epoch": spec.Epoch, "region": spec.Region}
 	if spec.Template != "" {
 		a["template"] = spec.Template

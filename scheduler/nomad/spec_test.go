@@ -13,12 +13,13 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/mem"
 	"github.com/warren-mesh/warren/scheduler"
 )
 
 func spec(issuer, user string) scheduler.Spec {
-	return scheduler.Spec{ID: scheduler.SandboxID(issuer, user), Issuer: issuer, User: user, Epoch: 3, Region: "r1"}
+	return scheduler.Spec{ID: registry.SandboxID(issuer, user), Issuer: issuer, User: user, Epoch: 3, Region: "r1"}
 }
 
 func TestCheckSpec(t *testing.T) {

@@ -3,7 +3,7 @@
 //
 // Layout, under a configurable prefix (default "warren/"):
 //
-//	<prefix>owners/<scheduler.SandboxID(issuer, user)>  →  JSON entry {issuer, user, epoch, region, alloc, addr, key, since}
+//	<prefix>owners/<registry.SandboxID(issuer, user)>  →  JSON entry {issuer, user, epoch, region, alloc, addr, key, since}
 //
 // The key name is a hash so that user-controlled strings never reach a KV path. The value holds the
 // runner's bearer key: it lives only in Consul's (ACL-protected) KV store and is never logged or put into
@@ -42,7 +42,6 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/warren-mesh/warren/internal/registry"
-	"github.com/warren-mesh/warren/scheduler"
 )
 
 // Config configures a Registry. The zero value of every field means its default.
@@ -198,7 +197,7 @@ func (r *Registry) Close(ctx context.Context) error {
 }
 
 func (r *Registry) key(issuer, user string) (id, key string) {
-	id = scheduler.SandboxID(issuer, user)
+	id = registry.SandboxID(issuer, user)
 	return id, r.owners + id
 }
 

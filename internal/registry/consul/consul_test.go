@@ -18,7 +18,6 @@ import (
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/registry/registrytest"
 	"github.com/warren-mesh/warren/internal/testenv"
-	"github.com/warren-mesh/warren/scheduler"
 )
 
 // Tests share a dev agent where they can; each Registry gets a KV prefix of its own.
@@ -143,7 +142,7 @@ func TestHold(t *testing.T) {
 		}
 		svc := entries[0].Service
 		if svc.ID != "warren-runner-svc-alloc-a" || svc.Address != "127.0.0.1" || svc.Port != 20001 ||
-			svc.Meta["sandbox"] != scheduler.SandboxID("iss", "u") || svc.Meta["epoch"] != "1" {
+			svc.Meta["sandbox"] != registry.SandboxID("iss", "u") || svc.Meta["epoch"] != "1" {
 			t.Fatalf("service %+v", svc)
 		}
 		for _, c := range entries[0].Checks {
@@ -438,7 +437,7 @@ func TestMalformedValues(t *testing.T) {
 	}
 	put := func(issuer, user, value string) {
 		t.Helper()
-		ok, _, err := raw.KV().Acquire(&api.KVPair{Key: prefix + "owners/" + scheduler.SandboxID(issuer, user), Value: []byte(value), Session: se}, nil)
+		ok, _, err := raw.KV().Acquire(&api.KVPair{Key: prefix + "owners/" + registry.SandboxID(issuer, user), Value: []byte(value), Session: se}, nil)
 		if err != nil || !ok {
 			t.Fatalf("acquire: %v %v", ok, err)
 		}

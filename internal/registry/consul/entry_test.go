@@ -148,12 +148,12 @@ func FuzzDecodeWarm(f *testing.F) {
 			if !errors.Is(err, ErrBadEntry) {
 				t.Fatalf("untyped error %v", err)
 			}
-			if w != (Warm{}) {
+			if w != (registry.Warm{}) {
 				t.Fatalf("warm runner %+v returned with error %v", w, err)
 			}
 			return
 		}
-		if w.validate() != nil {
+		if validateWarm(w) != nil {
 			t.Fatalf("accepted invalid %+v", w)
 		}
 	})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/warren-mesh/warren/internal/registry"
 )
 
 // The warm pool (issue 4): runners started before anyone needs them, without a user. Each announces itself
@@ -19,23 +20,9 @@ import (
 // scheduler claims one by deleting its key with a check-and-set, so of many claimants exactly one gets it,
 // then tells the runner which sandbox it now is.
 
-// Warm is one warm runner. Key is its bearer key for the assignment call; never logged.
-type Warm struct {
-	Region string `json:"region"`
-	Alloc  string `json:"alloc"`
-	Addr   string `json:"addr"`
-	Key    string `json:"key"`
-	// Job is the runner's Nomad job id when it knows it ($NOMAD_JOB_ID), so a pool can tell which of the
-	// jobs it registered have announced themselves.
-	Job string `json:"job,omitempty"`
-}
-
-// ErrNoWarm means the region's pool is empty right now.
-var ErrNoWarm = errors.New("no warm runner available")
-
 var warmName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
-func (w Warm) validate() error {
+func validateWarm(w registry.Warm) error {
 	if !warmName.MatchString(w.Region) || !warmName.MatchString(w.Alloc) || w.Addr == "" || w.Key == "" ||
 		(w.Job != "" && !warmName.MatchString(w.Job)) {
 		return fmt.Errorf("%w: a warm runner needs region and alloc of [A-Za-z0-9._-]{1,128}, an address and a key", ErrBadEntry)
@@ -44,18 +31,18 @@ func (w Warm) validate() error {
 }
 
 // decodeWarm parses a warm key's value (written by another process: untrusted).
-func decodeWarm(b []byte) (Warm, error) {
-	var w Warm
+func decodeWarm(b []byte) (registry.Warm, error) {
+	var w registry.Warm
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&w); err != nil {
-		return Warm{}, fmt.Errorf("%w: warm runner: %v", ErrBadEntry, err)
+		return registry.Warm{}, fmt.Errorf("%w: warm runner: %v", ErrBadEntry, err)
 	}
 	if d.More() {
-		return Warm{}, fmt.Errorf("%w: warm runner: trailing data", ErrBadEntry)
+		return registry.Warm{}, fmt.Errorf("%w: warm runner: trailing data", ErrBadEntry)
 	}
-	if err := w.validate(); err != nil {
-		return Warm{}, err
+	if err := validateWarm(w); err != nil {
+		return registry.Warm{}, err
 	}
 	return w, nil
 }
@@ -115,8 +102,8 @@ func (l *WarmLease) watchClaim(ctx context.Context) {
 
 // HoldWarm announces w as a warm runner of its region. The session has the Registry's TTL and the delete
 // behaviour: the announcement disappears when the runner does.
-func (r *Registry) HoldWarm(ctx context.Context, w Warm) (*WarmLease, error) {
-	if err := w.validate(); err != nil {
+func (r *Registry) HoldWarm(ctx context.Context, w registry.Warm) (*WarmLease, error) {
+	if err := validateWarm(w); err != nil {
 		return nil, err
 	}
 	value, err := json.Marshal(w)
@@ -182,14 +169,14 @@ func (r *Registry) CountWarm(ctx context.Context, region string) (int, error) {
 }
 
 // ListWarm returns the warm runners announced in region (held by a session; malformed ones left out).
-func (r *Registry) ListWarm(ctx context.Context, region string) ([]Warm, error) {
+func (r *Registry) ListWarm(ctx context.Context, region string) ([]registry.Warm, error) {
 	q, cancel := r.query(ctx)
 	defer cancel()
 	pairs, _, err := r.client.KV().List(r.warmPrefix(region), q)
 	if err != nil {
 		return nil, wrap(ctx, err, "list warm runners")
 	}
-	var out []Warm
+	var out []registry.Warm
 	for _, p := range pairs {
 		if p.Session == "" {
 			continue
@@ -202,14 +189,14 @@ func (r *Registry) ListWarm(ctx context.Context, region string) ([]Warm, error) 
 }
 
 // ClaimWarm takes one warm runner of region out of the pool: its announcement is deleted with a
-// check-and-set, so no other claimant gets it. ErrNoWarm when none is left. Malformed announcements and
-// keys no session holds (their runners are gone) are deleted on the way.
-func (r *Registry) ClaimWarm(ctx context.Context, region string) (Warm, error) {
+// check-and-set, so no other claimant gets it. registry.ErrNoWarm when none is left. Malformed announcements
+// and keys no session holds (their runners are gone) are deleted on the way.
+func (r *Registry) ClaimWarm(ctx context.Context, region string) (registry.Warm, error) {
 	q, cancel := r.query(ctx)
 	pairs, _, err := r.client.KV().List(r.warmPrefix(region), q)
 	cancel()
 	if err != nil {
-		return Warm{}, wrap(ctx, err, "list warm runners")
+		return registry.Warm{}, wrap(ctx, err, "list warm runners")
 	}
 	sort.Slice(pairs, func(i, j int) bool { return pairs[i].CreateIndex < pairs[j].CreateIndex }) // oldest first
 	for _, p := range pairs {
@@ -220,7 +207,7 @@ func (r *Registry) ClaimWarm(ctx context.Context, region string) (Warm, error) {
 			{Verb: api.KVDelete, Key: p.Key},
 		})
 		if err != nil {
-			return Warm{}, wrap(ctx, err, "claim warm runner")
+			return registry.Warm{}, wrap(ctx, err, "claim warm runner")
 		}
 		switch {
 		case !res.ok:
@@ -234,5 +221,5 @@ func (r *Registry) ClaimWarm(ctx context.Context, region string) (Warm, error) {
 		}
 		return w, nil
 	}
-	return Warm{}, ErrNoWarm
+	return registry.Warm{}, registry.ErrNoWarm
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/testenv"
 )
@@ -22,7 +23,7 @@ func TestWarmPool(t *testing.T) {
 	const n = 5
 	leases := map[string]*consul.WarmLease{}
 	for i := range n {
-		w := consul.Warm{Region: "r1", Alloc: fmt.Sprintf("alloc-%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 20000+i), Key: "k"}
+		w := registry.Warm{Region: "r1", Alloc: fmt.Sprintf("alloc-%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 20000+i), Key: "k"}
 		l, err := runners.HoldWarm(ctx, w)
 		if err != nil {
 			t.Fatal(err)
@@ -30,7 +31,7 @@ func TestWarmPool(t *testing.T) {
 		leases[w.Alloc] = l
 	}
 	// Another region's pool is separate.
-	if _, err := runners.HoldWarm(ctx, consul.Warm{Region: "r2", Alloc: "other", Addr: "h:1", Key: "k"}); err != nil {
+	if _, err := runners.HoldWarm(ctx, registry.Warm{Region: "r2", Alloc: "other", Addr: "h:1", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := runners.CountWarm(ctx, "r1"); err != nil || c != n {
@@ -53,7 +54,7 @@ func TestWarmPool(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case errors.Is(err, consul.ErrNoWarm):
+			case errors.Is(err, registry.ErrNoWarm):
 				empty++
 			case err != nil:
 				t.Errorf("ClaimWarm: %v", err)
@@ -90,7 +91,7 @@ func TestWarmRunnerGoneLeavesThePool(t *testing.T) {
 	ctx := context.Background()
 	prefix := uniquePrefix()
 	r := open(t, srv, prefix, nil)
-	l, err := r.HoldWarm(ctx, consul.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
+	l, err := r.HoldWarm(ctx, registry.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +104,10 @@ func TestWarmRunnerGoneLeavesThePool(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Lost not closed after the session was destroyed")
 	}
-	if _, err := r.ClaimWarm(ctx, "r1"); !errors.Is(err, consul.ErrNoWarm) {
+	if _, err := r.ClaimWarm(ctx, "r1"); !errors.Is(err, registry.ErrNoWarm) {
 		t.Fatalf("ClaimWarm of a dead runner = %v, want ErrNoWarm", err)
 	}
-	if _, err := r.HoldWarm(ctx, consul.Warm{Region: "bad/region", Alloc: "a", Addr: "h:1", Key: "k"}); !errors.Is(err, consul.ErrBadEntry) {
+	if _, err := r.HoldWarm(ctx, registry.Warm{Region: "bad/region", Alloc: "a", Addr: "h:1", Key: "k"}); !errors.Is(err, consul.ErrBadEntry) {
 		t.Fatalf("HoldWarm with a bad region = %v, want ErrBadEntry", err)
 	}
 }
@@ -129,7 +130,7 @@ func TestWarmReleaseAndSessionlessKeys(t *testing.T) {
 	r := open(t, srv, prefix, nil)
 	raw := rawClient(t, srv)
 
-	l, err := r.HoldWarm(ctx, consul.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
+	l, err := r.HoldWarm(ctx, registry.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestWarmReleaseAndSessionlessKeys(t *testing.T) {
 	if c, err := r.CountWarm(ctx, "r1"); err != nil || c != 0 {
 		t.Fatalf("CountWarm with a sessionless key = %d, %v; want 0", c, err)
 	}
-	if w, err := r.ClaimWarm(ctx, "r1"); !errors.Is(err, consul.ErrNoWarm) {
+	if w, err := r.ClaimWarm(ctx, "r1"); !errors.Is(err, registry.ErrNoWarm) {
 		t.Fatalf("ClaimWarm with only a sessionless key = %+v, %v; want ErrNoWarm", w, err)
 	}
 	if p, _, err := raw.KV().Get(ghost, nil); err != nil || p != nil {
@@ -171,12 +172,12 @@ func TestWarmClaimed(t *testing.T) {
 	ctx := context.Background()
 	prefix := uniquePrefix()
 	r := open(t, srv, prefix, nil)
-	l, err := r.HoldWarm(ctx, consul.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
+	l, err := r.HoldWarm(ctx, registry.Warm{Region: "r1", Alloc: "a1", Addr: "h:1", Key: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	other, err := r.HoldWarm(ctx, consul.Warm{Region: "r1", Alloc: "a2", Addr: "h:2", Key: "k"})
+	other, err := r.HoldWarm(ctx, registry.Warm{Region: "r1", Alloc: "a2", Addr: "h:2", Key: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}

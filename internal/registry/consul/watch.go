@@ -9,7 +9,6 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/warren-mesh/warren/internal/registry"
-	"github.com/warren-mesh/warren/scheduler"
 )
 
 // cache is a watched Registry's view of the held owner keys, by sandbox id.
@@ -84,7 +83,7 @@ func (r *Registry) apply(pairs api.KVPairs, index uint64) {
 			r.log.Warn("registry: watch skips a malformed owner entry", "sandbox", id, "err", err)
 			continue
 		}
-		if scheduler.SandboxID(e.Issuer, e.User) != id {
+		if registry.SandboxID(e.Issuer, e.User) != id {
 			r.log.Warn("registry: watch skips an owner entry under another user's key", "sandbox", id)
 			continue
 		}
