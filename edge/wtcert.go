@@ -16,11 +16,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warren-mesh/warren/internal/regions"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // CertificateHash is a certificate's hash as GET /v1/regions publishes it for serverCertificateHashes.
-type CertificateHash = regions.CertificateHash
+type CertificateHash = wire.CertificateHash
 
 // HashOf is the sha-256 CertificateHash of a DER certificate.
 func HashOf(der []byte) CertificateHash {

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/warren-mesh/warren/internal/regions"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // Region is one region as an edge lists it (GET /v1/regions).
@@ -29,7 +29,7 @@ type Region struct {
 
 // CertificateHash is a WebTransport certificate's hash as GET /v1/regions publishes it, the shape of a
 // browser's serverCertificateHashes entries: {"algorithm": "sha-256", "value": base64}.
-type CertificateHash = regions.CertificateHash
+type CertificateHash = wire.CertificateHash
 
 // Regions is the answer of GET /v1/regions.
 type Regions struct {

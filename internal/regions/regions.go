@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // Edge is one edge process as it announced itself.
@@ -147,18 +149,11 @@ type Status struct {
 	WebTransport string `json:"webtransport,omitempty"`
 	// CertificateHashes pin the WebTransport certificate of a development edge (self-signed, valid at most
 	// 14 days): listed only for the answering edge's own region, when it serves such a certificate.
-	CertificateHashes []CertificateHash `json:"certificateHashes,omitempty"`
+	CertificateHashes []wire.CertificateHash `json:"certificateHashes,omitempty"`
 	// Health is "ok" when an edge of the region serves and is not draining, "draining" when all its
 	// edges are draining (clients should choose another region).
 	Health string `json:"health"`
 	Edges  int    `json:"edges"` // edges announced and not expired
-}
-
-// CertificateHash is a certificate's hash as a browser's WebTransport serverCertificateHashes takes it:
-// {"algorithm": "sha-256", "value": standard base64 of the SHA-256 of the certificate's DER}.
-type CertificateHash struct {
-	Algorithm string `json:"algorithm"`
-	Value     string `json:"value"`
 }
 
 // Summarize folds the edges of a Directory into one Status per region, by name. A region's URLs are
