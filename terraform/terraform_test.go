@@ -33,7 +33,6 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/warren-mesh/warren/edge"
-
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/internal/testenv"

@@ -19,6 +19,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/warren-mesh/warren/edge"
+	blobs3 "github.com/warren-mesh/warren/internal/blob/s3"
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/registry/consul"
@@ -27,8 +28,6 @@ import (
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/runner/snapshot"
 	warren "github.com/warren-mesh/warren/sdk"
-
-	blobs3 "github.com/warren-mesh/warren/internal/blob/s3"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -19,16 +19,15 @@ package isolate
 
 import (
 	"context"
-	"maps"
-	"slices"
-	"strconv"
-
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"

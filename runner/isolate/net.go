@@ -17,8 +17,9 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/warren-mesh/warren/internal/netdeny"
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-mesh/warren/internal/netdeny"
 )
 
 // DNSForward is the address the sandbox's resolver uses; pasta, or the runner's relay on a veth network,

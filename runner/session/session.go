@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"slices"
-
 	"sync"
 
 	"github.com/warren-mesh/warren/internal/wire"

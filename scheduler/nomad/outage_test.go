@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
-
 	"github.com/warren-mesh/warren/scheduler"
 	"github.com/warren-mesh/warren/scheduler/drivertest"
 	"github.com/warren-mesh/warren/scheduler/nomad"

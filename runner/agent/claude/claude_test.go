@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/warren-mesh/warren/runner/isolate/isolatetest"
 	"log/slog"
 	"net/http"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/warren-mesh/warren/internal/modelserver"
 	"github.com/warren-mesh/warren/internal/testenv"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/isolate/isolatetest"
 	"github.com/warren-mesh/warren/runner/session"
 )
 
