@@ -50,9 +50,14 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s; see internal/tool
 # and runner/config.go until the runner split (issue #23) lands: it is being moved now.
 IMPORTGROUPS_FILES = git ls-files '*.go' ':!internal/tools/servers' ':!runner/config.go'
 
-lint: staticcheck ## gofmt, import groups, go mod tidy, go vet and staticcheck: any finding fails
+# Commit messages since COMMITS_BASE (the rule's first day; history before it stays): "area: summary" of at
+# most 72 characters, a blank line before the body (internal/tools/commitsubjects).
+COMMITS_BASE := d9eac01
+
+lint: staticcheck ## gofmt, import groups, commit subjects, go mod tidy, go vet and staticcheck: any finding fails
 	@files=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$files" ] || { echo "gofmt -l (run make fmt):"; echo "$$files"; exit 1; }
 	@$(GO) run ./internal/tools/importgroups -module $$($(GO) list -m) $$($(IMPORTGROUPS_FILES))
+	@$(GO) run ./internal/tools/commitsubjects $(COMMITS_BASE)
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
