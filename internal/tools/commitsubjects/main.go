@@ -28,11 +28,18 @@ func main() {
 		os.Exit(2)
 	}
 	base := os.Args[1]
+	rng := base + "..HEAD"
 	if err := exec.Command("git", "cat-file", "-e", base+"^{commit}").Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "commitsubjects: commit %s is not in this clone (a shallow clone? git fetch --unshallow)\n", base)
-		os.Exit(2)
+		// A shallow clone (CI's, say) cut after the base holds only commits made since: check them all.
+		shallow, _ := exec.Command("git", "rev-parse", "--is-shallow-repository").Output()
+		if strings.TrimSpace(string(shallow)) != "true" {
+			fmt.Fprintf(os.Stderr, "commitsubjects: commit %s is not in this history\n", base)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "commitsubjects: a shallow clone without %s: checking the commits it holds\n", base)
+		rng = "HEAD"
 	}
-	out, err := exec.Command("git", "log", "--no-merges", "--format=%h%x00%B%x00", base+"..HEAD").Output()
+	out, err := exec.Command("git", "log", "--no-merges", "--format=%h%x00%B%x00", rng).Output()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "commitsubjects: git log:", err)
 		os.Exit(2)
