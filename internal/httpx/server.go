@@ -1,6 +1,11 @@
 // Package httpx is the HTTP plumbing every role shares. NewServer and NewHTTP3Server build the server behind
 // every listener Warren opens (the edge, scheduler and billing roles, a runner and its model proxy, `warren
 // dev`, a warm runner), so each closes slow and idle clients the same way in development and production.
+//
+// The rest is what every role's HTTP API repeats, written once so the copies cannot drift: the bearer rule
+// and constant-time key compares (Bearer, KeyEqual, KeyIn), the request id rule and middleware (RequestIDs),
+// a status-recording writer, JSON and server-sent-event writers, and a mux whose own 404 and 405 answers are
+// wire errors (Mux, Methods). docs/PROTOCOL.md states each rule.
 package httpx
 
 import (
