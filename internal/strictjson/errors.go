@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -67,15 +69,71 @@ func (e *Error) valueMessage(where string) string {
 		return "invalid value " + where
 	}
 	switch {
+	case errors.Is(se.Err, strconv.ErrRange):
+		return fmt.Sprintf("number out of range %s: want %s", where, wantOf(se.GoType))
+	case errors.Is(se.Err, strconv.ErrSyntax):
+		return fmt.Sprintf("invalid value %s: want %s", where, wantOf(se.GoType))
 	case se.Err != nil && !isJSONError(se.Err):
 		// The type's own refusal (an UnmarshalJSON method): its text is the type's, not the input's.
 		return fmt.Sprintf("invalid value %s: %s", where, clip(se.Err.Error()))
-	case se.GoType != nil && se.JSONKind != 0:
-		return fmt.Sprintf("JSON %s %s is not a valid %s", se.JSONKind, where, se.GoType)
+	case se.GoType != nil && se.JSONKind != 0 && wantOf(se.GoType) != jsonKindName(se.JSONKind):
+		return fmt.Sprintf("wrong type %s: want %s, got %s", where, wantOf(se.GoType), jsonKindName(se.JSONKind))
 	case se.GoType != nil:
-		return fmt.Sprintf("invalid value %s for %s", where, se.GoType)
+		return fmt.Sprintf("invalid value %s: want %s", where, wantOf(se.GoType))
 	}
 	return "invalid value " + where
+}
+
+// wantOf names what a Go type reads, in JSON's words (never the Go type's name: messages go to clients
+// who wrote JSON, not Go).
+func wantOf(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "a valid value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "an array"
+	case reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a valid value"
+}
+
+// jsonKindName names the kind of a JSON value as a client would.
+func jsonKindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case 't', 'f':
+		return "true or false"
+	case 'n':
+		return "null"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return "a value"
 }
 
 func (e *Error) Unwrap() error { return e.err }

@@ -376,3 +376,42 @@ func TestAllowInvalidUTF8(t *testing.T) {
 		t.Fatalf("duplicate with AllowInvalidUTF8 = %v", err)
 	}
 }
+
+// TestValueErrorsSpeakJSON: a value of the wrong type is named in JSON's words, never by its Go type (the
+// message goes to the client that wrote the JSON: "cannot unmarshal number into Go struct field
+// ExecRequest.command" told it nothing it could act on).
+func TestValueErrorsSpeakJSON(t *testing.T) {
+	type inner struct{ A int }
+	type req struct {
+		Command string         `json:"command"`
+		Args    []string       `json:"args"`
+		In      *inner         `json:"in"`
+		M       map[string]int `json:"m"`
+		B       bool           `json:"b"`
+		U       uint8          `json:"u"`
+		F       float64        `json:"f"`
+		Raw     []byte         `json:"raw"`
+	}
+	for in, want := range map[string]string{
+		`{"command":5}`:      "wrong type at /command: want a string, got a number",
+		`{"args":"x"}`:       "wrong type at /args: want an array, got a string",
+		`{"args":[1]}`:       "wrong type at /args/0: want a string, got a number",
+		`{"in":[]}`:          "wrong type at /in: want an object, got an array",
+		`{"in":{"A":"x"}}`:   "wrong type at /in/A: want an integer, got a string",
+		`{"in":{"A":1.5}}`:   "invalid value at /in/A: want an integer",
+		`{"m":3}`:            "wrong type at /m: want an object, got a number",
+		`{"b":"x"}`:          "wrong type at /b: want true or false, got a string",
+		`{"f":{}}`:           "wrong type at /f: want a number, got an object",
+		`{"raw":1}`:          "wrong type at /raw: want a base64 string, got a number",
+		`{"u":300}`:          "number out of range at /u: want a non-negative integer",
+		`{"u":-1}`:           "invalid value at /u: want a non-negative integer",
+		`5`:                  "wrong type at the top level: want an object, got a number",
+		`{"command":[true]}`: "wrong type at /command: want a string, got an array",
+	} {
+		var r req
+		err := strictjson.Unmarshal([]byte(in), &r)
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+	}
+}
