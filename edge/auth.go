@@ -7,10 +7,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
@@ -20,11 +20,11 @@ import (
 // headers on a WebSocket).
 func bearer(r *http.Request) (string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, tok, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		tok, ok := httpx.Bearer(h) // docs/PROTOCOL.md#auth-header
+		if !ok {
 			return "", wire.Errorf(wire.Unauthenticated, "Authorization header must be \"Bearer <token>\"")
 		}
-		return strings.TrimSpace(tok), nil
+		return tok, nil
 	}
 	if t := r.URL.Query().Get("token"); t != "" {
 		return t, nil
@@ -72,7 +72,7 @@ func (e *Edge) authenticate(ctx context.Context, r *http.Request) (*token.Claims
 	claims, err := e.cfg.Verifier.Verify(ctx, raw)
 	if err != nil {
 		e.m.authFailures.WithLabelValues(token.Reason(err)).Inc()
-		e.log.Info("auth failed", "request_id", requestID(ctx), "reason", token.Reason(err))
+		e.log.Info("auth failed", "request_id", httpx.RequestID(ctx), "reason", token.Reason(err))
 		return nil, err
 	}
 	return claims, nil
@@ -80,7 +80,7 @@ func (e *Edge) authenticate(ctx context.Context, r *http.Request) (*token.Claims
 
 // admitAs is admit for a caller whose token is verified: budget, rates, lease, runner.
 func (e *Edge) admitAs(ctx context.Context, claims *token.Claims, channel bool) (*admitted, error) {
-	log := e.log.With("request_id", requestID(ctx), "issuer", claims.Issuer, "user", claims.Subject)
+	log := e.log.With("request_id", httpx.RequestID(ctx), "issuer", claims.Issuer, "user", claims.Subject)
 	acct, budget := accountOf(claims, e.cfg.Now())
 	reads, err := e.readAdmission(ctx, acct, !channel)
 	if err != nil {

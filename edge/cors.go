@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -96,7 +97,7 @@ func (e *Edge) withCORS(next http.Handler) http.Handler {
 			h.Add("Vary", "Access-Control-Request-Method")
 			h.Add("Vary", "Access-Control-Request-Headers")
 			if !ok {
-				wire.WriteHTTPError(w, e.log.With("request_id", requestID(r.Context())),
+				wire.WriteHTTPError(w, e.log.With("request_id", httpx.RequestID(r.Context())),
 					wire.Errorf(wire.PermissionDenied, "origin %.200q may not call this edge's API (CORS allowlist)", origin))
 				return
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/regions"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
@@ -109,7 +110,7 @@ type Edge struct {
 	m       *edgeMetrics
 	runners *http.Client
 	lean    *leanHop // plain requests to local runners (leanhop.go); nil with Config.HTTPClient
-	mux     *http.ServeMux
+	mux     *httpx.Mux
 	peers   *peers
 	mpool   *meshPool // kept mesh streams of forwarded requests (meshpool.go)
 	// meshIdle is how long a kept stream waits for its next exchange here (meshServeIdleTimeout; shorter
@@ -179,10 +180,10 @@ func New(cfg Config) (*Edge, error) {
 
 // Handler is the edge's HTTP handler: /ws (and /ws/, and a WebSocket upgrade at /), /v1/sandbox/*, /v1/sessions[/*], /v1/regions, /healthz,
 // /readyz.
-func (e *Edge) Handler() http.Handler { return e.PreviewHosts(e.withRequestID(e.withCORS(e.mux))) }
+func (e *Edge) Handler() http.Handler { return e.PreviewHosts(httpx.RequestIDs(e.withCORS(e.mux))) }
 
 func (e *Edge) routes() {
-	mux := http.NewServeMux()
+	mux := &httpx.Mux{What: "edge API"} // unknown paths and methods are wire errors
 	mux.HandleFunc("GET /ws", e.serveWS)
 	mux.HandleFunc("GET /ws/{$}", e.serveWS) // a trailing slash is the same endpoint
 	mux.HandleFunc("GET /{$}", e.serveRoot)  // an upgrade at the bare base URL is the agent channel too
@@ -192,14 +193,12 @@ func (e *Edge) routes() {
 	mux.HandleFunc("GET /v1/regions", e.serveRegions)
 	mux.HandleFunc("/v1/execute", e.serveExecute) // one-shot tasks (execute.go)
 	mux.HandleFunc("/v1/execute/", e.serveExecute)
-	e.previewRoutes(mux)
+	e.previewRoutes(&mux.ServeMux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		_ = httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+		_ = httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	e.mux = mux
 }

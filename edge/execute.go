@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -14,15 +15,14 @@ import (
 // prompt rates as a chat prompt does.
 func (e *Edge) serveExecute(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	sw := httpx.NewStatusWriter(w)
 	defer func() {
-		e.m.requests.WithLabelValues("execute", strconv.Itoa(sw.code)).Inc()
+		e.m.requests.WithLabelValues("execute", strconv.Itoa(sw.Status())).Inc()
 		e.m.latency.WithLabelValues("execute").Observe(time.Since(start).Seconds())
 	}()
-	log := e.log.With("request_id", requestID(r.Context()))
+	log := e.log.With("request_id", httpx.RequestID(r.Context()))
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
-		sw.Header().Set("Allow", "GET, POST")
-		wire.WriteHTTPError(sw, log, wire.Errorf(wire.InvalidArgument, "method %s is not allowed here", r.Method))
+		httpx.MethodNotAllowed(sw, r, []string{http.MethodGet, http.MethodPost})
 		return
 	}
 	a, err := e.admit(r.Context(), r, false)

@@ -21,6 +21,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/mesh"
 	"github.com/warren-mesh/warren/internal/regions"
 	"github.com/warren-mesh/warren/internal/token"
@@ -171,7 +172,7 @@ func (e *Edge) openForward(ctx context.Context, a *admitted, kind mesh.Kind, nex
 		return nil, err
 	}
 	frame = append(frame, next...)
-	h := mesh.Header{Kind: kind, RequestID: requestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject}
+	h := mesh.Header{Kind: kind, RequestID: httpx.RequestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject}
 	s, _, err := e.openTo(ctx, a, kl, cands, h, frame)
 	return s, err
 }
@@ -243,7 +244,7 @@ func (e *Edge) sendExchange(ctx context.Context, a *admitted, first []byte, whol
 	if err != nil {
 		return nil, false, err
 	}
-	b, err := mesh.AppendHeader(nil, mesh.Header{Kind: mesh.KindHTTP, RequestID: requestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject})
+	b, err := mesh.AppendHeader(nil, mesh.Header{Kind: mesh.KindHTTP, RequestID: httpx.RequestID(ctx), Issuer: a.claims.Issuer, User: a.claims.Subject})
 	if err != nil {
 		e.m.forwarded.WithLabelValues(kl, a.owner, "error").Inc()
 		return nil, false, wire.Wrap(wire.Internal, err, "encode the exchange header")
@@ -647,10 +648,10 @@ func (e *Edge) serveMesh(ctx context.Context, from string, s meshStream, h mesh.
 	}
 	_ = s.SetReadDeadline(time.Time{})
 	id := h.RequestID
-	if !validID(id) {
+	if !httpx.ValidRequestID(id) {
 		id = "mesh"
 	}
-	ctx = context.WithValue(ctx, requestIDKey, id)
+	ctx = httpx.WithRequestID(ctx, id)
 	a := forwardedAdmission(g, log)
 	entry, ensureErr := e.cfg.Sandboxes.Ensure(ctx, a.sandboxRequest())
 	if ensureErr == nil {
@@ -923,7 +924,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = t.entry.Addr
 			pr.Out.Host = t.entry.Addr
-			runnerHeaders(pr.Out.Header, a, requestID(pr.In.Context()), pr.Out.URL.Path)
+			runnerHeaders(pr.Out.Header, a, httpx.RequestID(pr.In.Context()), pr.Out.URL.Path)
 			if small != nil { // a body the transport knows the whole of goes in the same write as the head
 				pr.Out.Body = io.NopCloser(bytes.NewReader(small))
 			}
@@ -1112,7 +1113,7 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted,
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "mesh", ""
 			pr.Out.Header.Del("Authorization") // the user's token stays here; the grant goes on the stream
 			pr.Out.Header.Del("Cookie")
-			pr.Out.Header.Set("X-Request-Id", requestID(pr.In.Context()))
+			pr.Out.Header.Set("X-Request-Id", httpx.RequestID(pr.In.Context()))
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t.closeIfUploading(resp.Header)

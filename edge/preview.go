@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/previews"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
@@ -122,7 +123,7 @@ func (e *Edge) PreviewHandler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		wire.WriteHTTPError(w, nil, wire.Errorf(wire.NotFound, "this origin serves preview URLs only (/preview/<token>/)"))
 	})
-	return e.PreviewHosts(e.withRequestID(mux))
+	return e.PreviewHosts(httpx.RequestIDs(mux))
 }
 
 // PreviewHosts serves requests to <token>.<Domain> as previews, the rest with next. Handler has it already;
@@ -134,7 +135,7 @@ func (e *Edge) PreviewHosts(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tok, ok := previews.ParseHost(r.Host, e.pv.cfg.Domain); ok {
-			e.withRequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			httpx.RequestIDs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				e.servePreview(w, r, tok, "", r.URL.EscapedPath())
 			})).ServeHTTP(w, r)
 			return
@@ -220,7 +221,7 @@ func splitPort(hostport string) (string, string, error) {
 
 // servePreviewAPI makes (POST), lists (GET) and revokes (DELETE .../{id}) the caller's previews.
 func (e *Edge) servePreviewAPI(w http.ResponseWriter, r *http.Request) {
-	log := e.log.With("request_id", requestID(r.Context()))
+	log := e.log.With("request_id", httpx.RequestID(r.Context()))
 	id := r.PathValue("id")
 	var err error
 	switch {
@@ -231,8 +232,8 @@ func (e *Edge) servePreviewAPI(w http.ResponseWriter, r *http.Request) {
 	case id != "" && r.Method == http.MethodDelete:
 		err = e.revokePreview(w, r, id)
 	default:
-		w.Header().Set("Allow", map[bool]string{true: "GET, POST", false: "DELETE"}[id == ""])
-		err = wire.Errorf(wire.InvalidArgument, "method %s is not allowed here", r.Method)
+		httpx.MethodNotAllowed(w, r, map[bool][]string{true: {http.MethodGet, http.MethodPost}, false: {http.MethodDelete}}[id == ""])
+		return
 	}
 	if err != nil {
 		wire.WriteHTTPError(w, log, err)
@@ -328,7 +329,7 @@ func (e *Edge) revokePreview(w http.ResponseWriter, r *http.Request, id string) 
 	case err != nil:
 		return wire.Wrap(wire.Unavailable, err, "previews are unavailable")
 	}
-	e.log.Info("preview revoked", "request_id", requestID(r.Context()), "issuer", claims.Issuer, "user", claims.Subject, "preview", id)
+	e.log.Info("preview revoked", "request_id", httpx.RequestID(r.Context()), "issuer", claims.Issuer, "user", claims.Subject, "preview", id)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -360,7 +361,7 @@ func (e *Edge) servePreviewPath(w http.ResponseWriter, r *http.Request) {
 // preview's root; prefix is what the client's URL has before it ("" for a preview host).
 func (e *Edge) servePreview(w http.ResponseWriter, r *http.Request, tok, prefix, path string) {
 	ctx := r.Context()
-	log := e.log.With("request_id", requestID(ctx))
+	log := e.log.With("request_id", httpx.RequestID(ctx))
 	result := "ok"
 	defer func() { e.pv.reqs.WithLabelValues(result).Inc() }()
 	fail := func(res string, err error) {

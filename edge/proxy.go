@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/regions"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/wire"
@@ -22,14 +23,14 @@ type proxyTarget struct {
 func (e *Edge) serveSandbox(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	route := routeLabel(r.URL.Path)
-	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	sw := httpx.NewStatusWriter(w)
 	defer func() {
-		e.m.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		e.m.requests.WithLabelValues(route, strconv.Itoa(sw.Status())).Inc()
 		e.m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
 	a, err := e.admitChecked(r)
 	if err != nil {
-		wire.WriteHTTPError(sw, e.log.With("request_id", requestID(r.Context())), err)
+		wire.WriteHTTPError(sw, e.log.With("request_id", httpx.RequestID(r.Context())), err)
 		return
 	}
 	// The runner may answer (SSE headers of a streamed exec, an early error on an upload) while the request
@@ -56,7 +57,7 @@ func (e *Edge) serveRegions(w http.ResponseWriter, r *http.Request) {
 		// a read fails, the entries of the last list that have not expired yet still answer.
 		edges, err := e.peers.list(r.Context(), peerCacheTTL)
 		if err != nil && edges == nil {
-			wire.WriteHTTPError(w, e.log.With("request_id", requestID(r.Context())), wire.Wrap(wire.Unavailable, err, "the region directory is unavailable"))
+			wire.WriteHTTPError(w, e.log.With("request_id", httpx.RequestID(r.Context())), wire.Wrap(wire.Unavailable, err, "the region directory is unavailable"))
 			return
 		}
 		now := time.Now()
@@ -104,25 +105,6 @@ func routeLabel(path string) string {
 		return "sessions"
 	default:
 		return "other"
-	}
-}
-
-// statusWriter records the status code for metrics and keeps http.Flusher working for streaming.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	s.code = code
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func (s *statusWriter) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 // DefaultLimiterKeys is how many keys a Limiter tracks at most unless told otherwise.
@@ -194,9 +195,9 @@ func (e *Edge) takeRates(ctx context.Context, takes ...Take) (ok bool, retryAfte
 		e.shared.mu.Unlock()
 		switch {
 		case err == nil && wasDown:
-			e.log.Info("shared rate buckets answer again", "request_id", requestID(ctx))
+			e.log.Info("shared rate buckets answer again", "request_id", httpx.RequestID(ctx))
 		case err != nil && !wasDown:
-			e.log.Warn("shared rate buckets failed; this edge's own buckets decide until they answer", "request_id", requestID(ctx), "err", err)
+			e.log.Warn("shared rate buckets failed; this edge's own buckets decide until they answer", "request_id", httpx.RequestID(ctx), "err", err)
 		}
 		if err == nil {
 			return ok, retry

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -44,7 +45,7 @@ func (b upgradedBody) Write(p []byte) (int, error) { return b.s.Write(p) }
 // token, the request id, a's grant, no cookies.
 func runnerHeaders(h http.Header, a *admitted, requestID, path string) {
 	h.Set("Authorization", "Bearer "+a.entry.Key)
-	h.Set("X-Request-Id", requestID)
+	h.Set(httpx.HeaderRequestID, requestID)
 	h.Del("Cookie")
 	if strings.HasPrefix(path, "/v1/preview/") {
 		// A preview's request runs under the grant made when the preview was; it must not take the place of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/mesh"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -31,7 +32,7 @@ func (e *Edge) serveWS(w http.ResponseWriter, r *http.Request) {
 // path that dial it as is (Chucky Cloud's TypeScript SDK does); any other request is not found, as before.
 func (e *Edge) serveRoot(w http.ResponseWriter, r *http.Request) {
 	if !isUpgrade(r.Header) || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		http.NotFound(w, r)
+		wire.WriteHTTPError(w, nil, httpx.NotFound("edge API", r))
 		return
 	}
 	e.serveWS(w, r)
@@ -133,7 +134,7 @@ func (e *Edge) dialRunner(ctx context.Context, a *admitted) (*websocket.Conn, er
 			HTTPClient: e.runners,
 			HTTPHeader: http.Header{
 				"Authorization":  {"Bearer " + a.entry.Key},
-				"X-Request-Id":   {requestID(ctx)},
+				"X-Request-Id":   {httpx.RequestID(ctx)},
 				wire.HeaderGrant: {a.grant(a.budget).Encode()},
 			},
 		})
@@ -293,7 +294,7 @@ func writeClient(ctx context.Context, c msgConn, typ websocket.MessageType, data
 func (e *Edge) closeWith(ctx context.Context, c msgConn, err error) {
 	pub, logIt := wire.Public(err)
 	if logIt {
-		e.log.Error("agent channel failed", "request_id", requestID(ctx), "err", err)
+		e.log.Error("agent channel failed", "request_id", httpx.RequestID(ctx), "err", err)
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()

@@ -55,7 +55,7 @@ func (e *Edge) WebTransportServer() (*WTServer, error) {
 		return nil, errNoCertificate
 	}
 	w := &WTServer{e: e}
-	h3 := httpx.NewHTTP3Server(e.withRequestID(http.HandlerFunc(w.serveHTTP)),
+	h3 := httpx.NewHTTP3Server(httpx.RequestIDs(http.HandlerFunc(w.serveHTTP)),
 		&tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: wc.GetCertificate},
 		&quic.Config{
 			EnableDatagrams: true, EnableStreamResetPartialDelivery: true,
@@ -87,7 +87,7 @@ func (w *WTServer) Close() error { return w.s.Close() }
 // the agent channel exactly as a WebSocket does (serveChannel). Anything else over HTTP/3 is not_found.
 func (w *WTServer) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	e := w.e
-	log := e.log.With("request_id", requestID(r.Context()), "transport", transportWebTransport)
+	log := e.log.With("request_id", httpx.RequestID(r.Context()), "transport", transportWebTransport)
 	if r.URL.Path != "/wt" && r.URL.Path != "/wt/" {
 		e.m.wtRefused.WithLabelValues("not_found").Inc()
 		wire.WriteHTTPError(rw, log, wire.Errorf(wire.NotFound, "only CONNECT /wt (WebTransport) is served over HTTP/3"))

@@ -16,10 +16,14 @@ type StatusWriter struct {
 // NewStatusWriter wraps w.
 func NewStatusWriter(w http.ResponseWriter) *StatusWriter { return &StatusWriter{ResponseWriter: w} }
 
-// Status is the answer's status: the first final (non-1xx) status written, 200 once a body was written
-// without one, 0 while nothing was written (http.Server then answers 200 itself; a hijacked connection
-// answers what its new owner writes, 101 for a WebSocket).
-func (s *StatusWriter) Status() int { return s.status }
+// Status is the answer's status: the first final status written (or 101, a WebSocket's), else 200, which
+// is what http.Server answers for a handler that writes nothing.
+func (s *StatusWriter) Status() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
 
 // WriteHeader records code unless a final status was written already.
 func (s *StatusWriter) WriteHeader(code int) {

@@ -15,7 +15,8 @@ func TestStatusWriter(t *testing.T) {
 		write func(w http.ResponseWriter)
 		want  int
 	}{
-		{"nothing", func(http.ResponseWriter) {}, 0},
+		{"nothing", func(http.ResponseWriter) {}, 200},
+		{"switching", func(w http.ResponseWriter) { w.WriteHeader(101) }, 101},
 		{"body only", func(w http.ResponseWriter) { _, _ = w.Write([]byte("x")) }, 200},
 		{"status", func(w http.ResponseWriter) { w.WriteHeader(404) }, 404},
 		{"first final status", func(w http.ResponseWriter) { w.WriteHeader(103); w.WriteHeader(201); w.WriteHeader(500) }, 201},
