@@ -2,12 +2,7 @@ package billing
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	_ "embed" // the OpenAPI document
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
@@ -127,9 +123,9 @@ func NewAPI(cfg APIConfig) (*API, error) {
 			a.fail(w, r, err)
 			return
 		}
-		a.fail(w, r, wire.Errorf(wire.NotFound, "no such billing API route %s %s (see GET /v1/openapi.json)", r.Method, r.URL.Path))
+		a.fail(w, r, httpx.NotFound("billing API", r).WithDetails(map[string]any{"routes": "GET /v1/openapi.json"}))
 	})
-	a.handler = a.withRequest(a.mux)
+	a.handler = httpx.RequestIDs(a.withRequest(a.mux))
 	return a, nil
 }
 
@@ -164,7 +160,6 @@ func Prefixes() []string {
 
 // requestInfo is what the middleware learns about a request as it passes through.
 type requestInfo struct {
-	id    string
 	route string
 }
 
@@ -178,30 +173,23 @@ func info(r *http.Request) *requestInfo {
 	return ri
 }
 
-// withRequest gives the request an id (a sane X-Request-Id, or a random one), echoes it, and counts the
-// response by route and status.
+// withRequest counts the response by route and status (the request id is httpx.RequestIDs', outside).
 func (a *API) withRequest(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ri := &requestInfo{id: r.Header.Get("X-Request-Id"), route: "unmatched"}
-		if !validRequestID(ri.id) {
-			b := make([]byte, 8)
-			_, _ = rand.Read(b)
-			ri.id = hex.EncodeToString(b)
-		}
-		w.Header().Set("X-Request-Id", ri.id)
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		ri := &requestInfo{route: "unmatched"}
+		sw := httpx.NewStatusWriter(w)
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri)))
-		a.m.requests.WithLabelValues(ri.route, fmt.Sprint(sw.status)).Inc()
+		a.m.requests.WithLabelValues(ri.route, fmt.Sprint(sw.Status())).Inc()
 	})
 }
 
 // authenticate accepts requests bearing one of the admin keys; every route, unknown ones included, asks it
-// first. Every configured key is compared, in constant time, as a SHA-256 digest, so neither the key's
-// bytes nor its length leak through timing.
+// first. The header is read by the one bearer rule and the key compared with every configured key as
+// httpx.KeyIn does (docs/PROTOCOL.md#auth-header), so neither a key's bytes nor its length leak through
+// timing.
 func (a *API) authenticate(r *http.Request) error {
-	scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	got = strings.TrimSpace(got)
-	if !strings.EqualFold(scheme, "Bearer") || got == "" {
+	got, ok := httpx.BearerOf(r)
+	if !ok {
 		a.m.authFailures.WithLabelValues("missing").Inc()
 		return wire.Errorf(wire.Unauthenticated, "no admin key: send Authorization: Bearer <admin key>")
 	}
@@ -209,16 +197,7 @@ func (a *API) authenticate(r *http.Request) error {
 	if err != nil {
 		return wire.Wrap(wire.Unavailable, err, "the admin keys cannot be read")
 	}
-	sum := sha256.Sum256([]byte(got))
-	match := 0
-	for _, k := range keys {
-		if k == "" {
-			continue
-		}
-		ks := sha256.Sum256([]byte(k))
-		match |= subtle.ConstantTimeCompare(sum[:], ks[:])
-	}
-	if match != 1 {
+	if !httpx.KeyIn(got, keys) {
 		a.m.authFailures.WithLabelValues("wrong").Inc()
 		a.logger(r).Info("admin key rejected", "remote", r.RemoteAddr)
 		return wire.Errorf(wire.Unauthenticated, "the admin key was rejected")
@@ -239,14 +218,10 @@ func (a *API) dispatch(byMethod map[string]route) http.Handler {
 		}
 		if !ok {
 			allowed := make([]string, 0, len(byMethod))
-			for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {
-				if _, ok := byMethod[m]; ok {
-					allowed = append(allowed, m)
-				}
+			for m := range byMethod {
+				allowed = append(allowed, m)
 			}
-			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			a.fail(w, r, wire.Errorf(wire.NotFound, "no such billing API route %s %s; %s allows %s",
-				r.Method, r.URL.Path, r.Pattern, strings.Join(allowed, ", ")).WithDetails(map[string]any{"allow": allowed}))
+			httpx.MethodNotAllowed(w, r, allowed)
 			return
 		}
 		if err := rt.serve(a, w, r); err != nil {
@@ -262,16 +237,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (a *API) logger(r *http.Request) *slog.Logger {
-	ri := info(r)
-	return a.log.With("request_id", ri.id, "route", ri.route)
-}
-
-// writeJSON answers v with status. Answers are never cached: they carry quotas and, once, secrets.
-func writeJSON(w http.ResponseWriter, status int, v any) error {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(v) // a failed write is a client gone: nothing left to tell it
+	return a.log.With("request_id", httpx.RequestID(r.Context()), "route", info(r).route)
 }
 
 func (a *API) openAPI(w http.ResponseWriter, _ *http.Request) error {
@@ -340,39 +306,6 @@ func storeError(err error, notFound string) error {
 	}
 	return err
 }
-
-func validRequestID(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-// statusWriter remembers the status for the metrics; Unwrap lets http.ResponseController flush through it.
-type statusWriter struct {
-	http.ResponseWriter
-	status  int
-	written bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.written {
-		w.status, w.written = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.written = true
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type apiMetrics struct {
 	requests     *prometheus.CounterVec

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -30,7 +31,7 @@ func (a *API) listIssuers(w http.ResponseWriter, r *http.Request) error {
 	if list == nil {
 		list = []Issuer{}
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"issuers": list})
+	return httpx.WriteJSON(w, http.StatusOK, map[string]any{"issuers": list})
 }
 
 func (a *API) getIssuer(w http.ResponseWriter, r *http.Request) error {
@@ -42,7 +43,7 @@ func (a *API) getIssuer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, fmt.Sprintf("issuer %q is not registered", id))
 	}
-	return writeJSON(w, http.StatusOK, iss)
+	return httpx.WriteJSON(w, http.StatusOK, iss)
 }
 
 func (a *API) putIssuer(w http.ResponseWriter, r *http.Request) error {
@@ -65,7 +66,7 @@ func (a *API) putIssuer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, "")
 	}
-	return writeJSON(w, http.StatusOK, iss)
+	return httpx.WriteJSON(w, http.StatusOK, iss)
 }
 
 // rotateKey writes a new key version of a registered issuer (its first when it has none) and answers the
@@ -94,5 +95,5 @@ func (a *API) rotateKey(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("write key of issuer %s: %w", id, err)
 	}
 	a.logger(r).Info("issuer key written", "issuer", id, "kid", key.ID)
-	return writeJSON(w, http.StatusCreated, keyResponse{KeyID: key.ID, Secret: key.Given()})
+	return httpx.WriteJSON(w, http.StatusCreated, keyResponse{KeyID: key.ID, Secret: key.Given()})
 }

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 // priceRequest is the body of PUT /v1/prices/{model}, microdollars per million tokens; every field is
@@ -47,7 +49,7 @@ func (a *API) listPrices(w http.ResponseWriter, r *http.Request) error {
 		_, custom := overrides[m]
 		out.Models = append(out.Models, modelPrice{Model: m, Price: ps.Models[m], Custom: custom})
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return httpx.WriteJSON(w, http.StatusOK, out)
 }
 
 func (a *API) getPrice(w http.ResponseWriter, r *http.Request) error {
@@ -61,7 +63,7 @@ func (a *API) getPrice(w http.ResponseWriter, r *http.Request) error {
 	}
 	matched, p := withOverrides(overrides).Match(model)
 	_, custom := overrides[matched]
-	return writeJSON(w, http.StatusOK, priceOfModel{Model: model, Price: p, Matched: matched, Custom: custom && matched != ""})
+	return httpx.WriteJSON(w, http.StatusOK, priceOfModel{Model: model, Price: p, Matched: matched, Custom: custom && matched != ""})
 }
 
 func (a *API) putPrice(w http.ResponseWriter, r *http.Request) error {
@@ -88,7 +90,7 @@ func (a *API) putPrice(w http.ResponseWriter, r *http.Request) error {
 	if err := a.cfg.Store.PutPrice(r.Context(), model, p); err != nil {
 		return storeError(err, "")
 	}
-	return writeJSON(w, http.StatusOK, priceOfModel{Model: model, Price: p, Matched: model, Custom: true})
+	return httpx.WriteJSON(w, http.StatusOK, priceOfModel{Model: model, Price: p, Matched: model, Custom: true})
 }
 
 // deletePrice removes a model's override, so its built-in price (if any) applies again. Answers 204.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -62,7 +63,7 @@ func (a *API) getQuota(w http.ResponseWriter, r *http.Request) error {
 		}
 		return storeError(err, msg)
 	}
-	return writeJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: q})
+	return httpx.WriteJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: q})
 }
 
 func (a *API) putQuota(w http.ResponseWriter, r *http.Request) error {
@@ -90,7 +91,7 @@ func (a *API) putQuota(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, fmt.Sprintf("issuer %q is not registered: PUT /v1/issuers/%s first", k.Issuer, k.Issuer))
 	}
-	return writeJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: stored})
+	return httpx.WriteJSON(w, http.StatusOK, quotaResponse{Issuer: k.Issuer, User: k.User, Quota: stored})
 }
 
 // deleteQuota deletes the quota under k at ?revision=N, the revision read: a user's override then gives

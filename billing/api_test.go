@@ -197,6 +197,7 @@ func TestAPIAuth(t *testing.T) {
 			{"empty bearer", "Bearer "},
 			{"wrong scheme", "Basic " + e.adminKey},
 			{"wrong key", "Bearer wak_not-the-key"},
+			{"key with a space", "Bearer " + e.adminKey[:6] + " " + e.adminKey[6:]},
 			{"key prefix", "Bearer " + e.adminKey[:len(e.adminKey)-1]},
 			{"key with suffix", "Bearer " + e.adminKey + "x"},
 		} {
@@ -220,11 +221,34 @@ func TestAPIAuth(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("lowercase bearer: %d %s", r.status, r.body)
 	}
-	// With the key, unknown routes and methods are not_found in the one error shape.
-	e.expectError(t, "GET", "/v1/nope", "", http.StatusNotFound, wire.NotFound, "")
+	// The scheme in any case, tabs and spaces around the key (docs/PROTOCOL.md#auth-header).
+	for _, h := range []string{"BEARER " + e.adminKey, "bEaReR\t" + e.adminKey + " "} {
+		if r := e.send(t, request{method: "GET", path: "/v1/issuers", header: map[string]string{"Authorization": h}}); r.status != http.StatusOK {
+			t.Fatalf("%q: %d %s", h, r.status, r.body)
+		}
+	}
+	// With the key, unknown routes are not_found and wrong methods invalid_argument with Allow, in the one
+	// error shape (docs/PROTOCOL.md#errors: the same rule as every role's).
+	for _, path := range []string{"/", "/nope", "/v1/nope"} {
+		e.expectError(t, "GET", path, "", http.StatusNotFound, wire.NotFound, "")
+	}
 	r = e.send(t, request{method: "DELETE", path: "/v1/issuers/acme", key: e.adminKey})
-	if we := r.err(t); r.status != http.StatusNotFound || we.Code != wire.NotFound || r.header.Get("Allow") != "GET, PUT" {
+	if we := r.err(t); r.status != http.StatusBadRequest || we.Code != wire.InvalidArgument || r.header.Get("Allow") != "GET, PUT" {
 		t.Fatalf("DELETE: %d %s, Allow %q", r.status, we.Code, r.header.Get("Allow"))
+	}
+}
+
+// The request id rule of every role (docs/PROTOCOL.md#request-id): a client's id of the rule is kept and
+// echoed, any other replaced, on errors as on answers.
+func TestAPIRequestID(t *testing.T) {
+	e := newAPIEnv(t)
+	for sent, kept := range map[string]bool{"trace-1.2:3_x": true, strings.Repeat("a", 64): true, strings.Repeat("a", 65): false, "a b": false} {
+		for _, key := range []string{e.adminKey, ""} {
+			r := e.send(t, request{method: "GET", path: "/v1/issuers", key: key, header: map[string]string{"X-Request-Id": sent}})
+			if got := r.header.Get("X-Request-Id"); (got == sent) != kept || got == "" {
+				t.Errorf("sent %q (key %v): status %d, echoed %q", sent, key != "", r.status, got)
+			}
+		}
 	}
 }
 
@@ -853,7 +877,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for _, rt := range routes {
 		method, pattern, _ := strings.Cut(rt, " ")
 		r := e.send(t, request{method: method, path: routePath(pattern), body: "{}", key: e.adminKey})
-		if r.status == http.StatusNotFound && strings.Contains(string(r.body), "no such billing API route") {
+		if r.status == http.StatusNotFound && strings.Contains(string(r.body), "has no route") {
 			t.Errorf("%s is documented but not served", rt)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 // usageParams are the query parameters of GET /v1/usage; anything else is refused, so a misspelt filter
@@ -76,7 +78,7 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Rows = append(out.Rows, ur)
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return httpx.WriteJSON(w, http.StatusOK, out)
 }
 
 // usageCSV streams every row from the cursor on, a page of MaxUsageLimit groups at a time, flushing after

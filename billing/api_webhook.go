@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -29,5 +30,5 @@ func (a *API) webhookSecret(w http.ResponseWriter, r *http.Request) error {
 		return wire.Errorf(wire.Unavailable, "task webhooks are not configured: this billing role has no webhook secret (warren billing -webhook-secret-file, the runners' file)")
 	}
 	a.logger(r).Info("issuer webhook secret read", "issuer", id)
-	return writeJSON(w, http.StatusOK, webhookSecretResponse{Issuer: id, Secret: wire.WebhookSecret(a.cfg.WebhookMaster, id)})
+	return httpx.WriteJSON(w, http.StatusOK, webhookSecretResponse{Issuer: id, Secret: wire.WebhookSecret(a.cfg.WebhookMaster, id)})
 }

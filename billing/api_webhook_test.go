@@ -51,7 +51,7 @@ func TestAPIWebhookSecret(t *testing.T) {
 	e.expectError(t, "GET", "/v1/issuers/nobody/webhook-secret", "", http.StatusNotFound, wire.NotFound, "")
 	e.expectError(t, "GET", "/v1/issuers/"+strings.Repeat("x", billing.MaxNameLen+1)+"/webhook-secret", "",
 		http.StatusBadRequest, wire.InvalidArgument, "iss")
-	e.expectError(t, "POST", "/v1/issuers/acme/webhook-secret", "", http.StatusNotFound, wire.NotFound, "")
+	e.expectError(t, "POST", "/v1/issuers/acme/webhook-secret", "", http.StatusBadRequest, wire.InvalidArgument, "") // a wrong method
 
 	if logs := e.logs.String(); strings.Contains(logs, got.Secret) || strings.Contains(logs, other.Secret) ||
 		strings.Contains(logs, string(master)) {

@@ -482,6 +482,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	mux := http.NewServeMux()
 	a.Mount(mux)
+	mux.Handle("/", a) // any other path: the API's own unauthenticated or not_found, never Go's plain 404
 	if err := mountTemplates(ctx, mux, a, &p, metrics, log); err != nil {
 		return err
 	}

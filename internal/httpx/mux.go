@@ -17,6 +17,10 @@ type Mux struct {
 	http.ServeMux
 	// What names the API in not_found messages ("edge API"); "" says "API".
 	What string
+	// Authorize, when set, is asked before the mux answers no route or a wrong method, and its error is
+	// the answer: an API whose every route needs a key tells a caller without one nothing about what
+	// exists. Routes authorize themselves.
+	Authorize func(*http.Request) error
 }
 
 // ServeHTTP serves r with the handler of the most specific matching pattern, or answers the wire error.
@@ -24,6 +28,12 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := m.Handler(r); pattern != "" {
 		m.ServeMux.ServeHTTP(w, r)
 		return
+	}
+	if m.Authorize != nil {
+		if err := m.Authorize(r); err != nil {
+			wire.WriteHTTPError(w, nil, err)
+			return
+		}
 	}
 	// No pattern matched: ask the ServeMux's own answer for what it would say (404, or 405 with the
 	// methods that would have matched), then say it as a wire error.

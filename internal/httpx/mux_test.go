@@ -64,6 +64,33 @@ func TestMuxAnswersWireErrors(t *testing.T) {
 	}
 }
 
+// With Authorize, a caller it refuses learns nothing of what exists: unknown paths and wrong methods get
+// its error; routes are served as they are (they authorize themselves).
+func TestMuxAuthorize(t *testing.T) {
+	m := &Mux{Authorize: func(r *http.Request) error {
+		if r.Header.Get("Authorization") != "Bearer k" {
+			return wire.Errorf(wire.Unauthenticated, "no key")
+		}
+		return nil
+	}}
+	m.HandleFunc("GET /open", func(w http.ResponseWriter, r *http.Request) {})
+	for _, c := range []struct{ method, path string }{{"GET", "/nope"}, {"POST", "/open"}} {
+		if w, e := serve(t, m, c.method, c.path); w.Code != http.StatusUnauthorized || e.Code != wire.Unauthenticated {
+			t.Errorf("%s %s without the key: %d %+v", c.method, c.path, w.Code, e)
+		}
+	}
+	if w, _ := serve(t, m, "GET", "/open"); w.Code != http.StatusOK {
+		t.Errorf("route: %d", w.Code)
+	}
+	r := httptest.NewRequest("GET", "/nope", nil)
+	r.Header.Set("Authorization", "Bearer k")
+	w := httptest.NewRecorder()
+	m.ServeHTTP(w, r)
+	if w.Code != http.StatusNotFound {
+		t.Errorf("with the key: %d", w.Code)
+	}
+}
+
 func TestMethods(t *testing.T) {
 	h := Methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "got") }, http.MethodPost: nil}
 	if w, _ := serve(t, h, "GET", "/x"); w.Body.String() != "got" {

@@ -1,12 +1,12 @@
 package templates
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -21,12 +21,13 @@ const (
 )
 
 // Handler serves the templates admin API. Every route asks authenticate first (billing.API.Authenticate:
-// the admin keys), so an unauthenticated client learns nothing, not even whether a template exists.
+// the admin keys), unknown paths and methods included, so an unauthenticated client learns nothing, not
+// even whether a template exists; with the key those are wire errors (httpx.Mux).
 func Handler(s *Store, authenticate func(*http.Request) error, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	mux := http.NewServeMux()
+	mux := &httpx.Mux{What: "templates admin API", Authorize: authenticate}
 	handle := func(pattern string, serve func(w http.ResponseWriter, r *http.Request, iss, name string) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if err := authenticate(r); err != nil {
@@ -52,14 +53,14 @@ func Handler(s *Store, authenticate func(*http.Request) error, log *slog.Logger)
 			}
 			return err
 		}
-		return writeJSON(w, http.StatusCreated, v)
+		return httpx.WriteJSON(w, http.StatusCreated, v)
 	})
 	handle(RouteList, func(w http.ResponseWriter, r *http.Request, iss, name string) error {
 		vs, err := s.List(r.Context(), iss, name)
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, map[string]any{"issuer": iss, "name": name, "versions": vs})
+		return httpx.WriteJSON(w, http.StatusOK, map[string]any{"issuer": iss, "name": name, "versions": vs})
 	})
 	handle(RouteUse, func(w http.ResponseWriter, r *http.Request, iss, name string) error {
 		var req struct {
@@ -72,7 +73,7 @@ func Handler(s *Store, authenticate func(*http.Request) error, log *slog.Logger)
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, v)
+		return httpx.WriteJSON(w, http.StatusOK, v)
 	})
 	handle(RouteDelete, func(w http.ResponseWriter, r *http.Request, iss, name string) error {
 		if err := s.Delete(r.Context(), iss, name); err != nil {
@@ -82,10 +83,4 @@ func Handler(s *Store, authenticate func(*http.Request) error, log *slog.Logger)
 		return nil
 	})
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) error {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(v)
 }

@@ -223,4 +223,20 @@ func TestAPI(t *testing.T) {
 	if code, out := call("GET", "/v1/admin/templates/acme/default", "admin", nil); code != http.StatusNotFound || out["code"] != string(wire.NotFound) {
 		t.Errorf("list after delete: %d %v", code, out)
 	}
+	// Unknown paths and wrong methods: unauthenticated without the key (nothing learnt about what
+	// exists), wire errors with it (docs/PROTOCOL.md#errors), never Go's plain text.
+	for _, c := range []struct {
+		method, path, key string
+		code              wire.Code
+	}{
+		{"GET", "/v1/admin/templates/acme", "", wire.Unauthenticated},
+		{"PATCH", "/v1/admin/templates/acme/default", "", wire.Unauthenticated},
+		{"GET", "/v1/admin/templates/acme", "admin", wire.NotFound},
+		{"GET", "/v1/admin/templates/acme/default/current", "admin", wire.InvalidArgument},
+		{"PATCH", "/v1/admin/templates/acme/default", "admin", wire.InvalidArgument},
+	} {
+		if code, out := call(c.method, c.path, c.key, nil); code != c.code.HTTPStatus() || out["code"] != string(c.code) {
+			t.Errorf("%s %s (key %q): %d %v", c.method, c.path, c.key, code, out)
+		}
+	}
 }
