@@ -28,7 +28,7 @@ func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, log
 	if err != nil {
 		return "", nil, fmt.Errorf("metrics listen: %w", err)
 	}
-	mux := http.NewServeMux()
+	mux := &httpx.Mux{What: "metrics listener"} // anything else: a wire error, not Go's plain 404
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := httpx.NewServer(mux, httpx.Config{})
 	done := make(chan struct{})

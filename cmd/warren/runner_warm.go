@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -124,12 +122,17 @@ func serveWarm(ctx context.Context, ln net.Listener, key, alloc, region string, 
 // assignment (202, sent on got, which must have room for one) and answers every later one 409 conflict.
 func warmHandler(key string, got chan<- assignment, log *slog.Logger) http.Handler {
 	var assigned atomic.Bool
-	mux := http.NewServeMux()
+	checkKey := func(r *http.Request) error { // docs/PROTOCOL.md#auth-header
+		if tok, ok := httpx.BearerOf(r); !ok || !httpx.KeyEqual(tok, key) {
+			return wire.Errorf(wire.Unauthenticated, "wrong key")
+		}
+		return nil
+	}
+	mux := &httpx.Mux{What: "warm runner", Authorize: checkKey}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "warm\n") })
 	mux.HandleFunc("POST /v1/assign", func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(key)) != 1 {
-			wire.WriteHTTPError(w, log, wire.Errorf(wire.Unauthenticated, "wrong key"))
+		if err := checkKey(r); err != nil {
+			wire.WriteHTTPError(w, log, err)
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
@@ -149,5 +152,5 @@ func warmHandler(key string, got chan<- assignment, log *slog.Logger) http.Handl
 		got <- a // room for one, and only the first assignment gets here
 		w.WriteHeader(http.StatusAccepted)
 	})
-	return mux
+	return httpx.RequestIDs(mux)
 }

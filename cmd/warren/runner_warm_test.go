@@ -51,6 +51,48 @@ func TestWarmHandler(t *testing.T) {
 	if status, e := postAssign(t, srv.URL, "wrong", testAssignment); status != http.StatusUnauthorized || e.Code != wire.Unauthenticated {
 		t.Fatalf("wrong key: %d %+v", status, e)
 	}
+	// The bearer rule of every role (docs/PROTOCOL.md#auth-header): any case of the scheme; the key exact.
+	for _, auth := range []string{"secret-key", "SECRET-ke", "SECRET-keyx", "SECRET -key", "Basic SECRET-key"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/assign", strings.NewReader(testAssignment))
+		req.Header.Set("Authorization", "Bearer "+auth)
+		if strings.HasPrefix(auth, "Basic") {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%q: %d", auth, resp.StatusCode)
+		}
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/assign", strings.NewReader(`{"issuer":"i","user":"u","epoch":0}`))
+	req.Header.Set("Authorization", "bEARER\tSECRET-key")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a lowercase scheme with the key must pass auth (then fail on epoch 0): %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// Unknown paths and methods: unauthenticated without the key, wire errors with it.
+	for _, c := range []struct {
+		method, path, key string
+		want              int
+	}{{"GET", "/", "", 401}, {"GET", "/nope", "SECRET-key", 404}, {"GET", "/v1/assign", "SECRET-key", 400}} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if we := wire.ReadHTTPError(resp.StatusCode, b); resp.StatusCode != c.want || !strings.HasPrefix(string(b), `{"code":`) {
+			t.Fatalf("%s %s: %d %+v", c.method, c.path, resp.StatusCode, we)
+		}
+	}
 	if status, e := postAssign(t, srv.URL, "SECRET-key", `{"issuer":"i","user":"u","epoch":0}`); status != http.StatusBadRequest || e.Code != wire.InvalidArgument {
 		t.Fatalf("epoch 0: %d %+v", status, e)
 	}

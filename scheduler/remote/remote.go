@@ -15,7 +15,6 @@ package remote
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
@@ -121,18 +121,26 @@ func decodeStrict(b []byte, v any) error {
 	return nil
 }
 
-// Handler serves s to callers presenting key (required, compared in constant time).
+// Handler serves s to callers presenting key (required; the bearer rule and constant-time compare of
+// docs/PROTOCOL.md#auth-header). Unknown paths and methods are wire errors, asked for the key first.
+// Requests carry ids (httpx.RequestIDs); an edge's client sends its own request's.
 func Handler(s Scheduler, key string, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	mux := http.NewServeMux()
+	checkKey := func(r *http.Request) error {
+		if got, ok := httpx.BearerOf(r); !ok || !httpx.KeyEqual(got, key) {
+			return wire.Errorf(wire.Unauthenticated, "missing or wrong scheduler key")
+		}
+		return nil
+	}
+	mux := &httpx.Mux{What: "scheduler API", Authorize: checkKey}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	authed := func(h func(w http.ResponseWriter, r *http.Request, body []byte)) http.HandlerFunc {
+	authed := func(h func(w http.ResponseWriter, r *http.Request, body []byte, log *slog.Logger)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || key == "" || subtle.ConstantTimeCompare([]byte(got), []byte(key)) != 1 {
-				wire.WriteHTTPError(w, log, wire.Errorf(wire.Unauthenticated, "missing or wrong scheduler key"))
+			log := log.With("request_id", httpx.RequestID(r.Context()))
+			if err := checkKey(r); err != nil {
+				wire.WriteHTTPError(w, log, err)
 				return
 			}
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
@@ -140,10 +148,10 @@ func Handler(s Scheduler, key string, log *slog.Logger) http.Handler {
 				wire.WriteHTTPError(w, log, wire.Wrap(wire.InvalidArgument, err, "read request body"))
 				return
 			}
-			h(w, r, body)
+			h(w, r, body, log)
 		}
 	}
-	mux.HandleFunc("POST /v1/sandboxes/ensure", authed(func(w http.ResponseWriter, r *http.Request, body []byte) {
+	mux.HandleFunc("POST /v1/sandboxes/ensure", authed(func(w http.ResponseWriter, r *http.Request, body []byte, log *slog.Logger) {
 		req, err := ParseEnsure(body)
 		if err != nil {
 			wire.WriteHTTPError(w, log, err)
@@ -154,11 +162,9 @@ func Handler(s Scheduler, key string, log *slog.Logger) http.Handler {
 			wire.WriteHTTPError(w, log, err)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(toWire(e))
+		_ = httpx.WriteJSON(w, http.StatusOK, toWire(e))
 	}))
-	mux.HandleFunc("POST /v1/sandboxes/forget", authed(func(w http.ResponseWriter, r *http.Request, body []byte) {
+	mux.HandleFunc("POST /v1/sandboxes/forget", authed(func(w http.ResponseWriter, r *http.Request, body []byte, log *slog.Logger) {
 		e, err := ParseEntry(body)
 		if err != nil {
 			wire.WriteHTTPError(w, log, err)
@@ -167,7 +173,7 @@ func Handler(s Scheduler, key string, log *slog.Logger) http.Handler {
 		s.Forget(r.Context(), e)
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	return mux
+	return httpx.RequestIDs(mux)
 }
 
 // Cache is a registry an edge reads first (the Consul adapter with Watch); Invalidate drops an entry
@@ -222,6 +228,9 @@ func (c *Client) call(ctx context.Context, path string, body []byte, out any) er
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Key)
 	req.Header.Set("Content-Type", "application/json")
+	if id := httpx.RequestID(ctx); id != "" {
+		req.Header.Set(httpx.HeaderRequestID, id) // one id in the edge's and the scheduler's logs
+	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = defaultHTTP

@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -158,6 +159,84 @@ func TestBadBodiesRefused(t *testing.T) {
 	}
 	if len(rec.ensured) != 0 {
 		t.Fatalf("bad bodies reached the scheduler: %+v", rec.ensured)
+	}
+}
+
+// schedulerCall sends method path with the Authorization header auth to the scheduler API at base and
+// returns the status and wire code ("" for a 2xx).
+func schedulerCall(t *testing.T, base, method, path, auth, requestID string) (int, wire.Code, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(`{"issuer":"i","user":"u"}`))
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	if requestID != "" {
+		req.Header.Set("X-Request-Id", requestID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 300 {
+		return resp.StatusCode, "", resp.Header
+	}
+	var we wire.Error
+	if err := json.NewDecoder(resp.Body).Decode(&we); err != nil || !we.Code.Valid() {
+		t.Fatalf("%s %s: %d is not a wire error", method, path, resp.StatusCode)
+	}
+	return resp.StatusCode, we.Code, resp.Header
+}
+
+// The bearer rule of every role (docs/PROTOCOL.md#auth-header): the scheme in any case, the key exact.
+func TestSchedulerBearerRule(t *testing.T) {
+	srv := httptest.NewServer(remote.Handler(&recorder{reg: mem.New()}, key, nil))
+	defer srv.Close()
+	for _, auth := range []string{"Bearer " + key, "bearer " + key, "BEARER\t" + key + " "} {
+		if status, code, _ := schedulerCall(t, srv.URL, "POST", "/v1/sandboxes/ensure", auth, ""); status != http.StatusOK {
+			t.Errorf("%q: %d %s", auth, status, code)
+		}
+	}
+	for _, auth := range []string{"", "Bearer " + key[1:], "Bearer " + key + "x", "Bearer " + strings.ToUpper(key), "Basic " + key, "Bearer" + key} {
+		if status, code, _ := schedulerCall(t, srv.URL, "POST", "/v1/sandboxes/ensure", auth, ""); code != wire.Unauthenticated {
+			t.Errorf("%q: %d %s", auth, status, code)
+		}
+	}
+	// An empty configured key matches nothing, not even an empty one sent.
+	empty := httptest.NewServer(remote.Handler(&recorder{reg: mem.New()}, "", nil))
+	defer empty.Close()
+	if _, code, _ := schedulerCall(t, empty.URL, "POST", "/v1/sandboxes/ensure", "Bearer ", ""); code != wire.Unauthenticated {
+		t.Errorf("empty key: %s", code)
+	}
+}
+
+// Unknown paths and methods are wire errors, and need the key (docs/PROTOCOL.md#errors); request ids
+// follow the one rule (docs/PROTOCOL.md#request-id).
+func TestSchedulerUnknownRoutesAndRequestIDs(t *testing.T) {
+	srv := httptest.NewServer(remote.Handler(&recorder{reg: mem.New()}, key, nil))
+	defer srv.Close()
+	for _, c := range []struct {
+		method, path, auth string
+		code               wire.Code
+	}{
+		{"GET", "/", "", wire.Unauthenticated},
+		{"GET", "/v1/nope", "", wire.Unauthenticated},
+		{"GET", "/", "Bearer " + key, wire.NotFound},
+		{"GET", "/nope", "Bearer " + key, wire.NotFound},
+		{"GET", "/v1/nope", "Bearer " + key, wire.NotFound},
+		{"GET", "/v1/sandboxes/ensure", "Bearer " + key, wire.InvalidArgument},
+		{"DELETE", "/healthz", "Bearer " + key, wire.InvalidArgument},
+	} {
+		if status, code, h := schedulerCall(t, srv.URL, c.method, c.path, c.auth, ""); code != c.code || status != c.code.HTTPStatus() ||
+			(c.code == wire.InvalidArgument && h.Get("Allow") == "") {
+			t.Errorf("%s %s (%q): %d %s", c.method, c.path, c.auth, status, code)
+		}
+	}
+	for sent, kept := range map[string]bool{"edge-1.2:3": true, strings.Repeat("a", 65): false, "a b": false} {
+		_, _, h := schedulerCall(t, srv.URL, "POST", "/v1/sandboxes/ensure", "Bearer "+key, sent)
+		if got := h.Get("X-Request-Id"); (got == sent) != kept || got == "" {
+			t.Errorf("sent %q, echoed %q", sent, got)
+		}
 	}
 }
 
