@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/warren-mesh/warren/billing"
 )
 
@@ -186,37 +188,35 @@ func dearest(ps billing.Prices) billing.Price {
 	return d
 }
 
-// bucket is a token bucket: perMinute tokens a minute, holding at most burst. The zero rate allows
+// bucket is a token bucket (golang.org/x/time/rate, driven by the proxy's clock): perMinute tokens a
+// minute, holding a quarter of a minute's worth (at least one), full at first. The zero rate allows
 // nothing; a negative one everything.
 type bucket struct {
-	perMinute, burst float64
-	tokens           float64
-	at               time.Time
+	perMinute int
+	lim       *rate.Limiter
 }
 
 func newBucket(perMinute int) bucket {
-	return bucket{perMinute: float64(perMinute), burst: max(1, math.Floor(float64(perMinute)/4)), tokens: max(1, math.Floor(float64(perMinute)/4))}
+	if perMinute <= 0 {
+		return bucket{perMinute: perMinute}
+	}
+	return bucket{perMinute: perMinute, lim: rate.NewLimiter(rate.Limit(float64(perMinute)/60), max(1, perMinute/4))}
 }
 
 // take spends one token at now; when none is left it returns how long until one is.
 func (b *bucket) take(now time.Time) (ok bool, wait time.Duration) {
-	if b.perMinute < 0 {
+	switch {
+	case b.perMinute < 0:
 		return true, 0
-	}
-	if b.perMinute == 0 {
+	case b.perMinute == 0:
 		return false, time.Minute
 	}
-	if !b.at.IsZero() && now.After(b.at) {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.at).Minutes()*b.perMinute)
+	r := b.lim.ReserveN(now, 1)
+	if wait := r.DelayFrom(now); wait > 0 {
+		r.CancelAt(now) // refused: the token is not spent
+		return false, wait
 	}
-	if b.at.IsZero() || now.After(b.at) {
-		b.at = now
-	}
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
-	}
-	return false, time.Duration((1 - b.tokens) / b.perMinute * float64(time.Minute))
+	return true, 0
 }
 
 // rateLimited is the 429 the CLI retries after retry-after seconds.

@@ -320,15 +320,14 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// requestToken is the session token the agent sent as its API key.
+// requestToken is the session token the agent sent as its API key: X-Api-Key, else a bearer token by the
+// one rule (docs/PROTOCOL.md#auth-header). Sessions are found by the token's SHA-256 (sessionByToken).
 func requestToken(r *http.Request) string {
 	if k := r.Header.Get("X-Api-Key"); k != "" {
 		return k
 	}
-	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
-	}
-	return ""
+	tok, _ := httpx.BearerOf(r)
+	return tok
 }
 
 // readBody reads a request body up to limit bytes (tooLarge is the answer beyond); ok is false when an

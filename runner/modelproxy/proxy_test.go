@@ -686,6 +686,8 @@ func TestSessionToken(t *testing.T) {
 		{"real key", http.Header{"X-Api-Key": {realKey}}, "/v1/messages"},
 		{"closed session", http.Header{"X-Api-Key": {closed}}, "/v1/messages"},
 		{"not bearer", http.Header{"Authorization": {"Basic " + token}}, "/v1/messages"},
+		{"wrong bearer", http.Header{"Authorization": {"bearer " + token[:len(token)-1]}}, "/v1/messages"},
+		{"bearer with a space", http.Header{"Authorization": {"Bearer " + token[:4] + " " + token[4:]}}, "/v1/messages"},
 		{"count_tokens", http.Header{}, "/v1/messages/count_tokens"},
 		{"unknown path", http.Header{}, "/v1/messages/batches"},
 	} {
@@ -708,17 +710,20 @@ func TestSessionToken(t *testing.T) {
 		t.Errorf("%d upstream requests, want none", n)
 	}
 
-	// Authorization: Bearer is the other way to present it.
-	req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/messages", strings.NewReader(body("claude-sonnet-4-5", 10, true)))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("bearer token: status %d", resp.StatusCode)
+	// Authorization: Bearer is the other way to present it, by the one rule (docs/PROTOCOL.md#auth-header):
+	// the scheme in any case, spaces or a tab before the token.
+	for _, auth := range []string{"Bearer " + token, "bearer " + token, "BEARER\t" + token + " "} {
+		req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/messages", strings.NewReader(body("claude-sonnet-4-5", 10, true)))
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("bearer token %q: status %d", auth[:7], resp.StatusCode)
+		}
 	}
 }
 
