@@ -3,10 +3,9 @@ package spool
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/backoff"
 )
 
 // compactAfter is how many delivered events may stay in the file while the replay goes on (when the
@@ -15,45 +14,41 @@ import (
 const compactAfter = 256
 
 // replay delivers spooled events until ctx ends: at once when some are spooled, then after a backoff each
-// time the ledger fails.
+// time the ledger fails (MinBackoff doubling to MaxBackoff, jittered so that runners that lost one ledger
+// do not come back in step; a Flush tries at once).
 func (s *Spool) replay(ctx context.Context) {
 	defer close(s.done)
-	var backoff time.Duration
+	wait := backoff.New(s.opts.MinBackoff, s.opts.MaxBackoff)
+	failed := false
 	for {
 		switch {
 		case s.Depth() == 0:
-			backoff = 0
+			wait.Reset()
+			failed = false
 			select {
 			case <-ctx.Done():
 				return
 			case <-s.kick:
 			}
 			continue
-		case backoff > 0:
-			t := time.NewTimer(jitter(backoff))
+		case failed:
 			select {
 			case <-ctx.Done():
-				t.Stop()
 				return
 			case <-s.kick: // Flush: try now
-				t.Stop()
-			case <-t.C:
+			case <-wait.After():
 			}
 		}
 		if s.drain(ctx) {
-			backoff = 0
+			wait.Reset()
+			failed = false
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		backoff = min(max(2*backoff, s.opts.MinBackoff), s.opts.MaxBackoff)
+		failed = true
 	}
-}
-
-// jitter is a random duration in [d/2, d], so runners that lost one ledger do not come back in step.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
 }
 
 // drain delivers spooled events in order until none is left (true) or the ledger fails (false), and

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/backoff"
 )
 
 // serveMessages meters one model call: reserve its worst case, bound it to what was granted, forward it,
@@ -414,16 +415,14 @@ func (p *Proxy) settle(ctx context.Context, log *slog.Logger, holdID string, ev 
 	log.Warn("cannot settle hold: retrying in the background", "err", err)
 	go func() {
 		defer p.inflight.Done()
-		delay := time.Second
+		wait := backoff.New(time.Second, 30*time.Second) // jittered: runners that lost one ledger spread out
 		deadline := time.Now().Add(p.holdTTL)
 		for {
-			t := time.NewTimer(delay)
 			select {
 			case <-p.done:
-				t.Stop()
 				p.lost(log, ev, errors.New("model proxy closed"))
 				return
-			case <-t.C:
+			case <-wait.After():
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 			err := p.reserver.Settle(ctx, holdID, ev)
@@ -437,7 +436,6 @@ func (p *Proxy) settle(ctx context.Context, log *slog.Logger, holdID string, ev 
 				p.lost(log, ev, err)
 				return
 			}
-			delay = min(2*delay, 30*time.Second)
 		}
 	}()
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/backoff"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/jobs"
@@ -349,7 +350,7 @@ func (d *Driver) end(ctx context.Context, jobID string, w *allocWatch) error {
 // knows it (the job's allocation list is empty, or the job is gone).
 func (d *Driver) awaitTerminal(ctx context.Context, jobID string) error {
 	var index uint64
-	backoff := newBackoff()
+	retry := backoff.New(nomadRetryMin, nomadRetryMax)
 	var last string
 	for {
 		stubs, meta, err := d.client.Jobs().Allocations(jobID, true, query(ctx, index, stopWait))
@@ -360,12 +361,12 @@ func (d *Driver) awaitTerminal(ctx context.Context, jobID string) error {
 			return fmt.Errorf("allocations of job %s still running (%s): %w", jobID, last, ctx.Err())
 		case err != nil:
 			d.log.Debug("watch stopping job", "job", jobID, "err", err)
-			if !backoff.wait(ctx) {
+			if !retry.Wait(ctx) {
 				return fmt.Errorf("allocations of job %s: %w", jobID, ctx.Err())
 			}
 			continue
 		}
-		backoff.reset()
+		retry.Reset()
 		running := slices.DeleteFunc(stubs, stubTerminal)
 		if len(running) == 0 {
 			return nil
@@ -554,7 +555,7 @@ func (d *Driver) register(ctx context.Context, job *api.Job) (evalID string, err
 // is meant to run (the newest, if there were earlier ones).
 func (d *Driver) awaitAllocation(ctx context.Context, jobID, evalID string) (string, error) {
 	var index uint64
-	backoff := newBackoff()
+	retry := backoff.New(nomadRetryMin, nomadRetryMax)
 	for {
 		ev, meta, err := d.client.Evaluations().Info(evalID, query(ctx, index, 30*time.Second))
 		if err != nil {
@@ -562,12 +563,12 @@ func (d *Driver) awaitAllocation(ctx context.Context, jobID, evalID string) (str
 			if ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
 				return "", fmt.Errorf("evaluation %s of job %s: %w", evalID, jobID, err)
 			}
-			if !backoff.wait(ctx) {
+			if !retry.Wait(ctx) {
 				return "", fmt.Errorf("evaluation %s of job %s: %w (last: %w)", evalID, jobID, ctx.Err(), err)
 			}
 			continue
 		}
-		backoff.reset()
+		retry.Reset()
 		switch ev.Status {
 		case "complete":
 			if len(ev.FailedTGAllocs) > 0 {
@@ -723,7 +724,7 @@ const watchWait = 30 * time.Second
 
 func (d *Driver) follow(w *allocWatch) {
 	var index uint64
-	backoff := newBackoff()
+	retry := backoff.New(nomadRetryMin, nomadRetryMax)
 	for {
 		a, meta, err := d.client.Allocations().Info(w.id, query(d.bg, index, watchWait))
 		if d.bg.Err() != nil {
@@ -738,12 +739,12 @@ func (d *Driver) follow(w *allocWatch) {
 		}
 		if err != nil {
 			d.log.Debug("watch allocation", "alloc", w.id, "err", err)
-			if !backoff.wait(d.bg) {
+			if !retry.Wait(d.bg) {
 				return
 			}
 			continue
 		}
-		backoff.reset()
+		retry.Reset()
 		w.mu.Lock()
 		w.last = a
 		w.mu.Unlock()
@@ -894,22 +895,8 @@ func deref(s *string) string {
 	return *s
 }
 
-// backoff paces retries against an unavailable Nomad: 250 ms doubling to 5 s.
-type backoff struct{ d time.Duration }
-
-func newBackoff() *backoff { return &backoff{d: 250 * time.Millisecond} }
-
-func (b *backoff) reset() { b.d = 250 * time.Millisecond }
-
-// wait sleeps for the current delay and reports false when ctx ended first.
-func (b *backoff) wait(ctx context.Context) bool {
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	b.d = min(2*b.d, 5*time.Second)
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// Retries against an unavailable Nomad wait 250 ms doubling to 5 s (internal/backoff, jittered).
+const (
+	nomadRetryMin = 250 * time.Millisecond
+	nomadRetryMax = 5 * time.Second
+)
