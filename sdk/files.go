@@ -151,10 +151,10 @@ func (s *Sandbox) watch(ctx context.Context, q url.Values, yield func(WatchEvent
 		return err
 	}
 	defer resp.Body.Close()
-	sse := newSSEReader(resp.Body)
+	events := newSSEReader(resp.Body)
 	root, rootGone := "", false
 	for {
-		ev, err := sse.Next()
+		ev, err := events.Next()
 		if errors.Is(err, io.EOF) {
 			if rootGone {
 				return nil

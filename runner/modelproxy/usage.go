@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/sse"
 )
 
 // maxEventBytes bounds one SSE event (or line) the usage tap keeps while parsing. Larger events still
@@ -33,14 +34,7 @@ type apiUsage struct {
 type usageTap struct {
 	stream bool
 
-	// SSE state (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation)
-	line     []byte
-	lineOver bool // the current line outgrew maxEventBytes and is being skipped
-	afterCR  bool // the last byte was '\r': a following '\n' belongs to the same line end
-	event    []byte
-	data     []byte
-	dataOver bool
-	hasData  bool
+	events sse.Parser // the stream's events (internal/sse), oversized ones skipped
 
 	// JSON state
 	body     bytes.Buffer
@@ -53,7 +47,9 @@ type usageTap struct {
 	errEvent bool  // the stream carried an error event
 }
 
-func newUsageTap(stream bool) *usageTap { return &usageTap{stream: stream} }
+func newUsageTap(stream bool) *usageTap {
+	return &usageTap{stream: stream, events: sse.Parser{Max: maxEventBytes, SkipOversize: true}}
+}
 
 // Write consumes the next bytes of the answer.
 func (t *usageTap) Write(p []byte) (int, error) {
@@ -69,89 +65,19 @@ func (t *usageTap) Write(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	for len(p) > 0 {
-		if t.afterCR {
-			t.afterCR = false
-			if p[0] == '\n' {
-				p = p[1:]
-				continue
-			}
-		}
-		i := bytes.IndexAny(p, "\r\n")
-		if i < 0 {
-			t.appendLine(p)
-			return n, nil
-		}
-		t.appendLine(p[:i])
-		t.afterCR = p[i] == '\r'
-		p = p[i+1:]
-		if !t.lineOver {
-			t.processLine(t.line)
-		}
-		t.line, t.lineOver = t.line[:0], false
-	}
+	_ = t.events.Feed(p, t.dispatch) // with SkipOversize it never fails
 	return n, nil
-}
-
-func (t *usageTap) appendLine(p []byte) {
-	if t.lineOver {
-		return
-	}
-	if len(t.line)+len(p) > maxEventBytes {
-		t.lineOver, t.dataOver = true, true
-		t.line = t.line[:0]
-		return
-	}
-	t.line = append(t.line, p...)
-}
-
-func (t *usageTap) processLine(line []byte) {
-	if len(line) == 0 {
-		t.dispatch()
-		return
-	}
-	if line[0] == ':' {
-		return // comment
-	}
-	field, value, found := bytes.Cut(line, []byte(":"))
-	if found && len(value) > 0 && value[0] == ' ' {
-		value = value[1:]
-	}
-	switch string(field) {
-	case "event":
-		t.event = append(t.event[:0], value...)
-	case "data":
-		if t.dataOver {
-			return
-		}
-		if len(t.data)+len(value)+1 > maxEventBytes {
-			t.dataOver, t.data = true, t.data[:0]
-			return
-		}
-		if t.hasData {
-			t.data = append(t.data, '\n')
-		}
-		t.data = append(t.data, value...)
-		t.hasData = true
-	}
 }
 
 // dispatch handles one complete event. The event name decides, as in the API's SDKs; an event without a
 // name falls back to the type in its data.
-func (t *usageTap) dispatch() {
-	defer func() {
-		t.event, t.data = t.event[:0], t.data[:0]
-		t.hasData, t.dataOver = false, false
-	}()
-	if !t.hasData || t.dataOver {
-		return
-	}
-	name := string(t.event)
+func (t *usageTap) dispatch(ev sse.Event) {
+	name := ev.Type
 	if name == "" {
 		var v struct {
 			Type string `json:"type"`
 		}
-		if json.Unmarshal(t.data, &v) != nil {
+		if json.Unmarshal(ev.Data, &v) != nil {
 			return
 		}
 		name = v.Type
@@ -163,7 +89,7 @@ func (t *usageTap) dispatch() {
 				Usage *apiUsage `json:"usage"`
 			} `json:"message"`
 		}
-		if json.Unmarshal(t.data, &v) == nil && v.Message.Usage != nil {
+		if json.Unmarshal(ev.Data, &v) == nil && v.Message.Usage != nil {
 			t.merge(*v.Message.Usage)
 			t.started = true
 		}
@@ -171,7 +97,7 @@ func (t *usageTap) dispatch() {
 		var v struct {
 			Usage *apiUsage `json:"usage"`
 		}
-		if json.Unmarshal(t.data, &v) == nil && v.Usage != nil {
+		if json.Unmarshal(ev.Data, &v) == nil && v.Usage != nil {
 			t.merge(*v.Usage)
 			t.final = true
 		}
@@ -184,7 +110,7 @@ func (t *usageTap) dispatch() {
 				Citation    any    `json:"citation"`
 			} `json:"delta"`
 		}
-		if json.Unmarshal(t.data, &v) == nil &&
+		if json.Unmarshal(ev.Data, &v) == nil &&
 			(v.Delta.Text != "" || v.Delta.Thinking != "" || v.Delta.PartialJSON != "" || v.Delta.Citation != nil) {
 			t.deltas++
 		}
