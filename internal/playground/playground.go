@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/token"
@@ -71,7 +72,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	mux := http.NewServeMux()
+	mux := &httpx.Mux{What: "playground"} // a wrong method is a wire error, as on every API
 	static, _ := fs.Sub(assets, "assets")
 	sdk, _ := fs.Sub(sdkFiles, "sdk")
 	if cfg.SDK != nil {

@@ -120,9 +120,20 @@ func TestTokenRefused(t *testing.T) {
 	if resp.StatusCode == 200 {
 		t.Fatalf("GET token: %d", resp.StatusCode)
 	}
+	// A wrong method is a wire error with Allow, as on every API (docs/PROTOCOL.md#errors).
+	req, _ := http.NewRequest(http.MethodPut, u, strings.NewReader(`{"user":"a"}`))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if we := wire.ReadHTTPError(resp.StatusCode, b); resp.StatusCode != 400 || we.Code != wire.InvalidArgument || resp.Header.Get("Allow") == "" {
+		t.Fatalf("PUT token: %d %s", resp.StatusCode, b)
+	}
 	// A client off loopback (a dev stack listening on every interface).
 	h := Handler(Config{Issuer: "dev", Key: func(context.Context) (secrets.Key, error) { return secrets.Key{}, errors.New("not reached") }})
-	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080"+Prefix+"token", strings.NewReader(`{"user":"a"}`))
+	req = httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080"+Prefix+"token", strings.NewReader(`{"user":"a"}`))
 	req.RemoteAddr = "192.0.2.7:40000"
 	req.Header.Set("Origin", "http://127.0.0.1:8080")
 	rec := httptest.NewRecorder()
