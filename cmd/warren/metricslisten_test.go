@@ -50,8 +50,8 @@ func TestRoleMetricsOnTheirOwnListener(t *testing.T) {
 					t.Errorf("the metrics listener answers %d %q", code, body)
 				}
 				for _, path := range []string{"/", "/healthz", "/v1/sandbox/exec"} {
-					if code, _ := get(t, "http://"+ready.Metrics+path); code != http.StatusNotFound {
-						t.Errorf("the metrics listener answers %s with %d, want 404", path, code)
+					if code, body := get(t, "http://"+ready.Metrics+path); code != http.StatusNotFound || !strings.Contains(body, `"code":"not_found"`) {
+						t.Errorf("the metrics listener answers %s with %d %q, want a not_found wire error", path, code, body)
 					}
 				}
 			}
