@@ -5,12 +5,12 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/session"
 )
 
@@ -21,15 +21,15 @@ func (a *api) agent(w http.ResponseWriter, req *http.Request) {
 	// miss a connection.
 	a.conns.Add(1)
 	defer a.conns.Done()
-	if !isUpgrade(req) {
-		a.fail(w, req, wire.Errorf(wire.InvalidArgument, "expected a WebSocket upgrade"))
+	if !web.IsUpgrade(req) {
+		web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "expected a WebSocket upgrade"))
 		return
 	}
 	// The bearer key authenticates the caller and no cookies are involved, so the browser-oriented origin
 	// check has nothing to protect (and the edge forwards clients' Origin headers).
 	c, err := websocket.Accept(w, req, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
-		a.logger(req).Debug("websocket upgrade failed", "err", err)
+		web.Logger(req).Debug("websocket upgrade failed", "err", err)
 		return
 	}
 	c.SetReadLimit(wire.MaxFrame)
@@ -44,21 +44,7 @@ func (a *api) agent(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	reason := a.hub.Serve(req.Context(), &wsConn{c: c, grant: g})
-	a.logger(req).Debug("agent connection closed", "reason", reason)
-}
-
-func isUpgrade(req *http.Request) bool {
-	if !strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
-		return false
-	}
-	for _, v := range req.Header.Values("Connection") {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
-				return true
-			}
-		}
-	}
-	return false
+	web.Logger(req).Debug("agent connection closed", "reason", reason)
 }
 
 // wsConn adapts a WebSocket to session.Conn.

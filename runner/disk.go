@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/live"
 )
 
 // ErrWorkspaceFull is the cause of a command killed because the workspace grew past its limit.
-var ErrWorkspaceFull = errors.New("the workspace is over its size limit")
+var ErrWorkspaceFull = live.ErrWorkspaceFull
 
 // diskGuard bounds the bytes under the workspace (the quota's max_workspace_bytes). RLIMIT_FSIZE caps any
 // one file a command writes; the guard caps their sum: an upload is refused while the workspace (plus the

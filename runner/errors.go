@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 
+	"github.com/warren-mesh/warren/runner/internal/live"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
@@ -15,7 +16,7 @@ var (
 	// ErrAlreadyRunning: Run was called more than once.
 	ErrAlreadyRunning = errors.New("runner already running")
 	// ErrShuttingDown is the cancellation cause of in-flight work when Run's context ends.
-	ErrShuttingDown = errors.New("runner shutting down")
+	ErrShuttingDown = live.ErrShuttingDown
 	// ErrIdle is the stop cause when the sandbox goes to sleep after IdleTimeout.
 	ErrIdle = errors.New("runner idle")
 	// ErrFencedOff is the stop cause when a newer epoch owns the sandbox (a snapshot write was fenced).

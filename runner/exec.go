@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/text"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
@@ -29,15 +30,15 @@ func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 	if err := strictjson.Read(http.MaxBytesReader(w, req.Body, maxExecBody), &er); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			a.fail(w, req, wire.Errorf(wire.PayloadTooLarge, "exec request exceeds %d bytes", maxExecBody))
+			web.Fail(w, req, wire.Errorf(wire.PayloadTooLarge, "exec request exceeds %d bytes", maxExecBody))
 			return
 		}
-		a.fail(w, req, wire.Errorf(wire.InvalidArgument, "exec request is not valid JSON: %v", err))
+		web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "exec request is not valid JSON: %v", err))
 		return
 	}
 	spec, err := a.execSpec(er)
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	if strings.Contains(req.Header.Get("Accept"), "text/event-stream") {
@@ -49,10 +50,10 @@ func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 	spec.Stdout, spec.Stderr = stdout, stderr
 	res, err := a.runCommand(req.Context(), spec)
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.ExecResult{
+	web.WriteJSON(w, http.StatusOK, wire.ExecResult{
 		Stdout:     stdout.String(),
 		Stderr:     stderr.String(),
 		ExitCode:   res.ExitCode,
@@ -155,7 +156,7 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 	spec.Stdout = chunkWriter{ctx: ctx, event: wire.EventStdout, ch: chunks}
 	spec.Stderr = chunkWriter{ctx: ctx, event: wire.EventStderr, ch: chunks}
 
-	rc := startEvents(w)
+	rc := web.StartEvents(w)
 
 	type outcome struct {
 		res isolate.Result
@@ -170,7 +171,7 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 	var (
 		sent      int64
 		truncated bool
-		streams   = map[string]*utf8Stream{wire.EventStdout: {}, wire.EventStderr: {}}
+		streams   = map[string]*text.Stream{wire.EventStdout: {}, wire.EventStderr: {}}
 	)
 	forward := func(event, text string) {
 		if room := a.r.cfg.StreamOutputCap - sent; int64(len(text)) > room {
@@ -181,33 +182,33 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 			return
 		}
 		sent += int64(len(text))
-		writeEvent(w, event, wire.ExecChunk{Data: text})
+		web.WriteEvent(w, event, wire.ExecChunk{Data: text})
 		_ = rc.Flush()
 	}
 	for {
 		select {
 		case c := <-chunks:
-			forward(c.event, streams[c.event].next(c.data))
+			forward(c.event, streams[c.event].Next(c.data))
 		case o := <-done:
 			// Run has returned, so every write has been handed over: what is left is buffered.
 			for drained := false; !drained; {
 				select {
 				case c := <-chunks:
-					forward(c.event, streams[c.event].next(c.data))
+					forward(c.event, streams[c.event].Next(c.data))
 				default:
 					drained = true
 				}
 			}
-			forward(wire.EventStdout, streams[wire.EventStdout].flush())
-			forward(wire.EventStderr, streams[wire.EventStderr].flush())
+			forward(wire.EventStdout, streams[wire.EventStdout].Flush())
+			forward(wire.EventStderr, streams[wire.EventStderr].Flush())
 			if o.err != nil {
 				pub, logIt := wire.Public(o.err)
 				if logIt {
-					a.logger(req).Error("streamed exec failed", "err", o.err)
+					web.Logger(req).Error("streamed exec failed", "err", o.err)
 				}
-				writeEvent(w, wire.EventError, pub)
+				web.WriteEvent(w, wire.EventError, pub)
 			} else {
-				writeEvent(w, wire.EventExit, wire.ExecResult{
+				web.WriteEvent(w, wire.EventExit, wire.ExecResult{
 					ExitCode:   o.res.ExitCode,
 					DurationMs: o.res.Duration.Milliseconds(),
 					Truncated:  truncated,
@@ -219,26 +220,4 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 			return
 		}
 	}
-}
-
-// startEvents commits to a stream of server-sent events (200, not cached, not buffered by proxies) and
-// returns the controller that flushes it.
-func startEvents(w http.ResponseWriter) *http.ResponseController {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	return rc
-}
-
-// writeEvent writes one server-sent event. JSON never contains a raw newline, so data is one line.
-func writeEvent(w io.Writer, event string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b = []byte(`{"code":"internal","message":"internal error"}`)
-	}
-	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
 }

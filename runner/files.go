@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
@@ -85,7 +86,7 @@ func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
 	if res.Created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, wire.FileWritten{Path: res.Path, Size: res.Size})
+	web.WriteJSON(w, status, wire.FileWritten{Path: res.Path, Size: res.Size})
 }
 
 // deleteFile serves DELETE /v1/sandbox/files?path=P[&recursive=true]: 204. A directory needs
@@ -115,7 +116,7 @@ func (a *api) listFiles(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.r.metrics.fileOps.WithLabelValues("list", "ok").Inc()
-	writeJSON(w, http.StatusOK, l)
+	web.WriteJSON(w, http.StatusOK, l)
 }
 
 func (a *api) pathParam(w http.ResponseWriter, req *http.Request, op string) (string, bool) {
@@ -142,5 +143,5 @@ func (a *api) boolParam(w http.ResponseWriter, req *http.Request, op, name strin
 
 func (a *api) fileFail(w http.ResponseWriter, req *http.Request, op string, err error) {
 	a.r.metrics.fileOps.WithLabelValues(op, string(wire.CodeOf(err))).Inc()
-	a.fail(w, req, err)
+	web.Fail(w, req, err)
 }

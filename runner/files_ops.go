@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
@@ -16,10 +17,10 @@ import (
 //	GET  /v1/sandbox/files/watch?path=P[&recursive=][&debounceMs=]  → SSE (watch.go)
 func (a *api) fileRoutes(mux *http.ServeMux) {
 	a.watches = newWatchTable(a.r)
-	mux.Handle("/v1/sandbox/files/stat", a.auth(methods{http.MethodGet: a.statFile}))
-	mux.Handle("/v1/sandbox/files/mkdir", a.auth(methods{http.MethodPost: a.mkdir}))
-	mux.Handle("/v1/sandbox/files/move", a.auth(methods{http.MethodPost: a.moveFile}))
-	mux.Handle("/v1/sandbox/files/watch", a.auth(methods{http.MethodGet: a.watchFiles}))
+	mux.Handle("/v1/sandbox/files/stat", a.auth(web.Methods{http.MethodGet: a.statFile}))
+	mux.Handle("/v1/sandbox/files/mkdir", a.auth(web.Methods{http.MethodPost: a.mkdir}))
+	mux.Handle("/v1/sandbox/files/move", a.auth(web.Methods{http.MethodPost: a.moveFile}))
+	mux.Handle("/v1/sandbox/files/watch", a.auth(web.Methods{http.MethodGet: a.watchFiles}))
 }
 
 func (a *api) statFile(w http.ResponseWriter, req *http.Request) {
@@ -33,7 +34,7 @@ func (a *api) statFile(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.r.metrics.fileOps.WithLabelValues("stat", "ok").Inc()
-	writeJSON(w, http.StatusOK, info)
+	web.WriteJSON(w, http.StatusOK, info)
 }
 
 func (a *api) mkdir(w http.ResponseWriter, req *http.Request) {
@@ -62,7 +63,7 @@ func (a *api) mkdir(w http.ResponseWriter, req *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, info)
+	web.WriteJSON(w, status, info)
 }
 
 func (a *api) moveFile(w http.ResponseWriter, req *http.Request) {
@@ -80,5 +81,5 @@ func (a *api) moveFile(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.r.metrics.fileOps.WithLabelValues("move", "ok").Inc()
-	writeJSON(w, http.StatusOK, info)
+	web.WriteJSON(w, http.StatusOK, info)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
@@ -74,15 +75,15 @@ func (a *api) gitRoutes(mux *http.ServeMux) {
 		Help: "Git operations of the sandbox API, by operation and outcome (ok or the wire error code).",
 	}, []string{"op", "outcome"})}
 	a.r.metrics.reg.MustRegister(g.ops)
-	mux.Handle("/v1/sandbox/git/init", a.auth(methods{http.MethodPost: gitPost(g, "init", g.init)}))
-	mux.Handle("/v1/sandbox/git/clone", a.auth(methods{http.MethodPost: gitPost(g, "clone", g.clone)}))
-	mux.Handle("/v1/sandbox/git/status", a.auth(methods{http.MethodGet: gitGet(g, "status", g.status)}))
-	mux.Handle("/v1/sandbox/git/diff", a.auth(methods{http.MethodGet: gitGet(g, "diff", g.diff)}))
-	mux.Handle("/v1/sandbox/git/log", a.auth(methods{http.MethodGet: gitGet(g, "log", g.log)}))
-	mux.Handle("/v1/sandbox/git/commit", a.auth(methods{http.MethodPost: gitPost(g, "commit", g.commit)}))
-	mux.Handle("/v1/sandbox/git/branch", a.auth(methods{http.MethodPost: gitPost(g, "branch", g.branch)}))
-	mux.Handle("/v1/sandbox/git/checkout", a.auth(methods{http.MethodPost: gitPost(g, "checkout", g.checkout)}))
-	mux.Handle("/v1/sandbox/git/bundle", a.auth(methods{http.MethodGet: g.bundle}))
+	mux.Handle("/v1/sandbox/git/init", a.auth(web.Methods{http.MethodPost: gitPost(g, "init", g.init)}))
+	mux.Handle("/v1/sandbox/git/clone", a.auth(web.Methods{http.MethodPost: gitPost(g, "clone", g.clone)}))
+	mux.Handle("/v1/sandbox/git/status", a.auth(web.Methods{http.MethodGet: gitGet(g, "status", g.status)}))
+	mux.Handle("/v1/sandbox/git/diff", a.auth(web.Methods{http.MethodGet: gitGet(g, "diff", g.diff)}))
+	mux.Handle("/v1/sandbox/git/log", a.auth(web.Methods{http.MethodGet: gitGet(g, "log", g.log)}))
+	mux.Handle("/v1/sandbox/git/commit", a.auth(web.Methods{http.MethodPost: gitPost(g, "commit", g.commit)}))
+	mux.Handle("/v1/sandbox/git/branch", a.auth(web.Methods{http.MethodPost: gitPost(g, "branch", g.branch)}))
+	mux.Handle("/v1/sandbox/git/checkout", a.auth(web.Methods{http.MethodPost: gitPost(g, "checkout", g.checkout)}))
+	mux.Handle("/v1/sandbox/git/bundle", a.auth(web.Methods{http.MethodGet: g.bundle}))
 }
 
 // gitRun is one git command.
@@ -226,11 +227,11 @@ func gitGet[T any](g *gitAPI, op string, fn func(context.Context, url.Values, st
 func (g *gitAPI) done(w http.ResponseWriter, req *http.Request, op string, v any, err error) {
 	if err != nil {
 		g.ops.WithLabelValues(op, string(wire.CodeOf(err))).Inc()
-		g.a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	g.ops.WithLabelValues(op, "ok").Inc()
-	writeJSON(w, http.StatusOK, v)
+	web.WriteJSON(w, http.StatusOK, v)
 }
 
 // newDir checks p for a directory git may create (init, clone): inside the workspace, its nearest existing
@@ -634,13 +635,13 @@ func (g *gitAPI) bundle(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(http.StatusOK)
 		if _, err := io.CopyN(w, f, spool.n); err != nil {
-			g.a.logger(req).Debug("bundle download ended early", "err", err)
+			web.Logger(req).Debug("bundle download ended early", "err", err)
 		}
 		return nil
 	}()
 	if err != nil {
 		g.ops.WithLabelValues("bundle", string(wire.CodeOf(err))).Inc()
-		g.a.fail(w, req, err)
+		web.Fail(w, req, err)
 	}
 }
 

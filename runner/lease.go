@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 )
 
 // ErrLeaseLapsed is the stop cause when the placement lease the scheduler last told this runner about
@@ -86,7 +87,7 @@ func (r *Runner) stopLeaseWatch() {
 func (a *api) putLease(w http.ResponseWriter, req *http.Request) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, req.Body, wire.MaxLeaseBody))
 	if err != nil {
-		a.fail(w, req, wire.Errorf(wire.PayloadTooLarge, "lease body over %d bytes", wire.MaxLeaseBody))
+		web.Fail(w, req, wire.Errorf(wire.PayloadTooLarge, "lease body over %d bytes", wire.MaxLeaseBody))
 		return
 	}
 	l, err := wire.DecodeLease(b)
@@ -94,7 +95,7 @@ func (a *api) putLease(w http.ResponseWriter, req *http.Request) {
 		err = a.r.Lease(l.Epoch, l.Until)
 	}
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"github.com/warren-mesh/warren/runner/internal/text"
 	"strings"
 	"unicode/utf8"
 )
@@ -33,40 +34,9 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 func (b *cappedBuffer) String() string {
 	out := b.buf
 	if b.truncated {
-		out = out[:completePrefix(out)]
+		out = out[:text.CompletePrefix(out)]
 	}
 	return strings.ToValidUTF8(string(out), "\uFFFD")
-}
-
-// completePrefix is the length of p without a trailing incomplete (but so far valid) UTF-8 sequence.
-func completePrefix(p []byte) int {
-	for i := len(p) - 1; i >= 0 && i >= len(p)-utf8.UTFMax+1; i-- {
-		if utf8.RuneStart(p[i]) {
-			if !utf8.FullRune(p[i:]) {
-				return i
-			}
-			break
-		}
-	}
-	return len(p)
-}
-
-// utf8Stream converts one output stream, read in arbitrary chunks, to valid UTF-8 text.
-type utf8Stream struct{ pending []byte }
-
-// next returns the text of pending+p up to the last complete character and keeps the rest.
-func (u *utf8Stream) next(p []byte) string {
-	data := append(u.pending, p...)
-	cut := completePrefix(data)
-	u.pending = bytes.Clone(data[cut:])
-	return strings.ToValidUTF8(string(data[:cut]), "\uFFFD")
-}
-
-// flush returns whatever is held back (an incomplete character becomes U+FFFD).
-func (u *utf8Stream) flush() string {
-	s := strings.ToValidUTF8(string(u.pending), "\uFFFD")
-	u.pending = nil
-	return s
 }
 
 // truncateUTF8 cuts s to at most n bytes without splitting a character.

@@ -267,9 +267,9 @@ func (r *Runner) afterShutdown(cause error) error {
 		if errors.Is(cause, ErrIdle) {
 			why = "sleep"
 		}
-		// The process table is kept for the next wake (procpersist.go), unless the snapshot was fenced.
+		// The process table is kept for the next wake (runner/procs), unless the snapshot was fenced.
 		if !r.snapshot(ctx, why) {
-			r.procs.save(ctx)
+			r.procs.Save(ctx)
 		}
 	}
 	return errors.Join(errs...)

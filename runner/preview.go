@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/previews"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
@@ -64,7 +65,7 @@ func (a *api) previewRoutes(mux *http.ServeMux) {
 			if !errors.As(err, &we) {
 				we = wire.Wrap(wire.Unavailable, err, "nothing answers on that port of the sandbox")
 			}
-			a.fail(w, req, we)
+			web.Fail(w, req, we)
 		},
 	}
 	mux.Handle("/v1/preview/", a.auth(http.HandlerFunc(p.serve)))
@@ -76,12 +77,12 @@ func (p *previewRelay) serve(w http.ResponseWriter, req *http.Request) {
 	port, ok := previews.ParsePort(portS)
 	if !ok {
 		p.reqs.WithLabelValues("refused").Inc()
-		p.a.fail(w, req, wire.Errorf(wire.InvalidArgument, "a preview port is 1 to 65535"))
+		web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "a preview port is 1 to 65535"))
 		return
 	}
 	if p.a.r.ownPort(port) {
 		p.reqs.WithLabelValues("refused").Inc()
-		p.a.fail(w, req, wire.Errorf(wire.PermissionDenied, "port %d is the runner's own, not the sandbox's", port))
+		web.Fail(w, req, wire.Errorf(wire.PermissionDenied, "port %d is the runner's own, not the sandbox's", port))
 		return
 	}
 	select {
@@ -89,7 +90,7 @@ func (p *previewRelay) serve(w http.ResponseWriter, req *http.Request) {
 		defer func() { <-p.slots }()
 	default:
 		p.reqs.WithLabelValues("busy").Inc()
-		p.a.fail(w, req, wire.Errorf(wire.ResourceExhausted, "too many preview connections to this sandbox at once (%d)", maxPreviewConns))
+		web.Fail(w, req, wire.Errorf(wire.ResourceExhausted, "too many preview connections to this sandbox at once (%d)", maxPreviewConns))
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}

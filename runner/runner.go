@@ -24,6 +24,7 @@ import (
 	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
+	"github.com/warren-mesh/warren/runner/procs"
 	"github.com/warren-mesh/warren/runner/session"
 	"github.com/warren-mesh/warren/runner/snapshot"
 	"github.com/warren-mesh/warren/runner/workspace"
@@ -59,7 +60,7 @@ type Runner struct {
 	stop       func(cause error) // ends Run (idle sleep, fencing); set by Run
 	hub        *session.Hub
 	lease      leaseWatch
-	procs      *procTable    // background processes
+	procs      *procs.Table  // background processes
 	terms      *termTable    // terminals
 	sessions   *sessionIndex // the session listing
 	tasks      *taskTable    // one-shot tasks (tasks.go)
@@ -86,7 +87,6 @@ func New(cfg Config) (*Runner, error) {
 		func() float64 { return float64(r.clients.Load()) },
 		func() float64 { return float64(r.running.Load()) },
 	)
-	r.procs = newProcTable(r)
 	r.terms = newTermTable(r)
 	r.sessions = newSessionIndex(r)
 	taskStore, taskPrefix, err := r.openTaskStore()
@@ -95,7 +95,9 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r.tasks = newTaskTable(r, taskStore, taskPrefix)
-	r.procs.keepIn(taskStore, taskPrefix)
+	r.procs = procs.New(procs.Config{Host: procHost{r}, Logger: r.log, Now: cfg.Now, Metrics: r.metrics.reg,
+		Epoch: cfg.Epoch, LogBytes: cfg.ProcessLogBytes, DefaultWait: cfg.DefaultExecTimeout, MaxWait: cfg.MaxExecTimeout,
+		Store: taskStore, Prefix: taskPrefix})
 	if cfg.Snapshots != nil {
 		if err := r.buildSnapshots(); err != nil {
 			r.parts.release()
@@ -151,7 +153,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.restore(ctx); err != nil {
 		return err
 	}
-	r.procs.load(ctx)
+	r.procs.Load(ctx)
 	if err := r.giveFiles(); err != nil {
 		return err
 	}
@@ -196,7 +198,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// Request contexts derive from work, not from ctx, so that shutdown decides when in-flight work ends.
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
-	a := &api{r: r, root: root, hub: hub, procs: r.procs, work: work}
+	a := &api{r: r, root: root, hub: hub, work: work}
 	// The edge forwards what a client sent with headers of its own (the grant, a preview's cookies): twice
 	// the bound of the edge's own listener.
 	srv := httpx.NewServer(a.routes(), httpx.Config{MaxHeaderBytes: 2 * httpx.DefaultMaxHeaderBytes, Logger: r.log})
@@ -221,7 +223,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	g.Go(func() error {
 		r.idleLoop(gctx, func() bool {
 			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0 ||
-				r.procs.keepAwake(r.cfg.Now()) || r.terms.keepAwake(r.cfg.Now()) || r.tasks.busy()
+				r.procs.Busy(r.cfg.Now()) || r.terms.keepAwake(r.cfg.Now()) || r.tasks.busy()
 		})
 		return nil
 	})
@@ -264,7 +266,7 @@ func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.C
 	if err := hub.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := r.procs.close(ctx); err != nil {
+	if err := r.procs.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := r.terms.close(ctx); err != nil {

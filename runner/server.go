@@ -6,16 +6,14 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
-	"log/slog"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/session"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
@@ -25,7 +23,6 @@ type api struct {
 	r     *Runner
 	root  *workspace.Root
 	hub   *session.Hub
-	procs *procTable
 	work  context.Context // the runner's work: background processes live as long as it
 	conns sync.WaitGroup  // agent WebSocket handlers, which http.Server.Shutdown does not wait for
 
@@ -36,48 +33,28 @@ type api struct {
 // caller learns nothing about what exists).
 func (a *api) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/healthz", methods{http.MethodGet: a.healthz})
-	mux.Handle("/metrics", a.auth(methods{http.MethodGet: promhttp.HandlerFor(a.r.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP}))
-	mux.Handle("/v1/sandbox/exec", a.auth(methods{http.MethodPost: a.exec}))
-	mux.Handle("/v1/sandbox/files", a.auth(methods{
+	mux.Handle("/healthz", web.Methods{http.MethodGet: a.healthz})
+	mux.Handle("/metrics", a.auth(web.Methods{http.MethodGet: promhttp.HandlerFor(a.r.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP}))
+	mux.Handle("/v1/sandbox/exec", a.auth(web.Methods{http.MethodPost: a.exec}))
+	mux.Handle("/v1/sandbox/files", a.auth(web.Methods{
 		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
 	}))
-	mux.Handle("/v1/sandbox/files/list", a.auth(methods{http.MethodGet: a.listFiles}))
+	mux.Handle("/v1/sandbox/files/list", a.auth(web.Methods{http.MethodGet: a.listFiles}))
 	a.fileRoutes(mux)
-	a.procRoutes(mux)
+	a.r.procs.Routes(a.serve(mux))
 	a.termRoutes(mux)
 	a.previewRoutes(mux)
 	a.sessionRoutes(mux)
 	a.gitRoutes(mux)
-	mux.Handle("/v1/agent", a.auth(methods{http.MethodGet: a.agent}))
-	mux.Handle("/v1/execute", a.auth(methods{http.MethodPost: a.execute, http.MethodGet: a.listTasks}))
-	mux.Handle("/v1/execute/{id}", a.auth(methods{http.MethodGet: a.getTask}))
-	mux.Handle("/v1/lease", a.keyed(methods{http.MethodPut: a.putLease}))
+	mux.Handle("/v1/agent", a.auth(web.Methods{http.MethodGet: a.agent}))
+	mux.Handle("/v1/execute", a.auth(web.Methods{http.MethodPost: a.execute, http.MethodGet: a.listTasks}))
+	mux.Handle("/v1/execute/{id}", a.auth(web.Methods{http.MethodGet: a.getTask}))
+	mux.Handle("/v1/lease", a.keyed(web.Methods{http.MethodPut: a.putLease}))
 	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
+		web.Fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
 	})))
 	return a.withRequest(mux)
 }
-
-// methods dispatches on the HTTP method; others are answered with a wire error (docs/PROTOCOL.md#errors has
-// no 405 code, so it is invalid_argument) and an Allow header.
-type methods map[string]http.HandlerFunc
-
-func (m methods) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if h, ok := m[req.Method]; ok {
-		h(w, req)
-		return
-	}
-	allow := make([]string, 0, len(m))
-	for k := range m {
-		allow = append(allow, k)
-	}
-	sort.Strings(allow)
-	w.Header().Set("Allow", strings.Join(allow, ", "))
-	wire.WriteHTTPError(w, nil, wire.Errorf(wire.InvalidArgument, "method %s is not allowed here", req.Method))
-}
-
-type logKey struct{}
 
 // withRequest gives every request an id (X-Request-Id when the caller sent a sane one, else random),
 // echoes it, puts a logger carrying it in the context, and logs the request at debug level.
@@ -93,7 +70,7 @@ func (a *api) withRequest(next http.Handler) http.Handler {
 		log := a.r.log.With("request_id", id)
 		sw := &statusWriter{ResponseWriter: w}
 		start := a.r.cfg.Now()
-		next.ServeHTTP(sw, req.WithContext(context.WithValue(req.Context(), logKey{}, log)))
+		next.ServeHTTP(sw, req.WithContext(web.WithLogger(req.Context(), log)))
 		log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.status,
 			"duration_ms", a.r.cfg.Now().Sub(start).Milliseconds())
 	})
@@ -135,6 +112,11 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// serve is what the features' routes are mounted with.
+func (a *api) serve(mux *http.ServeMux) web.Serve {
+	return web.Serve{Mux: mux, Auth: a.auth, Root: a.root, Work: a.work, Conns: &a.conns}
+}
+
 // keyed requires "Authorization: Bearer <Key>" and nothing else: the scheduler's lease pushes, which must
 // not count as the user's activity (they would keep an idle sandbox awake for ever). Both sides are hashed
 // before the constant-time comparison so neither the content nor the length of the key leaks through
@@ -146,7 +128,7 @@ func (a *api) keyed(next http.Handler) http.Handler {
 		got := sha256.Sum256([]byte(tok))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="warren-runner"`)
-			a.fail(w, req, wire.Errorf(wire.Unauthenticated, "missing or invalid runner key"))
+			web.Fail(w, req, wire.Errorf(wire.Unauthenticated, "missing or invalid runner key"))
 			return
 		}
 		next.ServeHTTP(w, req)
@@ -161,7 +143,7 @@ func (a *api) auth(next http.Handler) http.Handler {
 		if h := req.Header.Get(wire.HeaderGrant); h != "" {
 			g, err := wire.DecodeGrant(h)
 			if err != nil {
-				a.fail(w, req, err)
+				web.Fail(w, req, err)
 				return
 			}
 			a.r.grant.Store(&g)
@@ -186,25 +168,6 @@ func bearer(h string) (string, bool) {
 	return strings.TrimSpace(h[len(prefix):]), true
 }
 
-func (a *api) logger(req *http.Request) *slog.Logger {
-	if l, ok := req.Context().Value(logKey{}).(*slog.Logger); ok {
-		return l
-	}
-	return a.r.log
-}
-
-// fail writes err as a wire error; causes of internal errors are logged with the request id.
-func (a *api) fail(w http.ResponseWriter, req *http.Request, err error) {
-	wire.WriteHTTPError(w, a.logger(req), err)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 // Health is the body of GET /healthz. Without the runner's key only Status is filled: whose sandbox this
 // is and what it does is for the edge (and the operator) alone.
 type Health struct {
@@ -221,14 +184,14 @@ func (a *api) healthz(w http.ResponseWriter, req *http.Request) {
 	tok, ok := bearer(req.Header.Get("Authorization"))
 	got, want := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(a.r.cfg.Key))
 	if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-		writeJSON(w, http.StatusOK, Health{Status: "ok"})
+		web.WriteJSON(w, http.StatusOK, Health{Status: "ok"})
 		return
 	}
 	mode := "bwrap"
 	if a.r.sandbox.Insecure() {
 		mode = "insecure"
 	}
-	writeJSON(w, http.StatusOK, Health{
+	web.WriteJSON(w, http.StatusOK, Health{
 		Status: "ok", Issuer: a.r.cfg.Issuer, User: a.r.cfg.User, Epoch: a.r.cfg.Epoch,
 		Clients: a.r.Clients(), RunningCommands: a.r.RunningCommands(), Sandbox: mode,
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/session"
 )
 
@@ -296,7 +297,7 @@ func clip(s string) string {
 // live session is a conflict; one without a transcript is not_found.
 func (x *sessionIndex) remove(hub *session.Hub, id string) error {
 	if !session.ValidID(id) {
-		return wire.Errorf(wire.NotFound, "no session %q in this sandbox", truncateID(id))
+		return wire.Errorf(wire.NotFound, "no session %q in this sandbox", web.TruncateID(id))
 	}
 	if x.home == "" {
 		return wire.Errorf(wire.NotFound, "no session %s in this sandbox", id)
@@ -337,26 +338,26 @@ func (x *sessionIndex) remove(hub *session.Hub, id string) error {
 }
 
 func (a *api) sessionRoutes(mux *http.ServeMux) {
-	mux.Handle("/v1/sessions", a.auth(methods{http.MethodGet: a.listSessions}))
-	mux.Handle("/v1/sessions/", a.auth(methods{http.MethodDelete: a.deleteSession}))
+	mux.Handle("/v1/sessions", a.auth(web.Methods{http.MethodGet: a.listSessions}))
+	mux.Handle("/v1/sessions/", a.auth(web.Methods{http.MethodDelete: a.deleteSession}))
 }
 
 func (a *api) listSessions(w http.ResponseWriter, req *http.Request) {
 	list, err := a.r.sessions.list(a.hub)
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.SessionList{Sessions: list})
+	web.WriteJSON(w, http.StatusOK, wire.SessionList{Sessions: list})
 }
 
 func (a *api) deleteSession(w http.ResponseWriter, req *http.Request) {
 	id := strings.TrimPrefix(req.URL.Path, "/v1/sessions/")
 	if err := a.r.sessions.remove(a.hub, id); err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	a.logger(req).Info("session deleted", "session", id)
+	web.Logger(req).Info("session deleted", "session", id)
 	// The last snapshot still holds the transcript: the next one must not.
 	a.r.bg.Add(1)
 	go func() {

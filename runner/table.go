@@ -21,8 +21,6 @@ type liveItem interface {
 	stop(cause error)
 }
 
-func (p *proc) doneChan() <-chan struct{}  { return p.done }
-func (p *proc) stop(cause error)           { p.cancel(cause) }
 func (tm *term) doneChan() <-chan struct{} { return tm.done }
 func (tm *term) stop(cause error)          { tm.cancel(cause) }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/warren-mesh/warren/internal/blob"
 	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 )
 
 // TaskConfig configures one-shot tasks (POST /v1/execute, docs/PROTOCOL.md#tasks). Zero values take the
@@ -266,21 +267,21 @@ func (a *api) execute(w http.ResponseWriter, req *http.Request) {
 	tt := a.r.tasks
 	body, err := io.ReadAll(io.LimitReader(req.Body, maxTaskRequest+1))
 	if err != nil {
-		a.fail(w, req, wire.Wrap(wire.InvalidArgument, err, "reading the request body"))
+		web.Fail(w, req, wire.Wrap(wire.InvalidArgument, err, "reading the request body"))
 		return
 	}
 	if len(body) > maxTaskRequest {
-		a.fail(w, req, wire.Errorf(wire.PayloadTooLarge, "request body exceeds %d bytes", maxTaskRequest))
+		web.Fail(w, req, wire.Errorf(wire.PayloadTooLarge, "request body exceeds %d bytes", maxTaskRequest))
 		return
 	}
 	key := req.Header.Get("Idempotency-Key")
 	if err := checkIdempotencyKey(key); err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	er, opts, timeout, err := tt.parseExecuteRequest(body)
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	g := a.r.Grant()
@@ -291,13 +292,13 @@ func (a *api) execute(w http.ResponseWriter, req *http.Request) {
 	}
 	lt, replayed, err := tt.create(req.Context(), er, opts, timeout, key, fingerprint(er, opts, timeout))
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	} else {
-		a.logger(req).Info("task accepted", "task", lt.t.ID, "wait", er.Wait)
+		web.Logger(req).Info("task accepted", "task", lt.t.ID, "wait", er.Wait)
 		go tt.run(a, lt, g, opts, timeout, er)
 	}
 	if er.Wait {
@@ -312,7 +313,7 @@ func (a *api) execute(w http.ResponseWriter, req *http.Request) {
 	if t.Done() {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, t)
+	web.WriteJSON(w, status, t)
 }
 
 // create makes the task, or finds the one an earlier request with the same idempotency key made
@@ -423,10 +424,10 @@ func (tt *taskTable) get(ctx context.Context, id string) (Task, error) {
 func (a *api) getTask(w http.ResponseWriter, req *http.Request) {
 	t, err := a.r.tasks.get(req.Context(), req.PathValue("id"))
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	web.WriteJSON(w, http.StatusOK, t)
 }
 
 // TaskList is the body of GET /v1/execute.
@@ -440,7 +441,7 @@ func (a *api) listTasks(w http.ResponseWriter, req *http.Request) {
 	if s := req.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxTaskList {
-			a.fail(w, req, wire.Errorf(wire.InvalidArgument, "limit must be 1 to %d", maxTaskList))
+			web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "limit must be 1 to %d", maxTaskList))
 			return
 		}
 		limit = n
@@ -448,7 +449,7 @@ func (a *api) listTasks(w http.ResponseWriter, req *http.Request) {
 	tt := a.r.tasks
 	objs, err := tt.records(req.Context())
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	out := TaskList{Tasks: []Task{}}
@@ -461,13 +462,13 @@ func (a *api) listTasks(w http.ResponseWriter, req *http.Request) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
-			a.fail(w, req, err)
+			web.Fail(w, req, err)
 			return
 		}
 		out.Tasks = append(out.Tasks, t)
 	}
 	slices.SortStableFunc(out.Tasks, func(x, y Task) int { return y.CreatedAt.Compare(x.CreatedAt) })
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 }
 
 func taskIDOf(key string) string { return strings.TrimSuffix(path.Base(key), ".json") }

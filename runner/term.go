@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/live"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
@@ -166,16 +168,16 @@ func (tm *term) supervise(ctx context.Context, r *Runner) {
 	stop()
 	select {
 	case <-read:
-	case <-time.After(drainWait): // a descendant that escaped in insecure mode may hold the terminal
+	case <-time.After(live.DrainWait): // a descendant that escaped in insecure mode may hold the terminal
 	}
 	_ = tm.t.Close() // closes the master: a read still blocked returns
 	<-read
 	tm.mu.Lock()
 	tm.ended, tm.exitCode = r.cfg.Now(), code
 	if tm.why == "" && ctx.Err() != nil {
-		tm.why = endedSandbox
+		tm.why = live.EndedSandbox
 		if errors.Is(context.Cause(ctx), ErrWorkspaceFull) {
-			tm.why = endedWorkspaceFull
+			tm.why = live.EndedWorkspaceFull
 		}
 	}
 	close(tm.done)
@@ -293,7 +295,7 @@ func (tm *term) outputFrom(offset int64, limit int) (data []byte, next int64, ex
 func (tm *term) kill() {
 	tm.mu.Lock()
 	if tm.why == "" && !tm.exited() {
-		tm.why = endedKilled
+		tm.why = live.EndedKilled
 	}
 	tm.mu.Unlock()
 	tm.cancel(errTermKilled)
@@ -310,7 +312,7 @@ func (t *termTable) get(id string) (*term, error) {
 			return tm, nil
 		}
 	}
-	return nil, wire.Errorf(wire.NotFound, "no terminal %q in this sandbox", truncateID(id))
+	return nil, wire.Errorf(wire.NotFound, "no terminal %q in this sandbox", web.TruncateID(id))
 }
 
 // list describes every terminal, oldest first.

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 )
 
 // Routes of the terminal API (docs/PROTOCOL.md#terminals):
@@ -33,18 +34,18 @@ const termChunk = 32 << 10
 const termCloseWait = 5 * time.Second
 
 func (a *api) termRoutes(mux *http.ServeMux) {
-	mux.Handle("/v1/sandbox/terminals", a.auth(methods{http.MethodGet: a.listTerms, http.MethodPost: a.createTerm}))
-	mux.Handle("/v1/sandbox/terminals/", a.auth(a.itemRoute("/v1/sandbox/terminals/", map[string]http.Handler{
-		"":       methods{http.MethodGet: a.getTerm, http.MethodDelete: a.deleteTerm},
-		"resize": methods{http.MethodPost: a.resizeTerm},
-		"attach": methods{http.MethodGet: a.attachTerm},
+	mux.Handle("/v1/sandbox/terminals", a.auth(web.Methods{http.MethodGet: a.listTerms, http.MethodPost: a.createTerm}))
+	mux.Handle("/v1/sandbox/terminals/", a.auth(web.ItemRoute("/v1/sandbox/terminals/", map[string]http.Handler{
+		"":       web.Methods{http.MethodGet: a.getTerm, http.MethodDelete: a.deleteTerm},
+		"resize": web.Methods{http.MethodPost: a.resizeTerm},
+		"attach": web.Methods{http.MethodGet: a.attachTerm},
 	})))
 }
 
 func (a *api) termOf(w http.ResponseWriter, req *http.Request) (*term, bool) {
 	tm, err := a.r.terms.get(req.PathValue("id"))
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return nil, false
 	}
 	return tm, true
@@ -60,29 +61,29 @@ func (a *api) createTerm(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	if err := a.r.terms.counted(err); err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	a.logger(req).Info("terminal created by request", "terminal", tm.id)
-	writeJSON(w, http.StatusCreated, tm.info())
+	web.Logger(req).Info("terminal created by request", "terminal", tm.id)
+	web.WriteJSON(w, http.StatusCreated, tm.info())
 }
 
 func (a *api) listTerms(w http.ResponseWriter, req *http.Request) {
-	writeJSON(w, http.StatusOK, wire.TermList{Terminals: a.r.terms.list()})
+	web.WriteJSON(w, http.StatusOK, wire.TermList{Terminals: a.r.terms.list()})
 }
 
 func (a *api) getTerm(w http.ResponseWriter, req *http.Request) {
 	if tm, ok := a.termOf(w, req); ok {
-		writeJSON(w, http.StatusOK, tm.info())
+		web.WriteJSON(w, http.StatusOK, tm.info())
 	}
 }
 
 func (a *api) deleteTerm(w http.ResponseWriter, req *http.Request) {
 	if err := a.r.terms.remove(req.Context(), req.PathValue("id")); err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	a.logger(req).Info("terminal removed by request", "terminal", req.PathValue("id"))
+	web.Logger(req).Info("terminal removed by request", "terminal", req.PathValue("id"))
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -100,10 +101,10 @@ func (a *api) resizeTerm(w http.ResponseWriter, req *http.Request) {
 		err = tm.resize(sz.Cols, sz.Rows)
 	}
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, tm.info())
+	web.WriteJSON(w, http.StatusOK, tm.info())
 }
 
 // attachTerm serves the terminal's WebSocket: everything refusable (no upgrade, no terminal, too many
@@ -111,8 +112,8 @@ func (a *api) resizeTerm(w http.ResponseWriter, req *http.Request) {
 func (a *api) attachTerm(w http.ResponseWriter, req *http.Request) {
 	a.conns.Add(1) // before the upgrade: shutdown waits for hijacked connections through conns
 	defer a.conns.Done()
-	if !isUpgrade(req) {
-		a.fail(w, req, wire.Errorf(wire.InvalidArgument, "expected a WebSocket upgrade"))
+	if !web.IsUpgrade(req) {
+		web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "expected a WebSocket upgrade"))
 		return
 	}
 	tm, ok := a.termOf(w, req)
@@ -121,18 +122,18 @@ func (a *api) attachTerm(w http.ResponseWriter, req *http.Request) {
 	}
 	detach, err := tm.attach()
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	defer detach()
 	// Bearer key, no cookies: the browser-oriented origin check protects nothing here (see agent).
 	c, err := websocket.Accept(w, req, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
-		a.logger(req).Debug("websocket upgrade failed", "err", err)
+		web.Logger(req).Debug("websocket upgrade failed", "err", err)
 		return
 	}
 	c.SetReadLimit(wire.MaxTermInput)
-	log := a.logger(req).With("terminal", tm.id)
+	log := web.Logger(req).With("terminal", tm.id)
 	log.Info("terminal attached")
 	// The connection ends with the client, the runner's work, or the terminal's end (after the output).
 	ctx, cancel := context.WithCancelCause(req.Context())

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
@@ -571,7 +572,7 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer a.watches.leave()
-	log := a.logger(req)
+	log := web.Logger(req)
 	wt, ready, err := a.newWatcher(q, log)
 	if err != nil {
 		a.fileFail(w, req, "watch", err)
@@ -583,10 +584,10 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 	defer log.Info("file watch ended", "path", ready.Path)
 
 	ctx := req.Context()
-	rc := startEvents(w)
-	writeEvent(w, wire.EventWatchReady, ready)
+	rc := web.StartEvents(w)
+	web.WriteEvent(w, wire.EventWatchReady, ready)
 	_ = rc.Flush()
-	ping := time.NewTicker(procKeepAlive)
+	ping := time.NewTicker(web.KeepAlive)
 	defer ping.Stop()
 	timer := time.NewTimer(q.Debounce)
 	timer.Stop()
@@ -623,7 +624,7 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 func (a *api) deliver(w io.Writer, wt *watcher) {
 	evs, dropped := wt.take()
 	for _, ev := range evs {
-		writeEvent(w, wire.EventFileChange, ev)
+		web.WriteEvent(w, wire.EventFileChange, ev)
 	}
 	a.watches.events.Add(float64(len(evs)))
 	for _, reason := range []string{wire.OverflowQueue, wire.OverflowKernel, wire.OverflowDirs} {
@@ -632,7 +633,7 @@ func (a *api) deliver(w io.Writer, wt *watcher) {
 			continue
 		}
 		a.watches.overflows.WithLabelValues(reason).Add(float64(max(n, 1)))
-		writeEvent(w, wire.EventWatchOverflow, wire.FileWatchOverflow{Reason: reason, Dropped: n, Message: overflowMessage(reason)})
+		web.WriteEvent(w, wire.EventWatchOverflow, wire.FileWatchOverflow{Reason: reason, Dropped: n, Message: overflowMessage(reason)})
 	}
 }
 

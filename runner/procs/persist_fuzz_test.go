@@ -1,4 +1,4 @@
-package runner
+package procs
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/live"
 )
 
 // FuzzDecodeProcRecord: the kept process table is read back from the store, and its log tails are what
@@ -18,7 +19,7 @@ func FuzzDecodeProcRecord(f *testing.F) {
 	code := 3
 	valid := procRecord{Version: procKeptVersion, Epoch: 7, SavedAt: time.Unix(1, 0).UTC(), Procs: []keptProc{{
 		Info: wire.ProcInfo{ID: "0123456789abcdef", Command: "echo hi", Args: []string{"-c", "x"}, Cwd: ".",
-			Status: wire.ProcExited, ExitCode: &code, Ended: endedSandbox, StartedAt: "2026-01-01T00:00:00Z",
+			Status: wire.ProcExited, ExitCode: &code, Ended: live.EndedSandbox, StartedAt: "2026-01-01T00:00:00Z",
 			EndedAt: "2026-01-01T00:00:01.5Z", LogStart: 10, LogEnd: 19},
 		Chunks: []wire.ProcChunk{{Stream: wire.EventStdout, Offset: 10, Data: "héllo"}, {Stream: wire.EventStderr, Offset: 16, Data: "\x00\n\""}},
 	}}}
@@ -48,7 +49,7 @@ func FuzzDecodeProcRecord(f *testing.F) {
 				t.Fatalf("accepted process %+v", in)
 			}
 			total += in.LogEnd - in.LogStart
-			p := restoredProc(kp, DefaultProcessLogBytes)
+			p := restoredProc(kp, 1<<20)
 			got := p.info()
 			if got.ID != in.ID || got.Status != wire.ProcExited || *got.ExitCode != *in.ExitCode || got.LogStart != in.LogStart || got.LogEnd != in.LogEnd {
 				t.Fatalf("restored %+v from %+v", got, in)

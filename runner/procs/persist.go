@@ -1,4 +1,4 @@
-package runner
+package procs
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/warren-mesh/warren/internal/blob"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/live"
+	"github.com/warren-mesh/warren/runner/internal/web"
 )
 
 // The process table outlives the runner (docs/PROTOCOL.md#processes): when the sandbox stops (sleep,
@@ -68,7 +70,7 @@ type procKeep struct {
 var errProcRecord = errors.New("process record is corrupt")
 
 // keepIn sets the store of the kept table (the tasks' store and prefix) and registers its metrics.
-func (t *procTable) keepIn(store blob.Store, prefix string) {
+func (t *Table) keepIn(store blob.Store, prefix string) {
 	t.kept = procKeep{store: store, key: prefix + "/procs/table.json",
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_runner_process_table_loads_total",
@@ -79,12 +81,12 @@ func (t *procTable) keepIn(store blob.Store, prefix string) {
 			Help: "Saves of the process table when the sandbox stops, by outcome (saved, skipped: nothing to keep, fenced, trimmed: oldest processes left out to bound the record, error).",
 		}, []string{"outcome"}),
 	}
-	t.r.metrics.reg.MustRegister(t.kept.loads, t.kept.saves)
+	t.cfg.Metrics.MustRegister(t.kept.loads, t.kept.saves)
 }
 
 // readKept reads the stored record (blob.ErrNotFound when there is none, errProcRecord when it is
 // unusable) and its ETag.
-func (t *procTable) readKept(ctx context.Context) (procRecord, string, error) {
+func (t *Table) readKept(ctx context.Context) (procRecord, string, error) {
 	k := &t.kept
 	o, err := k.store.Stat(ctx, k.key)
 	if err != nil {
@@ -106,9 +108,9 @@ func (t *procTable) readKept(ctx context.Context) (procRecord, string, error) {
 	return rec, etag, err
 }
 
-// load brings back the table kept by an earlier runner, before the runner serves. A missing, corrupt or
+// Load brings back the table kept by an earlier runner, before the runner serves. A missing, corrupt or
 // unreadable record leaves the table empty (logged and counted), never failing the wake.
-func (t *procTable) load(ctx context.Context) {
+func (t *Table) Load(ctx context.Context) {
 	k := &t.kept
 	if k.store == nil {
 		return
@@ -122,41 +124,39 @@ func (t *procTable) load(ctx context.Context) {
 	case errors.Is(err, errProcRecord):
 		k.loaded = true // garbage: the next save replaces it
 		k.loads.WithLabelValues("corrupt").Inc()
-		t.r.log.Error("kept process table is corrupt; starting with an empty table", "key", k.key, "err", err)
+		t.log.Error("kept process table is corrupt; starting with an empty table", "key", k.key, "err", err)
 		return
 	case err != nil:
 		k.loads.WithLabelValues("unavailable").Inc()
-		t.r.log.Error("kept process table could not be read; starting with an empty table", "key", k.key, "err", err)
+		t.log.Error("kept process table could not be read; starting with an empty table", "key", k.key, "err", err)
 		return
-	case rec.Epoch > t.r.cfg.Epoch:
+	case rec.Epoch > t.cfg.Epoch:
 		k.loads.WithLabelValues("newer_epoch").Inc()
-		t.r.log.Error("kept process table is of a newer epoch; starting with an empty table", "key", k.key,
-			"record_epoch", rec.Epoch, "epoch", t.r.cfg.Epoch)
+		t.log.Error("kept process table is of a newer epoch; starting with an empty table", "key", k.key,
+			"record_epoch", rec.Epoch, "epoch", t.cfg.Epoch)
 		return
 	}
 	// Not trimmed to this runner's limit, which the grant may raise once a request brings it: the decoder
 	// bounds the record, and new processes push the oldest exited ones out.
-	t.mu.Lock()
+	restored := make([]*proc, 0, len(rec.Procs))
 	for _, kp := range rec.Procs {
-		t.procs = append(t.procs, restoredProc(kp, t.r.cfg.ProcessLogBytes))
+		restored = append(restored, restoredProc(kp, t.cfg.LogBytes))
 	}
-	t.mu.Unlock()
+	t.procs.Restore(restored)
 	k.loaded = true
 	k.loads.WithLabelValues("loaded").Inc()
-	t.r.log.Info("kept process table loaded", "key", k.key, "processes", len(rec.Procs), "from_epoch", rec.Epoch)
+	t.log.Info("kept process table loaded", "key", k.key, "processes", len(rec.Procs), "from_epoch", rec.Epoch)
 }
 
-// save records the table. Called once the runner has stopped every process (they are all exited; one
+// Save records the table. Called once the runner has stopped every process (they are all exited; one
 // that did not exit in time is recorded as ended by the stop). Bounded by ctx.
-func (t *procTable) save(ctx context.Context) {
+func (t *Table) Save(ctx context.Context) {
 	k := &t.kept
 	if k.store == nil {
 		return
 	}
-	t.mu.Lock()
-	procs := append([]*proc(nil), t.procs...)
-	t.mu.Unlock()
-	now := t.r.cfg.Now()
+	procs := t.procs.Items()
+	now := t.cfg.Now()
 	mine := make([]keptProc, 0, len(procs))
 	tail := min(procKeptTail, int64(procKeptTotal/max(len(procs), 1)))
 	for _, p := range procs {
@@ -170,16 +170,16 @@ func (t *procTable) save(ctx context.Context) {
 		k.saves.WithLabelValues(outcome).Inc()
 		switch {
 		case err != nil:
-			t.r.log.Error("process table not kept", "key", k.key, "outcome", outcome, "err", err)
+			t.log.Error("process table not kept", "key", k.key, "outcome", outcome, "err", err)
 		case outcome == "saved" || outcome == "trimmed":
-			t.r.log.Info("process table kept", "key", k.key, "processes", len(mine), "outcome", outcome)
+			t.log.Info("process table kept", "key", k.key, "processes", len(mine), "outcome", outcome)
 		}
 		return
 	}
 }
 
 // saveOnce reads the record (for its ETag and epoch) and replaces it with mine.
-func (t *procTable) saveOnce(ctx context.Context, mine []keptProc, now time.Time) (string, error) {
+func (t *Table) saveOnce(ctx context.Context, mine []keptProc, now time.Time) (string, error) {
 	k := &t.kept
 	prev, etag, err := t.readKept(ctx)
 	found := true
@@ -189,8 +189,8 @@ func (t *procTable) saveOnce(ctx context.Context, mine []keptProc, now time.Time
 	case errors.Is(err, errProcRecord): // replaced
 	case err != nil:
 		return "error", err
-	case prev.Epoch > t.r.cfg.Epoch:
-		return "fenced", fmt.Errorf("the record is of epoch %d, newer than ours (%d): a newer runner owns the sandbox", prev.Epoch, t.r.cfg.Epoch)
+	case prev.Epoch > t.cfg.Epoch:
+		return "fenced", fmt.Errorf("the record is of epoch %d, newer than ours (%d): a newer runner owns the sandbox", prev.Epoch, t.cfg.Epoch)
 	case !k.loaded:
 		// The wake could not read this record: keep its processes (older than ours) rather than lose them.
 		var old []keptProc
@@ -204,7 +204,7 @@ func (t *procTable) saveOnce(ctx context.Context, mine []keptProc, now time.Time
 	if !found && len(mine) == 0 {
 		return "skipped", nil
 	}
-	limit := 2 * t.r.backgroundProcessLimit()
+	limit := 2 * t.host.Limit()
 	trimmed := false
 	if len(mine) > limit {
 		mine, trimmed = mine[len(mine)-limit:], true
@@ -215,7 +215,7 @@ func (t *procTable) saveOnce(ctx context.Context, mine []keptProc, now time.Time
 		mine, trimmed = mine[1:], true
 	}
 	for {
-		b, err := json.Marshal(procRecord{Version: procKeptVersion, Epoch: t.r.cfg.Epoch, SavedAt: now.UTC(), Procs: mine})
+		b, err := json.Marshal(procRecord{Version: procKeptVersion, Epoch: t.cfg.Epoch, SavedAt: now.UTC(), Procs: mine})
 		if err != nil {
 			return "error", fmt.Errorf("encode process table: %w", err)
 		}
@@ -248,7 +248,7 @@ func keepProc(p *proc, tail int64, now time.Time) keptProc {
 	in := p.info()
 	if in.Status != wire.ProcExited {
 		code := 128 + 9
-		in.Status, in.ExitCode, in.Ended, in.EndedAt = wire.ProcExited, &code, endedSandbox, now.UTC().Format(time.RFC3339Nano)
+		in.Status, in.ExitCode, in.Ended, in.EndedAt = wire.ProcExited, &code, live.EndedSandbox, now.UTC().Format(time.RFC3339Nano)
 	}
 	chunks, next, _, _ := p.log.since(max(in.LogEnd-tail, 0))
 	in.LogEnd = next
@@ -348,14 +348,14 @@ func checkKeptProc(kp keptProc) (int64, error) {
 		return 0, errors.New("not exited")
 	case *in.ExitCode < -1 || *in.ExitCode > 255:
 		return 0, fmt.Errorf("exit code %d", *in.ExitCode)
-	case !slices.Contains([]string{"", endedKilled, endedSandbox, endedWorkspaceFull}, in.Ended):
+	case !slices.Contains([]string{"", live.EndedKilled, live.EndedSandbox, live.EndedWorkspaceFull}, in.Ended):
 		return 0, errors.New("bad ended")
 	case in.LogStart < 0 || in.LogEnd < in.LogStart:
 		return 0, errors.New("bad log bounds")
 	}
 	for _, ts := range []string{in.StartedAt, in.EndedAt} {
 		if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
-			return 0, fmt.Errorf("bad time %q", truncateID(ts))
+			return 0, fmt.Errorf("bad time %q", web.TruncateID(ts))
 		}
 	}
 	off := in.LogStart
@@ -379,7 +379,7 @@ func checkKeptProc(kp keptProc) (int64, error) {
 	return in.LogEnd - in.LogStart, nil
 }
 
-// validProcID accepts the ids procTable.newID makes: 16 lowercase hex digits.
+// validProcID accepts the ids newID makes: 16 lowercase hex digits.
 func validProcID(id string) bool {
 	if len(id) != 16 {
 		return false

@@ -1,4 +1,4 @@
-package runner
+package procs
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/web"
 )
 
 // Routes of the background process API (docs/PROTOCOL.md#processes):
@@ -23,43 +24,33 @@ import (
 //	GET    /v1/sandbox/procs/{id}/logs    [?offset=N] → wire.ProcLogs, or SSE with Accept: text/event-stream
 //	POST   /v1/sandbox/procs/{id}/wait    wire.ProcWaitRequest → wire.ProcWaitResult
 
-// procKeepAlive is how often an idle logs stream sends an SSE comment, so proxies do not close it.
-const procKeepAlive = 15 * time.Second
-
 // procPoll is how often a wait for a port looks at the sandbox's listening sockets.
 const procPoll = 50 * time.Millisecond
 
-func (a *api) procRoutes(mux *http.ServeMux) {
-	mux.Handle("/v1/sandbox/procs", a.auth(methods{http.MethodGet: a.listProcs, http.MethodPost: a.startProc}))
-	mux.Handle("/v1/sandbox/procs/", a.auth(a.itemRoute("/v1/sandbox/procs/", map[string]http.Handler{
-		"":       methods{http.MethodGet: a.getProc, http.MethodDelete: a.deleteProc},
-		"signal": methods{http.MethodPost: a.signalProc},
-		"stdin":  methods{http.MethodPost: a.procStdin},
-		"logs":   methods{http.MethodGet: a.procLogs},
-		"wait":   methods{http.MethodPost: a.waitProc},
-	})))
+// Routes mounts the process API on s.
+func (t *Table) Routes(s web.Serve) {
+	a := &api{t: t, s: s}
+	s.Handle("/v1/sandbox/procs", web.Methods{http.MethodGet: a.listProcs, http.MethodPost: a.startProc})
+	s.Handle("/v1/sandbox/procs/", web.ItemRoute("/v1/sandbox/procs/", map[string]http.Handler{
+		"":       web.Methods{http.MethodGet: a.getProc, http.MethodDelete: a.deleteProc},
+		"signal": web.Methods{http.MethodPost: a.signalProc},
+		"stdin":  web.Methods{http.MethodPost: a.procStdin},
+		"logs":   web.Methods{http.MethodGet: a.procLogs},
+		"wait":   web.Methods{http.MethodPost: a.waitProc},
+	}))
 }
 
-// itemRoute serves prefix{id}[/action] with the handler of action (not_found for another), the id as the
-// path value "id".
-func (a *api) itemRoute(prefix string, actions map[string]http.Handler) http.HandlerFunc {
-	return func(w http.ResponseWriter, req *http.Request) {
-		id, action, _ := strings.Cut(strings.TrimPrefix(req.URL.Path, prefix), "/")
-		h, ok := actions[action]
-		if !ok {
-			a.fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
-			return
-		}
-		req.SetPathValue("id", id)
-		h.ServeHTTP(w, req)
-	}
+// api is the process API of one Run.
+type api struct {
+	t *Table
+	s web.Serve
 }
 
 // procOf finds the request's process, answering not_found itself.
 func (a *api) procOf(w http.ResponseWriter, req *http.Request) (*proc, bool) {
-	p, err := a.procs.get(req.PathValue("id"))
+	p, err := a.t.procs.Get(req.PathValue("id"))
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return nil, false
 	}
 	return p, true
@@ -70,31 +61,31 @@ func (a *api) startProc(w http.ResponseWriter, req *http.Request) {
 	pr, err := wire.DecodeProcStart(req.Body)
 	if err == nil {
 		var dir string
-		if dir, err = a.root.Dir(pr.Cwd); err == nil {
-			p, err = a.procs.start(a.work, dir, pr)
+		if dir, err = a.s.Root.Dir(pr.Cwd); err == nil {
+			p, err = a.t.start(a.s.Work, dir, pr)
 		}
 	}
-	if err := a.procs.counted(err); err != nil {
-		a.fail(w, req, err)
+	if err := a.t.procs.Counted(err); err != nil {
+		web.Fail(w, req, err)
 		return
 	}
-	a.logger(req).Info("process started by request", "process", p.id)
-	writeJSON(w, http.StatusCreated, p.info())
+	web.Logger(req).Info("process started by request", "process", p.id)
+	web.WriteJSON(w, http.StatusCreated, p.info())
 }
 
 func (a *api) listProcs(w http.ResponseWriter, req *http.Request) {
-	writeJSON(w, http.StatusOK, wire.ProcList{Procs: a.procs.list()})
+	web.WriteJSON(w, http.StatusOK, wire.ProcList{Procs: a.t.list()})
 }
 
 func (a *api) getProc(w http.ResponseWriter, req *http.Request) {
 	if p, ok := a.procOf(w, req); ok {
-		writeJSON(w, http.StatusOK, p.info())
+		web.WriteJSON(w, http.StatusOK, p.info())
 	}
 }
 
 func (a *api) deleteProc(w http.ResponseWriter, req *http.Request) {
-	if err := a.procs.remove(req.PathValue("id")); err != nil {
-		a.fail(w, req, err)
+	if err := a.t.remove(req.PathValue("id")); err != nil {
+		web.Fail(w, req, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -107,7 +98,7 @@ func (a *api) signalProc(w http.ResponseWriter, req *http.Request) {
 	}
 	var sr wire.ProcSignalRequest
 	if err := wire.DecodeBody(req.Body, "signal request", &sr); err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	name, err := wire.ParseSignal(sr.Signal)
@@ -115,11 +106,11 @@ func (a *api) signalProc(w http.ResponseWriter, req *http.Request) {
 		err = p.signal(name)
 	}
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	a.logger(req).Info("process signalled", "process", p.id, "signal", name)
-	writeJSON(w, http.StatusOK, p.info())
+	web.Logger(req).Info("process signalled", "process", p.id, "signal", name)
+	web.WriteJSON(w, http.StatusOK, p.info())
 }
 
 func (a *api) procStdin(w http.ResponseWriter, req *http.Request) {
@@ -127,29 +118,16 @@ func (a *api) procStdin(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	closeAfter, err := boolQuery(req, "close")
+	closeAfter, err := web.BoolQuery(req, "close")
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	if err := p.writeStdin(req.Context(), req.Body, closeAfter); err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// boolQuery reads an optional true/false query parameter.
-func boolQuery(req *http.Request, name string) (bool, error) {
-	v := req.URL.Query().Get(name)
-	if v == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, wire.Errorf(wire.InvalidArgument, "%s must be true or false", name)
-	}
-	return b, nil
 }
 
 // procLogs answers the kept output from ?offset= (default 0) as JSON, or with Accept: text/event-stream
@@ -165,7 +143,7 @@ func (a *api) procLogs(w http.ResponseWriter, req *http.Request) {
 	if v := req.URL.Query().Get("offset"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			a.fail(w, req, wire.Errorf(wire.InvalidArgument, "offset must be a non-negative integer"))
+			web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "offset must be a non-negative integer"))
 			return
 		}
 		off = n
@@ -176,26 +154,26 @@ func (a *api) procLogs(w http.ResponseWriter, req *http.Request) {
 		if chunks == nil {
 			chunks = []wire.ProcChunk{}
 		}
-		writeJSON(w, http.StatusOK, wire.ProcLogs{Start: max(off, start), Next: next, Chunks: chunks})
+		web.WriteJSON(w, http.StatusOK, wire.ProcLogs{Start: max(off, start), Next: next, Chunks: chunks})
 		return
 	}
-	release, err := a.procs.follow(a.procs.followers, "process logs streams and waits")
+	release, err := a.t.follow(a.t.followers, "process logs streams and waits")
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	defer release()
-	rc := startEvents(w)
-	ping := time.NewTicker(procKeepAlive)
+	rc := web.StartEvents(w)
+	ping := time.NewTicker(web.KeepAlive)
 	defer ping.Stop()
 	for {
 		chunks, next, closed, wake := p.log.since(off)
 		for _, c := range chunks {
-			writeEvent(w, c.Stream, c)
+			web.WriteEvent(w, c.Stream, c)
 		}
 		off = next
 		if closed {
-			writeEvent(w, wire.EventExit, p.info())
+			web.WriteEvent(w, wire.EventExit, p.info())
 			_ = rc.Flush()
 			return
 		}
@@ -223,34 +201,34 @@ func (a *api) waitProc(w http.ResponseWriter, req *http.Request) {
 	}
 	wr, match, err := wire.DecodeProcWait(req.Body)
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
-	release, err := a.procs.follow(a.procs.followers, "process logs streams and waits")
+	release, err := a.t.follow(a.t.followers, "process logs streams and waits")
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	defer release()
 	if wr.For == wire.WaitPort {
-		releasePort, err := a.procs.follow(a.procs.portWaits, "waits for a port")
+		releasePort, err := a.t.follow(a.t.portWaits, "waits for a port")
 		if err != nil {
-			a.fail(w, req, err)
+			web.Fail(w, req, err)
 			return
 		}
 		defer releasePort()
 	}
 	if wr.For == wire.WaitLog && wr.Regex {
-		releaseRegex, err := a.procs.follow(a.procs.regexWaits, "waits for a regular expression")
+		releaseRegex, err := a.t.follow(a.t.regexWaits, "waits for a regular expression")
 		if err != nil {
-			a.fail(w, req, err)
+			web.Fail(w, req, err)
 			return
 		}
 		defer releaseRegex()
 	}
-	timeout := a.r.cfg.DefaultExecTimeout
+	timeout := a.t.cfg.DefaultWait
 	if wr.TimeoutMs > 0 {
-		timeout = min(time.Duration(min(wr.TimeoutMs, a.r.cfg.MaxExecTimeout.Milliseconds()))*time.Millisecond, a.r.cfg.MaxExecTimeout)
+		timeout = min(time.Duration(min(wr.TimeoutMs, a.t.cfg.MaxWait.Milliseconds()))*time.Millisecond, a.t.cfg.MaxWait)
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), timeout)
 	defer cancel()
@@ -278,11 +256,11 @@ func (a *api) waitProc(w http.ResponseWriter, req *http.Request) {
 		err = wire.Wrap(wire.Unavailable, err, "the request ended")
 	}
 	if err != nil {
-		a.fail(w, req, err)
+		web.Fail(w, req, err)
 		return
 	}
 	res.Proc = p.info()
-	writeJSON(w, http.StatusOK, res)
+	web.WriteJSON(w, http.StatusOK, res)
 }
 
 func waitPort(ctx context.Context, p *proc, port uint16) error {

@@ -1,48 +1,72 @@
-package runner
+// Package procs is the sandbox's background processes (docs/PROTOCOL.md#processes). A process is started
+// through its Host (isolate.Sandbox.Start, the same launching code and boundary as exec); it belongs to the
+// runner, not to the request that started it, so it outlives the client, and it ends with the sandbox
+// (Close kills every process tree). The table keeps at most the host's Limit of running processes and as
+// many exited ones (the oldest exited record is dropped to make room), each with a log of at most the
+// host's LogLimit; it is kept in the blob store when the sandbox stops (persist.go).
+package procs
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/blob"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/live"
+	"github.com/warren-mesh/warren/runner/internal/text"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
-// Background processes (docs/PROTOCOL.md#processes). A process is started with isolate.Sandbox.Start, the
-// same launching code and boundary as exec; it belongs to the runner, not to the request that started it,
-// so it outlives the client, and it ends with the sandbox (shutdown kills every process tree). The table
-// keeps at most MaxProcesses running processes and as many exited ones (the oldest exited record is dropped
-// to make room), each with a log of at most ProcessLogBytes.
+// Host is what the processes use of the runner. Its methods may be called concurrently.
+type Host interface {
+	// Start starts a program in the sandbox (isolate.Sandbox.Start); ctx's end kills it.
+	Start(ctx context.Context, spec isolate.ProcessSpec) (*isolate.Process, error)
+	// Admit refuses (resource_exhausted) to start a program while the workspace is over its limit and grew.
+	Admit() error
+	// WatchDisk cancels a program (with live.ErrWorkspaceFull) once it grows the workspace past its
+	// limit; it returns when ctx ends.
+	WatchDisk(ctx context.Context, cancel context.CancelCauseFunc)
+	// Limit is the running processes the sandbox may have now; LogLimit the output kept of a process
+	// started now.
+	Limit() int
+	LogLimit() int64
+	// KeepAwake reports whether running programs keep the sandbox awake at now.
+	KeepAwake(running int, now time.Time) bool
+}
 
-// Why the runner ended a process (wire.ProcInfo.Ended).
-const (
-	endedKilled        = "killed"
-	endedSandbox       = "sandbox_stopped"
-	endedWorkspaceFull = "workspace_full"
-)
+// Config is what the table is built with.
+type Config struct {
+	Host    Host
+	Logger  *slog.Logger
+	Now     func() time.Time
+	Metrics prometheus.Registerer
+	// Epoch fences the kept table (persist.go); LogBytes bounds the log of a process kept from before a
+	// sleep.
+	Epoch    int64
+	LogBytes int64
+	// DefaultWait applies to a wait that gives no timeoutMs; MaxWait caps it.
+	DefaultWait, MaxWait time.Duration
+	// Store and Prefix say where the table is kept across a sleep (nil Store: it is not).
+	Store  blob.Store
+	Prefix string
+}
 
-// drainWait bounds how long a process's output is read after it exited (a descendant that escaped its
-// group in insecure mode may hold the pipes).
-const drainWait = 2 * time.Second
-
-// procTable holds the sandbox's background processes.
-type procTable struct {
-	r  *Runner
-	mu sync.Mutex
-	// procs in start order.
-	procs  []*proc
-	closed bool
+// Table holds the sandbox's background processes. Create it with New.
+type Table struct {
+	cfg   Config
+	host  Host
+	log   *slog.Logger
+	procs *live.Table[*proc]
 
 	// Slots of the requests that stay open following a process (logs streams and waits), of the waits for
 	// a port among them, which poll the sandbox's socket tables (whose size the tenant controls), and of the
@@ -50,8 +74,7 @@ type procTable struct {
 	// steps a byte) in the runner.
 	followers, portWaits, regexWaits chan struct{}
 
-	starts *prometheus.CounterVec
-	kept   procKeep // the table kept across a sleep (procpersist.go)
+	kept procKeep // the table kept across a sleep (persist.go)
 }
 
 // Bounds of the requests following processes at once in one sandbox (beyond them: resource_exhausted).
@@ -62,7 +85,7 @@ const (
 )
 
 // follow takes a slot of sem (followers or portWaits) for a request that stays open, or refuses it.
-func (t *procTable) follow(sem chan struct{}, what string) (release func(), err error) {
+func (t *Table) follow(sem chan struct{}, what string) (release func(), err error) {
 	select {
 	case sem <- struct{}{}:
 		return func() { <-sem }, nil
@@ -93,96 +116,90 @@ type proc struct {
 	stdinClosed bool
 }
 
-func newProcTable(r *Runner) *procTable {
-	t := &procTable{r: r, followers: make(chan struct{}, procMaxFollowers), portWaits: make(chan struct{}, procMaxPortWaits),
-		regexWaits: make(chan struct{}, procMaxRegexWaits), starts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warren_runner_process_starts_total",
-			Help: "Background processes started, by outcome (ok, refused, error).",
-		}, []string{"outcome"})}
-	r.metrics.reg.MustRegister(t.starts, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+func (p *proc) ID() string            { return p.id }
+func (p *proc) Done() <-chan struct{} { return p.done }
+func (p *proc) Stop(cause error)      { p.cancel(cause) }
+
+// New makes the table and registers its metrics in cfg.Metrics.
+func New(cfg Config) *Table {
+	t := &Table{cfg: cfg, host: cfg.Host, log: cfg.Logger, followers: make(chan struct{}, procMaxFollowers),
+		portWaits: make(chan struct{}, procMaxPortWaits), regexWaits: make(chan struct{}, procMaxRegexWaits)}
+	t.procs = live.NewTable[*proc]("process", cfg.Metrics, prometheus.CounterOpts{
+		Name: "warren_runner_process_starts_total",
+		Help: "Background processes started, by outcome (ok, refused, error).",
+	}, prometheus.GaugeOpts{
 		Name: "warren_runner_processes_running",
 		Help: "Background processes running now.",
-	}, func() float64 { return float64(t.running()) }))
+	})
 	followers := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warren_runner_process_followers",
 		Help: "Requests following background processes now (all: logs streams and waits; port: waits for a port; regex: waits for a regular expression).",
 	}, []string{"kind"})
-	r.metrics.reg.MustRegister(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+	cfg.Metrics.MustRegister(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
 		followers.WithLabelValues("all").Set(float64(len(t.followers)))
 		followers.WithLabelValues("port").Set(float64(len(t.portWaits)))
 		followers.WithLabelValues("regex").Set(float64(len(t.regexWaits)))
 		followers.Collect(ch)
 	}))
+	t.keepIn(cfg.Store, cfg.Prefix)
 	return t
 }
 
-// running counts the processes that have not exited.
-func (t *procTable) running() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n, _ := census(t.procs)
-	return n
-}
-
-// counted records the outcome of a start request in warren_runner_process_starts_total.
-func (t *procTable) counted(err error) error { return countStart(t.starts, err) }
+// Running counts the processes that have not exited.
+func (t *Table) Running() int { return t.procs.Running() }
 
 // start validates req and starts it. ctx is the runner's lifetime: the process dies when it ends.
-func (t *procTable) start(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
+func (t *Table) start(ctx context.Context, dir string, req wire.ProcStartRequest) (*proc, error) {
 	// A process may start in a full workspace (to clean it); its watch kills it if it writes.
-	if err := t.r.disk.admit(); err != nil {
+	if err := t.host.Admit(); err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, wire.Errorf(wire.Unavailable, "the sandbox is stopping")
-	}
-	limit := t.r.backgroundProcessLimit()
-	running, oldestExited := census(t.procs)
-	if running >= limit {
-		return nil, wire.Errorf(wire.ResourceExhausted, "%d background processes are already running in this sandbox (the quota's max_background_processes, else the runner's -max-processes)", limit).
+	var pctx context.Context
+	p, err := t.procs.Add(t.host.Limit(), func(limit int) error {
+		return wire.Errorf(wire.ResourceExhausted, "%d background processes are already running in this sandbox (the quota's max_background_processes, else the runner's -max-processes)", limit).
 			WithDetails(map[string]any{"limit": limit, "quota": "max_background_processes"})
-	}
-	pctx, cancel := context.WithCancelCause(ctx)
-	ip, err := t.r.sandbox.Start(pctx, isolate.ProcessSpec{Command: req.Command, Args: req.Args, Dir: dir, Env: req.Env})
-	if err != nil {
-		cancel(nil)
-		if wire.CodeOf(err) == wire.Internal {
-			err = fmt.Errorf("start process: %w", err)
+	}, func(taken func(string) bool) (*proc, error) {
+		ctx, cancel := context.WithCancelCause(ctx)
+		ip, err := t.host.Start(ctx, isolate.ProcessSpec{Command: req.Command, Args: req.Args, Dir: dir, Env: req.Env})
+		if err != nil {
+			cancel(nil)
+			if wire.CodeOf(err) == wire.Internal {
+				err = fmt.Errorf("start process: %w", err)
+			}
+			return nil, err
 		}
+		pctx = ctx
+		p := &proc{
+			id: newID(taken), command: req.Command, args: req.Args, cwd: dir, started: t.cfg.Now(),
+			p: ip, log: newProcLog(t.host.LogLimit()), cancel: cancel, done: make(chan struct{}),
+			stdin: make(chan struct{}, 1),
+		}
+		p.stdin <- struct{}{}
+		return p, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	p := &proc{
-		id: t.newID(), command: req.Command, args: req.Args, cwd: dir, started: t.r.cfg.Now(),
-		p: ip, log: newProcLog(t.r.processLogLimit()), cancel: cancel, done: make(chan struct{}),
-		stdin: make(chan struct{}, 1),
-	}
-	p.stdin <- struct{}{}
-	if len(t.procs) >= 2*limit && oldestExited >= 0 {
-		t.procs = append(t.procs[:oldestExited], t.procs[oldestExited+1:]...)
-	}
-	t.procs = append(t.procs, p)
-	go t.r.disk.watch(pctx, cancel)
-	go p.supervise(pctx, t.r)
-	t.r.log.Info("process started", "process", p.id)
+	go t.host.WatchDisk(pctx, p.cancel)
+	go p.supervise(pctx, t)
+	t.log.Info("process started", "process", p.id)
 	return p, nil
 }
 
 // supervise copies the output into the log, kills the tree when ctx ends, and records the exit.
-func (p *proc) supervise(ctx context.Context, r *Runner) {
+func (p *proc) supervise(ctx context.Context, t *Table) {
 	var readers sync.WaitGroup
 	for stream, f := range map[string]*os.File{wire.EventStdout: p.p.Stdout, wire.EventStderr: p.p.Stderr} {
 		readers.Go(func() {
-			var u utf8Stream
+			var u text.Stream
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := f.Read(buf)
 				if n > 0 {
-					p.log.write(stream, u.next(buf[:n]))
+					p.log.write(stream, u.Next(buf[:n]))
 				}
 				if err != nil {
-					p.log.write(stream, u.flush())
+					p.log.write(stream, u.Flush())
 					return
 				}
 			}
@@ -195,27 +212,25 @@ func (p *proc) supervise(ctx context.Context, r *Runner) {
 	go func() { readers.Wait(); close(drained) }()
 	select {
 	case <-drained:
-	case <-time.After(drainWait):
+	case <-time.After(live.DrainWait):
 	}
 	_ = p.p.Close() // closes our ends: a reader still blocked returns
 	<-drained
 	p.mu.Lock()
-	p.ended, p.exitCode = r.cfg.Now(), code
+	p.ended, p.exitCode = t.cfg.Now(), code
 	if p.why == "" && ctx.Err() != nil {
-		p.why = endedSandbox
-		if errors.Is(context.Cause(ctx), ErrWorkspaceFull) {
-			p.why = endedWorkspaceFull
-		}
+		p.why = live.EndedBy(ctx)
 	}
 	p.mu.Unlock()
 	p.cancel(nil)
 	close(p.done)
 	// Closed after done, so that whoever sees the end of the output sees the exit status too.
 	p.log.close()
-	r.log.Info("process exited", "process", p.id, "exit_code", code, "ended", p.why)
+	t.log.Info("process exited", "process", p.id, "exit_code", code, "ended", p.why)
 }
 
-func (p *proc) exited() bool {
+// Exited reports whether the process has exited and its output was read.
+func (p *proc) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -236,7 +251,7 @@ func (p *proc) info() wire.ProcInfo {
 	if in.Cwd == "" {
 		in.Cwd = "."
 	}
-	if p.exited() {
+	if p.Exited() {
 		code := p.exitCode
 		in.Status, in.ExitCode, in.Ended = wire.ProcExited, &code, p.why
 		in.EndedAt = p.ended.UTC().Format(time.RFC3339Nano)
@@ -262,8 +277,8 @@ func (p *proc) signal(name string) error {
 	}
 	if sig == syscall.SIGKILL {
 		p.mu.Lock()
-		if p.why == "" && !p.exited() {
-			p.why = endedKilled
+		if p.why == "" && !p.Exited() {
+			p.why = live.EndedKilled
 		}
 		p.mu.Unlock()
 	}
@@ -297,7 +312,7 @@ func (p *proc) writeStdin(ctx context.Context, body io.Reader, closeAfter bool) 
 	if closed {
 		return wire.Errorf(wire.Conflict, "stdin of process %s is closed", p.id)
 	}
-	if p.exited() {
+	if p.Exited() {
 		return wire.Errorf(wire.Conflict, "process %s has exited", p.id)
 	}
 	if len(b) > 0 {
@@ -321,35 +336,20 @@ func (p *proc) writeStdin(ctx context.Context, body io.Reader, closeAfter bool) 
 	return nil
 }
 
-// newID is a fresh process id, unlike any in the table (kept processes included). Called with t.mu held.
-func (t *procTable) newID() string {
+// newID is a fresh process id, unlike any taken in the table (kept processes included).
+func newID(taken func(string) bool) string {
 	for {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		id := hex.EncodeToString(b[:])
-		if !slices.ContainsFunc(t.procs, func(p *proc) bool { return p.id == id }) {
+		if id := hex.EncodeToString(b[:]); !taken(id) {
 			return id
 		}
 	}
 }
 
-// get finds a process by id.
-func (t *procTable) get(id string) (*proc, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, p := range t.procs {
-		if p.id == id {
-			return p, nil
-		}
-	}
-	return nil, wire.Errorf(wire.NotFound, "no process %q in this sandbox", truncateID(id))
-}
-
 // list describes every process, oldest first.
-func (t *procTable) list() []wire.ProcInfo {
-	t.mu.Lock()
-	procs := append([]*proc(nil), t.procs...)
-	t.mu.Unlock()
+func (t *Table) list() []wire.ProcInfo {
+	procs := t.procs.Items()
 	out := make([]wire.ProcInfo, 0, len(procs))
 	for _, p := range procs {
 		out = append(out, p.info())
@@ -358,38 +358,17 @@ func (t *procTable) list() []wire.ProcInfo {
 }
 
 // remove forgets an exited process; a running one is a conflict.
-func (t *procTable) remove(id string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i, p := range t.procs {
-		if p.id != id {
-			continue
-		}
-		if !p.exited() {
+func (t *Table) remove(id string) error {
+	return t.procs.Remove(id, func(p *proc) error {
+		if !p.Exited() {
 			return wire.Errorf(wire.Conflict, "process %s is running: signal it first", id)
 		}
-		t.procs = append(t.procs[:i], t.procs[i+1:]...)
 		return nil
-	}
-	return wire.Errorf(wire.NotFound, "no process %q in this sandbox", truncateID(id))
+	})
 }
 
-// close refuses new processes and kills every running one, waiting (until ctx ends) for them to exit.
-func (t *procTable) close(ctx context.Context) error {
-	t.mu.Lock()
-	t.closed = true
-	procs := append([]*proc(nil), t.procs...)
-	t.mu.Unlock()
-	return stopAll(ctx, procs, "background processes")
-}
+// Close refuses new processes and kills every running one, waiting (until ctx ends) for them to exit.
+func (t *Table) Close(ctx context.Context) error { return t.procs.Close(ctx, "background processes") }
 
-// keepAwake reports whether running processes keep the sandbox awake now: while one runs and the last
-// request is less than ProcessKeepAwake ago.
-func (t *procTable) keepAwake(now time.Time) bool { return t.r.keptAwake(t.running(), now) }
-
-func truncateID(id string) string {
-	if len(id) > 64 {
-		return id[:64] + "..."
-	}
-	return id
-}
+// Busy reports whether running processes keep the sandbox awake at now (the host's KeepAwake).
+func (t *Table) Busy(now time.Time) bool { return t.host.KeepAwake(t.Running(), now) }
