@@ -5,10 +5,22 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/runner/isolate"
+	"github.com/warren-mesh/warren/runner/terms"
 )
 
 // The host interfaces of the feature packages, each served by the Runner: a feature sees only what it
 // uses (its package declares the interface).
+
+// Bounds of terminals (runner/terms).
+const (
+	// MaxTerminals bounds the terminals running at once in a sandbox unless the quota's max_terminals says
+	// otherwise; as many exited ones are kept.
+	MaxTerminals = terms.Max
+	// TermReplayBytes is the output a terminal keeps for replay when a client attaches.
+	TermReplayBytes = terms.ReplayBytes
+	// MaxTermAttached bounds the clients attached to one terminal at once.
+	MaxTermAttached = terms.MaxAttached
+)
 
 // procHost is procs.Host.
 type procHost struct{ r *Runner }
@@ -21,3 +33,23 @@ func (h procHost) WatchDisk(ctx context.Context, c context.CancelCauseFunc) { h.
 func (h procHost) Limit() int                                               { return h.r.backgroundProcessLimit() }
 func (h procHost) LogLimit() int64                                          { return h.r.processLogLimit() }
 func (h procHost) KeepAwake(running int, now time.Time) bool                { return h.r.keptAwake(running, now) }
+
+// termHost is terms.Host.
+type termHost struct{ r *Runner }
+
+func (h termHost) Start(ctx context.Context, spec isolate.ProcessSpec, cols, rows int) (*isolate.Terminal, error) {
+	return h.r.sandbox.StartTerminal(ctx, spec, cols, rows)
+}
+func (h termHost) Admit() error                                             { return h.r.disk.admit() }
+func (h termHost) WatchDisk(ctx context.Context, c context.CancelCauseFunc) { h.r.disk.watch(ctx, c) }
+func (h termHost) Limit() int                                               { return h.r.terminalLimit() }
+func (h termHost) KeepAwake(running int, now time.Time) bool                { return h.r.keptAwake(running, now) }
+
+// keptAwake reports whether running programs (processes, terminals) keep the sandbox awake now: while one
+// runs and the last request is less than ProcessKeepAwake ago.
+func (r *Runner) keptAwake(running int, now time.Time) bool {
+	if r.cfg.ProcessKeepAwake < 0 || running == 0 {
+		return false
+	}
+	return now.Sub(time.Unix(0, r.lastActive.Load())) < r.cfg.ProcessKeepAwake
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/warren-mesh/warren/runner/procs"
 	"github.com/warren-mesh/warren/runner/session"
 	"github.com/warren-mesh/warren/runner/snapshot"
+	"github.com/warren-mesh/warren/runner/terms"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
@@ -61,7 +62,7 @@ type Runner struct {
 	hub        *session.Hub
 	lease      leaseWatch
 	procs      *procs.Table  // background processes
-	terms      *termTable    // terminals
+	terms      *terms.Table  // terminals
 	sessions   *sessionIndex // the session listing
 	tasks      *taskTable    // one-shot tasks (tasks.go)
 }
@@ -87,7 +88,7 @@ func New(cfg Config) (*Runner, error) {
 		func() float64 { return float64(r.clients.Load()) },
 		func() float64 { return float64(r.running.Load()) },
 	)
-	r.terms = newTermTable(r)
+	r.terms = terms.New(terms.Config{Host: termHost{r}, Logger: r.log, Now: cfg.Now, Metrics: r.metrics.reg})
 	r.sessions = newSessionIndex(r)
 	taskStore, taskPrefix, err := r.openTaskStore()
 	if err != nil {
@@ -223,7 +224,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	g.Go(func() error {
 		r.idleLoop(gctx, func() bool {
 			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0 ||
-				r.procs.Busy(r.cfg.Now()) || r.terms.keepAwake(r.cfg.Now()) || r.tasks.busy()
+				r.procs.Busy(r.cfg.Now()) || r.terms.Busy(r.cfg.Now()) || r.tasks.busy()
 		})
 		return nil
 	})
@@ -269,7 +270,7 @@ func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.C
 	if err := r.procs.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := r.terms.close(ctx); err != nil {
+	if err := r.terms.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

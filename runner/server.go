@@ -42,7 +42,7 @@ func (a *api) routes() http.Handler {
 	mux.Handle("/v1/sandbox/files/list", a.auth(web.Methods{http.MethodGet: a.listFiles}))
 	a.fileRoutes(mux)
 	a.r.procs.Routes(a.serve(mux))
-	a.termRoutes(mux)
+	a.r.terms.Routes(a.serve(mux))
 	a.previewRoutes(mux)
 	a.sessionRoutes(mux)
 	a.gitRoutes(mux)

@@ -1,4 +1,4 @@
-package runner
+package terms
 
 import (
 	"context"
@@ -33,17 +33,25 @@ const termChunk = 32 << 10
 // termCloseWait bounds the closing handshake and the last writes to a client that does not read.
 const termCloseWait = 5 * time.Second
 
-func (a *api) termRoutes(mux *http.ServeMux) {
-	mux.Handle("/v1/sandbox/terminals", a.auth(web.Methods{http.MethodGet: a.listTerms, http.MethodPost: a.createTerm}))
-	mux.Handle("/v1/sandbox/terminals/", a.auth(web.ItemRoute("/v1/sandbox/terminals/", map[string]http.Handler{
+// Routes mounts the terminal API on s.
+func (t *Table) Routes(s web.Serve) {
+	a := &api{t: t, s: s}
+	s.Handle("/v1/sandbox/terminals", web.Methods{http.MethodGet: a.listTerms, http.MethodPost: a.createTerm})
+	s.Handle("/v1/sandbox/terminals/", web.ItemRoute("/v1/sandbox/terminals/", map[string]http.Handler{
 		"":       web.Methods{http.MethodGet: a.getTerm, http.MethodDelete: a.deleteTerm},
 		"resize": web.Methods{http.MethodPost: a.resizeTerm},
 		"attach": web.Methods{http.MethodGet: a.attachTerm},
-	})))
+	}))
+}
+
+// api is the terminal API of one Run.
+type api struct {
+	t *Table
+	s web.Serve
 }
 
 func (a *api) termOf(w http.ResponseWriter, req *http.Request) (*term, bool) {
-	tm, err := a.r.terms.get(req.PathValue("id"))
+	tm, err := a.t.terms.Get(req.PathValue("id"))
 	if err != nil {
 		web.Fail(w, req, err)
 		return nil, false
@@ -56,11 +64,11 @@ func (a *api) createTerm(w http.ResponseWriter, req *http.Request) {
 	tr, err := wire.DecodeTermCreate(req.Body)
 	if err == nil {
 		var dir string
-		if dir, err = a.root.Dir(tr.Cwd); err == nil {
-			tm, err = a.r.terms.start(a.work, dir, tr)
+		if dir, err = a.s.Root.Dir(tr.Cwd); err == nil {
+			tm, err = a.t.start(a.s.Work, dir, tr)
 		}
 	}
-	if err := a.r.terms.counted(err); err != nil {
+	if err := a.t.terms.Counted(err); err != nil {
 		web.Fail(w, req, err)
 		return
 	}
@@ -69,7 +77,7 @@ func (a *api) createTerm(w http.ResponseWriter, req *http.Request) {
 }
 
 func (a *api) listTerms(w http.ResponseWriter, req *http.Request) {
-	web.WriteJSON(w, http.StatusOK, wire.TermList{Terminals: a.r.terms.list()})
+	web.WriteJSON(w, http.StatusOK, wire.TermList{Terminals: a.t.list()})
 }
 
 func (a *api) getTerm(w http.ResponseWriter, req *http.Request) {
@@ -79,7 +87,7 @@ func (a *api) getTerm(w http.ResponseWriter, req *http.Request) {
 }
 
 func (a *api) deleteTerm(w http.ResponseWriter, req *http.Request) {
-	if err := a.r.terms.remove(req.Context(), req.PathValue("id")); err != nil {
+	if err := a.t.remove(req.Context(), req.PathValue("id")); err != nil {
 		web.Fail(w, req, err)
 		return
 	}
@@ -110,8 +118,8 @@ func (a *api) resizeTerm(w http.ResponseWriter, req *http.Request) {
 // attachTerm serves the terminal's WebSocket: everything refusable (no upgrade, no terminal, too many
 // clients) is refused with an HTTP error before the upgrade.
 func (a *api) attachTerm(w http.ResponseWriter, req *http.Request) {
-	a.conns.Add(1) // before the upgrade: shutdown waits for hijacked connections through conns
-	defer a.conns.Done()
+	a.s.Conns.Add(1) // before the upgrade: shutdown waits for hijacked connections through conns
+	defer a.s.Conns.Done()
 	if !web.IsUpgrade(req) {
 		web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "expected a WebSocket upgrade"))
 		return

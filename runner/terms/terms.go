@@ -1,4 +1,9 @@
-package runner
+// Package terms is the sandbox's terminals (docs/PROTOCOL.md#terminals): an interactive program on a
+// pseudo-terminal, started through its Host (isolate.Sandbox.StartTerminal, the boundary of exec), attached
+// over WebSockets. Like a background process it belongs to the runner, not to the request that created it:
+// it survives its clients' disconnects, keeps the last ReplayBytes of its output for the next client to
+// attach, and ends with the sandbox (Close).
+package terms
 
 import (
 	"context"
@@ -6,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,37 +19,53 @@ import (
 
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/live"
-	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
-// Terminals (docs/PROTOCOL.md#terminals): an interactive program on a pseudo-terminal, started with
-// isolate.Sandbox.StartTerminal (the boundary of exec), attached over WebSockets. Like a background process
-// it belongs to the runner, not to the request that created it: it survives its clients' disconnects, keeps
-// the last TermReplayBytes of its output for the next client to attach, and ends with the sandbox.
-
 // Bounds of terminals.
 const (
-	// MaxTerminals bounds the terminals running at once in a sandbox; as many exited ones are kept (the
-	// oldest is dropped to make room).
-	MaxTerminals = 8
-	// TermReplayBytes is the output a terminal keeps for replay when a client attaches.
-	TermReplayBytes = 64 << 10
-	// MaxTermAttached bounds the clients attached to one terminal at once.
-	MaxTermAttached = 4
+	// Max bounds the terminals running at once in a sandbox unless the quota says otherwise (the host's
+	// Limit); as many exited ones are kept (the oldest is dropped to make room).
+	Max = 8
+	// ReplayBytes is the output a terminal keeps for replay when a client attaches.
+	ReplayBytes = 64 << 10
+	// MaxAttached bounds the clients attached to one terminal at once.
+	MaxAttached = 4
 )
+
+// Host is what the terminals use of the runner. Its methods may be called concurrently.
+type Host interface {
+	// Start starts a program on a pseudo-terminal of cols×rows in the sandbox
+	// (isolate.Sandbox.StartTerminal); ctx's end kills it.
+	Start(ctx context.Context, spec isolate.ProcessSpec, cols, rows int) (*isolate.Terminal, error)
+	// Admit refuses (resource_exhausted) to start a program while the workspace is over its limit and grew.
+	Admit() error
+	// WatchDisk cancels a program (with live.ErrWorkspaceFull) once it grows the workspace past its
+	// limit; it returns when ctx ends.
+	WatchDisk(ctx context.Context, cancel context.CancelCauseFunc)
+	// Limit is the running terminals the sandbox may have now.
+	Limit() int
+	// KeepAwake reports whether running programs keep the sandbox awake at now.
+	KeepAwake(running int, now time.Time) bool
+}
+
+// Config is what the table is built with.
+type Config struct {
+	Host    Host
+	Logger  *slog.Logger
+	Now     func() time.Time
+	Metrics prometheus.Registerer
+}
 
 // defaultShell is what a terminal runs when the request names no command.
 const defaultShell = `if command -v bash >/dev/null 2>&1; then exec bash -i; fi; exec sh -i`
 
-// termTable holds the sandbox's terminals.
-type termTable struct {
-	r      *Runner
-	mu     sync.Mutex
-	terms  []*term // in start order
-	closed bool
-
-	starts *prometheus.CounterVec
+// Table holds the sandbox's terminals. Create it with New.
+type Table struct {
+	cfg   Config
+	host  Host
+	log   *slog.Logger
+	terms *live.Table[*term]
 }
 
 // term is one terminal.
@@ -70,31 +92,28 @@ type term struct {
 	why      string
 }
 
-func newTermTable(r *Runner) *termTable {
-	t := &termTable{r: r, starts: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "warren_runner_terminal_starts_total",
-		Help: "Terminals created, by outcome (ok, refused, error).",
-	}, []string{"outcome"})}
-	r.metrics.reg.MustRegister(t.starts, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "warren_runner_terminals_running",
-		Help: "Terminals running now.",
-	}, func() float64 { return float64(t.running()) }))
-	return t
+func (tm *term) ID() string            { return tm.id }
+func (tm *term) Done() <-chan struct{} { return tm.done }
+func (tm *term) Stop(cause error)      { tm.cancel(cause) }
+
+// New makes the table and registers its metrics in cfg.Metrics.
+func New(cfg Config) *Table {
+	return &Table{cfg: cfg, host: cfg.Host, log: cfg.Logger, terms: live.NewTable[*term]("terminal", cfg.Metrics,
+		prometheus.CounterOpts{
+			Name: "warren_runner_terminal_starts_total",
+			Help: "Terminals created, by outcome (ok, refused, error).",
+		}, prometheus.GaugeOpts{
+			Name: "warren_runner_terminals_running",
+			Help: "Terminals running now.",
+		})}
 }
 
-func (t *termTable) running() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n, _ := census(t.terms)
-	return n
-}
-
-// counted records the outcome of a create request in warren_runner_terminal_starts_total.
-func (t *termTable) counted(err error) error { return countStart(t.starts, err) }
+// Running counts the terminals that have not exited.
+func (t *Table) Running() int { return t.terms.Running() }
 
 // start validates req (already bounded by wire.DecodeTermCreate) and starts it in dir. ctx is the runner's
 // lifetime: the terminal dies when it ends.
-func (t *termTable) start(ctx context.Context, dir string, req wire.TermCreateRequest) (*term, error) {
+func (t *Table) start(ctx context.Context, dir string, req wire.TermCreateRequest) (*term, error) {
 	// No disk check: a terminal may start in a full workspace (to clean it); its watch kills it if it writes.
 	env := map[string]string{"TERM": "xterm-256color"}
 	for k, v := range req.Env {
@@ -104,48 +123,43 @@ func (t *termTable) start(ctx context.Context, dir string, req wire.TermCreateRe
 	if command == "" {
 		command = defaultShell
 	}
-	if err := t.r.disk.admit(); err != nil {
+	if err := t.host.Admit(); err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, wire.Errorf(wire.Unavailable, "the sandbox is stopping")
-	}
-	limit := t.r.terminalLimit()
-	running, oldestExited := census(t.terms)
-	if running >= limit {
-		return nil, wire.Errorf(wire.ResourceExhausted, "%d terminals are already running in this sandbox (the quota's max_terminals)", limit).
+	var tctx context.Context
+	tm, err := t.terms.Add(t.host.Limit(), func(limit int) error {
+		return wire.Errorf(wire.ResourceExhausted, "%d terminals are already running in this sandbox (the quota's max_terminals)", limit).
 			WithDetails(map[string]any{"limit": limit, "quota": "max_terminals"})
-	}
-	tctx, cancel := context.WithCancelCause(ctx)
-	it, err := t.r.sandbox.StartTerminal(tctx, isolate.ProcessSpec{Command: command, Args: req.Args, Dir: dir, Env: env}, req.Cols, req.Rows)
-	if err != nil {
-		cancel(nil)
-		if wire.CodeOf(err) == wire.Internal {
-			err = fmt.Errorf("start terminal: %w", err)
+	}, func(func(string) bool) (*term, error) {
+		ctx, cancel := context.WithCancelCause(ctx)
+		it, err := t.host.Start(ctx, isolate.ProcessSpec{Command: command, Args: req.Args, Dir: dir, Env: env}, req.Cols, req.Rows)
+		if err != nil {
+			cancel(nil)
+			if wire.CodeOf(err) == wire.Internal {
+				err = fmt.Errorf("start terminal: %w", err)
+			}
+			return nil, err
 		}
+		tctx = ctx
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return &term{
+			id: hex.EncodeToString(b[:]), command: req.Command, args: req.Args, cwd: dir, started: t.cfg.Now(),
+			t: it, cancel: cancel, done: make(chan struct{}), out: ring{buf: make([]byte, ReplayBytes)},
+			changed: make(chan struct{}), cols: req.Cols, rows: req.Rows,
+		}, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	tm := &term{
-		id: hex.EncodeToString(b[:]), command: req.Command, args: req.Args, cwd: dir, started: t.r.cfg.Now(),
-		t: it, cancel: cancel, done: make(chan struct{}), out: ring{buf: make([]byte, TermReplayBytes)},
-		changed: make(chan struct{}), cols: req.Cols, rows: req.Rows,
-	}
-	if len(t.terms) >= 2*limit && oldestExited >= 0 {
-		t.terms = append(t.terms[:oldestExited], t.terms[oldestExited+1:]...)
-	}
-	t.terms = append(t.terms, tm)
-	go t.r.disk.watch(tctx, cancel)
-	go tm.supervise(tctx, t.r)
-	t.r.log.Info("terminal started", "terminal", tm.id)
+	go t.host.WatchDisk(tctx, tm.cancel)
+	go tm.supervise(tctx, t)
+	t.log.Info("terminal started", "terminal", tm.id)
 	return tm, nil
 }
 
 // supervise copies the output into the replay buffer, kills the tree when ctx ends and records the exit.
-func (tm *term) supervise(ctx context.Context, r *Runner) {
+func (tm *term) supervise(ctx context.Context, t *Table) {
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
@@ -173,18 +187,15 @@ func (tm *term) supervise(ctx context.Context, r *Runner) {
 	_ = tm.t.Close() // closes the master: a read still blocked returns
 	<-read
 	tm.mu.Lock()
-	tm.ended, tm.exitCode = r.cfg.Now(), code
+	tm.ended, tm.exitCode = t.cfg.Now(), code
 	if tm.why == "" && ctx.Err() != nil {
-		tm.why = live.EndedSandbox
-		if errors.Is(context.Cause(ctx), ErrWorkspaceFull) {
-			tm.why = live.EndedWorkspaceFull
-		}
+		tm.why = live.EndedBy(ctx)
 	}
 	close(tm.done)
 	tm.notifyLocked()
 	tm.mu.Unlock()
 	tm.cancel(nil)
-	r.log.Info("terminal exited", "terminal", tm.id, "exit_code", code, "ended", tm.why)
+	t.log.Info("terminal exited", "terminal", tm.id, "exit_code", code, "ended", tm.why)
 }
 
 // notifyLocked wakes the attached clients; tm.mu is held.
@@ -193,7 +204,8 @@ func (tm *term) notifyLocked() {
 	tm.changed = make(chan struct{})
 }
 
-func (tm *term) exited() bool {
+// Exited reports whether the terminal has exited and its output was read.
+func (tm *term) Exited() bool {
 	select {
 	case <-tm.done:
 		return true
@@ -214,7 +226,7 @@ func (tm *term) info() wire.TermInfo {
 	if in.Cwd == "" {
 		in.Cwd = "."
 	}
-	if tm.exited() {
+	if tm.Exited() {
 		code := tm.exitCode
 		in.Status, in.ExitCode, in.Ended = wire.ProcExited, &code, tm.why
 		in.EndedAt = tm.ended.UTC().Format(time.RFC3339Nano)
@@ -227,7 +239,7 @@ func (tm *term) resize(cols, rows int) error {
 	if err := wire.CheckTermSize(cols, rows); err != nil {
 		return err
 	}
-	if tm.exited() {
+	if tm.Exited() {
 		return wire.Errorf(wire.Conflict, "terminal %s has exited", tm.id)
 	}
 	tm.mu.Lock()
@@ -244,7 +256,7 @@ func (tm *term) resize(cols, rows int) error {
 func (tm *term) input(ctx context.Context, b []byte) error {
 	tm.inMu.Lock()
 	defer tm.inMu.Unlock()
-	if tm.exited() {
+	if tm.Exited() {
 		return wire.Errorf(wire.Conflict, "terminal %s has exited", tm.id)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = tm.t.PTY.SetWriteDeadline(time.Now()) })
@@ -260,13 +272,13 @@ func (tm *term) input(ctx context.Context, b []byte) error {
 	return nil
 }
 
-// attach counts a client in, refusing past MaxTermAttached; the returned func counts it out.
+// attach counts a client in, refusing past MaxAttached; the returned func counts it out.
 func (tm *term) attach() (func(), error) {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	if tm.attached >= MaxTermAttached {
-		return nil, wire.Errorf(wire.ResourceExhausted, "%d clients are already attached to terminal %s", MaxTermAttached, tm.id).
-			WithDetails(map[string]any{"limit": MaxTermAttached})
+	if tm.attached >= MaxAttached {
+		return nil, wire.Errorf(wire.ResourceExhausted, "%d clients are already attached to terminal %s", MaxAttached, tm.id).
+			WithDetails(map[string]any{"limit": MaxAttached})
 	}
 	tm.attached++
 	return sync.OnceFunc(func() {
@@ -294,7 +306,7 @@ func (tm *term) outputFrom(offset int64, limit int) (data []byte, next int64, ex
 // kill ends the terminal's program (SIGKILL to its whole tree).
 func (tm *term) kill() {
 	tm.mu.Lock()
-	if tm.why == "" && !tm.exited() {
+	if tm.why == "" && !tm.Exited() {
 		tm.why = live.EndedKilled
 	}
 	tm.mu.Unlock()
@@ -303,23 +315,9 @@ func (tm *term) kill() {
 
 var errTermKilled = errors.New("terminal killed")
 
-// get finds a terminal by id.
-func (t *termTable) get(id string) (*term, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, tm := range t.terms {
-		if tm.id == id {
-			return tm, nil
-		}
-	}
-	return nil, wire.Errorf(wire.NotFound, "no terminal %q in this sandbox", web.TruncateID(id))
-}
-
 // list describes every terminal, oldest first.
-func (t *termTable) list() []wire.TermInfo {
-	t.mu.Lock()
-	terms := append([]*term(nil), t.terms...)
-	t.mu.Unlock()
+func (t *Table) list() []wire.TermInfo {
+	terms := t.terms.Items()
 	out := make([]wire.TermInfo, 0, len(terms))
 	for _, tm := range terms {
 		out = append(out, tm.info())
@@ -328,8 +326,8 @@ func (t *termTable) list() []wire.TermInfo {
 }
 
 // remove kills a terminal if it runs, waits (until ctx ends) for it to end, and forgets it.
-func (t *termTable) remove(ctx context.Context, id string) error {
-	tm, err := t.get(id)
+func (t *Table) remove(ctx context.Context, id string) error {
+	tm, err := t.terms.Get(id)
 	if err != nil {
 		return err
 	}
@@ -339,28 +337,15 @@ func (t *termTable) remove(ctx context.Context, id string) error {
 	case <-ctx.Done():
 		return wire.Wrap(wire.Unavailable, context.Cause(ctx), "the request ended before the terminal did")
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i, x := range t.terms {
-		if x == tm {
-			t.terms = append(t.terms[:i], t.terms[i+1:]...)
-			break
-		}
-	}
+	t.terms.Forget(tm)
 	return nil
 }
 
-// close refuses new terminals and kills every running one, waiting (until ctx ends) for them to end.
-func (t *termTable) close(ctx context.Context) error {
-	t.mu.Lock()
-	t.closed = true
-	terms := append([]*term(nil), t.terms...)
-	t.mu.Unlock()
-	return stopAll(ctx, terms, "terminals")
-}
+// Close refuses new terminals and kills every running one, waiting (until ctx ends) for them to end.
+func (t *Table) Close(ctx context.Context) error { return t.terms.Close(ctx, "terminals") }
 
-// keepAwake is procTable.keepAwake for terminals.
-func (t *termTable) keepAwake(now time.Time) bool { return t.r.keptAwake(t.running(), now) }
+// Busy reports whether running terminals keep the sandbox awake at now (the host's KeepAwake).
+func (t *Table) Busy(now time.Time) bool { return t.host.KeepAwake(t.Running(), now) }
 
 // ring keeps the last len(buf) bytes written; total counts every byte ever written.
 type ring struct {
