@@ -14,6 +14,11 @@ import (
 	"github.com/warren-mesh/warren/runner/session"
 )
 
+// agentRoutes mounts the agent channel.
+func (a *api) agentRoutes(s web.Serve) {
+	s.Handle("/v1/agent", web.Methods{http.MethodGet: a.agent})
+}
+
 // agent serves GET /v1/agent: the agent channel (docs/PROTOCOL.md#agent-channel) over WebSocket, one JSON
 // message per text frame, frames above wire.MaxFrame closed with 1009. The edge relays clients here.
 func (a *api) agent(w http.ResponseWriter, req *http.Request) {

@@ -19,6 +19,11 @@ import (
 // maxExecBody bounds the JSON body of POST /v1/sandbox/exec (stdin travels inside it).
 const maxExecBody = 8 << 20
 
+// execRoutes mounts command execution.
+func (a *api) execRoutes(s web.Serve) {
+	s.Handle("/v1/sandbox/exec", web.Methods{http.MethodPost: a.exec})
+}
+
 // exec serves POST /v1/sandbox/exec (docs/PROTOCOL.md#sandbox-api). The body is a wire.ExecRequest (unknown
 // fields are ignored). Without args the command is a /bin/sh -c script; with args it is executed directly.
 // The answer is a wire.ExecResult, or with "Accept: text/event-stream" a stream of stdout/stderr events

@@ -8,19 +8,22 @@ import (
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
-// The file routes beyond read, write, delete and list (docs/PROTOCOL.md#files), confined to the workspace
-// like the others (runner/workspace):
+// The file routes (docs/PROTOCOL.md#files), confined to the workspace (runner/workspace): read, write,
+// delete and list (files.go), and:
 //
 //	GET  /v1/sandbox/files/stat?path=P                    → wire.FileInfo (a symlink is not followed)
 //	POST /v1/sandbox/files/mkdir?path=P[&parents=true]    → 201 wire.FileInfo, 200 when it existed (parents)
 //	POST /v1/sandbox/files/move  wire.FileMoveRequest     → wire.FileInfo of the destination
 //	GET  /v1/sandbox/files/watch?path=P[&recursive=][&debounceMs=]  → SSE (watch.go)
-func (a *api) fileRoutes(mux *http.ServeMux) {
-	a.watches = newWatchTable(a.r)
-	mux.Handle("/v1/sandbox/files/stat", a.auth(web.Methods{http.MethodGet: a.statFile}))
-	mux.Handle("/v1/sandbox/files/mkdir", a.auth(web.Methods{http.MethodPost: a.mkdir}))
-	mux.Handle("/v1/sandbox/files/move", a.auth(web.Methods{http.MethodPost: a.moveFile}))
-	mux.Handle("/v1/sandbox/files/watch", a.auth(web.Methods{http.MethodGet: a.watchFiles}))
+func (a *api) fileRoutes(s web.Serve) {
+	s.Handle("/v1/sandbox/files", web.Methods{
+		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
+	})
+	s.Handle("/v1/sandbox/files/list", web.Methods{http.MethodGet: a.listFiles})
+	s.Handle("/v1/sandbox/files/stat", web.Methods{http.MethodGet: a.statFile})
+	s.Handle("/v1/sandbox/files/mkdir", web.Methods{http.MethodPost: a.mkdir})
+	s.Handle("/v1/sandbox/files/move", web.Methods{http.MethodPost: a.moveFile})
+	s.Handle("/v1/sandbox/files/watch", web.Methods{http.MethodGet: a.watchFiles})
 }
 
 func (a *api) statFile(w http.ResponseWriter, req *http.Request) {

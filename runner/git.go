@@ -69,21 +69,21 @@ type gitAPI struct {
 // held any number of them, filling the host's disk.
 const maxBundles = 2
 
-func (a *api) gitRoutes(mux *http.ServeMux) {
+func (a *api) gitRoutes(s web.Serve) {
 	g := &gitAPI{a: a, bundles: make(chan struct{}, maxBundles), ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warren_runner_git_total",
 		Help: "Git operations of the sandbox API, by operation and outcome (ok or the wire error code).",
 	}, []string{"op", "outcome"})}
 	a.r.metrics.reg.MustRegister(g.ops)
-	mux.Handle("/v1/sandbox/git/init", a.auth(web.Methods{http.MethodPost: gitPost(g, "init", g.init)}))
-	mux.Handle("/v1/sandbox/git/clone", a.auth(web.Methods{http.MethodPost: gitPost(g, "clone", g.clone)}))
-	mux.Handle("/v1/sandbox/git/status", a.auth(web.Methods{http.MethodGet: gitGet(g, "status", g.status)}))
-	mux.Handle("/v1/sandbox/git/diff", a.auth(web.Methods{http.MethodGet: gitGet(g, "diff", g.diff)}))
-	mux.Handle("/v1/sandbox/git/log", a.auth(web.Methods{http.MethodGet: gitGet(g, "log", g.log)}))
-	mux.Handle("/v1/sandbox/git/commit", a.auth(web.Methods{http.MethodPost: gitPost(g, "commit", g.commit)}))
-	mux.Handle("/v1/sandbox/git/branch", a.auth(web.Methods{http.MethodPost: gitPost(g, "branch", g.branch)}))
-	mux.Handle("/v1/sandbox/git/checkout", a.auth(web.Methods{http.MethodPost: gitPost(g, "checkout", g.checkout)}))
-	mux.Handle("/v1/sandbox/git/bundle", a.auth(web.Methods{http.MethodGet: g.bundle}))
+	s.Handle("/v1/sandbox/git/init", web.Methods{http.MethodPost: gitPost(g, "init", g.init)})
+	s.Handle("/v1/sandbox/git/clone", web.Methods{http.MethodPost: gitPost(g, "clone", g.clone)})
+	s.Handle("/v1/sandbox/git/status", web.Methods{http.MethodGet: gitGet(g, "status", g.status)})
+	s.Handle("/v1/sandbox/git/diff", web.Methods{http.MethodGet: gitGet(g, "diff", g.diff)})
+	s.Handle("/v1/sandbox/git/log", web.Methods{http.MethodGet: gitGet(g, "log", g.log)})
+	s.Handle("/v1/sandbox/git/commit", web.Methods{http.MethodPost: gitPost(g, "commit", g.commit)})
+	s.Handle("/v1/sandbox/git/branch", web.Methods{http.MethodPost: gitPost(g, "branch", g.branch)})
+	s.Handle("/v1/sandbox/git/checkout", web.Methods{http.MethodPost: gitPost(g, "checkout", g.checkout)})
+	s.Handle("/v1/sandbox/git/bundle", web.Methods{http.MethodGet: g.bundle})
 }
 
 // gitRun is one git command.

@@ -25,8 +25,12 @@ type agentParts struct {
 	proxyURL string
 }
 
-// buildAgent wires the model proxy, the metering wrapper and the Claude Code driver.
+// buildAgent wires the model proxy, the metering wrapper and the Claude Code driver, when the runner has
+// a model and no agent of the caller's.
 func (r *Runner) buildAgent() error {
+	if r.cfg.Model == nil || r.cfg.Agent != nil {
+		return nil
+	}
 	mc := r.cfg.Model
 	if mc.Home == "" {
 		return fmt.Errorf("%w: model home dir is required", ErrConfig)
@@ -82,8 +86,11 @@ func (r *Runner) buildAgent() error {
 	return nil
 }
 
-// buildSnapshots sets up persistence of the workspace and the agent's home.
+// buildSnapshots sets up persistence of the workspace and the agent's home, when the runner has a store.
 func (r *Runner) buildSnapshots() error {
+	if r.cfg.Snapshots == nil {
+		return nil
+	}
 	dirs := map[string]string{"workspace": r.cfg.Workspace}
 	if r.cfg.Model != nil {
 		dirs["home"] = r.cfg.Model.Home

@@ -61,10 +61,12 @@ type Runner struct {
 	stop       func(cause error) // ends Run (idle sleep, fencing); set by Run
 	hub        *session.Hub
 	lease      leaseWatch
+	features   []feature     // the parts of the sandbox API, in closing order (features.go)
 	procs      *procs.Table  // background processes
 	terms      *terms.Table  // terminals
 	sessions   *sessionIndex // the session listing
 	tasks      *taskTable    // one-shot tasks (tasks.go)
+	watches    *watchTable   // file watch subscribers (watch.go)
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -88,30 +90,24 @@ func New(cfg Config) (*Runner, error) {
 		func() float64 { return float64(r.clients.Load()) },
 		func() float64 { return float64(r.running.Load()) },
 	)
-	r.terms = terms.New(terms.Config{Host: termHost{r}, Logger: r.log, Now: cfg.Now, Metrics: r.metrics.reg})
-	r.sessions = newSessionIndex(r)
-	taskStore, taskPrefix, err := r.openTaskStore()
-	if err != nil {
-		r.parts.release()
-		return nil, err
-	}
-	r.tasks = newTaskTable(r, taskStore, taskPrefix)
-	r.procs = procs.New(procs.Config{Host: procHost{r}, Logger: r.log, Now: cfg.Now, Metrics: r.metrics.reg,
-		Epoch: cfg.Epoch, LogBytes: cfg.ProcessLogBytes, DefaultWait: cfg.DefaultExecTimeout, MaxWait: cfg.MaxExecTimeout,
-		Store: taskStore, Prefix: taskPrefix})
-	if cfg.Snapshots != nil {
-		if err := r.buildSnapshots(); err != nil {
-			r.parts.release()
-			return nil, err
-		}
-	}
-	if cfg.Model != nil && cfg.Agent == nil {
-		if err := r.buildAgent(); err != nil {
-			r.parts.release()
+	for _, build := range []func() error{r.buildFeatures, r.buildSnapshots, r.buildAgent} {
+		if err := build(); err != nil {
+			r.cleanup()
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// cleanup undoes a New that failed after the sandbox was built: the features built so far are closed
+// (nothing runs yet) and the sandbox's host uid, cgroup and network are released.
+func (r *Runner) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := r.closeFeatures(ctx); err != nil {
+		r.log.Warn("cleanup after a failed start", "err", err)
+	}
+	r.parts.release()
 }
 
 // Ready is closed once Run is listening; Addr is then valid. If Run fails before listening, Ready is never
@@ -199,7 +195,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	// Request contexts derive from work, not from ctx, so that shutdown decides when in-flight work ends.
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
-	a := &api{r: r, root: root, hub: hub, work: work}
+	var conns sync.WaitGroup // hijacked connections (agent, terminals), which http.Server.Shutdown does not wait for
+	a := &api{r: r, root: root, hub: hub, work: work, conns: &conns, watches: r.watches}
 	// The edge forwards what a client sent with headers of its own (the grant, a preview's cookies): twice
 	// the bound of the edge's own listener.
 	srv := httpx.NewServer(a.routes(), httpx.Config{MaxHeaderBytes: 2 * httpx.DefaultMaxHeaderBytes, Logger: r.log})
@@ -223,8 +220,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		r.idleLoop(gctx, func() bool {
-			return r.Clients() > 0 || r.RunningCommands() > 0 || hub.RunningTurns() > 0 || r.inflight.Load() > 0 ||
-				r.procs.Busy(r.cfg.Now()) || r.terms.Busy(r.cfg.Now()) || r.tasks.busy()
+			return r.inflight.Load() > 0 || r.busy(r.cfg.Now())
 		})
 		return nil
 	})
@@ -235,7 +231,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		r.log.Info("stopping", "cause", context.Cause(gctx))
-		err := r.shutdown(srv, hub, stopWork, &a.conns)
+		err := r.shutdown(srv, stopWork, &conns)
 		return errors.Join(err, r.afterShutdown(context.Cause(ctx)))
 	})
 	err = g.Wait()
@@ -246,7 +242,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	return err
 }
 
-func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.CancelCauseFunc, conns *sync.WaitGroup) error {
+func (r *Runner) shutdown(srv *http.Server, stopWork context.CancelCauseFunc, conns *sync.WaitGroup) error {
 	r.log.Info("runner shutting down", "running_commands", r.RunningCommands(), "clients", r.Clients())
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
 	defer cancel()
@@ -264,13 +260,8 @@ func (r *Runner) shutdown(srv *http.Server, hub *session.Hub, stopWork context.C
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("close agent connections: %w", ctx.Err()))
 	}
-	if err := hub.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := r.procs.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := r.terms.Close(ctx); err != nil {
+	// The agent channel's hub first, then the programs (features.go).
+	if err := r.closeFeatures(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

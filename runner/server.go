@@ -18,38 +18,28 @@ import (
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
-// api is the HTTP surface of one Run.
+// api is the HTTP surface of one Run: the runner and what the Run hands its features (web.Serve).
 type api struct {
 	r     *Runner
 	root  *workspace.Root
 	hub   *session.Hub
 	work  context.Context // the runner's work: background processes live as long as it
-	conns sync.WaitGroup  // agent WebSocket handlers, which http.Server.Shutdown does not wait for
+	conns *sync.WaitGroup // agent WebSocket handlers, which http.Server.Shutdown does not wait for
 
 	watches *watchTable // file watch subscribers (watch.go)
 }
 
 // routes: every route but /healthz requires the bearer key, including unknown paths (an unauthenticated
-// caller learns nothing about what exists).
+// caller learns nothing about what exists). The features mount theirs (features.go).
 func (a *api) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", web.Methods{http.MethodGet: a.healthz})
 	mux.Handle("/metrics", a.auth(web.Methods{http.MethodGet: promhttp.HandlerFor(a.r.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP}))
-	mux.Handle("/v1/sandbox/exec", a.auth(web.Methods{http.MethodPost: a.exec}))
-	mux.Handle("/v1/sandbox/files", a.auth(web.Methods{
-		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
-	}))
-	mux.Handle("/v1/sandbox/files/list", a.auth(web.Methods{http.MethodGet: a.listFiles}))
-	a.fileRoutes(mux)
-	a.r.procs.Routes(a.serve(mux))
-	a.r.terms.Routes(a.serve(mux))
-	a.previewRoutes(mux)
-	a.sessionRoutes(mux)
-	a.gitRoutes(mux)
-	mux.Handle("/v1/agent", a.auth(web.Methods{http.MethodGet: a.agent}))
-	mux.Handle("/v1/execute", a.auth(web.Methods{http.MethodPost: a.execute, http.MethodGet: a.listTasks}))
-	mux.Handle("/v1/execute/{id}", a.auth(web.Methods{http.MethodGet: a.getTask}))
 	mux.Handle("/v1/lease", a.keyed(web.Methods{http.MethodPut: a.putLease}))
+	s := web.Serve{Mux: mux, Auth: a.auth, Root: a.root, Work: a.work, Conns: a.conns}
+	for _, f := range a.r.features {
+		f.Routes(s)
+	}
 	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
 	})))
@@ -111,11 +101,6 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// serve is what the features' routes are mounted with.
-func (a *api) serve(mux *http.ServeMux) web.Serve {
-	return web.Serve{Mux: mux, Auth: a.auth, Root: a.root, Work: a.work, Conns: &a.conns}
-}
 
 // keyed requires "Authorization: Bearer <Key>" and nothing else: the scheduler's lease pushes, which must
 // not count as the user's activity (they would keep an idle sandbox awake for ever). Both sides are hashed

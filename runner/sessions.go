@@ -337,9 +337,9 @@ func (x *sessionIndex) remove(hub *session.Hub, id string) error {
 	return nil
 }
 
-func (a *api) sessionRoutes(mux *http.ServeMux) {
-	mux.Handle("/v1/sessions", a.auth(web.Methods{http.MethodGet: a.listSessions}))
-	mux.Handle("/v1/sessions/", a.auth(web.Methods{http.MethodDelete: a.deleteSession}))
+func (a *api) sessionRoutes(s web.Serve) {
+	s.Handle("/v1/sessions", web.Methods{http.MethodGet: a.listSessions})
+	s.Handle("/v1/sessions/", web.Methods{http.MethodDelete: a.deleteSession})
 }
 
 func (a *api) listSessions(w http.ResponseWriter, req *http.Request) {

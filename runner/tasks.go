@@ -262,6 +262,12 @@ type idemRecord struct {
 	Fingerprint string `json:"fingerprint"`
 }
 
+// taskRoutes mounts one-shot tasks.
+func (a *api) taskRoutes(s web.Serve) {
+	s.Handle("/v1/execute", web.Methods{http.MethodPost: a.execute, http.MethodGet: a.listTasks})
+	s.Handle("/v1/execute/{id}", web.Methods{http.MethodGet: a.getTask})
+}
+
 // execute serves POST /v1/execute.
 func (a *api) execute(w http.ResponseWriter, req *http.Request) {
 	tt := a.r.tasks
