@@ -50,10 +50,10 @@ func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 		a.execStream(w, req, spec)
 		return
 	}
-	stdout := &cappedBuffer{max: a.r.cfg.OutputCap}
-	stderr := &cappedBuffer{max: a.r.cfg.OutputCap}
+	stdout := &text.Capped{Max: a.r.cfg.OutputCap}
+	stderr := &text.Capped{Max: a.r.cfg.OutputCap}
 	spec.Stdout, spec.Stderr = stdout, stderr
-	res, err := a.runCommand(req.Context(), spec)
+	res, err := a.r.runCommand(req.Context(), spec)
 	if err != nil {
 		web.Fail(w, req, err)
 		return
@@ -63,7 +63,7 @@ func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 		Stderr:     stderr.String(),
 		ExitCode:   res.ExitCode,
 		DurationMs: res.Duration.Milliseconds(),
-		Truncated:  stdout.truncated || stderr.truncated,
+		Truncated:  stdout.Truncated() || stderr.Truncated(),
 		TimedOut:   res.TimedOut,
 		OOMKilled:  res.OOMKilled,
 	})
@@ -102,25 +102,25 @@ func (a *api) execSpec(er wire.ExecRequest) (isolate.Spec, error) {
 
 // runCommand runs spec, counting it and recording the outcome. An error from a cancelled context becomes
 // unavailable.
-func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
-	release, err := a.r.takeExec()
+func (r *Runner) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
+	release, err := r.takeExec()
 	if err != nil {
-		a.r.metrics.execs.WithLabelValues(outcomeError).Inc()
+		r.metrics.execs.WithLabelValues(outcomeError).Inc()
 		return isolate.Result{ExitCode: -1}, err
 	}
 	defer release()
-	if err := a.r.disk.admit(); err != nil {
-		a.r.metrics.execs.WithLabelValues(outcomeError).Inc()
+	if err := r.disk.admit(); err != nil {
+		r.metrics.execs.WithLabelValues(outcomeError).Inc()
 		return isolate.Result{ExitCode: -1}, err
 	}
 	ctx, cancelFull := context.WithCancelCause(ctx)
 	defer cancelFull(nil)
-	go a.r.disk.watch(ctx, cancelFull)
-	a.r.running.Add(1)
-	defer a.r.running.Add(-1)
-	oom := a.r.sandbox.OOMKills()
-	res, err := a.r.sandbox.Run(ctx, spec)
-	if err == nil && oom >= 0 && res.ExitCode == 128+9 && a.r.sandbox.OOMKills() > oom {
+	go r.disk.watch(ctx, cancelFull)
+	r.running.Add(1)
+	defer r.running.Add(-1)
+	oom := r.sandbox.OOMKills()
+	res, err := r.sandbox.Run(ctx, spec)
+	if err == nil && oom >= 0 && res.ExitCode == 128+9 && r.sandbox.OOMKills() > oom {
 		res.OOMKilled = true
 	}
 	outcome := outcomeOK
@@ -145,9 +145,9 @@ func (a *api) runCommand(ctx context.Context, spec isolate.Spec) (isolate.Result
 	case res.ExitCode != 0:
 		outcome = outcomeNonzero
 	}
-	a.r.metrics.execs.WithLabelValues(outcome).Inc()
+	r.metrics.execs.WithLabelValues(outcome).Inc()
 	if outcome != outcomeError {
-		a.r.metrics.execDuration.Observe(res.Duration.Seconds())
+		r.metrics.execDuration.Observe(res.Duration.Seconds())
 	}
 	return res, err
 }
@@ -169,7 +169,7 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := a.runCommand(ctx, spec)
+		res, err := a.r.runCommand(ctx, spec)
 		done <- outcome{res, err}
 	}()
 
@@ -178,16 +178,16 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 		truncated bool
 		streams   = map[string]*text.Stream{wire.EventStdout: {}, wire.EventStderr: {}}
 	)
-	forward := func(event, text string) {
-		if room := a.r.cfg.StreamOutputCap - sent; int64(len(text)) > room {
+	forward := func(event, data string) {
+		if room := a.r.cfg.StreamOutputCap - sent; int64(len(data)) > room {
 			truncated = true
-			text = truncateUTF8(text, int(max(room, 0)))
+			data = text.Truncate(data, int(max(room, 0)))
 		}
-		if text == "" {
+		if data == "" {
 			return
 		}
-		sent += int64(len(text))
-		web.WriteEvent(w, event, wire.ExecChunk{Data: text})
+		sent += int64(len(data))
+		web.WriteEvent(w, event, wire.ExecChunk{Data: data})
 		_ = rc.Flush()
 	}
 	for {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/warren-mesh/warren/runner/gitapi"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/procs"
 	"github.com/warren-mesh/warren/runner/terms"
@@ -26,6 +27,7 @@ type feature interface {
 var (
 	_ feature = (*procs.Table)(nil)
 	_ feature = (*terms.Table)(nil)
+	_ feature = (*gitapi.API)(nil)
 )
 
 // own is a feature written in package runner: routes on the Run's api, and optionally a busy predicate
@@ -70,7 +72,9 @@ func (r *Runner) buildFeatures() error {
 		own{r: r, routes: (*api).fileRoutes},
 		own{r: r, routes: (*api).previewRoutes},
 		own{r: r, routes: (*api).sessionRoutes},
-		own{r: r, routes: (*api).gitRoutes},
+		gitapi.New(gitapi.Config{Host: gitHost{r}, Metrics: r.metrics.reg, Insecure: r.sandbox.Insecure(),
+			Workspace: r.cfg.Workspace, DefaultTimeout: r.cfg.DefaultExecTimeout, MaxTimeout: r.cfg.MaxExecTimeout,
+			User: r.cfg.User, Issuer: r.cfg.Issuer, SpoolDir: r.cfg.StateDir, MaxFileSize: r.cfg.MaxFileSize}),
 	}
 	return nil
 }

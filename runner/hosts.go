@@ -53,3 +53,10 @@ func (r *Runner) keptAwake(running int, now time.Time) bool {
 	}
 	return now.Sub(time.Unix(0, r.lastActive.Load())) < r.cfg.ProcessKeepAwake
 }
+
+// gitHost is gitapi.Host.
+type gitHost struct{ r *Runner }
+
+func (h gitHost) Run(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
+	return h.r.runCommand(ctx, spec)
+}

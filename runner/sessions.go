@@ -20,6 +20,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/text"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/session"
 )
@@ -290,7 +291,7 @@ func promptText(raw json.RawMessage) string {
 
 // clip keeps at most wire.MaxSessionPrompt bytes of s as valid UTF-8, without splitting a character.
 func clip(s string) string {
-	return truncateUTF8(strings.ToValidUTF8(s, "\uFFFD"), wire.MaxSessionPrompt)
+	return text.Truncate(strings.ToValidUTF8(s, "\uFFFD"), wire.MaxSessionPrompt)
 }
 
 // remove deletes the session's transcript (and the directory of its side files, when there is one). A

@@ -32,3 +32,29 @@ func TestUTF8Stream(t *testing.T) {
 		})
 	}
 }
+
+func TestCappedBuffer(t *testing.T) {
+	b := &Capped{Max: 5}
+	for _, s := range []string{"ab", "c\xc3\xa9", "zz"} {
+		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if got := b.String(); got != "abcé" || !b.Truncated() {
+		t.Fatalf("String = %q, truncated %v", got, b.Truncated())
+	}
+	b = &Capped{Max: 4}
+	_, _ = b.Write([]byte("abc\xc3\xa9"))
+	if got := b.String(); got != "abc" {
+		t.Fatalf("a character cut by the cap must be dropped, got %q", got)
+	}
+}
+
+func TestTruncateUTF8(t *testing.T) {
+	if got := Truncate("aé", 2); got != "a" {
+		t.Fatalf("got %q", got)
+	}
+	if got := Truncate("aé", 3); got != "aé" {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -1,4 +1,10 @@
-package runner
+// Package gitapi is the git routes of docs/PROTOCOL.md#git: the git binary run inside the sandbox through
+// its Host (the same boundary, exec slots, disk checks and metering as exec) on a repository of the
+// workspace. Everything the client sends is validated before git runs (valid.go, fuzzed): repository paths
+// go through runner/workspace, revisions and branch names never start with "-" and are passed after
+// --end-of-options or before "--", clone URLs are https, http or git URLs without credentials. Outputs are
+// bounded, every run has a timeout.
+package gitapi
 
 import (
 	"bytes"
@@ -20,16 +26,11 @@ import (
 
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/text"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
-
-// The git routes of docs/PROTOCOL.md#git: the git binary run inside the sandbox (the same boundary, exec
-// slots, disk checks and metering as exec) on a repository of the workspace. Everything the client sends
-// is validated before git runs (gitvalid.go, fuzzed): repository paths go through runner/workspace, revisions
-// and branch names never start with "-" and are passed after --end-of-options or before "--", clone URLs are
-// https, http or git URLs without credentials. Outputs are bounded, every run has a timeout.
 
 const (
 	maxGitBody      = 1 << 20  // JSON body of a git POST
@@ -56,11 +57,42 @@ var gitBaseArgs = []string{
 	"-c", "protocol.git.allow=always",
 }
 
-// gitAPI serves the git routes.
-type gitAPI struct {
-	a       *api
+// Host is what git uses of the runner. Run may be called concurrently.
+type Host interface {
+	// Run runs a command in the sandbox to its end as exec does (an exec slot, the disk check, metering);
+	// an error from a cancelled context is unavailable.
+	Run(ctx context.Context, spec isolate.Spec) (isolate.Result, error)
+}
+
+// Config is what the git routes are built with.
+type Config struct {
+	Host    Host
+	Metrics prometheus.Registerer
+	// Insecure: commands run without a sandbox, so git must not look for a repository above Workspace
+	// (the host's directories are right there).
+	Insecure  bool
+	Workspace string
+	// DefaultTimeout applies to a run whose request gives none; MaxTimeout caps a clone's and a bundle's.
+	DefaultTimeout, MaxTimeout time.Duration
+	// User and Issuer make the default commit author.
+	User, Issuer string
+	// SpoolDir holds bundles being downloaded (the runner's state directory; "": the system's temporary
+	// directory); MaxFileSize bounds a bundle.
+	SpoolDir    string
+	MaxFileSize int64
+}
+
+// API serves the git routes. Create it with New.
+type API struct {
+	cfg     Config
 	ops     *prometheus.CounterVec
 	bundles chan struct{} // one per bundle spooled or being sent (maxBundles)
+}
+
+// gitAPI is the git routes of one Run, on its workspace.
+type gitAPI struct {
+	*API
+	root *workspace.Root
 }
 
 // maxBundles bounds the bundles a sandbox has spooled at once. A spool is a file of the runner's state
@@ -69,12 +101,25 @@ type gitAPI struct {
 // held any number of them, filling the host's disk.
 const maxBundles = 2
 
-func (a *api) gitRoutes(s web.Serve) {
-	g := &gitAPI{a: a, bundles: make(chan struct{}, maxBundles), ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+// New makes the git routes and registers their metrics in cfg.Metrics.
+func New(cfg Config) *API {
+	g := &API{cfg: cfg, bundles: make(chan struct{}, maxBundles), ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warren_runner_git_total",
 		Help: "Git operations of the sandbox API, by operation and outcome (ok or the wire error code).",
 	}, []string{"op", "outcome"})}
-	a.r.metrics.reg.MustRegister(g.ops)
+	cfg.Metrics.MustRegister(g.ops)
+	return g
+}
+
+// Busy is false: a git request keeps the sandbox awake as any request does, and nothing outlives it.
+func (*API) Busy(time.Time) bool { return false }
+
+// Close has nothing to end: every git command belongs to its request.
+func (*API) Close(context.Context) error { return nil }
+
+// Routes mounts the git routes on s.
+func (api *API) Routes(s web.Serve) {
+	g := &gitAPI{API: api, root: s.Root}
 	s.Handle("/v1/sandbox/git/init", web.Methods{http.MethodPost: gitPost(g, "init", g.init)})
 	s.Handle("/v1/sandbox/git/clone", web.Methods{http.MethodPost: gitPost(g, "clone", g.clone)})
 	s.Handle("/v1/sandbox/git/status", web.Methods{http.MethodGet: gitGet(g, "status", g.status)})
@@ -111,20 +156,20 @@ func (g *gitAPI) run(ctx context.Context, r gitRun) ([]byte, bool, error) {
 		// insecure mode the host's directories are right there).
 		"GIT_CEILING_DIRECTORIES": "/",
 	}
-	if g.a.r.sandbox.Insecure() {
-		env["GIT_CEILING_DIRECTORIES"] = filepath.Dir(g.a.r.cfg.Workspace)
+	if g.cfg.Insecure {
+		env["GIT_CEILING_DIRECTORIES"] = filepath.Dir(g.cfg.Workspace)
 	}
 	for k, v := range r.env {
 		env[k] = v
 	}
-	out := &cappedBuffer{max: maxGitListing}
-	stderr := &cappedBuffer{max: maxGitStderr}
+	out := &text.Capped{Max: maxGitListing}
+	stderr := &text.Capped{Max: maxGitStderr}
 	spec := isolate.Spec{
 		Command: "git", Args: append(append([]string{}, gitBaseArgs...), r.args...), Dir: r.dir, Env: env,
 		Stdin: r.stdin, Stdout: r.stdout, Stderr: stderr, Timeout: r.timeout,
 	}
 	if spec.Timeout <= 0 {
-		spec.Timeout = g.a.r.cfg.DefaultExecTimeout
+		spec.Timeout = g.cfg.DefaultTimeout
 	}
 	if spec.Stdout == nil {
 		spec.Stdout = out
@@ -132,7 +177,7 @@ func (g *gitAPI) run(ctx context.Context, r gitRun) ([]byte, bool, error) {
 	if err := isolate.Validate(spec); err != nil {
 		return nil, false, err
 	}
-	res, err := g.a.runCommand(ctx, spec)
+	res, err := g.cfg.Host.Run(ctx, spec)
 	if err != nil {
 		return nil, false, err
 	}
@@ -142,7 +187,7 @@ func (g *gitAPI) run(ctx context.Context, r gitRun) ([]byte, bool, error) {
 	if res.ExitCode != 0 {
 		return nil, false, gitFailure(r.args[0], res.ExitCode, stderr.String(), r.secret)
 	}
-	return out.buf, out.truncated, nil
+	return out.Bytes(), out.Truncated(), nil
 }
 
 // gitFailure turns a failed git command into a wire error carrying git's message (its last lines, at most
@@ -153,7 +198,7 @@ func gitFailure(op string, exit int, stderr, secret string) error {
 		msg = strings.ReplaceAll(msg, secret, "***")
 	}
 	if len(msg) > 1024 {
-		msg = "…" + truncateUTF8(msg[len(msg)-1024:], 1024)
+		msg = "…" + text.Truncate(msg[len(msg)-1024:], 1024)
 	}
 	if msg == "" {
 		msg = "exit status " + strconv.Itoa(exit)
@@ -244,7 +289,7 @@ func (g *gitAPI) newDir(p string) (string, error) {
 	}
 	// The nearest existing ancestor must be a directory inside (git makes the missing ones).
 	for p := path.Dir(c); ; p = path.Dir(p) {
-		_, err := g.a.root.Dir(p)
+		_, err := g.root.Dir(p)
 		if err == nil {
 			break
 		}
@@ -252,7 +297,7 @@ func (g *gitAPI) newDir(p string) (string, error) {
 			return "", err
 		}
 	}
-	if _, err := g.a.root.Dir(c); err != nil {
+	if _, err := g.root.Dir(c); err != nil {
 		switch wire.CodeOf(err) {
 		case wire.NotFound:
 		case wire.InvalidArgument:
@@ -322,9 +367,9 @@ func (g *gitAPI) clone(ctx context.Context, r *wire.GitCloneRequest) (wire.GitHe
 	if dir == "." {
 		return wire.GitHead{}, wire.Errorf(wire.InvalidArgument, "path is required: the clone's directory inside the workspace")
 	}
-	run := gitRun{timeout: g.a.r.cfg.DefaultExecTimeout, env: map[string]string{}}
+	run := gitRun{timeout: g.cfg.DefaultTimeout, env: map[string]string{}}
 	if r.TimeoutMs > 0 {
-		run.timeout = min(time.Duration(r.TimeoutMs)*time.Millisecond, g.a.r.cfg.MaxExecTimeout)
+		run.timeout = min(time.Duration(r.TimeoutMs)*time.Millisecond, g.cfg.MaxTimeout)
 	}
 	if r.Credential != nil {
 		header, err := credentialHeader(*r.Credential)
@@ -364,7 +409,7 @@ func credentialHeader(c wire.GitCredential) (string, error) {
 }
 
 // repoDir is the ?path= (or body) repository directory: an existing directory of the workspace.
-func (g *gitAPI) repoDir(p string) (string, error) { return g.a.root.Dir(p) }
+func (g *gitAPI) repoDir(p string) (string, error) { return g.root.Dir(p) }
 
 // status serves GET /v1/sandbox/git/status?path=.
 func (g *gitAPI) status(ctx context.Context, q url.Values, dir string) (wire.GitStatus, error) {
@@ -400,11 +445,11 @@ func (g *gitAPI) diff(ctx context.Context, q url.Values, dir string) (wire.GitDi
 		args = append(args, "--end-of-options", base)
 	}
 	args = append(args, "--")
-	buf := &cappedBuffer{max: maxGitDiff}
+	buf := &text.Capped{Max: maxGitDiff}
 	if _, _, err := g.run(ctx, gitRun{dir: dir, args: args, stdout: buf}); err != nil {
 		return wire.GitDiff{}, err
 	}
-	return wire.GitDiff{Diff: buf.String(), Truncated: buf.truncated}, nil
+	return wire.GitDiff{Diff: buf.String(), Truncated: buf.Truncated()}, nil
 }
 
 // log serves GET /v1/sandbox/git/log?path=&ref=&limit=: commits reachable from ref (default HEAD), newest
@@ -457,10 +502,10 @@ func (g *gitAPI) commit(ctx context.Context, r *wire.GitCommitRequest) (wire.Git
 	}
 	name, email := r.AuthorName, r.AuthorEmail
 	if name == "" {
-		name = identPart(g.a.r.cfg.User)
+		name = identPart(g.cfg.User)
 	}
 	if email == "" {
-		email = identPart(g.a.r.cfg.User) + "@" + identPart(g.a.r.cfg.Issuer) + "." + gitAuthorDomain
+		email = identPart(g.cfg.User) + "@" + identPart(g.cfg.Issuer) + "." + gitAuthorDomain
 	}
 	if err := validIdent("authorName", name); err != nil {
 		return wire.GitHead{}, err
@@ -600,7 +645,7 @@ func (g *gitAPI) bundle(w http.ResponseWriter, req *http.Request) {
 		default:
 			return wire.Errorf(wire.ResourceExhausted, "%d bundles are already being made or downloaded in this sandbox; finish one first", maxBundles)
 		}
-		tmpDir := g.a.r.cfg.StateDir
+		tmpDir := g.cfg.SpoolDir
 		if tmpDir == "" {
 			tmpDir = os.TempDir()
 		}
@@ -612,8 +657,8 @@ func (g *gitAPI) bundle(w http.ResponseWriter, req *http.Request) {
 			f.Close()
 			os.Remove(f.Name())
 		}()
-		spool := &cappedFile{f: f, max: g.a.r.cfg.MaxFileSize}
-		timeout := g.a.r.cfg.MaxExecTimeout
+		spool := &cappedFile{f: f, max: g.cfg.MaxFileSize}
+		timeout := g.cfg.MaxTimeout
 		if _, _, err := g.run(req.Context(), gitRun{dir: dir, args: []string{"bundle", "create", "-q", "-", revs}, stdout: spool, timeout: timeout}); err != nil {
 			if strings.Contains(err.Error(), "Refusing to create empty bundle") {
 				return wire.Errorf(wire.NotFound, "no commits on %s since %s", ref, base)
@@ -624,7 +669,7 @@ func (g *gitAPI) bundle(w http.ResponseWriter, req *http.Request) {
 			return fmt.Errorf("bundle spool: %w", spool.err)
 		}
 		if spool.over {
-			return wire.Errorf(wire.PayloadTooLarge, "the bundle exceeds %d bytes", g.a.r.cfg.MaxFileSize)
+			return wire.Errorf(wire.PayloadTooLarge, "the bundle exceeds %d bytes", g.cfg.MaxFileSize)
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("bundle spool: %w", err)

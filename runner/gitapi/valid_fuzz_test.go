@@ -1,4 +1,4 @@
-package runner
+package gitapi
 
 import (
 	"net/url"

@@ -1,4 +1,4 @@
-package runner
+package gitapi
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/internal/text"
 )
 
 // Validators of what a client hands the git routes, and parsers of git's machine output (which names files
@@ -140,7 +141,7 @@ func identPart(s string) string {
 		return r
 	}, s)
 	if len(s) > 100 {
-		s = truncateUTF8(s, 100)
+		s = text.Truncate(s, 100)
 	}
 	if s == "" {
 		s = "_"
@@ -172,7 +173,7 @@ func hasControl(s string) bool {
 
 func trimForMsg(s string) string {
 	if len(s) > 64 {
-		return truncateUTF8(s, 64) + "…"
+		return text.Truncate(s, 64) + "…"
 	}
 	return s
 }
