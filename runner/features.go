@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/warren-mesh/warren/runner/fswatch"
 	"github.com/warren-mesh/warren/runner/gitapi"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/procs"
@@ -28,6 +29,7 @@ var (
 	_ feature = (*procs.Table)(nil)
 	_ feature = (*terms.Table)(nil)
 	_ feature = (*gitapi.API)(nil)
+	_ feature = (*fswatch.Table)(nil)
 )
 
 // own is a feature written in package runner: routes on the Run's api, and optionally a busy predicate
@@ -61,7 +63,7 @@ func (r *Runner) buildFeatures() error {
 		MaxWait: r.cfg.MaxExecTimeout, Store: taskStore, Prefix: taskPrefix})
 	r.terms = terms.New(terms.Config{Host: termHost{r}, Logger: r.log, Now: r.cfg.Now, Metrics: r.metrics.reg})
 	r.sessions = newSessionIndex(r)
-	r.watches = newWatchTable(r)
+	r.watches = fswatch.New(fswatch.Config{Host: watchHost{r}, Logger: r.log, Metrics: r.metrics.reg, Ops: r.metrics.fileOps})
 	r.features = []feature{
 		own{r: r, routes: (*api).agentRoutes, close: r.closeHub,
 			busy: func(time.Time) bool { return r.Clients() > 0 || r.hub != nil && r.hub.RunningTurns() > 0 }},
@@ -70,6 +72,7 @@ func (r *Runner) buildFeatures() error {
 		r.terms,
 		own{r: r, routes: (*api).taskRoutes, busy: func(time.Time) bool { return r.tasks.busy() }},
 		own{r: r, routes: (*api).fileRoutes},
+		r.watches,
 		own{r: r, routes: (*api).previewRoutes},
 		own{r: r, routes: (*api).sessionRoutes},
 		gitapi.New(gitapi.Config{Host: gitHost{r}, Metrics: r.metrics.reg, Insecure: r.sandbox.Insecure(),
@@ -110,5 +113,5 @@ func (r *Runner) closeHub(ctx context.Context) error {
 
 // apiOf is the api of the Run that handed s to the features.
 func (r *Runner) apiOf(s web.Serve) *api {
-	return &api{r: r, root: s.Root, hub: r.hub, work: s.Work, conns: s.Conns, watches: r.watches}
+	return &api{r: r, root: s.Root, hub: r.hub, work: s.Work, conns: s.Conns}
 }

@@ -14,7 +14,7 @@ import (
 //	GET  /v1/sandbox/files/stat?path=P                    → wire.FileInfo (a symlink is not followed)
 //	POST /v1/sandbox/files/mkdir?path=P[&parents=true]    → 201 wire.FileInfo, 200 when it existed (parents)
 //	POST /v1/sandbox/files/move  wire.FileMoveRequest     → wire.FileInfo of the destination
-//	GET  /v1/sandbox/files/watch?path=P[&recursive=][&debounceMs=]  → SSE (watch.go)
+//	GET  /v1/sandbox/files/watch?path=P[&recursive=][&debounceMs=]  → SSE (runner/fswatch)
 func (a *api) fileRoutes(s web.Serve) {
 	s.Handle("/v1/sandbox/files", web.Methods{
 		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
@@ -23,7 +23,6 @@ func (a *api) fileRoutes(s web.Serve) {
 	s.Handle("/v1/sandbox/files/stat", web.Methods{http.MethodGet: a.statFile})
 	s.Handle("/v1/sandbox/files/mkdir", web.Methods{http.MethodPost: a.mkdir})
 	s.Handle("/v1/sandbox/files/move", web.Methods{http.MethodPost: a.moveFile})
-	s.Handle("/v1/sandbox/files/watch", web.Methods{http.MethodGet: a.watchFiles})
 }
 
 func (a *api) statFile(w http.ResponseWriter, req *http.Request) {

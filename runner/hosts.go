@@ -60,3 +60,8 @@ type gitHost struct{ r *Runner }
 func (h gitHost) Run(ctx context.Context, spec isolate.Spec) (isolate.Result, error) {
 	return h.r.runCommand(ctx, spec)
 }
+
+// watchHost is fswatch.Host.
+type watchHost struct{ r *Runner }
+
+func (h watchHost) Limit() int { return h.r.fileWatchLimit() }

@@ -3,6 +3,7 @@ package runner
 import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/fswatch"
 )
 
 // The per-user limits of a quota that were runner flags (billing.SandboxQuota's max_background_processes,
@@ -51,9 +52,9 @@ func (r *Runner) processLogLimit() int64 {
 		billing.MaxSandboxProcessLogBytes)
 }
 
-// fileWatchLimit is the file watch subscribers the sandbox may have (max_file_watches, else maxWatches).
+// fileWatchLimit is the file watch subscribers the sandbox may have (max_file_watches, else fswatch.Max).
 func (r *Runner) fileWatchLimit() int {
-	return int(r.quotaLimit(func(l *wire.SandboxLimits) int64 { return l.FileWatches }, maxWatches, ceilingFileWatches))
+	return int(r.quotaLimit(func(l *wire.SandboxLimits) int64 { return l.FileWatches }, fswatch.Max, ceilingFileWatches))
 }
 
 // terminalLimit is the running terminals the sandbox may have (max_terminals, else MaxTerminals).

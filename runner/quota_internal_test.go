@@ -5,6 +5,7 @@ import (
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/fswatch"
 )
 
 // The per-user limits from a grant: not set is the runner's flag or default, a value is the limit, and
@@ -24,8 +25,8 @@ func TestQuotaLimitCeilings(t *testing.T) {
 		want limits
 		log  int64
 	}{
-		{"no limits", nil, limits{16, maxWatches, MaxTerminals, 4}, 1 << 20},
-		{"not set", &wire.SandboxLimits{MemoryBytes: 1 << 30}, limits{16, maxWatches, MaxTerminals, 4}, 1 << 20},
+		{"no limits", nil, limits{16, fswatch.Max, MaxTerminals, 4}, 1 << 20},
+		{"not set", &wire.SandboxLimits{MemoryBytes: 1 << 30}, limits{16, fswatch.Max, MaxTerminals, 4}, 1 << 20},
 		{"set", &wire.SandboxLimits{BackgroundProcesses: 2, FileWatches: 3, Terminals: 4, Tasks: 5, ProcessLogBytes: 8192},
 			limits{2, 3, 4, 5}, 8192},
 		{"unlimited", &wire.SandboxLimits{BackgroundProcesses: -1, FileWatches: -1, Terminals: -1, Tasks: -1, ProcessLogBytes: -1},

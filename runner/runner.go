@@ -23,6 +23,7 @@ import (
 
 	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner/fswatch"
 	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/procs"
 	"github.com/warren-mesh/warren/runner/session"
@@ -61,12 +62,12 @@ type Runner struct {
 	stop       func(cause error) // ends Run (idle sleep, fencing); set by Run
 	hub        *session.Hub
 	lease      leaseWatch
-	features   []feature     // the parts of the sandbox API, in closing order (features.go)
-	procs      *procs.Table  // background processes
-	terms      *terms.Table  // terminals
-	sessions   *sessionIndex // the session listing
-	tasks      *taskTable    // one-shot tasks (tasks.go)
-	watches    *watchTable   // file watch subscribers (watch.go)
+	features   []feature      // the parts of the sandbox API, in closing order (features.go)
+	procs      *procs.Table   // background processes
+	terms      *terms.Table   // terminals
+	sessions   *sessionIndex  // the session listing
+	tasks      *taskTable     // one-shot tasks (tasks.go)
+	watches    *fswatch.Table // file watch subscribers
 }
 
 // New validates cfg, creates the workspace (and state dir) and finds bubblewrap. Without bubblewrap and
@@ -196,7 +197,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 	var conns sync.WaitGroup // hijacked connections (agent, terminals), which http.Server.Shutdown does not wait for
-	a := &api{r: r, root: root, hub: hub, work: work, conns: &conns, watches: r.watches}
+	a := &api{r: r, root: root, hub: hub, work: work, conns: &conns}
 	// The edge forwards what a client sent with headers of its own (the grant, a preview's cookies): twice
 	// the bound of the edge's own listener.
 	srv := httpx.NewServer(a.routes(), httpx.Config{MaxHeaderBytes: 2 * httpx.DefaultMaxHeaderBytes, Logger: r.log})

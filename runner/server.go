@@ -25,8 +25,6 @@ type api struct {
 	hub   *session.Hub
 	work  context.Context // the runner's work: background processes live as long as it
 	conns *sync.WaitGroup // agent WebSocket handlers, which http.Server.Shutdown does not wait for
-
-	watches *watchTable // file watch subscribers (watch.go)
 }
 
 // routes: every route but /healthz requires the bearer key, including unknown paths (an unauthenticated

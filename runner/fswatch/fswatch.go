@@ -1,6 +1,10 @@
-package runner
+// Package fswatch is the sandbox's file watching (docs/PROTOCOL.md#watch): GET /v1/sandbox/files/watch, a
+// stream of the changes under a workspace directory, through one inotify instance the runner shares among
+// the subscribers. Its Host says how many subscribers the sandbox may have.
+package fswatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,24 +26,25 @@ import (
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
-// Bounds of file watching (docs/PROTOCOL.md#watch). A sandbox has at most maxWatches subscribers at once
+// Bounds of file watching (docs/PROTOCOL.md#watch). A sandbox has at most Max subscribers (or its quota's max_file_watches) at once
 // and at most maxWatchedDirs distinct directories watched over all of them (each is one inotify watch in
 // the runner's one inotify instance, shared by the subscribers that watch it); one subscriber queues at
 // most maxWatchQueue distinct changed paths between two deliveries, and what does not fit is reported as
 // an overflow event instead of held.
 const (
-	maxWatches     = 8
+	// Max is the subscribers a sandbox may have unless its quota says otherwise (the host's Limit).
+	Max            = 8
 	maxWatchedDirs = 4096
 	maxWatchQueue  = 1024
 )
 
-// watchTable is the runner's file watching: one inotify instance (one fsnotify.Watcher) shared by every
+// Table is the runner's file watching: one inotify instance (one fsnotify.Watcher) shared by every
 // subscriber, its directory watches counted by reference, the collector that fans each event out to the
 // subscribers holding the directory it happened in, the bounds' counters and the metrics. The instance is
 // created with the first subscriber and closed when the last one leaves, so an idle runner holds none of
 // the host's inotify instances (they are per uid, and every runner is root). mu guards everything below
 // it; a subscriber's own queue has its own lock, taken inside mu.
-type watchTable struct {
+type Table struct {
 	mu        sync.Mutex
 	watches   int
 	dirs      int // len(byRel): distinct directories watched
@@ -47,6 +52,8 @@ type watchTable struct {
 	events    prometheus.Counter
 	overflows *prometheus.CounterVec
 
+	host  Host
+	ops   *prometheus.CounterVec // the file operations' counter (op, result)
 	log   *slog.Logger
 	open  func(rel string) (*os.File, error) // opens a workspace directory again, by path
 	fs    *fsnotify.Watcher                  // nil while nobody watches
@@ -55,10 +62,28 @@ type watchTable struct {
 	subs  map[*watcher]struct{}
 }
 
-func newWatchTable(r *Runner) *watchTable {
-	t := &watchTable{
+// Host is what file watching uses of the runner. Limit may be called concurrently.
+type Host interface {
+	// Limit is the subscribers the sandbox may have now (the quota's max_file_watches, else Max).
+	Limit() int
+}
+
+// Config is what the watches are built with.
+type Config struct {
+	Host    Host
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
+	// Ops is the file operations' counter (labels op and result), where each watch is counted as "watch".
+	Ops *prometheus.CounterVec
+}
+
+// New makes the sandbox's file watching and registers its metrics in cfg.Metrics.
+func New(cfg Config) *Table {
+	t := &Table{
 		maxDirs: maxWatchedDirs,
-		log:     r.log,
+		host:    cfg.Host,
+		ops:     cfg.Ops,
+		log:     cfg.Logger,
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warren_runner_file_watch_events_total",
 			Help: "Change events delivered to file watch subscribers (after debouncing).",
@@ -68,7 +93,7 @@ func newWatchTable(r *Runner) *watchTable {
 			Help: "Changes not delivered to a file watch subscriber, by reason (queue: the subscriber fell behind; kernel: the inotify queue overflowed; dirs: the watched-directory limit was reached).",
 		}, []string{"reason"}),
 	}
-	r.metrics.reg.MustRegister(t.events, t.overflows,
+	cfg.Metrics.MustRegister(t.events, t.overflows,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "warren_runner_file_watches",
 			Help: "File watch subscribers connected now.",
@@ -81,8 +106,32 @@ func newWatchTable(r *Runner) *watchTable {
 	return t
 }
 
+// Busy is false: a watch is a request, in flight as long as it streams.
+func (*Table) Busy(time.Time) bool { return false }
+
+// Close has nothing to end: each watch ends with its request, and the inotify instance with the last one.
+func (*Table) Close(context.Context) error { return nil }
+
+// Routes mounts the watch route on s.
+func (t *Table) Routes(s web.Serve) {
+	a := &api{t: t, root: s.Root}
+	s.Handle("/v1/sandbox/files/watch", web.Methods{http.MethodGet: a.watchFiles})
+}
+
+// api is the watch route of one Run, on its workspace.
+type api struct {
+	t    *Table
+	root *workspace.Root
+}
+
+// fail counts the failed watch and answers err.
+func (a *api) fail(w http.ResponseWriter, req *http.Request, err error) {
+	a.t.ops.WithLabelValues("watch", string(wire.CodeOf(err))).Inc()
+	web.Fail(w, req, err)
+}
+
 // join takes one of the limit subscribers' places (the quota's max_file_watches, else maxWatches).
-func (t *watchTable) join(limit int) error {
+func (t *Table) join(limit int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.watches >= limit {
@@ -93,7 +142,7 @@ func (t *watchTable) join(limit int) error {
 	return nil
 }
 
-func (t *watchTable) leave() {
+func (t *Table) leave() {
 	t.mu.Lock()
 	t.watches--
 	t.mu.Unlock()
@@ -121,7 +170,7 @@ type watchDir struct {
 // delivered yet. The table's collector queues into pending; the handler's loop delivers pending once per
 // debounce window.
 type watcher struct {
-	t         *watchTable
+	t         *Table
 	log       *slog.Logger
 	root      string // the watched directory, cleaned
 	recursive bool
@@ -141,7 +190,7 @@ func (a *api) newWatcher(q wire.WatchQuery, log *slog.Logger) (*watcher, wire.Fi
 	if err != nil {
 		return nil, wire.FileWatchReady{}, err
 	}
-	t := a.watches
+	t := a.t
 	w := &watcher{t: t, log: log, root: rel, recursive: q.Recursive, held: map[string]bool{},
 		pending: map[string]*wire.FileEvent{}, dropped: map[string]int64{}, kick: make(chan struct{}, 1), gone: make(chan struct{})}
 	t.mu.Lock()
@@ -177,7 +226,7 @@ func (a *api) newWatcher(q wire.WatchQuery, log *slog.Logger) (*watcher, wire.Fi
 // directory. With announce each entry found is queued to ws as a create: it appeared before its directory
 // was watched. A new directory past the limit is refused with resource_exhausted when setting up
 // (announce false) and reported as a dirs overflow afterwards. f is consumed. Called with t.mu held.
-func (t *watchTable) add(f *os.File, rel string, ws []*watcher, top, announce bool) error {
+func (t *Table) add(f *os.File, rel string, ws []*watcher, top, announce bool) error {
 	keep := false
 	defer func() {
 		if !keep {
@@ -260,7 +309,7 @@ func (t *watchTable) add(f *os.File, rel string, ws []*watcher, top, announce bo
 
 // watchNew adds an inotify watch for the open directory f, named /proc/self/fd/N by a number N that names
 // no watched directory (f itself, or a duplicate of it), and returns that name.
-func (t *watchTable) watchNew(f *os.File) (string, error) {
+func (t *Table) watchNew(f *os.File) (string, error) {
 	fd := int(f.Fd())
 	var dups []int
 	defer func() {
@@ -283,7 +332,7 @@ func (t *watchTable) watchNew(f *os.File) (string, error) {
 }
 
 // unhold drops w's hold on rel, and the watch when nobody holds it any more. Called with t.mu held.
-func (t *watchTable) unhold(w *watcher, rel string) {
+func (t *Table) unhold(w *watcher, rel string) {
 	delete(w.held, rel)
 	d := t.byRel[rel]
 	if d == nil {
@@ -302,7 +351,7 @@ func (t *watchTable) unhold(w *watcher, rel string) {
 	}
 }
 
-func (t *watchTable) unwatch(d *watchDir) {
+func (t *Table) unwatch(d *watchDir) {
 	_ = t.fs.Remove(d.key) // already gone when the kernel dropped it
 	if d.f != nil {
 		d.f.Close()
@@ -315,7 +364,7 @@ func (t *watchTable) unwatch(d *watchDir) {
 // forget stops watching rel and every watched directory under it, for every subscriber: it was removed,
 // moved or replaced. A subscriber whose watched directory is among them gets op on it and ends. Called
 // with t.mu held.
-func (t *watchTable) forget(rel, op string) {
+func (t *Table) forget(rel, op string) {
 	under := func(r string) bool { return r == rel || strings.HasPrefix(r, rel+"/") || rel == "." }
 	for r, d := range t.byRel {
 		if under(r) {
@@ -337,13 +386,13 @@ func (t *watchTable) forget(rel, op string) {
 }
 
 // release drops everything w holds; the last subscriber to leave closes the inotify instance.
-func (t *watchTable) release(w *watcher) {
+func (t *Table) release(w *watcher) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.releaseLocked(w)
 }
 
-func (t *watchTable) releaseLocked(w *watcher) {
+func (t *Table) releaseLocked(w *watcher) {
 	if _, ok := t.subs[w]; !ok {
 		return
 	}
@@ -429,7 +478,7 @@ func (w *watcher) take() ([]*wire.FileEvent, map[string]int64) {
 // collect reads fs's events until it is closed, applying each to the table and fanning it out to the
 // subscribers holding the directory it happened in. An event read from an instance closed meanwhile is
 // dropped.
-func (t *watchTable) collect(fs *fsnotify.Watcher) {
+func (t *Table) collect(fs *fsnotify.Watcher) {
 	for {
 		select {
 		case err, ok := <-fs.Errors:
@@ -461,7 +510,7 @@ func (t *watchTable) collect(fs *fsnotify.Watcher) {
 }
 
 // handle applies one inotify event. Called with t.mu held.
-func (t *watchTable) handle(ev fsnotify.Event) {
+func (t *Table) handle(ev fsnotify.Event) {
 	if d, ok := t.byKey[ev.Name]; ok {
 		// The directory itself was removed or moved: its parent, when watched, reports the name.
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
@@ -515,7 +564,7 @@ func (t *watchTable) handle(ev fsnotify.Event) {
 }
 
 // openChild opens d's child name when it is a directory (not through a symlink).
-func (t *watchTable) openChild(d *watchDir, name string) (*os.File, bool) {
+func (t *Table) openChild(d *watchDir, name string) (*os.File, bool) {
 	parent := d.f
 	if parent == nil {
 		f, err := t.open(d.rel)
@@ -565,21 +614,21 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 		err = wire.Errorf(wire.InvalidArgument, "a watch is a stream: send Accept: text/event-stream")
 	}
 	if err == nil {
-		err = a.watches.join(a.r.fileWatchLimit())
+		err = a.t.join(a.t.host.Limit())
 	}
 	if err != nil {
-		a.fileFail(w, req, "watch", err)
+		a.fail(w, req, err)
 		return
 	}
-	defer a.watches.leave()
+	defer a.t.leave()
 	log := web.Logger(req)
 	wt, ready, err := a.newWatcher(q, log)
 	if err != nil {
-		a.fileFail(w, req, "watch", err)
+		a.fail(w, req, err)
 		return
 	}
 	defer wt.close()
-	a.r.metrics.fileOps.WithLabelValues("watch", "ok").Inc()
+	a.t.ops.WithLabelValues("watch", "ok").Inc()
 	log.Info("file watch started", "path", ready.Path, "recursive", ready.Recursive, "dirs", ready.Dirs)
 	defer log.Info("file watch ended", "path", ready.Path)
 
@@ -626,13 +675,13 @@ func (a *api) deliver(w io.Writer, wt *watcher) {
 	for _, ev := range evs {
 		web.WriteEvent(w, wire.EventFileChange, ev)
 	}
-	a.watches.events.Add(float64(len(evs)))
+	a.t.events.Add(float64(len(evs)))
 	for _, reason := range []string{wire.OverflowQueue, wire.OverflowKernel, wire.OverflowDirs} {
 		n, ok := dropped[reason]
 		if !ok {
 			continue
 		}
-		a.watches.overflows.WithLabelValues(reason).Add(float64(max(n, 1)))
+		a.t.overflows.WithLabelValues(reason).Add(float64(max(n, 1)))
 		web.WriteEvent(w, wire.EventWatchOverflow, wire.FileWatchOverflow{Reason: reason, Dropped: n, Message: overflowMessage(reason)})
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package fswatch
 
 import (
 	"bytes"
@@ -17,10 +17,11 @@ import (
 	"github.com/warren-mesh/warren/runner/workspace"
 )
 
-func testWatchTable(maxDirs int) *watchTable {
-	return &watchTable{maxDirs: maxDirs, log: slog.New(slog.DiscardHandler),
+func testWatchTable(maxDirs int) *Table {
+	return &Table{maxDirs: maxDirs, log: slog.New(slog.DiscardHandler),
 		events:    prometheus.NewCounter(prometheus.CounterOpts{Name: "e"}),
-		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"reason"})}
+		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"reason"}),
+		ops:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "f"}, []string{"op", "result"})}
 }
 
 func testWatchAPI(t *testing.T, maxDirs int) (*api, string) {
@@ -31,8 +32,7 @@ func testWatchAPI(t *testing.T, maxDirs int) (*api, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	r := &Runner{metrics: newMetrics(func() float64 { return 0 }, func() float64 { return 0 })}
-	return &api{r: r, root: root, watches: testWatchTable(maxDirs)}, dir
+	return &api{t: testWatchTable(maxDirs), root: root}, dir
 }
 
 // A subscriber that does not take its changes holds at most maxWatchQueue paths; the rest is counted and
@@ -74,8 +74,8 @@ func TestWatchDirLimit(t *testing.T) {
 	if _, _, err := a.newWatcher(wire.WatchQuery{Path: ".", Recursive: true}, log); wire.CodeOf(err) != wire.ResourceExhausted {
 		t.Fatalf("4 directories with a limit of 3: %v", err)
 	}
-	if a.watches.dirs != 0 {
-		t.Fatalf("%d directories still counted", a.watches.dirs)
+	if a.t.dirs != 0 {
+		t.Fatalf("%d directories still counted", a.t.dirs)
 	}
 	w, ready, err := a.newWatcher(wire.WatchQuery{Path: "a", Recursive: true}, log)
 	if err != nil || ready.Dirs != 1 {
@@ -93,16 +93,16 @@ func TestWatchDirLimit(t *testing.T) {
 			break
 		}
 	}
-	if n := a.watches.counted(); n != 3 {
+	if n := a.t.counted(); n != 3 {
 		t.Fatalf("%d directories counted, want 3", n)
 	}
 	w.close()
-	if a.watches.dirs != 0 {
-		t.Fatalf("%d directories counted after close", a.watches.dirs)
+	if a.t.dirs != 0 {
+		t.Fatalf("%d directories counted after close", a.t.dirs)
 	}
 }
 
-func (t *watchTable) counted() int {
+func (t *Table) counted() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.dirs
@@ -136,16 +136,16 @@ func TestWatchKernelOverflowGoesToEverySubscriber(t *testing.T) {
 		defer w.close()
 		ws = append(ws, w)
 	}
-	a.watches.mu.Lock()
+	a.t.mu.Lock()
 	for i := range 2*queued + 4096 { // fsnotify reads up to 4096 events ahead of its consumer
 		f, err := os.Create(filepath.Join(dir, "busy", "f"+strconv.Itoa(i)))
 		if err != nil {
-			a.watches.mu.Unlock()
+			a.t.mu.Unlock()
 			t.Fatal(err)
 		}
 		f.Close()
 	}
-	a.watches.mu.Unlock()
+	a.t.mu.Unlock()
 	for i, w := range ws {
 		for {
 			w.mu.Lock()
