@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/warren-mesh/warren/runner/files"
 	"github.com/warren-mesh/warren/runner/fswatch"
 	"github.com/warren-mesh/warren/runner/gitapi"
 	"github.com/warren-mesh/warren/runner/internal/web"
@@ -30,6 +31,7 @@ var (
 	_ feature = (*terms.Table)(nil)
 	_ feature = (*gitapi.API)(nil)
 	_ feature = (*fswatch.Table)(nil)
+	_ feature = (*files.API)(nil)
 )
 
 // own is a feature written in package runner: routes on the Run's api, and optionally a busy predicate
@@ -71,7 +73,7 @@ func (r *Runner) buildFeatures() error {
 		r.procs,
 		r.terms,
 		own{r: r, routes: (*api).taskRoutes, busy: func(time.Time) bool { return r.tasks.busy() }},
-		own{r: r, routes: (*api).fileRoutes},
+		files.New(files.Config{Host: filesHost{r}, Ops: r.metrics.fileOps, MaxFileSize: r.cfg.MaxFileSize}),
 		r.watches,
 		own{r: r, routes: (*api).previewRoutes},
 		own{r: r, routes: (*api).sessionRoutes},

@@ -65,3 +65,22 @@ func (h gitHost) Run(ctx context.Context, spec isolate.Spec) (isolate.Result, er
 type watchHost struct{ r *Runner }
 
 func (h watchHost) Limit() int { return h.r.fileWatchLimit() }
+
+// filesHost is files.Host.
+type filesHost struct{ r *Runner }
+
+func (h filesHost) Reserve(n int64) (func(), error) {
+	if err := h.r.disk.checkWith(n); err != nil {
+		return nil, err
+	}
+	h.r.disk.inflight.Add(n)
+	return func() { h.r.disk.inflight.Add(-n) }, nil
+}
+func (h filesHost) Check() error          { return h.r.disk.check() }
+func (h filesHost) WorkspaceLimit() int64 { return h.r.workspaceLimit.Load() }
+func (h filesHost) Owner() (int, bool) {
+	if h.r.parts.uid == nil {
+		return 0, false
+	}
+	return int(h.r.parts.uid.UID), true
+}

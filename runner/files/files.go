@@ -1,4 +1,18 @@
-package runner
+// Package files is the file routes of docs/PROTOCOL.md#sandbox-api, beside runner/workspace, which does the
+// file operations. Paths (?path=) are relative to the workspace root and confined to it by
+// runner/workspace: malformed paths (NUL, invalid UTF-8) are invalid_argument, absolute paths and paths or
+// symlinks leading outside are permission_denied. The routes (ops.go):
+//
+//	GET    /v1/sandbox/files?path=P                        → the raw bytes (Range: 206 with that part)
+//	PUT    /v1/sandbox/files?path=P[&parents=false]        → 201/200 wire.FileWritten
+//	DELETE /v1/sandbox/files?path=P[&recursive=true]       → 204
+//	GET    /v1/sandbox/files/list?path=P                   → wire.FileList
+//	GET    /v1/sandbox/files/stat?path=P                   → wire.FileInfo (a symlink is not followed)
+//	POST   /v1/sandbox/files/mkdir?path=P[&parents=true]   → 201 wire.FileInfo, 200 when it existed (parents)
+//	POST   /v1/sandbox/files/move  wire.FileMoveRequest    → wire.FileInfo of the destination
+//
+// The watch route is runner/fswatch.
+package files
 
 import (
 	"net/http"
@@ -9,10 +23,6 @@ import (
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
-
-// The file routes of docs/PROTOCOL.md#sandbox-api. Paths (?path=) are relative to the workspace root and
-// confined to it by runner/workspace: malformed paths (NUL, invalid UTF-8) are invalid_argument, absolute
-// paths and paths or symlinks leading outside are permission_denied.
 
 // readFile serves GET /v1/sandbox/files?path=P: the raw bytes of a regular file, or with Range the
 // requested part of them.
@@ -33,7 +43,7 @@ func (a *api) readFile(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer f.Close()
-	a.r.metrics.fileOps.WithLabelValues("read", "ok").Inc()
+	a.f.cfg.Ops.WithLabelValues("read", "ok").Inc()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	// Streamed from the file, never buffered; a Range header (one range) answers 206 with that part, so
@@ -53,12 +63,12 @@ func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	limit := a.r.cfg.MaxFileSize
+	limit := a.f.cfg.MaxFileSize
 	if req.ContentLength > limit {
 		a.fileFail(w, req, "write", wire.Errorf(wire.PayloadTooLarge, "file exceeds the %d byte limit", limit))
 		return
 	}
-	if ws := a.r.workspaceLimit.Load(); ws > 0 && ws < limit {
+	if ws := a.f.cfg.Host.WorkspaceLimit(); ws > 0 && ws < limit {
 		limit = ws
 	}
 	// The upload's bytes count against the workspace's limit while it runs, so parallel uploads cannot
@@ -67,21 +77,21 @@ func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
 	if reserve < 0 || reserve > limit {
 		reserve = limit
 	}
-	if err := a.r.disk.checkWith(reserve); err != nil {
+	release, err := a.f.cfg.Host.Reserve(reserve)
+	if err != nil {
 		a.fileFail(w, req, "write", err)
 		return
 	}
-	a.r.disk.inflight.Add(reserve)
-	defer a.r.disk.inflight.Add(-reserve)
+	defer release()
 	res, err := a.root.Write(p, req.Body, workspace.WriteOptions{Parents: parents, MaxSize: limit})
-	if err == nil && a.r.parts.uid != nil {
-		err = a.root.Give(res.Path, int(a.r.parts.uid.UID), int(a.r.parts.uid.UID))
+	if err == nil {
+		err = a.give(res.Path)
 	}
 	if err != nil {
 		a.fileFail(w, req, "write", err)
 		return
 	}
-	a.r.metrics.fileOps.WithLabelValues("write", "ok").Inc()
+	a.f.cfg.Ops.WithLabelValues("write", "ok").Inc()
 	status := http.StatusOK
 	if res.Created {
 		status = http.StatusCreated
@@ -104,7 +114,7 @@ func (a *api) deleteFile(w http.ResponseWriter, req *http.Request) {
 		a.fileFail(w, req, "delete", err)
 		return
 	}
-	a.r.metrics.fileOps.WithLabelValues("delete", "ok").Inc()
+	a.f.cfg.Ops.WithLabelValues("delete", "ok").Inc()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -115,7 +125,7 @@ func (a *api) listFiles(w http.ResponseWriter, req *http.Request) {
 		a.fileFail(w, req, "list", err)
 		return
 	}
-	a.r.metrics.fileOps.WithLabelValues("list", "ok").Inc()
+	a.f.cfg.Ops.WithLabelValues("list", "ok").Inc()
 	web.WriteJSON(w, http.StatusOK, l)
 }
 
@@ -141,7 +151,16 @@ func (a *api) boolParam(w http.ResponseWriter, req *http.Request, op, name strin
 	return v, true
 }
 
+// give hands a path the request created to the sandbox's host uid, if it has one.
+func (a *api) give(p string) error {
+	uid, ok := a.f.cfg.Host.Owner()
+	if !ok {
+		return nil
+	}
+	return a.root.Give(p, uid, uid)
+}
+
 func (a *api) fileFail(w http.ResponseWriter, req *http.Request, op string, err error) {
-	a.r.metrics.fileOps.WithLabelValues(op, string(wire.CodeOf(err))).Inc()
+	a.f.cfg.Ops.WithLabelValues(op, string(wire.CodeOf(err))).Inc()
 	web.Fail(w, req, err)
 }
