@@ -9,6 +9,7 @@ import (
 	"github.com/warren-mesh/warren/runner/fswatch"
 	"github.com/warren-mesh/warren/runner/gitapi"
 	"github.com/warren-mesh/warren/runner/internal/web"
+	"github.com/warren-mesh/warren/runner/preview"
 	"github.com/warren-mesh/warren/runner/procs"
 	"github.com/warren-mesh/warren/runner/terms"
 )
@@ -32,6 +33,7 @@ var (
 	_ feature = (*gitapi.API)(nil)
 	_ feature = (*fswatch.Table)(nil)
 	_ feature = (*files.API)(nil)
+	_ feature = (*preview.Relay)(nil)
 )
 
 // own is a feature written in package runner: routes on the Run's api, and optionally a busy predicate
@@ -75,7 +77,7 @@ func (r *Runner) buildFeatures() error {
 		own{r: r, routes: (*api).taskRoutes, busy: func(time.Time) bool { return r.tasks.busy() }},
 		files.New(files.Config{Host: filesHost{r}, Ops: r.metrics.fileOps, MaxFileSize: r.cfg.MaxFileSize}),
 		r.watches,
-		own{r: r, routes: (*api).previewRoutes},
+		preview.New(preview.Config{Host: previewHost{r}, Metrics: r.metrics.reg, HostLoopback: r.cfg.PreviewHostLoopback}),
 		own{r: r, routes: (*api).sessionRoutes},
 		gitapi.New(gitapi.Config{Host: gitHost{r}, Metrics: r.metrics.reg, Insecure: r.sandbox.Insecure(),
 			Workspace: r.cfg.Workspace, DefaultTimeout: r.cfg.DefaultExecTimeout, MaxTimeout: r.cfg.MaxExecTimeout,

@@ -2,6 +2,9 @@ package runner
 
 import (
 	"context"
+	"net"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/warren-mesh/warren/runner/isolate"
@@ -83,4 +86,38 @@ func (h filesHost) Owner() (int, bool) {
 		return 0, false
 	}
 	return int(h.r.parts.uid.UID), true
+}
+
+// previewHost is preview.Host.
+type previewHost struct{ r *Runner }
+
+func (h previewHost) OwnPort(port int) bool     { return h.r.ownPort(port) }
+func (h previewHost) Network() *isolate.Network { return h.r.network() }
+
+// ownPort reports whether port is one the runner itself listens on (its API, its model proxy): never
+// relayed, even where the sandbox shares the host's network or reaches the port through pasta.
+func (r *Runner) ownPort(port int) bool {
+	own := []string{}
+	if a := r.addr.Load(); a != nil {
+		own = append(own, *a)
+	}
+	if r.agent != nil && r.agent.proxyURL != "" {
+		if u, err := url.Parse(r.agent.proxyURL); err == nil {
+			own = append(own, u.Host)
+		}
+	}
+	for _, hp := range own {
+		if _, ps, err := net.SplitHostPort(hp); err == nil && ps == strconv.Itoa(port) {
+			return true
+		}
+	}
+	return false
+}
+
+// network is the sandbox's own network namespace; nil when it shares the host's network.
+func (r *Runner) network() *isolate.Network {
+	if r.parts == nil {
+		return nil
+	}
+	return r.parts.network
 }

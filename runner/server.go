@@ -56,10 +56,10 @@ func (a *api) withRequest(next http.Handler) http.Handler {
 		}
 		w.Header().Set("X-Request-Id", id)
 		log := a.r.log.With("request_id", id)
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &web.StatusWriter{ResponseWriter: w}
 		start := a.r.cfg.Now()
 		next.ServeHTTP(sw, req.WithContext(web.WithLogger(req.Context(), log)))
-		log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.status,
+		log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.Status,
 			"duration_ms", a.r.cfg.Now().Sub(start).Milliseconds())
 	})
 }
@@ -76,29 +76,6 @@ func validRequestID(id string) bool {
 	}
 	return true
 }
-
-// statusWriter records the status for the access log. Unwrap lets http.ResponseController (flushing) and
-// the WebSocket upgrade (hijacking) reach the real writer.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // keyed requires "Authorization: Bearer <Key>" and nothing else: the scheduler's lease pushes, which must
 // not count as the user's activity (they would keep an idle sandbox awake for ever). Both sides are hashed

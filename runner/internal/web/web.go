@@ -34,6 +34,29 @@ type Serve struct {
 // Handle mounts h at pattern behind Auth.
 func (s Serve) Handle(pattern string, h http.Handler) { s.Mux.Handle(pattern, s.Auth(h)) }
 
+// StatusWriter records the status of an answer (for the access log, the preview relay's counts). Unwrap
+// lets http.ResponseController (flushing) and the WebSocket upgrade (hijacking) reach the real writer.
+type StatusWriter struct {
+	http.ResponseWriter
+	Status int // the first status written; 0 before
+}
+
+func (s *StatusWriter) WriteHeader(code int) {
+	if s.Status == 0 {
+		s.Status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *StatusWriter) Write(b []byte) (int, error) {
+	if s.Status == 0 {
+		s.Status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *StatusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 // Methods dispatches on the HTTP method; others are answered with a wire error (docs/PROTOCOL.md#errors has
 // no 405 code, so it is invalid_argument) and an Allow header.
 type Methods map[string]http.HandlerFunc

@@ -1,4 +1,10 @@
-package runner
+// Package preview is the runner's preview relay (docs/ARCHITECTURE.md#previews): the edge, having verified
+// a preview URL, sends the request to /v1/preview/{port}/{path...} with the runner's key; the runner relays
+// it, HTTP or WebSocket, to port on the sandbox's own loopback (inside its network namespace; with the
+// host network, the host's loopback). The edge passes what it keeps of the client's request in the
+// previews.*Header headers; nothing else of the edge's (the runner's key, the grant, any X-Warren-*
+// header) reaches the sandbox.
+package preview
 
 import (
 	"context"
@@ -7,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,34 +24,42 @@ import (
 	"github.com/warren-mesh/warren/runner/isolate"
 )
 
-// Preview relay (docs/ARCHITECTURE.md#previews): the edge, having verified a preview URL, sends the request
-// to /v1/preview/{port}/{path...} with the runner's key; the runner relays it, HTTP or WebSocket, to port on
-// the sandbox's own loopback (inside its network namespace; with the host network, the host's loopback).
-// The edge passes what it keeps of the client's request in the previews.*Header headers; nothing else of
-// the edge's (the runner's key, the grant, any X-Warren-* header) reaches the sandbox.
-
 // maxPreviewConns bounds the preview requests (WebSocket connections included) a runner relays at once.
 const maxPreviewConns = 256
 
-type previewRelay struct {
-	a     *api
+// Host is what the relay uses of the runner. Its methods may be called concurrently.
+type Host interface {
+	// OwnPort reports whether port is one the runner itself listens on (its API, its model proxy): never
+	// relayed, even where the sandbox shares the host's network or reaches the port through pasta.
+	OwnPort(port int) bool
+	// Network is the sandbox's own network namespace; nil when it shares the host's network.
+	Network() *isolate.Network
+}
+
+// Config is what the relay is built with.
+type Config struct {
+	Host    Host
+	Metrics prometheus.Registerer
+	// HostLoopback lets a sandbox sharing the host's network be previewed on the host's loopback
+	// (-preview-host-loopback, development only).
+	HostLoopback bool
+}
+
+// Relay relays preview requests to the sandbox. Create it with New.
+type Relay struct {
+	cfg   Config
 	proxy *httputil.ReverseProxy
 	slots chan struct{}
 	reqs  *prometheus.CounterVec
 }
 
-func (a *api) previewRoutes(s web.Serve) {
-	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+// New makes the relay and registers its metrics in cfg.Metrics.
+func New(cfg Config) *Relay {
+	p := &Relay{cfg: cfg, slots: make(chan struct{}, maxPreviewConns), reqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warren_runner_preview_requests_total",
 		Help: "Requests relayed to a port of the sandbox for a preview URL, by result (ok, refused, unreachable, busy).",
-	}, []string{"result"})
-	if err := a.r.metrics.reg.Register(reqs); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			reqs = are.ExistingCollector.(*prometheus.CounterVec)
-		}
-	}
-	p := &previewRelay{a: a, slots: make(chan struct{}, maxPreviewConns), reqs: reqs}
+	}, []string{"result"})}
+	cfg.Metrics.MustRegister(p.reqs)
 	p.proxy = &httputil.ReverseProxy{
 		Transport: &http.Transport{
 			Proxy:               nil,
@@ -68,10 +81,19 @@ func (a *api) previewRoutes(s web.Serve) {
 			web.Fail(w, req, we)
 		},
 	}
-	s.Handle("/v1/preview/", http.HandlerFunc(p.serve))
+	return p
 }
 
-func (p *previewRelay) serve(w http.ResponseWriter, req *http.Request) {
+// Routes mounts the relay on s.
+func (p *Relay) Routes(s web.Serve) { s.Handle("/v1/preview/", http.HandlerFunc(p.serve)) }
+
+// Busy is false: a relayed request keeps the sandbox awake as any request does.
+func (*Relay) Busy(time.Time) bool { return false }
+
+// Close has nothing to end: relayed requests end with the server's drain.
+func (*Relay) Close(context.Context) error { return nil }
+
+func (p *Relay) serve(w http.ResponseWriter, req *http.Request) {
 	rest := strings.TrimPrefix(req.URL.EscapedPath(), "/v1/preview/")
 	portS, _, _ := strings.Cut(rest, "/")
 	port, ok := previews.ParsePort(portS)
@@ -80,7 +102,7 @@ func (p *previewRelay) serve(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "a preview port is 1 to 65535"))
 		return
 	}
-	if p.a.r.ownPort(port) {
+	if p.cfg.Host.OwnPort(port) {
 		p.reqs.WithLabelValues("refused").Inc()
 		web.Fail(w, req, wire.Errorf(wire.PermissionDenied, "port %d is the runner's own, not the sandbox's", port))
 		return
@@ -93,9 +115,9 @@ func (p *previewRelay) serve(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, wire.Errorf(wire.ResourceExhausted, "too many preview connections to this sandbox at once (%d)", maxPreviewConns))
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &web.StatusWriter{ResponseWriter: w}
 	p.proxy.ServeHTTP(sw, req)
-	if sw.status > 0 && sw.status < 500 {
+	if sw.Status > 0 && sw.Status < 500 {
 		p.reqs.WithLabelValues("ok").Inc()
 	}
 }
@@ -103,7 +125,7 @@ func (p *previewRelay) serve(w http.ResponseWriter, req *http.Request) {
 // rewrite makes the request the sandbox's server sees: the path after the port, the query, the client's
 // own headers; Host is localhost:port (what a development server expects), the public host goes in
 // X-Forwarded-Host.
-func (p *previewRelay) rewrite(pr *httputil.ProxyRequest) {
+func (p *Relay) rewrite(pr *httputil.ProxyRequest) {
 	in := pr.In
 	rest := strings.TrimPrefix(in.URL.EscapedPath(), "/v1/preview/")
 	portS, path, _ := strings.Cut(rest, "/")
@@ -139,20 +161,20 @@ func (p *previewRelay) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // dial connects to the port of addr ("localhost:port", set by rewrite) on the sandbox's loopback.
-func (p *previewRelay) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+func (p *Relay) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	_, portS, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
 	port, ok := previews.ParsePort(portS)
-	if !ok || p.a.r.ownPort(port) {
+	if !ok || p.cfg.Host.OwnPort(port) {
 		return nil, wire.Errorf(wire.PermissionDenied, "port %s is not the sandbox's", portS)
 	}
 	var c net.Conn
-	if n := p.a.r.network(); n != nil {
+	if n := p.cfg.Host.Network(); n != nil {
 		c, err = n.DialLoopback(ctx, port)
 	} else {
-		if !p.a.r.cfg.PreviewHostLoopback {
+		if !p.cfg.HostLoopback {
 			return nil, wire.Errorf(wire.Unavailable, "preview URLs need the sandbox's own network: this runner shares the host's (-sandbox-network=host or -insecure-no-sandbox; -preview-host-loopback allows it, for development only)")
 		}
 		var d net.Dialer
@@ -162,32 +184,4 @@ func (p *previewRelay) dial(ctx context.Context, _, addr string) (net.Conn, erro
 		return nil, wire.Wrap(wire.Unavailable, err, "nothing listens on port "+portS+" of the sandbox")
 	}
 	return c, nil
-}
-
-// ownPort reports whether port is one the runner itself listens on (its API, its model proxy): never
-// relayed, even where the sandbox shares the host's network or reaches the port through pasta.
-func (r *Runner) ownPort(port int) bool {
-	own := []string{}
-	if a := r.addr.Load(); a != nil {
-		own = append(own, *a)
-	}
-	if r.agent != nil && r.agent.proxyURL != "" {
-		if u, err := url.Parse(r.agent.proxyURL); err == nil {
-			own = append(own, u.Host)
-		}
-	}
-	for _, hp := range own {
-		if _, ps, err := net.SplitHostPort(hp); err == nil && ps == strconv.Itoa(port) {
-			return true
-		}
-	}
-	return false
-}
-
-// network is the sandbox's own network namespace; nil when it shares the host's network.
-func (r *Runner) network() *isolate.Network {
-	if r.parts == nil {
-		return nil
-	}
-	return r.parts.network
 }
