@@ -11,6 +11,7 @@ import (
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/preview"
 	"github.com/warren-mesh/warren/runner/procs"
+	"github.com/warren-mesh/warren/runner/tasks"
 	"github.com/warren-mesh/warren/runner/terms"
 )
 
@@ -34,6 +35,7 @@ var (
 	_ feature = (*fswatch.Table)(nil)
 	_ feature = (*files.API)(nil)
 	_ feature = (*preview.Relay)(nil)
+	_ feature = (*tasks.Table)(nil)
 )
 
 // own is a feature written in package runner: routes on the Run's api, and optionally a busy predicate
@@ -61,7 +63,8 @@ func (r *Runner) buildFeatures() error {
 	if err != nil {
 		return err
 	}
-	r.tasks = newTaskTable(r, taskStore, taskPrefix)
+	r.tasks = tasks.New(tasks.Config{Host: taskHost{r}, Options: r.cfg.Tasks, Store: taskStore, Prefix: taskPrefix,
+		Logger: r.log, Now: r.cfg.Now, Metrics: r.metrics.reg, Workspace: r.cfg.Workspace, Issuer: r.cfg.Issuer})
 	r.procs = procs.New(procs.Config{Host: procHost{r}, Logger: r.log, Now: r.cfg.Now, Metrics: r.metrics.reg,
 		Epoch: r.cfg.Epoch, LogBytes: r.cfg.ProcessLogBytes, DefaultWait: r.cfg.DefaultExecTimeout,
 		MaxWait: r.cfg.MaxExecTimeout, Store: taskStore, Prefix: taskPrefix})
@@ -74,7 +77,7 @@ func (r *Runner) buildFeatures() error {
 		own{r: r, routes: (*api).execRoutes, busy: func(time.Time) bool { return r.RunningCommands() > 0 }},
 		r.procs,
 		r.terms,
-		own{r: r, routes: (*api).taskRoutes, busy: func(time.Time) bool { return r.tasks.busy() }},
+		r.tasks,
 		files.New(files.Config{Host: filesHost{r}, Ops: r.metrics.fileOps, MaxFileSize: r.cfg.MaxFileSize}),
 		r.watches,
 		preview.New(preview.Config{Host: previewHost{r}, Metrics: r.metrics.reg, HostLoopback: r.cfg.PreviewHostLoopback}),

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/isolate"
+	"github.com/warren-mesh/warren/runner/session"
 	"github.com/warren-mesh/warren/runner/terms"
 )
 
@@ -87,6 +89,13 @@ func (h filesHost) Owner() (int, bool) {
 	}
 	return int(h.r.parts.uid.UID), true
 }
+
+// taskHost is tasks.Host.
+type taskHost struct{ r *Runner }
+
+func (h taskHost) Limit(def int) int { return h.r.taskLimit(def) }
+func (h taskHost) Grant() wire.Grant { return h.r.Grant() }
+func (h taskHost) Hub() *session.Hub { return h.r.hub }
 
 // previewHost is preview.Host.
 type previewHost struct{ r *Runner }

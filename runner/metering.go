@@ -15,6 +15,7 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/modelproxy"
 	"github.com/warren-mesh/warren/runner/session"
+	"github.com/warren-mesh/warren/runner/tasks"
 )
 
 // meteredAgent wraps the agent driver with what the runner owns around a turn: the session is opened with the
@@ -104,12 +105,8 @@ func (m *meteredAgent) Check(ctx context.Context, c session.Check) (session.Chec
 	return session.Checked{}, nil
 }
 
-// Cost is the Warren extension on every result.
-type Cost struct {
-	AIMicrodollars int64                            `json:"ai_microdollars"`
-	ComputeSeconds float64                          `json:"compute_seconds"`
-	Models         map[string]modelproxy.ModelUsage `json:"models"`
-}
+// Cost is the Warren extension on every result (tasks.Cost: a task records its turn's).
+type Cost = tasks.Cost
 
 // Decorate adds the cost of the turn to a result event and marks a budget-ended turn.
 func (m *meteredAgent) Decorate(sessionID string, event []byte) []byte {

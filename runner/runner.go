@@ -28,6 +28,7 @@ import (
 	"github.com/warren-mesh/warren/runner/procs"
 	"github.com/warren-mesh/warren/runner/session"
 	"github.com/warren-mesh/warren/runner/snapshot"
+	"github.com/warren-mesh/warren/runner/tasks"
 	"github.com/warren-mesh/warren/runner/terms"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
@@ -66,7 +67,7 @@ type Runner struct {
 	procs      *procs.Table   // background processes
 	terms      *terms.Table   // terminals
 	sessions   *sessionIndex  // the session listing
-	tasks      *taskTable     // one-shot tasks (tasks.go)
+	tasks      *tasks.Table   // one-shot tasks
 	watches    *fswatch.Table // file watch subscribers
 }
 

@@ -1,4 +1,4 @@
-package runner
+package tasks
 
 import (
 	"encoding/json"
@@ -65,8 +65,8 @@ func TestDiffListingsBounded(t *testing.T) {
 	}
 }
 
-func testTaskTable() *taskTable {
-	return &taskTable{cfg: TaskConfig{WebhookSecret: []byte("0123456789abcdef0123")}.withDefaults()}
+func testTaskTable() *Table {
+	return &Table{cfg: Options{WebhookSecret: []byte("0123456789abcdef0123")}.withDefaults()}
 }
 
 func TestParseExecuteRequest(t *testing.T) {
@@ -88,7 +88,7 @@ func TestParseExecuteRequest(t *testing.T) {
 		}
 	}
 	// Without a configured secret, webhooks are refused.
-	noSecret := &taskTable{cfg: TaskConfig{}.withDefaults()}
+	noSecret := &Table{cfg: Options{}.withDefaults()}
 	if _, _, _, err := noSecret.parseExecuteRequest([]byte(`{"prompt":"x","webhook":{"url":"https://hooks.example.com/"}}`)); wire.CodeOf(err) != wire.InvalidArgument {
 		t.Fatalf("webhook without a secret: %v", err)
 	}
