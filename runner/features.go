@@ -11,6 +11,7 @@ import (
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/preview"
 	"github.com/warren-mesh/warren/runner/procs"
+	"github.com/warren-mesh/warren/runner/sessionlist"
 	"github.com/warren-mesh/warren/runner/tasks"
 	"github.com/warren-mesh/warren/runner/terms"
 )
@@ -36,6 +37,7 @@ var (
 	_ feature = (*files.API)(nil)
 	_ feature = (*preview.Relay)(nil)
 	_ feature = (*tasks.Table)(nil)
+	_ feature = (*sessionlist.Index)(nil)
 )
 
 // own is a feature written in package runner: routes on the Run's api, and optionally a busy predicate
@@ -69,7 +71,10 @@ func (r *Runner) buildFeatures() error {
 		Epoch: r.cfg.Epoch, LogBytes: r.cfg.ProcessLogBytes, DefaultWait: r.cfg.DefaultExecTimeout,
 		MaxWait: r.cfg.MaxExecTimeout, Store: taskStore, Prefix: taskPrefix})
 	r.terms = terms.New(terms.Config{Host: termHost{r}, Logger: r.log, Now: r.cfg.Now, Metrics: r.metrics.reg})
-	r.sessions = newSessionIndex(r)
+	sessions := sessionlist.Config{Host: sessionHost{r}}
+	if r.cfg.Model != nil {
+		sessions.Home, sessions.Prices = r.cfg.Model.Home, r.cfg.Model.Prices
+	}
 	r.watches = fswatch.New(fswatch.Config{Host: watchHost{r}, Logger: r.log, Metrics: r.metrics.reg, Ops: r.metrics.fileOps})
 	r.features = []feature{
 		own{r: r, routes: (*api).agentRoutes, close: r.closeHub,
@@ -81,7 +86,7 @@ func (r *Runner) buildFeatures() error {
 		files.New(files.Config{Host: filesHost{r}, Ops: r.metrics.fileOps, MaxFileSize: r.cfg.MaxFileSize}),
 		r.watches,
 		preview.New(preview.Config{Host: previewHost{r}, Metrics: r.metrics.reg, HostLoopback: r.cfg.PreviewHostLoopback}),
-		own{r: r, routes: (*api).sessionRoutes},
+		sessionlist.New(sessions),
 		gitapi.New(gitapi.Config{Host: gitHost{r}, Metrics: r.metrics.reg, Insecure: r.sandbox.Insecure(),
 			Workspace: r.cfg.Workspace, DefaultTimeout: r.cfg.DefaultExecTimeout, MaxTimeout: r.cfg.MaxExecTimeout,
 			User: r.cfg.User, Issuer: r.cfg.Issuer, SpoolDir: r.cfg.StateDir, MaxFileSize: r.cfg.MaxFileSize}),

@@ -97,6 +97,20 @@ func (h taskHost) Limit(def int) int { return h.r.taskLimit(def) }
 func (h taskHost) Grant() wire.Grant { return h.r.Grant() }
 func (h taskHost) Hub() *session.Hub { return h.r.hub }
 
+// sessionHost is sessionlist.Host.
+type sessionHost struct{ r *Runner }
+
+func (h sessionHost) Hub() *session.Hub { return h.r.hub }
+
+// Snapshot starts a snapshot in the background; Run's end waits for it (afterShutdown).
+func (h sessionHost) Snapshot(ctx context.Context, why string) {
+	h.r.bg.Add(1)
+	go func() {
+		defer h.r.bg.Done()
+		h.r.snapshot(ctx, why)
+	}()
+}
+
 // previewHost is preview.Host.
 type previewHost struct{ r *Runner }
 

@@ -66,7 +66,6 @@ type Runner struct {
 	features   []feature      // the parts of the sandbox API, in closing order (features.go)
 	procs      *procs.Table   // background processes
 	terms      *terms.Table   // terminals
-	sessions   *sessionIndex  // the session listing
 	tasks      *tasks.Table   // one-shot tasks
 	watches    *fswatch.Table // file watch subscribers
 }

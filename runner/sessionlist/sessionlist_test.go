@@ -1,4 +1,4 @@
-package runner
+package sessionlist
 
 import (
 	"os"
@@ -39,7 +39,7 @@ func writeTranscript(t *testing.T, home, slug, id string, lines ...string) strin
 // lines too long or malformed, and on the next listing reads only what was appended.
 func TestSessionIndexScansIncrementally(t *testing.T) {
 	home := t.TempDir()
-	x := &sessionIndex{home: home, prices: billing.DefaultPrices(), scans: map[string]*transcriptScan{}}
+	x := &Index{home: home, prices: billing.DefaultPrices(), scans: map[string]*transcriptScan{}}
 	long := `{"type":"user","message":{"content":"` + strings.Repeat("x", maxTranscriptLine) + `"},"timestamp":"2026-01-01T00:00:00Z"}` + "\n"
 	p := writeTranscript(t, home, "-workspace", sessA,
 		long,
@@ -87,7 +87,7 @@ func TestSessionIndexScansIncrementally(t *testing.T) {
 // deleted through.
 func TestSessionIndexStaysInTheHome(t *testing.T) {
 	home, outside := t.TempDir(), t.TempDir()
-	x := &sessionIndex{home: home, prices: billing.DefaultPrices(), scans: map[string]*transcriptScan{}}
+	x := &Index{home: home, prices: billing.DefaultPrices(), scans: map[string]*transcriptScan{}}
 	target := writeTranscript(t, outside, "x", sessB, `{"type":"user","message":{"content":"secret"},"timestamp":"2026-01-01T00:00:00Z"}`+"\n")
 	writeTranscript(t, home, "-workspace", sessA, `{"type":"user","message":{"content":"mine"},"timestamp":"2026-01-01T00:00:00Z"}`+"\n")
 	if err := os.Symlink(target, filepath.Join(home, ".claude", "projects", "-workspace", sessB+".jsonl")); err != nil {
@@ -121,7 +121,7 @@ func TestSessionIndexStaysInTheHome(t *testing.T) {
 // same node): the listing shows nothing of it and a delete removes nothing there.
 func TestSessionIndexClaudeSymlinkLeadsNowhere(t *testing.T) {
 	home, other := t.TempDir(), t.TempDir()
-	x := &sessionIndex{home: home, prices: billing.DefaultPrices(), scans: map[string]*transcriptScan{}}
+	x := &Index{home: home, prices: billing.DefaultPrices(), scans: map[string]*transcriptScan{}}
 	victim := writeTranscript(t, other, "-workspace", sessB, `{"type":"user","message":{"content":"someone else's secret"},"timestamp":"2026-01-01T00:00:00Z"}`+"\n")
 	if err := os.Symlink(filepath.Join(other, ".claude"), filepath.Join(home, ".claude")); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,11 @@
-package runner
+// Package sessionlist is the session listing (docs/PROTOCOL.md#sessions): the user's conversations are
+// the agent's transcripts, $HOME/.claude/projects/<cwd slug>/<session id>.jsonl under the agent's home,
+// which the snapshots carry.
+// Transcripts only grow, so each is scanned once and then from where the last scan stopped: a listing
+// reads what was appended since the previous one, not whole transcripts. The agent writes the transcripts
+// (and a tenant's commands run as the agent), so they are hostile input: lines are bounded, fields are
+// checked, token counts are clamped, and the home is read through os.Root so no symlink leads out.
+package sessionlist
 
 import (
 	"bufio"
@@ -25,13 +32,6 @@ import (
 	"github.com/warren-mesh/warren/runner/session"
 )
 
-// The session listing (docs/PROTOCOL.md#sessions): the user's conversations are the agent's transcripts,
-// $HOME/.claude/projects/<cwd slug>/<session id>.jsonl under the agent's home, which the snapshots carry.
-// Transcripts only grow, so each is scanned once and then from where the last scan stopped: a listing
-// reads what was appended since the previous one, not whole transcripts. The agent writes the transcripts
-// (and a tenant's commands run as the agent), so they are hostile input: lines are bounded, fields are
-// checked, token counts are clamped, and the home is read through os.Root so no symlink leads out.
-
 const (
 	// maxTranscriptLine bounds one transcript line the scan decodes; longer lines (large tool results)
 	// are skipped.
@@ -43,8 +43,26 @@ const (
 	maxCountedMessages = 100_000
 )
 
-// sessionIndex lists and deletes the transcripts of the agent's home.
-type sessionIndex struct {
+// Host is what the listing uses of the runner. Its methods may be called concurrently.
+type Host interface {
+	// Hub is the agent channel's hub of the running Run (whose sessions are live).
+	Hub() *session.Hub
+	// Snapshot starts a snapshot of the sandbox in the background, bounded by ctx (why is logged).
+	Snapshot(ctx context.Context, why string)
+}
+
+// Config is what the listing is built with.
+type Config struct {
+	Host Host
+	// Home is the agent's home ("" without an agent); Prices price the transcripts' model calls (zero:
+	// billing.DefaultPrices).
+	Home   string
+	Prices billing.Prices
+}
+
+// Index lists and deletes the transcripts of the agent's home. Create it with New.
+type Index struct {
+	host   Host
 	home   string // the agent's home; "" without an agent
 	prices billing.Prices
 
@@ -61,14 +79,11 @@ type transcriptScan struct {
 	counted map[string]bool
 }
 
-func newSessionIndex(r *Runner) *sessionIndex {
-	x := &sessionIndex{scans: map[string]*transcriptScan{}}
-	if r.cfg.Model != nil {
-		x.home = r.cfg.Model.Home
-		x.prices = r.cfg.Model.Prices
-		if x.prices.Models == nil && x.prices.Default == (billing.Price{}) {
-			x.prices = billing.DefaultPrices()
-		}
+// New makes the listing.
+func New(cfg Config) *Index {
+	x := &Index{host: cfg.Host, home: cfg.Home, prices: cfg.Prices, scans: map[string]*transcriptScan{}}
+	if x.prices.Models == nil && x.prices.Default == (billing.Price{}) {
+		x.prices = billing.DefaultPrices()
 	}
 	return x
 }
@@ -80,7 +95,7 @@ type transcript struct {
 }
 
 // transcripts finds the transcripts, newest first, at most wire.MaxSessionList.
-func (x *sessionIndex) transcripts(root *os.Root) []transcript {
+func (x *Index) transcripts(root *os.Root) []transcript {
 	var out []transcript
 	for _, slug := range readDirN(root, "projects") {
 		if !slug.IsDir() {
@@ -123,7 +138,7 @@ func readDirN(root *os.Root, dir string) []fs.DirEntry {
 // .claude is the agent's, and so the tenant's: it is opened through the home's root, which refuses a
 // symlink leading out of the home (os.OpenRoot on the joined path would follow one to any host directory,
 // another user's home included).
-func (x *sessionIndex) openClaude() (*os.Root, error) {
+func (x *Index) openClaude() (*os.Root, error) {
 	home, err := os.OpenRoot(x.home)
 	if err != nil {
 		return nil, err
@@ -137,7 +152,7 @@ func (x *sessionIndex) openClaude() (*os.Root, error) {
 }
 
 // list describes the sessions, most recently active first.
-func (x *sessionIndex) list(hub *session.Hub) ([]wire.SessionSummary, error) {
+func (x *Index) list(hub *session.Hub) ([]wire.SessionSummary, error) {
 	out := []wire.SessionSummary{}
 	if x.home == "" {
 		return out, nil
@@ -296,7 +311,7 @@ func clip(s string) string {
 
 // remove deletes the session's transcript (and the directory of its side files, when there is one). A
 // live session is a conflict; one without a transcript is not_found.
-func (x *sessionIndex) remove(hub *session.Hub, id string) error {
+func (x *Index) remove(hub *session.Hub, id string) error {
 	if !session.ValidID(id) {
 		return wire.Errorf(wire.NotFound, "no session %q in this sandbox", web.TruncateID(id))
 	}
@@ -338,13 +353,20 @@ func (x *sessionIndex) remove(hub *session.Hub, id string) error {
 	return nil
 }
 
-func (a *api) sessionRoutes(s web.Serve) {
-	s.Handle("/v1/sessions", web.Methods{http.MethodGet: a.listSessions})
-	s.Handle("/v1/sessions/", web.Methods{http.MethodDelete: a.deleteSession})
+// Routes mounts the session routes on s.
+func (x *Index) Routes(s web.Serve) {
+	s.Handle("/v1/sessions", web.Methods{http.MethodGet: x.listSessions})
+	s.Handle("/v1/sessions/", web.Methods{http.MethodDelete: x.deleteSession})
 }
 
-func (a *api) listSessions(w http.ResponseWriter, req *http.Request) {
-	list, err := a.r.sessions.list(a.hub)
+// Busy is false: a live session keeps the sandbox awake through the agent channel, not the listing.
+func (*Index) Busy(time.Time) bool { return false }
+
+// Close has nothing to end.
+func (*Index) Close(context.Context) error { return nil }
+
+func (x *Index) listSessions(w http.ResponseWriter, req *http.Request) {
+	list, err := x.list(x.host.Hub())
 	if err != nil {
 		web.Fail(w, req, err)
 		return
@@ -352,18 +374,14 @@ func (a *api) listSessions(w http.ResponseWriter, req *http.Request) {
 	web.WriteJSON(w, http.StatusOK, wire.SessionList{Sessions: list})
 }
 
-func (a *api) deleteSession(w http.ResponseWriter, req *http.Request) {
+func (x *Index) deleteSession(w http.ResponseWriter, req *http.Request) {
 	id := strings.TrimPrefix(req.URL.Path, "/v1/sessions/")
-	if err := a.r.sessions.remove(a.hub, id); err != nil {
+	if err := x.remove(x.host.Hub(), id); err != nil {
 		web.Fail(w, req, err)
 		return
 	}
 	web.Logger(req).Info("session deleted", "session", id)
 	// The last snapshot still holds the transcript: the next one must not.
-	a.r.bg.Add(1)
-	go func() {
-		defer a.r.bg.Done()
-		a.r.snapshot(context.WithoutCancel(req.Context()), "session deleted")
-	}()
+	x.host.Snapshot(context.WithoutCancel(req.Context()), "session deleted")
 	w.WriteHeader(http.StatusNoContent)
 }
