@@ -2,7 +2,10 @@
 // driver as `warren runner`. It owns the user's workspace directory and serves an internal HTTP API on
 // loopback that only the edge calls, with the public paths of the sandbox API (docs/PROTOCOL.md#runner-api):
 // command execution inside a bubblewrap sandbox (runner/isolate), file access confined to the workspace
-// (runner/workspace), and the agent channel over WebSocket (runner/session), plus /healthz and /metrics.
+// (runner/files over runner/workspace), and the agent channel over WebSocket (runner/session), plus
+// /healthz and /metrics. The other features are packages of their own (runner/procs, runner/terms,
+// runner/gitapi, runner/fswatch, runner/preview, runner/tasks, runner/sessionlist), each handed a small
+// Host interface that this package implements (hosts.go); the Runner holds them in a list (features.go).
 //
 // Lifecycle: New validates the Config and prepares directories; Run listens, closes Ready once the address
 // is known (see Addr), serves until its context ends, then shuts down gracefully within ShutdownTimeout,
