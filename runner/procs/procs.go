@@ -273,7 +273,7 @@ func (p *proc) signal(name string) error {
 		return wire.Errorf(wire.InvalidArgument, "signal %s is not supported", name)
 	}
 	if p.p == nil {
-		return nil // kept from before a sleep (procpersist.go): exited, as signalling an exited process
+		return nil // kept from before a sleep (persist.go): exited, as signalling an exited process
 	}
 	if sig == syscall.SIGKILL {
 		p.mu.Lock()
