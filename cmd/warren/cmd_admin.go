@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -161,7 +160,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return fmt.Errorf("unknown command %q", strings.Join(rest[:min(2, len(rest))], " "))
 	}
-	return run(ctx, af, rest[len(strings.Fields(name)):], stdout, stderr)
+	return asAdminError(run(ctx, af, rest[len(strings.Fields(name)):], stdout, stderr))
 }
 
 // wantArgs checks the positional arguments' count and names them in the error.
@@ -181,12 +180,13 @@ func adminIssuersList(ctx context.Context, af *adminFlags, args []string, stdout
 	if err != nil {
 		return err
 	}
-	var list struct {
-		Issuers []issuerView `json:"issuers"`
-	}
-	if err := c.call(ctx, "GET", "/v1/issuers", nil, nil, &list); err != nil {
+	issuers, err := c.ListIssuers(ctx)
+	if err != nil {
 		return err
 	}
+	list := struct {
+		Issuers []billing.Issuer `json:"issuers"`
+	}{issuers}
 	if af.json {
 		return printJSON(stdout, list)
 	}
@@ -202,14 +202,6 @@ func adminIssuersList(ctx context.Context, af *adminFlags, args []string, stdout
 	return tw.Flush()
 }
 
-// issuerView is an issuer as the API answers it.
-type issuerView struct {
-	ID      string         `json:"iss"`
-	Name    string         `json:"name"`
-	Created time.Time      `json:"created"`
-	Quota   *billing.Quota `json:"default_quota,omitempty"`
-}
-
 func adminIssuersPut(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
 	fs := af.flagSet("issuers put", stderr)
 	name := fs.String("name", "", "display name (default: keep the current one)")
@@ -217,21 +209,17 @@ func adminIssuersPut(ctx context.Context, af *adminFlags, args []string, stdout,
 	if err != nil {
 		return err
 	}
-	path := "/v1/issuers/" + url.PathEscape(pos[0])
-	var cur issuerView
-	existed := true
-	if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
-		if !isCode(err, wire.NotFound) {
-			return err
-		}
-		existed = false
+	cur, err := c.GetIssuer(ctx, pos[0])
+	existed := err == nil
+	if err != nil && !adminclient.IsCode(err, wire.NotFound) {
+		return err
 	}
 	newName := cur.Name
 	if flagSet(fs, "name") {
 		newName = *name
 	}
-	var iss issuerView
-	if err := c.call(ctx, "PUT", path, nil, map[string]string{"name": newName}, &iss); err != nil {
+	iss, err := c.PutIssuer(ctx, pos[0], newName)
+	if err != nil {
 		return err
 	}
 	if af.json {
@@ -252,38 +240,19 @@ func adminKeysRotate(ctx context.Context, af *adminFlags, args []string, stdout,
 	if err != nil {
 		return err
 	}
-	var key struct {
-		Kid    string `json:"kid"`
-		Secret string `json:"secret"`
-	}
-	if err := c.call(ctx, "POST", "/v1/issuers/"+url.PathEscape(pos[0])+"/keys", nil, nil, &key); err != nil {
+	key, err := c.RotateKey(ctx, pos[0])
+	if err != nil {
 		return err
 	}
 	if af.json {
 		return printJSON(stdout, key)
 	}
-	fmt.Fprintf(stdout, "kid     %s\nsecret  %s\n", key.Kid, key.Secret)
+	fmt.Fprintf(stdout, "kid     %s\nsecret  %s\n", key.KeyID, key.Secret)
 	fmt.Fprintf(stderr, "The secret is shown only this once: store it in your backend's secret manager. Give it to your JWT\n"+
 		"library as is, a string (HS256 over its UTF-8 bytes; never base64-decode it), and put kid %q in the header.\n"+
 		"To try it: %s=SECRET warren token -issuer %s -kid %s -user USER (README: Minting tokens).\n",
-		key.Kid, issuerSecretEnv, pos[0], key.Kid)
+		key.KeyID, issuerSecretEnv, pos[0], key.KeyID)
 	return nil
-}
-
-// quotaPath is the API path of ISS's quota or of its user's override.
-func quotaPath(iss, user string) string {
-	p := "/v1/quotas/" + url.PathEscape(iss)
-	if user != "" {
-		p += "/users/" + url.PathEscape(user)
-	}
-	return p
-}
-
-// quotaView is a quota as the API answers it.
-type quotaView struct {
-	Issuer string `json:"iss"`
-	User   string `json:"sub,omitempty"`
-	billing.Quota
 }
 
 func adminQuotaGet(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
@@ -293,13 +262,12 @@ func adminQuotaGet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	if err != nil {
 		return err
 	}
-	var q quotaView
-	err = c.call(ctx, "GET", quotaPath(pos[0], *user), nil, nil, &q)
+	q, err := c.GetQuota(ctx, billing.QuotaKey{Issuer: pos[0], User: *user})
 	fallback := false
-	if *user != "" && isCode(err, wire.NotFound) {
+	if *user != "" && adminclient.IsCode(err, wire.NotFound) {
 		// The user has no override: show what applies instead, the issuer's default.
 		fallback = true
-		err = c.call(ctx, "GET", quotaPath(pos[0], ""), nil, nil, &q)
+		q, err = c.GetQuota(ctx, billing.QuotaKey{Issuer: pos[0]})
 	}
 	if err != nil {
 		return err
@@ -314,7 +282,7 @@ func adminQuotaGet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	return nil
 }
 
-func printQuota(w io.Writer, q quotaView) {
+func printQuota(w io.Writer, q adminclient.Quota) {
 	who := q.Issuer + " (issuer default)"
 	if q.User != "" {
 		who = q.Issuer + "/" + q.User
@@ -446,14 +414,11 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		return err
 	}
 	// Start from the current quota, so flags left out keep their value.
-	path := quotaPath(pos[0], *user)
-	var cur quotaView
-	exists := true
-	if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
-		if !isCode(err, wire.NotFound) {
-			return err
-		}
-		exists = false
+	key := billing.QuotaKey{Issuer: pos[0], User: *user}
+	cur, err := c.GetQuota(ctx, key)
+	exists := err == nil
+	if err != nil && !adminclient.IsCode(err, wire.NotFound) {
+		return err
 	}
 	q := cur.Quota
 	// The admission fields and sandbox limits are optional: a flag left out keeps the value, never counted
@@ -514,7 +479,7 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	}
 	switch {
 	case !exists && len(missing) > 0:
-		return fmt.Errorf("%s has no quota yet: a new one needs %s", strings.TrimPrefix(path, "/v1/quotas/"), strings.Join(missing, ", "))
+		return fmt.Errorf("%s has no quota yet: a new one needs %s", strings.TrimPrefix(adminclient.QuotaPath(key), "/v1/quotas/"), strings.Join(missing, ", "))
 	case len(missing) == 4 && optional == 0:
 		return errors.New("nothing to set: pass -ai-usd, -compute, -window, -max-sessions or a rate, issuer cap or sandbox limit flag")
 	}
@@ -525,18 +490,8 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		}
 		expected = *revision
 	}
-	body := map[string]any{"ai_microdollars": q.AIMicros, "compute_seconds": q.ComputeSeconds, "window": q.Window,
-		"max_concurrent_sessions": q.MaxConcurrentSessions, "revision": expected,
-		"max_issuer_sessions": q.MaxIssuerSessions, "connects_per_minute": q.ConnectsPerMinute,
-		"issuer_connects_per_minute": q.IssuerConnectsPerMinute, "prompts_per_minute": q.PromptsPerMinute,
-		"issuer_prompts_per_minute": q.IssuerPromptsPerMinute, "max_processes": q.MaxProcesses,
-		"max_memory_bytes": q.MaxMemoryBytes, "cpu_millis": q.CPUMillis, "max_tmp_bytes": q.MaxTmpBytes,
-		"max_workspace_bytes": q.MaxWorkspaceBytes, "max_concurrent_execs": q.MaxConcurrentExecs,
-		"max_stored_bytes": q.MaxStoredBytes, "max_background_processes": q.MaxBackgroundProcesses,
-		"max_process_log_bytes": q.MaxProcessLogBytes, "max_file_watches": q.MaxFileWatches, "max_terminals": q.MaxTerminals,
-		"max_tasks": q.MaxTasks, "max_preview_urls": q.MaxPreviewURLs}
-	var stored quotaView
-	if err := c.call(ctx, "PUT", path, nil, body, &stored); err != nil {
+	stored, err := c.PutQuota(ctx, key, q, expected)
+	if err != nil {
 		return err
 	}
 	if af.json {
@@ -570,59 +525,18 @@ func adminUsageReport(ctx context.Context, af *adminFlags, args []string, stdout
 	if err != nil {
 		return err
 	}
-	q := url.Values{"from": {*from}, "to": {*to}, "group_by": {*groupBy}}
-	if *iss != "" {
-		q.Set("iss", *iss)
-	}
-	if *user != "" {
-		q.Set("sub", *user)
-	}
+	q := adminclient.UsageQuery{Issuer: *iss, User: *user, From: *from, To: *to, GroupBy: billing.GroupBy(*groupBy)}
 	if *asCSV {
-		resp, err := c.do(ctx, "GET", "/v1/usage", q, nil, "text/csv")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if _, err := io.Copy(stdout, resp.Body); err != nil {
-			return adminError{fmt.Errorf("usage export broke off: %w", err)}
-		}
-		return nil
+		return c.UsageCSV(ctx, q, stdout)
 	}
-	// Every page, collected: one report.
-	var report struct {
-		GroupBy string              `json:"group_by"`
-		From    time.Time           `json:"from"`
-		To      time.Time           `json:"to"`
-		Rows    []map[string]any    `json:"rows"`
-		Totals  billing.UsageTotals `json:"totals"`
-	}
-	q.Set("limit", strconv.Itoa(billing.MaxUsageLimit))
-	for {
-		var page struct {
-			GroupBy    string              `json:"group_by"`
-			From       time.Time           `json:"from"`
-			To         time.Time           `json:"to"`
-			Rows       []map[string]any    `json:"rows"`
-			Totals     billing.UsageTotals `json:"totals"`
-			NextCursor string              `json:"next_cursor"`
-		}
-		if err := c.call(ctx, "GET", "/v1/usage", q, nil, &page); err != nil {
-			return err
-		}
-		report.GroupBy, report.From, report.To, report.Totals = page.GroupBy, page.From, page.To, page.Totals
-		report.Rows = append(report.Rows, page.Rows...)
-		if page.NextCursor == "" {
-			break
-		}
-		q.Set("cursor", page.NextCursor)
-	}
-	if report.Rows == nil {
-		report.Rows = []map[string]any{}
+	report, err := c.Usage(ctx, q, 0) // every page, collected: one report
+	if err != nil {
+		return err
 	}
 	if af.json {
 		return printJSON(stdout, report)
 	}
-	col := report.GroupBy
+	col := string(report.GroupBy)
 	if col == "user" {
 		col = "sub"
 	}
@@ -630,31 +544,15 @@ func adminUsageReport(ctx context.Context, af *adminFlags, args []string, stdout
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "ISS\t%s\tAI USD\tCOMPUTE\tEVENTS\n", strings.ToUpper(col))
 	for _, r := range report.Rows {
-		key, _ := r[col].(string)
+		key := adminclient.UsageKey(r)
 		if col == "model" && key == "" {
 			key = "(compute)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r["iss"], key, usd(jsonInt(r["ai_microdollars"])),
-			seconds(jsonInt(r["compute_seconds"])), strconv.FormatInt(jsonInt(r["events"]), 10))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", r.Issuer, key, usd(r.AIMicros), seconds(r.ComputeSeconds), r.Events)
 	}
 	t := report.Totals
 	fmt.Fprintf(tw, "TOTAL\t\t%s\t%s\t%d\n", usd(t.AIMicros), seconds(t.ComputeSeconds), t.Events)
 	return tw.Flush()
-}
-
-func jsonInt(v any) int64 {
-	f, _ := v.(float64)
-	return int64(f)
-}
-
-// priceTable is GET /v1/prices.
-type priceTable struct {
-	Default billing.Price `json:"default"`
-	Models  []struct {
-		Model  string        `json:"model"`
-		Price  billing.Price `json:"price"`
-		Custom bool          `json:"custom"`
-	} `json:"models"`
 }
 
 func adminPricesList(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
@@ -663,8 +561,8 @@ func adminPricesList(ctx context.Context, af *adminFlags, args []string, stdout,
 	if err != nil {
 		return err
 	}
-	var table priceTable
-	if err := c.call(ctx, "GET", "/v1/prices", nil, nil, &table); err != nil {
+	table, err := c.ListPrices(ctx)
+	if err != nil {
 		return err
 	}
 	if af.json {
@@ -696,11 +594,8 @@ func adminPricesSet(ctx context.Context, af *adminFlags, args []string, stdout, 
 	if err != nil {
 		return err
 	}
-	path := "/v1/prices/" + url.PathEscape(pos[0])
-	var cur struct {
-		Price billing.Price `json:"price"`
-	}
-	if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
+	cur, err := c.GetPrice(ctx, pos[0])
+	if err != nil {
 		return err
 	}
 	p := cur.Price
@@ -723,15 +618,15 @@ func adminPricesSet(ctx context.Context, af *adminFlags, args []string, stdout, 
 	if !changed {
 		return errors.New("nothing to set: pass -input, -output, -cache-read or -cache-creation")
 	}
-	var stored struct {
-		Model string        `json:"model"`
-		Price billing.Price `json:"price"`
-	}
-	if err := c.call(ctx, "PUT", path, nil, p, &stored); err != nil {
+	stored, err := c.PutPrice(ctx, pos[0], p)
+	if err != nil {
 		return err
 	}
 	if af.json {
-		return printJSON(stdout, stored)
+		return printJSON(stdout, struct {
+			Model string        `json:"model"`
+			Price billing.Price `json:"price"`
+		}{stored.Model, stored.Price})
 	}
 	fmt.Fprintf(stdout, "%s now costs, in USD per million tokens: input %s, output %s, cache read %s, cache creation %s\n",
 		stored.Model, usd(stored.Price.Input), usd(stored.Price.Output), usd(stored.Price.CacheRead), usd(stored.Price.CacheCreation))
@@ -746,15 +641,15 @@ func adminQuotaDelete(ctx context.Context, af *adminFlags, args []string, stdout
 	if err != nil {
 		return err
 	}
-	path := quotaPath(pos[0], *user)
+	key := billing.QuotaKey{Issuer: pos[0], User: *user}
 	if *rev == 0 {
-		var cur quotaView
-		if err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
+		cur, err := c.GetQuota(ctx, key)
+		if err != nil {
 			return err
 		}
 		*rev = cur.Revision
 	}
-	if err := c.call(ctx, "DELETE", path, url.Values{"revision": {strconv.FormatInt(*rev, 10)}}, nil, nil); err != nil {
+	if err := c.DeleteQuota(ctx, key, *rev); err != nil {
 		return err
 	}
 	what := "the default quota of " + pos[0]
@@ -771,7 +666,7 @@ func adminPricesDelete(ctx context.Context, af *adminFlags, args []string, stdou
 	if err != nil {
 		return err
 	}
-	if err := c.call(ctx, "DELETE", "/v1/prices/"+url.PathEscape(pos[0]), nil, nil, nil); err != nil {
+	if err := c.DeletePrice(ctx, pos[0]); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "deleted the price override of %s\n", pos[0])
@@ -942,17 +837,9 @@ func countLimit(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// adminClient calls the billing API with the admin key.
-type adminClient struct {
-	base string
-	key  string
-	http *http.Client
-}
-
-// client resolves the key (-admin-key, $WARREN_ADMIN_KEY, else the data dir's secrets file) and the URL.
 // start is every subcommand's preamble: parse flags and positional arguments, check the required ones
 // (names), and make the client.
-func (af *adminFlags) start(ctx context.Context, fs *flag.FlagSet, args []string, names ...string) ([]string, *adminClient, error) {
+func (af *adminFlags) start(ctx context.Context, fs *flag.FlagSet, args []string, names ...string) ([]string, *adminclient.Client, error) {
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return nil, nil, err
@@ -964,11 +851,8 @@ func (af *adminFlags) start(ctx context.Context, fs *flag.FlagSet, args []string
 	return pos, c, err
 }
 
-func (af *adminFlags) client(ctx context.Context) (*adminClient, error) {
-	u, err := url.Parse(af.url)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("bad -url %q: want http(s)://host:port", af.url)
-	}
+// client resolves the key (-admin-key, $WARREN_ADMIN_KEY, else the data dir's secrets file) and the URL.
+func (af *adminFlags) client(ctx context.Context) (*adminclient.Client, error) {
 	key := af.key
 	if key == "" {
 		path := filepath.Join(af.dataDir, file.DefaultFileName)
@@ -986,70 +870,27 @@ func (af *adminFlags) client(ctx context.Context) (*adminClient, error) {
 			}
 		}
 	}
-	if key == "" {
+	c, err := adminclient.New(adminclient.Config{URL: af.url, Key: key, UserAgent: "warren-cli/" + version})
+	switch {
+	case errors.Is(err, adminclient.ErrBadURL):
+		return nil, fmt.Errorf("bad -url %q: want http(s)://host:port", af.url)
+	case errors.Is(err, adminclient.ErrNoKey):
 		return nil, fmt.Errorf("no admin key: pass -admin-key or set WARREN_ADMIN_KEY (warren dev keeps one in %s)",
 			filepath.Join(af.dataDir, file.DefaultFileName))
+	case err != nil:
+		return nil, err
 	}
-	return &adminClient{base: strings.TrimRight(af.url, "/"), key: key, http: &http.Client{Timeout: 0}}, nil
+	return c, nil
 }
 
-// do sends one request and returns a 2xx response; any other status becomes an adminError holding the
-// *wire.Error the API answered.
-func (c *adminClient) do(ctx context.Context, method, path string, q url.Values, body any, accept string) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
+// asAdminError shows a failed call of the billing API as an adminError; other errors pass as they are.
+func asAdminError(err error) error {
+	var ce *adminclient.Error
+	var shown adminError
+	if errors.As(err, &ce) && !errors.As(err, &shown) {
+		return adminError{err}
 	}
-	target := c.base + path
-	if len(q) > 0 {
-		target += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target, rd)
-	if err != nil {
-		return nil, fmt.Errorf("bad -url %q: %w", c.base, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Accept", accept)
-	req.Header.Set("User-Agent", "warren-cli/"+version)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, adminError{err}
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, adminError{wire.ReadHTTPError(resp.StatusCode, data)}
-	}
-	return resp, nil
-}
-
-// call sends a JSON request and decodes the JSON answer into out.
-func (c *adminClient) call(ctx context.Context, method, path string, q url.Values, body, out any) error {
-	resp, err := c.do(ctx, method, path, q, body, "application/json")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil { // an answer without a body (204)
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return adminError{fmt.Errorf("read the answer of %s %s: %w", method, path, err)}
-	}
-	return nil
-}
-
-// isCode reports whether err is the API's error with code c.
-func isCode(err error, c wire.Code) bool {
-	var we *wire.Error
-	return errors.As(err, &we) && we.Code == c
+	return err
 }
 
 // adminError is an error of the billing API as the CLI shows it; the original stays underneath.
@@ -1057,7 +898,21 @@ type adminError struct{ err error }
 
 func (e adminError) Unwrap() error { return e.err }
 
+// Error is the CLI's sentence for the error, with the request id the billing API logged it under, when
+// it answered.
 func (e adminError) Error() string {
+	var ce *adminclient.Error
+	var te *adminclient.TimeoutError
+	switch {
+	case errors.As(e.err, &te) && errors.As(e.err, &ce):
+		return fmt.Sprintf("the billing API did not answer within %s (request id %s)", te.After, ce.RequestID)
+	case errors.As(e.err, &ce) && ce.Status != 0:
+		return e.describe() + " (request id " + ce.RequestID + ")"
+	}
+	return e.describe()
+}
+
+func (e adminError) describe() string {
 	var we *wire.Error
 	if errors.As(e.err, &we) {
 		m := we.Message

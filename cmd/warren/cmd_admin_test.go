@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/secrets/file"
@@ -94,7 +95,7 @@ func TestAdminIssuersAndKeys(t *testing.T) {
 			t.Fatalf("issuers ls lacks %q:\n%s", want, out)
 		}
 	}
-	var list struct{ Issuers []issuerView }
+	var list struct{ Issuers []billing.Issuer }
 	e.mustJSON(t, &list, "issuers", "ls")
 	if len(list.Issuers) != 1 || list.Issuers[0].Quota == nil || list.Issuers[0].Quota.AIMicros != 2_500_000 {
 		t.Fatalf("issuers ls -json: %+v", list)
@@ -139,15 +140,15 @@ func TestAdminQuota(t *testing.T) {
 		t.Fatalf("quota set: %q", out)
 	}
 	// Flags left out keep their value; the revision read just before is sent.
-	var q quotaView
+	var q adminclient.Quota
 	e.mustJSON(t, &q, "quota", "set", "acme", "-ai-usd", "unlimited")
-	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: -1, ComputeSeconds: 3600, Window: billing.Day, MaxConcurrentSessions: -1, Revision: 2}}
+	want := adminclient.Quota{Issuer: "acme", Quota: billing.Quota{AIMicros: -1, ComputeSeconds: 3600, Window: billing.Day, MaxConcurrentSessions: -1, Revision: 2}}
 	if q != want {
 		t.Fatalf("quota set -ai-usd unlimited = %+v, want %+v", q, want)
 	}
 	// A stale -revision is a conflict, said so.
 	_, _, err := e.run(t, "quota", "set", "acme", "-ai-usd", "1", "-revision", "1")
-	if err == nil || !strings.Contains(err.Error(), "conflict") || !isCode(err, "conflict") {
+	if err == nil || !strings.Contains(err.Error(), "conflict") || !adminclient.IsCode(err, "conflict") {
 		t.Fatalf("stale -revision: %v", err)
 	}
 	e.mustRun(t, "quota", "set", "acme", "-compute", "2h", "-revision", "2")
@@ -185,9 +186,9 @@ func TestAdminQuotaAdmissionFields(t *testing.T) {
 		}
 	}
 	// A flag alone is something to set; the others keep their value.
-	var q quotaView
+	var q adminclient.Quota
 	e.mustJSON(t, &q, "quota", "set", "acme", "-prompts-per-minute", "5")
-	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
+	want := adminclient.Quota{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
 		MaxConcurrentSessions: 2, MaxIssuerSessions: 10, ConnectsPerMinute: 30, IssuerConnectsPerMinute: -1,
 		PromptsPerMinute: 5, Revision: 2}}
 	if q != want {
@@ -218,7 +219,7 @@ func TestAdminQuotaAdmissionFields(t *testing.T) {
 		t.Fatalf("quota set -user alice:\n%s", out)
 	}
 	_, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-max-issuer-sessions", "2")
-	if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), "/v1/quotas/acme") {
+	if err == nil || !adminclient.IsCode(err, "invalid_argument") || !strings.Contains(err.Error(), "/v1/quotas/acme") {
 		t.Fatalf("an issuer cap on an override: %v", err)
 	}
 }
@@ -235,9 +236,9 @@ func TestAdminQuotaIssuerPrompts(t *testing.T) {
 			t.Fatalf("quota set lacks %q:\n%s", want, out)
 		}
 	}
-	var q quotaView
+	var q adminclient.Quota
 	e.mustJSON(t, &q, "quota", "set", "acme", "-issuer-prompts-per-minute", "unlimited")
-	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
+	want := adminclient.Quota{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
 		MaxConcurrentSessions: 2, PromptsPerMinute: 6, IssuerPromptsPerMinute: -1, Revision: 2}}
 	if q != want {
 		t.Fatalf("quota set -issuer-prompts-per-minute unlimited = %+v, want %+v", q, want)
@@ -267,7 +268,7 @@ func TestAdminQuotaIssuerPrompts(t *testing.T) {
 	}
 	for _, v := range []string{"7", "unlimited"} {
 		_, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-issuer-prompts-per-minute", v)
-		if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), "/v1/quotas/acme") {
+		if err == nil || !adminclient.IsCode(err, "invalid_argument") || !strings.Contains(err.Error(), "/v1/quotas/acme") {
 			t.Fatalf("an issuer prompt rate %s on an override: %v", v, err)
 		}
 	}
@@ -289,9 +290,9 @@ func TestAdminQuotaSandboxLimits(t *testing.T) {
 			t.Fatalf("quota set lacks %q:\n%s", want, out)
 		}
 	}
-	var q quotaView
+	var q adminclient.Quota
 	e.mustJSON(t, &q, "quota", "set", "acme", "-max-memory", "unlimited", "-max-stored", "default", "-max-tmp", "1.5GiB")
-	want := quotaView{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
+	want := adminclient.Quota{Issuer: "acme", Quota: billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 3600, Window: billing.Day,
 		MaxConcurrentSessions: 2, Revision: 2, SandboxQuota: billing.SandboxQuota{MaxProcesses: 64, MaxMemoryBytes: -1,
 			CPUMillis: 1500, MaxTmpBytes: 3 << 29, MaxWorkspaceBytes: 2 << 30, MaxConcurrentExecs: 3}}}
 	if q != want {
@@ -314,7 +315,7 @@ func TestAdminQuotaSandboxLimits(t *testing.T) {
 	for _, bad := range [][]string{{"-max-memory", "1MiB", "max_memory_bytes"}, {"-max-processes", "7", "max_processes"},
 		{"-cpu-millis", "9", "cpu_millis"}} {
 		_, _, err := e.run(t, "quota", "set", "acme", bad[0], bad[1])
-		if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), bad[2]) {
+		if err == nil || !adminclient.IsCode(err, "invalid_argument") || !strings.Contains(err.Error(), bad[2]) {
 			t.Errorf("quota set %s %s: %v, want invalid_argument naming %s", bad[0], bad[1], err, bad[2])
 		}
 	}
@@ -406,7 +407,7 @@ func TestAdminPrices(t *testing.T) {
 	if !strings.Contains(out, "input 2.50, output 15.00, cache read 0.0001, cache creation 3.75") {
 		t.Fatalf("prices set: %q", out)
 	}
-	var table priceTable
+	var table adminclient.PriceTable
 	e.mustJSON(t, &table, "prices", "ls")
 	for _, m := range table.Models {
 		if m.Model == "claude-sonnet" && (!m.Custom || m.Price.Input != 2_500_000 || m.Price.CacheRead != 100) {
@@ -429,7 +430,7 @@ func TestAdminDeletes(t *testing.T) {
 	e.mustRun(t, "quota", "set", "acme", "-ai-usd", "5", "-compute", "3600", "-window", "day", "-max-sessions", "2")
 	e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-ai-usd", "1", "-compute", "60", "-window", "day", "-max-sessions", "1")
 	e.mustRun(t, "quota", "set", "acme", "-user", "alice", "-compute", "61")
-	if _, _, err := e.run(t, "quota", "delete", "acme", "-user", "alice", "-revision", "1"); err == nil || !isCode(err, "conflict") {
+	if _, _, err := e.run(t, "quota", "delete", "acme", "-user", "alice", "-revision", "1"); err == nil || !adminclient.IsCode(err, "conflict") {
 		t.Fatalf("quota delete at a stale revision: %v", err)
 	}
 	if out := e.mustRun(t, "quota", "delete", "acme", "-user", "alice"); !strings.Contains(out, "deleted the quota of acme/alice") || !strings.Contains(out, "revision 2") {
@@ -438,18 +439,18 @@ func TestAdminDeletes(t *testing.T) {
 	if out := e.mustRun(t, "quota", "get", "acme", "-user", "alice"); !strings.Contains(out, "alice has no quota of its own") {
 		t.Fatalf("quota get after the delete: %q", out)
 	}
-	if _, _, err := e.run(t, "quota", "delete", "acme", "-user", "alice"); err == nil || !isCode(err, "not_found") {
+	if _, _, err := e.run(t, "quota", "delete", "acme", "-user", "alice"); err == nil || !adminclient.IsCode(err, "not_found") {
 		t.Fatalf("quota delete of a deleted quota: %v", err)
 	}
 	e.mustRun(t, "quota", "delete", "acme", "-revision", "1")
-	if _, _, err := e.run(t, "quota", "get", "acme"); err == nil || !isCode(err, "not_found") {
+	if _, _, err := e.run(t, "quota", "get", "acme"); err == nil || !adminclient.IsCode(err, "not_found") {
 		t.Fatalf("quota get after deleting the default: %v", err)
 	}
 	e.mustRun(t, "prices", "set", "acme-model", "-input", "1", "-output", "2")
 	if out := e.mustRun(t, "prices", "delete", "acme-model"); !strings.Contains(out, "deleted the price override of acme-model") {
 		t.Fatalf("prices delete: %q", out)
 	}
-	if _, _, err := e.run(t, "prices", "delete", "acme-model"); err == nil || !isCode(err, "not_found") {
+	if _, _, err := e.run(t, "prices", "delete", "acme-model"); err == nil || !adminclient.IsCode(err, "not_found") {
 		t.Fatalf("prices delete of a deleted override: %v", err)
 	}
 }
@@ -557,7 +558,7 @@ func TestAdminQuotaPerUserLimits(t *testing.T) {
 			t.Fatalf("quota set %s %s: the output lacks %q:\n%s", f[0], f[1], f[2], out)
 		}
 	}
-	var q quotaView
+	var q adminclient.Quota
 	e.mustJSON(t, &q, "quota", "set", "acme", "-user", "alice", "-max-terminals", "default")
 	want := billing.SandboxQuota{MaxBackgroundProcesses: 1, MaxProcessLogBytes: 64 << 10, MaxFileWatches: -1, MaxTasks: 3,
 		MaxPreviewURLs: 4}
@@ -568,7 +569,7 @@ func TestAdminQuotaPerUserLimits(t *testing.T) {
 		t.Fatalf("quota get after -max-terminals default:\n%s", out)
 	}
 	_, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-max-process-log", "unlimited")
-	if err == nil || !isCode(err, "invalid_argument") || !strings.Contains(err.Error(), "max_process_log_bytes") {
+	if err == nil || !adminclient.IsCode(err, "invalid_argument") || !strings.Contains(err.Error(), "max_process_log_bytes") {
 		t.Errorf("-max-process-log unlimited: %v, want invalid_argument naming max_process_log_bytes", err)
 	}
 	if _, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-max-tasks", "0"); err == nil || !strings.Contains(err.Error(), "-max-tasks") {

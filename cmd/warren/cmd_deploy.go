@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/runner/templates"
 )
 
@@ -78,27 +77,11 @@ func runDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		pw.CloseWithError(packDir(dir, pw))
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+templatePath(*iss, *name), pr)
-	if err != nil {
-		pr.Close()
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Content-Type", "application/x-tar")
-	req.Header.Set("User-Agent", "warren-cli/"+version)
-	resp, err := c.http.Do(req)
+	var v templates.Version
+	err = c.Upload(ctx, http.MethodPut, templatePath(*iss, *name), "application/x-tar", pr, &v)
 	pr.Close()
 	if err != nil {
-		return adminError{err}
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode/100 != 2 {
-		return adminError{wire.ReadHTTPError(resp.StatusCode, data)}
-	}
-	var v templates.Version
-	if err := json.Unmarshal(data, &v); err != nil {
-		return fmt.Errorf("read the answer: %w", err)
+		return asAdminError(err)
 	}
 	if af.json {
 		return printJSON(stdout, v)
@@ -162,7 +145,7 @@ func packDir(dir string, w io.Writer) error {
 }
 
 // templateArgs parses a templates command's flags: -issuer, -name and the positional arguments.
-func templateArgs(ctx context.Context, af *adminFlags, cmd string, args []string, stderr io.Writer, names ...string) (iss, name string, pos []string, c *adminClient, err error) {
+func templateArgs(ctx context.Context, af *adminFlags, cmd string, args []string, stderr io.Writer, names ...string) (iss, name string, pos []string, c *adminclient.Client, err error) {
 	fs := af.flagSet(cmd, stderr)
 	issFlag := fs.String("issuer", "dev", "the issuer (project)")
 	nameFlag := fs.String("name", templates.DefaultName, "the template's name")
@@ -178,7 +161,7 @@ func adminTemplatesList(ctx context.Context, af *adminFlags, args []string, stdo
 	var list struct {
 		Versions []templates.Version `json:"versions"`
 	}
-	if err := c.call(ctx, "GET", templatePath(iss, name), nil, nil, &list); err != nil {
+	if err := c.Call(ctx, http.MethodGet, templatePath(iss, name), nil, nil, &list); err != nil {
 		return err
 	}
 	if af.json {
@@ -202,7 +185,7 @@ func adminTemplatesUse(ctx context.Context, af *adminFlags, args []string, stdou
 		return err
 	}
 	var v templates.Version
-	if err := c.call(ctx, "POST", templatePath(iss, name)+"/current", nil, map[string]string{"version": pos[0]}, &v); err != nil {
+	if err := c.Call(ctx, http.MethodPost, templatePath(iss, name)+"/current", nil, map[string]string{"version": pos[0]}, &v); err != nil {
 		return err
 	}
 	if af.json {
@@ -217,7 +200,7 @@ func adminTemplatesDelete(ctx context.Context, af *adminFlags, args []string, st
 	if err != nil {
 		return err
 	}
-	if err := c.call(ctx, "DELETE", templatePath(iss, name), nil, nil, nil); err != nil {
+	if err := c.Call(ctx, http.MethodDelete, templatePath(iss, name), nil, nil, nil); err != nil {
 		return err
 	}
 	if !af.json {

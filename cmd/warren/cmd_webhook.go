@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner"
@@ -59,13 +59,10 @@ func adminIssuersWebhookSecret(ctx context.Context, af *adminFlags, args []strin
 	if err != nil {
 		return err
 	}
-	var got struct {
-		Issuer string `json:"iss"`
-		Secret string `json:"webhook_secret"`
-	}
-	if err := c.call(ctx, "GET", "/v1/issuers/"+url.PathEscape(pos[0])+"/webhook-secret", nil, nil, &got); err != nil {
-		if isCode(err, wire.Unavailable) {
-			return errors.Join(err, errors.New("start the billing role with -webhook-secret-file (the runners' file) to read webhook secrets"))
+	got, err := c.WebhookSecret(ctx, pos[0])
+	if err != nil {
+		if adminclient.IsCode(err, wire.Unavailable) {
+			return errors.Join(adminError{err}, errors.New("start the billing role with -webhook-secret-file (the runners' file) to read webhook secrets"))
 		}
 		return err
 	}

@@ -2,8 +2,8 @@ package tfprovider
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 )
 
 // regionsDataSource is warren_regions: the regions an edge lists (GET /v1/regions) with their public URLs
@@ -166,21 +167,22 @@ func (d *usageDataSource) Read(ctx context.Context, req datasource.ReadRequest, 
 	if m.MaxRows.IsNull() {
 		m.MaxRows = types.Int64Value(defaultUsageRows)
 	}
-	q := url.Values{"from": {m.From.ValueString()}, "to": {m.To.ValueString()}, "group_by": {m.GroupBy.ValueString()}}
-	if !m.Issuer.IsNull() {
-		q.Set("iss", m.Issuer.ValueString())
+	q := adminclient.UsageQuery{Issuer: m.Issuer.ValueString(), User: m.User.ValueString(), From: m.From.ValueString(),
+		To: m.To.ValueString(), GroupBy: billing.GroupBy(m.GroupBy.ValueString())}
+	maxRows := int(m.MaxRows.ValueInt64())
+	report, err := d.c.Usage(ctx, q, maxRows)
+	if errors.Is(err, adminclient.ErrTooManyRows) {
+		// A report cut short must not look complete.
+		err = fmt.Errorf("the usage report has more than max_rows = %d rows: narrow it (iss, sub, from, to) or raise max_rows", maxRows)
 	}
-	if !m.User.IsNull() {
-		q.Set("sub", m.User.ValueString())
-	}
-	rows, totals, err := d.c.usage(ctx, q, int(m.MaxRows.ValueInt64()))
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot read Warren's usage", err.Error())
 		return
 	}
+	rows, totals := report.Rows, report.Totals
 	m.Rows = make([]usageRowModel, 0, len(rows))
 	for _, r := range rows {
-		m.Rows = append(m.Rows, usageRowModel{Issuer: types.StringValue(r.Issuer), Key: types.StringValue(usageKey(r)),
+		m.Rows = append(m.Rows, usageRowModel{Issuer: types.StringValue(r.Issuer), Key: types.StringValue(adminclient.UsageKey(r)),
 			AIMicros: types.Int64Value(r.AIMicros), ComputeSeconds: types.Int64Value(r.ComputeSeconds), Events: types.Int64Value(r.Events)})
 	}
 	m.AIMicros, m.ComputeSeconds, m.Events = types.Int64Value(totals.AIMicros), types.Int64Value(totals.ComputeSeconds), types.Int64Value(totals.Events)

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -80,7 +82,7 @@ func (r *issuerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 
 // put registers (or renames) the issuer and copies what the API answered into m.
 func (r *issuerResource) put(ctx context.Context, m *issuerModel) error {
-	iss, err := r.c.putIssuer(ctx, m.Issuer.ValueString(), m.Name.ValueString())
+	iss, err := r.c.PutIssuer(ctx, m.Issuer.ValueString(), m.Name.ValueString())
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,7 @@ func (r *issuerResource) put(ctx context.Context, m *issuerModel) error {
 	return nil
 }
 
-func (m *issuerModel) fill(iss issuer) {
+func (m *issuerModel) fill(iss billing.Issuer) {
 	m.ID, m.Issuer = types.StringValue(iss.ID), types.StringValue(iss.ID)
 	m.Name = types.StringValue(iss.Name)
 	m.Created = types.StringValue(iss.Created.UTC().Format(time.RFC3339Nano))
@@ -96,7 +98,7 @@ func (m *issuerModel) fill(iss issuer) {
 
 // rotate writes a new key version into m.
 func (r *issuerResource) rotate(ctx context.Context, m *issuerModel) error {
-	k, err := r.c.rotateKey(ctx, m.Issuer.ValueString())
+	k, err := r.c.RotateKey(ctx, m.Issuer.ValueString())
 	if err != nil {
 		return err
 	}
@@ -111,12 +113,12 @@ func (r *issuerResource) Create(ctx context.Context, req resource.CreateRequest,
 	}
 	// An issuer registered already is imported, never taken over: its keys are in use, and Terraform's
 	// rotations would push them out.
-	switch _, err := r.c.getIssuer(ctx, m.Issuer.ValueString()); {
+	switch _, err := r.c.GetIssuer(ctx, m.Issuer.ValueString()); {
 	case err == nil:
 		resp.Diagnostics.AddError("The Warren issuer exists already",
 			fmt.Sprintf("Issuer %s is registered. Import it rather than create it: terraform import <address> %s", m.Issuer.ValueString(), m.Issuer.ValueString()))
 		return
-	case !isCode(err, wire.NotFound):
+	case !adminclient.IsCode(err, wire.NotFound):
 		resp.Diagnostics.AddError("Cannot read the Warren issuer", err.Error())
 		return
 	}
@@ -137,9 +139,9 @@ func (r *issuerResource) Read(ctx context.Context, req resource.ReadRequest, res
 	if resp.Diagnostics.Append(req.State.Get(ctx, &m)...); resp.Diagnostics.HasError() {
 		return
 	}
-	iss, err := r.c.getIssuer(ctx, m.Issuer.ValueString())
+	iss, err := r.c.GetIssuer(ctx, m.Issuer.ValueString())
 	switch {
-	case isCode(err, wire.NotFound):
+	case adminclient.IsCode(err, wire.NotFound):
 		resp.State.RemoveResource(ctx)
 		return
 	case err != nil:

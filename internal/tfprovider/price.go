@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -72,7 +73,7 @@ func (r *priceResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 }
 
 func (r *priceResource) put(ctx context.Context, m *priceModel) error {
-	mp, err := r.c.putPrice(ctx, m.Model.ValueString(), m.price())
+	mp, err := r.c.PutPrice(ctx, m.Model.ValueString(), m.price())
 	if err == nil {
 		m.fill(mp.Model, mp.Price)
 	}
@@ -98,7 +99,7 @@ func (r *priceResource) Create(ctx context.Context, req resource.CreateRequest, 
 	if resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("model"), &model)...); resp.Diagnostics.HasError() {
 		return
 	}
-	mp, err := r.c.getPrice(ctx, model.ValueString())
+	mp, err := r.c.GetPrice(ctx, model.ValueString())
 	switch {
 	case err != nil:
 		resp.Diagnostics.AddError("Cannot read the Warren price", err.Error())
@@ -121,7 +122,7 @@ func (r *priceResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		return
 	}
 	model := m.Model.ValueString()
-	mp, err := r.c.getPrice(ctx, model)
+	mp, err := r.c.GetPrice(ctx, model)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot read the Warren price", err.Error())
 		return
@@ -140,7 +141,7 @@ func (r *priceResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if resp.Diagnostics.Append(req.State.Get(ctx, &m)...); resp.Diagnostics.HasError() {
 		return
 	}
-	if err := r.c.deletePrice(ctx, m.Model.ValueString()); err != nil && !isCode(err, wire.NotFound) {
+	if err := r.c.DeletePrice(ctx, m.Model.ValueString()); err != nil && !adminclient.IsCode(err, wire.NotFound) {
 		resp.Diagnostics.AddError("Cannot delete the Warren price", err.Error())
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/warren-mesh/warren/billing/adminclient"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -116,7 +117,11 @@ func newClient(version, base, key, edge string) (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client{base: base, key: key, edge: ec, http: hc, ua: ua}, nil
+	ac, err := adminclient.New(adminclient.Config{URL: base, Key: key, UserAgent: ua, Timeout: requestTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return &client{Client: ac, edge: ec}, nil
 }
 
 func (p *warrenProvider) Resources(context.Context) []func() resource.Resource {

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -198,7 +199,7 @@ func TestClientErrors(t *testing.T) {
 			w.WriteHeader(http.StatusNotFound)
 			_ = json.NewEncoder(w).Encode(wire.Errorf(wire.NotFound, "issuer %q is not registered", "a/b"))
 		default:
-			w.Write([]byte(`{"iss":"` + strings.Repeat("x", maxAnswerBytes) + `"}`))
+			w.Write([]byte(`{"iss":"` + strings.Repeat("x", adminclient.DefaultMaxAnswerBytes) + `"}`))
 		}
 	}))
 	defer srv.Close()
@@ -206,11 +207,11 @@ func TestClientErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.getIssuer(context.Background(), "a/b")
-	if !isCode(err, wire.NotFound) || !strings.Contains(err.Error(), "request id req-1") || !strings.Contains(err.Error(), `issuer "a/b" is not registered`) {
+	_, err = c.GetIssuer(context.Background(), "a/b")
+	if !adminclient.IsCode(err, wire.NotFound) || !strings.Contains(err.Error(), "request id req-1") || !strings.Contains(err.Error(), `issuer "a/b" is not registered`) {
 		t.Fatalf("getIssuer(a/b) = %v", err)
 	}
-	if _, err := c.getIssuer(context.Background(), "big"); err == nil || !strings.Contains(err.Error(), "answer over") {
+	if _, err := c.GetIssuer(context.Background(), "big"); err == nil || !strings.Contains(err.Error(), "answer over") {
 		t.Fatalf("a huge answer: %v", err)
 	}
 	for _, bad := range [][3]string{{"ftp://x", "k", ""}, {"http://", "k", ""}, {"http://x", "", ""}, {"http://x", "k", "x"}, {"http://x?a=b", "k", ""}} {

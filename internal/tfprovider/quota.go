@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -233,13 +234,14 @@ func (r *quotaResource) write(ctx context.Context, plan attrGetter, state attrSe
 	if diags.Append(d...); diags.HasError() {
 		return
 	}
-	stored, err := r.c.putQuota(ctx, k, q, expected)
+	answer, err := r.c.PutQuota(ctx, k, q, expected)
+	stored := answer.Quota
 	switch {
-	case isCode(err, wire.Conflict) && expected == 0:
+	case adminclient.IsCode(err, wire.Conflict) && expected == 0:
 		diags.AddError("The Warren quota exists already",
 			fmt.Sprintf("Quota %s exists already. Import it rather than create it: terraform import <address> %s", quotaID(k), quotaID(k)))
 		return
-	case isCode(err, wire.Conflict):
+	case adminclient.IsCode(err, wire.Conflict):
 		diags.AddError("The Warren quota changed since Terraform read it",
 			fmt.Sprintf("%v. Run terraform plan again to see the change, then apply.", err))
 		return
@@ -267,9 +269,10 @@ func (r *quotaResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.Append(d...); resp.Diagnostics.HasError() {
 		return
 	}
-	q, err := r.c.getQuota(ctx, k)
+	answer, err := r.c.GetQuota(ctx, k)
+	q := answer.Quota
 	switch {
-	case isCode(err, wire.NotFound):
+	case adminclient.IsCode(err, wire.NotFound):
 		resp.State.RemoveResource(ctx)
 		return
 	case err != nil:
@@ -286,10 +289,10 @@ func (r *quotaResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if resp.Diagnostics.Append(d...); resp.Diagnostics.HasError() {
 		return
 	}
-	err := r.c.deleteQuota(ctx, k, q.Revision)
+	err := r.c.DeleteQuota(ctx, k, q.Revision)
 	switch {
-	case isCode(err, wire.NotFound):
-	case isCode(err, wire.Conflict):
+	case adminclient.IsCode(err, wire.NotFound):
+	case adminclient.IsCode(err, wire.Conflict):
 		resp.Diagnostics.AddError("The Warren quota changed since Terraform read it",
 			fmt.Sprintf("%v. Run terraform plan (or destroy) again to see the change first.", err))
 	case err != nil:
