@@ -19,6 +19,7 @@ import (
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/adminclient"
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -74,7 +75,7 @@ type adminFlags struct {
 
 // newAdminFlags starts from $WARREN_BILLING_URL (else $WARREN_URL) and $WARREN_ADMIN_KEY.
 func newAdminFlags() *adminFlags {
-	af := &adminFlags{url: os.Getenv("WARREN_BILLING_URL"), key: os.Getenv("WARREN_ADMIN_KEY"), dataDir: defaultDataDir()}
+	af := &adminFlags{url: os.Getenv("WARREN_BILLING_URL"), key: os.Getenv("WARREN_ADMIN_KEY"), dataDir: env.DataDir()}
 	if af.url == "" {
 		af.url = os.Getenv("WARREN_URL")
 	}

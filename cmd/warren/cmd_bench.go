@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/roles"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
@@ -67,7 +68,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return token.Mint(st.DevKey, token.Claims{Issuer: devstack.DevIssuer, Subject: user, ExpiresAt: time.Now().Add(time.Hour)})
 	}
 	fmt.Fprintf(stdout, "warren bench: %d new users (concurrency %d), %d execs per path, isolation=%s, agent=%t\n\n",
-		*users, *conc, *execs, isolationLabel(*insecure), cli != "")
+		*users, *conc, *execs, roles.IsolationLabel(*insecure), cli != "")
 
 	// 1. new-user connect → ready
 	if err := benchConnect(ctx, stdout, st, mint, *users, *conc, *insecure, cli != ""); err != nil {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -51,7 +52,7 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	system := fs.String("system", "", "replace Claude Code's system prompt with `TEXT`")
 	appendSystem := fs.String("append-system", "", "add `TEXT` to the end of Claude Code's system prompt")
 	jsonOut := fs.Bool("json", false, "print every event as one JSON line: Claude Code's stream-json with Warren's additions")
-	transport := fs.String("transport", envOr("WARREN_TRANSPORT", "auto"), "the agent channel's `TRANSPORT`: auto (WebTransport when the edge offers it and UDP gets through, else WebSocket), webtransport or websocket ($WARREN_TRANSPORT)")
+	transport := fs.String("transport", env.Or("WARREN_TRANSPORT", "auto"), "the agent channel's `TRANSPORT`: auto (WebTransport when the edge offers it and UDP gets through, else WebSocket), webtransport or websocket ($WARREN_TRANSPORT)")
 	quiet := fs.Bool("quiet", false, "print only the agent's text and problems: no tool calls, progress or cost")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: warren chat [flags]

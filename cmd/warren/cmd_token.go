@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/token"
@@ -38,7 +39,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	windowStart := fs.String("window-start", "", "RFC 3339 start of the budget window (default: start of the current UTC window; none for lifetime)")
 	ttl := fs.Duration("ttl", time.Hour, "token lifetime")
 	aud := fs.String("aud", "", "audience, the aud claim (must match the edge's when it has one)")
-	dataDir := fs.String("data-dir", defaultDataDir(), "data directory holding "+file.DefaultFileName+"; $WARREN_DATA_DIR sets the default")
+	dataDir := fs.String("data-dir", env.DataDir(), "data directory holding "+file.DefaultFileName+"; $WARREN_DATA_DIR sets the default")
 	secretFile := fs.String("secret-file", "", "sign with the issuer secret in this file instead of the data dir's (or $"+issuerSecretEnv+"): a wsk_ text secret as `warren admin keys rotate` prints it, a legacy standard base64 key, or base64:/raw: to force one")
 	kid := fs.String("kid", "", "key id for the kid header, with -secret-file or $"+issuerSecretEnv+" (none: the edge tries the current and previous keys)")
 	model := fs.String("model", "", "the only model allowed, permissions.model")

@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/spool"
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	blobfs "github.com/warren-mesh/warren/internal/blob/fs"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/runner"
@@ -54,7 +55,7 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		watchStdin bool
 		metricsAt  string
 	)
-	fs.StringVar(&metricsAt, "metrics-listen", envOr("WARREN_METRICS_LISTEN", ""), metricsListenUsage)
+	fs.StringVar(&metricsAt, "metrics-listen", env.Or("WARREN_METRICS_LISTEN", ""), metricsListenUsage)
 	fs.StringVar(&cfg.Issuer, "issuer", "", "issuer (project) id of the sandbox's user (required)")
 	fs.StringVar(&cfg.User, "user", "", "end-user id (required)")
 	fs.Int64Var(&cfg.Epoch, "epoch", 0, "placement epoch (fencing token)")

@@ -1,10 +1,9 @@
-package main
+package roles
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 )
 
 // newLogger is the JSON slog logger every role uses.
@@ -14,11 +13,4 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	"github.com/warren-mesh/warren/internal/modelserver"
 )
 
@@ -23,7 +24,7 @@ func runModelServer(ctx context.Context, args []string, stdout, stderr io.Writer
 	listen := fs.String("listen", "127.0.0.1:8090", "listen address")
 	scenario := fs.String("scenario", "auto", "scenario for requests without an "+modelserver.HeaderScenario+" header: "+strings.Join(modelserver.Scenarios(), ", "))
 	delay := fs.Duration("delay", modelserver.DefaultDelay, "pause between the events of the \"long\" scenario")
-	logLevel := fs.String("log-level", envOr("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
+	logLevel := fs.String("log-level", env.Or("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

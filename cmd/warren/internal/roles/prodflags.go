@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	billingcockroach "github.com/warren-mesh/warren/billing/cockroach"
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	blobs3 "github.com/warren-mesh/warren/internal/blob/s3"
 	"github.com/warren-mesh/warren/internal/cockroachdb"
 	"github.com/warren-mesh/warren/internal/registry/consul"
@@ -29,28 +30,19 @@ type prodFlags struct {
 	s3PathStyle                                                                                    bool
 }
 
-func firstEnv(names ...string) string {
-	for _, n := range names {
-		if v := os.Getenv(n); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 // Each register* method adds one adapter's flags.
 func (p *prodFlags) registerVault(fs *flag.FlagSet) {
-	fs.StringVar(&p.vaultAddr, "vault", firstEnv("WARREN_VAULT_ADDR", "VAULT_ADDR"), "Vault address; token from $VAULT_TOKEN, or AppRole, or JWT below ($WARREN_VAULT_ADDR, $VAULT_ADDR)")
-	fs.StringVar(&p.vaultMount, "vault-mount", envOr("WARREN_VAULT_MOUNT", "secret"), "KV v2 mount ($WARREN_VAULT_MOUNT)")
-	fs.StringVar(&p.vaultPrefix, "vault-prefix", envOr("WARREN_VAULT_PREFIX", "warren"), "path prefix inside the mount ($WARREN_VAULT_PREFIX)")
+	fs.StringVar(&p.vaultAddr, "vault", env.First("WARREN_VAULT_ADDR", "VAULT_ADDR"), "Vault address; token from $VAULT_TOKEN, or AppRole, or JWT below ($WARREN_VAULT_ADDR, $VAULT_ADDR)")
+	fs.StringVar(&p.vaultMount, "vault-mount", env.Or("WARREN_VAULT_MOUNT", "secret"), "KV v2 mount ($WARREN_VAULT_MOUNT)")
+	fs.StringVar(&p.vaultPrefix, "vault-prefix", env.Or("WARREN_VAULT_PREFIX", "warren"), "path prefix inside the mount ($WARREN_VAULT_PREFIX)")
 	fs.StringVar(&p.vaultRoleID, "vault-approle-role-id", os.Getenv("WARREN_VAULT_ROLE_ID"), "AppRole role id; the secret id is read from -vault-approle-secret-id-file ($WARREN_VAULT_ROLE_ID)")
 	fs.StringVar(&p.vaultSecretIDFile, "vault-approle-secret-id-file", os.Getenv("WARREN_VAULT_SECRET_ID_FILE"), "file holding the AppRole secret id")
 	fs.StringVar(&p.vaultJWTRole, "vault-jwt-role", os.Getenv("WARREN_VAULT_JWT_ROLE"), "JWT auth role (Nomad workload identity); the JWT is read from -vault-jwt-file")
-	fs.StringVar(&p.vaultJWTFile, "vault-jwt-file", firstEnv("WARREN_VAULT_JWT_FILE"), "file holding the workload identity JWT (e.g. ${NOMAD_SECRETS_DIR}/nomad_token)")
+	fs.StringVar(&p.vaultJWTFile, "vault-jwt-file", env.First("WARREN_VAULT_JWT_FILE"), "file holding the workload identity JWT (e.g. ${NOMAD_SECRETS_DIR}/nomad_token)")
 }
 
 func (p *prodFlags) registerConsul(fs *flag.FlagSet) {
-	fs.StringVar(&p.consulAddr, "consul", firstEnv("WARREN_CONSUL_ADDR", "CONSUL_HTTP_ADDR"), "Consul HTTP address host:port; ACL token from $CONSUL_HTTP_TOKEN ($WARREN_CONSUL_ADDR)")
+	fs.StringVar(&p.consulAddr, "consul", env.First("WARREN_CONSUL_ADDR", "CONSUL_HTTP_ADDR"), "Consul HTTP address host:port; ACL token from $CONSUL_HTTP_TOKEN ($WARREN_CONSUL_ADDR)")
 }
 
 func (p *prodFlags) registerDB(fs *flag.FlagSet) {
@@ -60,7 +52,7 @@ func (p *prodFlags) registerDB(fs *flag.FlagSet) {
 func (p *prodFlags) registerS3(fs *flag.FlagSet) {
 	fs.StringVar(&p.s3Endpoint, "s3-endpoint", os.Getenv("WARREN_S3_ENDPOINT"), "S3-compatible endpoint URL; empty: AWS; credentials from $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY ($WARREN_S3_ENDPOINT)")
 	fs.StringVar(&p.s3Bucket, "s3-bucket", os.Getenv("WARREN_S3_BUCKET"), "bucket of snapshots ($WARREN_S3_BUCKET)")
-	fs.StringVar(&p.s3Region, "s3-region", envOr("WARREN_S3_REGION", "us-east-1"), "bucket region ($WARREN_S3_REGION)")
+	fs.StringVar(&p.s3Region, "s3-region", env.Or("WARREN_S3_REGION", "us-east-1"), "bucket region ($WARREN_S3_REGION)")
 	fs.StringVar(&p.s3Prefix, "s3-prefix", os.Getenv("WARREN_S3_PREFIX"), "key prefix inside the bucket ($WARREN_S3_PREFIX)")
 	pathStyle, _ := strconv.ParseBool(os.Getenv("WARREN_S3_PATH_STYLE"))
 	fs.BoolVar(&p.s3PathStyle, "s3-path-style", pathStyle, "path-style URLs (MinIO, versitygw) ($WARREN_S3_PATH_STYLE=true)")

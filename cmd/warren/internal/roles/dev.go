@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/playground"
@@ -23,20 +24,20 @@ func init() {
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", defaultDataDir(), "where secrets, databases and sandboxes live ($WARREN_DATA_DIR)")
-	listen := fs.String("listen", envOr("WARREN_LISTEN", "127.0.0.1:8080"), "edge listen address ($WARREN_LISTEN)")
+	dataDir := fs.String("data-dir", env.DataDir(), "where secrets, databases and sandboxes live ($WARREN_DATA_DIR)")
+	listen := fs.String("listen", env.Or("WARREN_LISTEN", "127.0.0.1:8080"), "edge listen address ($WARREN_LISTEN)")
 	previewListen := fs.String("preview-listen", os.Getenv("WARREN_PREVIEW_LISTEN"), "listen address of preview URLs (/preview/<token>/), an origin apart from the edge's and the playground's; default: -listen's host at the next port, 127.0.0.1:8081 ($WARREN_PREVIEW_LISTEN)")
-	region := fs.String("region", envOr("WARREN_REGION", "local"), "region name ($WARREN_REGION)")
+	region := fs.String("region", env.Or("WARREN_REGION", "local"), "region name ($WARREN_REGION)")
 	insecure := fs.Bool("insecure-no-sandbox", false, "run user commands without bubblewrap isolation (only for machines without bwrap)")
 	hostNet := fs.Bool("sandbox-host-network", false, "sandboxes share this machine's network (every loopback listener is reachable from them); for machines where warren does not run as root")
 	startTimeout := fs.Duration("start-timeout", 30*time.Second, "how long a sandbox may take to start")
-	logLevel := fs.String("log-level", envOr("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
+	logLevel := fs.String("log-level", env.Or("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
 	claudeCLI := fs.String("claude-cli", tools.FindClaudeCLI(), "Claude Code CLI the sandboxes run ($WARREN_CLAUDE_CLI; default: the `make tools` cache, then PATH)")
 	noAgent := fs.Bool("no-agent", false, "run sandboxes without the agent (exec and files only)")
-	upstream := fs.String("model-upstream", envOr("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "model API used with $ANTHROPIC_API_KEY")
+	upstream := fs.String("model-upstream", env.Or("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "model API used with $ANTHROPIC_API_KEY")
 	idle := fs.Duration("idle-timeout", 10*time.Minute, "a sandbox sleeps (snapshot, exit) after this long idle; 0 never")
 	model := fs.String("model", "", "default model of new sessions")
-	corsFlag := fs.String("cors-origins", envOr("WARREN_CORS_ORIGINS", "*"), "comma-separated origins (scheme://host[:port], * for any) whose browser pages may call GET /v1/regions and the sandbox API; \"\" for none ($WARREN_CORS_ORIGINS)")
+	corsFlag := fs.String("cors-origins", env.Or("WARREN_CORS_ORIGINS", "*"), "comma-separated origins (scheme://host[:port], * for any) whose browser pages may call GET /v1/regions and the sandbox API; \"\" for none ($WARREN_CORS_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,7 +99,7 @@ Try it:
   %[7]s exec -- 'echo hi > f && cat f'
   %[7]s files get f
   %[7]s chat -p "create hello.txt containing hi"
-`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, isolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st), st.PlaygroundURL(), playgroundLabel(), st.PreviewURL())
+`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, IsolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st), st.PlaygroundURL(), playgroundLabel(), st.PreviewURL())
 	if cli != "" && apiKey == "" {
 		fmt.Fprintln(stderr, "\n*** NO ANTHROPIC_API_KEY: a built-in SCRIPTED demo model answers every prompt, not Claude. ***\n*** Export ANTHROPIC_API_KEY and restart to use the real API.                              ***")
 	}
@@ -142,7 +143,8 @@ func agentLabel(cli, apiKey string, st *devstack.Stack) string {
 	}
 }
 
-func isolationLabel(insecure bool) string {
+// IsolationLabel is how the sandboxes of warren dev (and warren bench's) are isolated, for banners.
+func IsolationLabel(insecure bool) string {
 	if insecure {
 		return "NONE (-insecure-no-sandbox)"
 	}

@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/env"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/mesh"
 	"github.com/warren-mesh/warren/internal/secrets/vault"
@@ -36,7 +37,7 @@ func (m *meshFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.addr, "mesh-addr", os.Getenv("WARREN_MESH_ADDR"), "host:port other regions' edges reach this edge's mesh at, announced in the region directory; default: the -mesh-listen address, with this host's name when it names no host ($WARREN_MESH_ADDR)")
 	fs.StringVar(&m.caDir, "mesh-ca-dir", os.Getenv("WARREN_MESH_CA_DIR"), "development only: directory of a dev CA (generated on first start, mode 0700) issuing the mesh certificates; every region's edges must share it ($WARREN_MESH_CA_DIR)")
 	fs.StringVar(&m.pkiRole, "mesh-pki-role", os.Getenv("WARREN_MESH_PKI_ROLE"), "production: Vault PKI role issuing the mesh certificates with -vault's login (it must allow the URI SAN urn:warren:region:<region>) ($WARREN_MESH_PKI_ROLE)")
-	fs.StringVar(&m.pkiMount, "mesh-pki-mount", envOr("WARREN_MESH_PKI_MOUNT", mesh.DefaultPKIMount), "Vault PKI mount of -mesh-pki-role ($WARREN_MESH_PKI_MOUNT)")
+	fs.StringVar(&m.pkiMount, "mesh-pki-mount", env.Or("WARREN_MESH_PKI_MOUNT", mesh.DefaultPKIMount), "Vault PKI mount of -mesh-pki-role ($WARREN_MESH_PKI_MOUNT)")
 	fs.StringVar(&m.resetKeyFile, "mesh-reset-key-file", os.Getenv("WARREN_MESH_RESET_KEY_FILE"), "file holding the mesh's stateless reset key, 64 hex digits, secret and the same across restarts (or $"+resetKeyEnv+"); none: peers notice a restarted edge only at their idle timeout ($WARREN_MESH_RESET_KEY_FILE)")
 }
 
