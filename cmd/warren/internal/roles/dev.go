@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"time"
@@ -21,62 +22,101 @@ func init() {
 	register("dev", "run the whole platform on this machine with embedded defaults", runDev)
 }
 
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", env.DataDir(), "where secrets, databases and sandboxes live ($WARREN_DATA_DIR)")
-	listen := fs.String("listen", env.Or("WARREN_LISTEN", "127.0.0.1:8080"), "edge listen address ($WARREN_LISTEN)")
-	previewListen := fs.String("preview-listen", os.Getenv("WARREN_PREVIEW_LISTEN"), "listen address of preview URLs (/preview/<token>/), an origin apart from the edge's and the playground's; default: -listen's host at the next port, 127.0.0.1:8081 ($WARREN_PREVIEW_LISTEN)")
-	region := fs.String("region", env.Or("WARREN_REGION", "local"), "region name ($WARREN_REGION)")
-	insecure := fs.Bool("insecure-no-sandbox", false, "run user commands without bubblewrap isolation (only for machines without bwrap)")
-	hostNet := fs.Bool("sandbox-host-network", false, "sandboxes share this machine's network (every loopback listener is reachable from them); for machines where warren does not run as root")
-	startTimeout := fs.Duration("start-timeout", 30*time.Second, "how long a sandbox may take to start")
-	logLevel := fs.String("log-level", env.Or("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
-	claudeCLI := fs.String("claude-cli", tools.FindClaudeCLI(), "Claude Code CLI the sandboxes run ($WARREN_CLAUDE_CLI; default: the `make tools` cache, then PATH)")
-	noAgent := fs.Bool("no-agent", false, "run sandboxes without the agent (exec and files only)")
-	upstream := fs.String("model-upstream", env.Or("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "model API used with $ANTHROPIC_API_KEY")
-	idle := fs.Duration("idle-timeout", 10*time.Minute, "a sandbox sleeps (snapshot, exit) after this long idle; 0 never")
-	model := fs.String("model", "", "default model of new sessions")
-	corsFlag := fs.String("cors-origins", env.Or("WARREN_CORS_ORIGINS", "*"), "comma-separated origins (scheme://host[:port], * for any) whose browser pages may call GET /v1/regions and the sandbox API; \"\" for none ($WARREN_CORS_ORIGINS)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := newLogger(stderr, *logLevel)
+// devFlags are warren dev's flags.
+type devFlags struct {
+	dataDir, listen, previewListen, region, logLevel string
+	insecure, hostNet, noAgent                       bool
+	startTimeout, idle                               time.Duration
+	claudeCLI, upstream, model, cors                 string
+}
+
+// register defines every flag of warren dev on fs.
+func (f *devFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dataDir, "data-dir", env.DataDir(), "where secrets, databases and sandboxes live ($WARREN_DATA_DIR)")
+	fs.StringVar(&f.listen, "listen", env.Or("WARREN_LISTEN", "127.0.0.1:8080"), "edge listen address ($WARREN_LISTEN)")
+	fs.StringVar(&f.previewListen, "preview-listen", os.Getenv("WARREN_PREVIEW_LISTEN"), "listen address of preview URLs (/preview/<token>/), an origin apart from the edge's and the playground's; default: -listen's host at the next port, 127.0.0.1:8081 ($WARREN_PREVIEW_LISTEN)")
+	fs.StringVar(&f.region, "region", env.Or("WARREN_REGION", "local"), "region name ($WARREN_REGION)")
+	fs.BoolVar(&f.insecure, "insecure-no-sandbox", false, "run user commands without bubblewrap isolation (only for machines without bwrap)")
+	fs.BoolVar(&f.hostNet, "sandbox-host-network", false, "sandboxes share this machine's network (every loopback listener is reachable from them); for machines where warren does not run as root")
+	fs.DurationVar(&f.startTimeout, "start-timeout", 30*time.Second, "how long a sandbox may take to start")
+	fs.StringVar(&f.logLevel, "log-level", env.Or("WARREN_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.StringVar(&f.claudeCLI, "claude-cli", tools.FindClaudeCLI(), "Claude Code CLI the sandboxes run ($WARREN_CLAUDE_CLI; default: the `make tools` cache, then PATH)")
+	fs.BoolVar(&f.noAgent, "no-agent", false, "run sandboxes without the agent (exec and files only)")
+	fs.StringVar(&f.upstream, "model-upstream", env.Or("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "model API used with $ANTHROPIC_API_KEY")
+	fs.DurationVar(&f.idle, "idle-timeout", 10*time.Minute, "a sandbox sleeps (snapshot, exit) after this long idle; 0 never")
+	fs.StringVar(&f.model, "model", "", "default model of new sessions")
+	fs.StringVar(&f.cors, "cors-origins", env.Or("WARREN_CORS_ORIGINS", "*"), "comma-separated origins (scheme://host[:port], * for any) whose browser pages may call GET /v1/regions and the sandbox API; \"\" for none ($WARREN_CORS_ORIGINS)")
+}
+
+// config is the stack's configuration from the flags, the model key from $ANTHROPIC_API_KEY; the
+// warnings of unsafe settings go to stderr.
+func (f *devFlags) config(stderr io.Writer, log *slog.Logger) (devstack.Config, error) {
+	corsOrigins, err := edge.ParseCORSOrigins(f.cors)
 	if err != nil {
-		return err
-	}
-	corsOrigins, err := edge.ParseCORSOrigins(*corsFlag)
-	if err != nil {
-		return fmt.Errorf("-cors-origins: %w", err)
+		return devstack.Config{}, fmt.Errorf("-cors-origins: %w", err)
 	}
 	if corsOrigins == nil {
 		corsOrigins = []string{} // none (nil would be devstack's default, any)
 	}
-	if *insecure {
+	if f.insecure {
 		fmt.Fprintln(stderr, "WARNING: -insecure-no-sandbox: user commands run WITHOUT isolation, as this user, on this machine.")
 	}
-	if *hostNet {
+	if f.hostNet {
 		fmt.Fprintln(stderr, "WARNING: -sandbox-host-network: sandboxes reach every listener of this machine, the edge and each other's runners included.")
 	}
-	if !*insecure && !*hostNet && os.Geteuid() != 0 {
-		return fmt.Errorf("sandboxes get a host uid and a network of their own only when warren runs as root: run it as root (e.g. sudo make dev), or pass -sandbox-host-network")
+	if !f.insecure && !f.hostNet && os.Geteuid() != 0 {
+		return devstack.Config{}, fmt.Errorf("sandboxes get a host uid and a network of their own only when warren runs as root: run it as root (e.g. sudo make dev), or pass -sandbox-host-network")
 	}
-	cli := *claudeCLI
-	if *noAgent {
+	cli := f.claudeCLI
+	if f.noAgent {
 		cli = ""
 	} else if cli == "" {
-		return fmt.Errorf("the Claude Code CLI is not installed: run `make tools` (or pass -claude-cli, or -no-agent)")
+		return devstack.Config{}, fmt.Errorf("the Claude Code CLI is not installed: run `make tools` (or pass -claude-cli, or -no-agent)")
 	}
-	apiKey := os.Getenv("ANTHROPIC_API_KEY")
-	st, err := devstack.Start(ctx, devstack.Config{
-		DataDir: *dataDir, Listen: *listen, PreviewListen: *previewListen, Region: *region, Insecure: *insecure, HostNetwork: *hostNet,
-		StartTimeout: startTimeout.Abs(), Logger: log,
-		ClaudeCLI: cli, ModelAPIKey: apiKey, ModelUpstream: *upstream, IdleTimeout: *idle, DefaultModel: *model,
+	return devstack.Config{
+		DataDir: f.dataDir, Listen: f.listen, PreviewListen: f.previewListen, Region: f.region, Insecure: f.insecure, HostNetwork: f.hostNet,
+		StartTimeout: f.startTimeout.Abs(), Logger: log,
+		ClaudeCLI: cli, ModelAPIKey: os.Getenv("ANTHROPIC_API_KEY"), ModelUpstream: f.upstream, IdleTimeout: f.idle, DefaultModel: f.model,
 		CORSOrigins: corsOrigins,
-	})
+	}, nil
+}
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f devFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		return err
 	}
+	cfg, err := f.config(stderr, log)
+	if err != nil {
+		return err
+	}
+	st, err := devstack.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	printBanner(stdout, stderr, st, cfg)
+	select {
+	case <-ctx.Done():
+	case err := <-st.Served():
+		if !errors.Is(err, http.ErrServerClosed) {
+			_ = st.Close()
+			return fmt.Errorf("edge server: %w", err)
+		}
+	}
+	fmt.Fprintln(stderr, "shutting down: stopping sandboxes...")
+	return st.Close()
+}
+
+// printBanner says what runs where and how to try it.
+func printBanner(stdout, stderr io.Writer, st *devstack.Stack, cfg devstack.Config) {
+	cli, apiKey := cfg.ClaudeCLI, cfg.ModelAPIKey
 	created := "existing"
 	if st.Created {
 		created = "created"
@@ -99,21 +139,10 @@ Try it:
   %[7]s exec -- 'echo hi > f && cat f'
   %[7]s files get f
   %[7]s chat -p "create hello.txt containing hi"
-`, st.URL(), *region, *dataDir, devstack.DevIssuer, created, IsolationLabel(*insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st), st.PlaygroundURL(), playgroundLabel(), st.PreviewURL())
+`, st.URL(), cfg.Region, cfg.DataDir, devstack.DevIssuer, created, IsolationLabel(cfg.Insecure), os.Args[0], agentLabel(cli, apiKey, st), wtLabel(st), st.PlaygroundURL(), playgroundLabel(), st.PreviewURL())
 	if cli != "" && apiKey == "" {
 		fmt.Fprintln(stderr, "\n*** NO ANTHROPIC_API_KEY: a built-in SCRIPTED demo model answers every prompt, not Claude. ***\n*** Export ANTHROPIC_API_KEY and restart to use the real API.                              ***")
 	}
-
-	select {
-	case <-ctx.Done():
-	case err := <-st.Served():
-		if !errors.Is(err, http.ErrServerClosed) {
-			_ = st.Close()
-			return fmt.Errorf("edge server: %w", err)
-		}
-	}
-	fmt.Fprintln(stderr, "shutting down: stopping sandboxes...")
-	return st.Close()
 }
 
 // playgroundLabel says whether the playground's SDK is built into this binary.
