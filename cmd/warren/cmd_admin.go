@@ -365,31 +365,111 @@ func optionalLimit(v int64, unit, notSet string) string {
 	return strconv.FormatInt(v, 10) + unit
 }
 
+// quotaFlag is an optional flag of quota set: an admission field or sandbox limit, which a flag left out
+// keeps (never counted as missing).
+type quotaFlag struct {
+	name, usage string
+	field       func(*billing.Quota) *int64
+	parse       func(string) (int64, error)
+}
+
+var quotaFlags = []quotaFlag{
+	{"max-issuer-sessions", "sessions all the issuer's users may run at once (`N`), unlimited, or default (no cap); issuer default only",
+		func(q *billing.Quota) *int64 { return &q.MaxIssuerSessions }, parseOptionalLimit},
+	{"connects-per-minute", "agent connects per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)",
+		func(q *billing.Quota) *int64 { return &q.ConnectsPerMinute }, parseOptionalLimit},
+	{"issuer-connects-per-minute", "agent connects per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only",
+		func(q *billing.Quota) *int64 { return &q.IssuerConnectsPerMinute }, parseOptionalLimit},
+	{"prompts-per-minute", "prompts per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)",
+		func(q *billing.Quota) *int64 { return &q.PromptsPerMinute }, parseOptionalLimit},
+	{"issuer-prompts-per-minute", "prompts per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only",
+		func(q *billing.Quota) *int64 { return &q.IssuerPromptsPerMinute }, parseOptionalLimit},
+	{"max-processes", "processes and threads alive at once in each user's sandbox (`N`, at least 8), unlimited, or default (the issuer's, else the runner's)",
+		func(q *billing.Quota) *int64 { return &q.MaxProcesses }, parseOptionalLimit},
+	{"max-memory", "memory of each user's sandbox (`SIZE`: bytes, 512MiB, 2GiB; at least 16MiB), unlimited, or default (the issuer's, else the runner's)",
+		func(q *billing.Quota) *int64 { return &q.MaxMemoryBytes }, parseOptionalSize},
+	{"cpu-millis", "CPU of each user's sandbox in thousandths of a core (`N`, 1000: one core; at least 10), unlimited, or default (the issuer's, else the runner's)",
+		func(q *billing.Quota) *int64 { return &q.CPUMillis }, parseOptionalLimit},
+	{"max-tmp", "private /tmp of each command (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)",
+		func(q *billing.Quota) *int64 { return &q.MaxTmpBytes }, parseOptionalSize},
+	{"max-workspace", "bytes under each user's /workspace (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)",
+		func(q *billing.Quota) *int64 { return &q.MaxWorkspaceBytes }, parseOptionalSize},
+	{"max-concurrent-execs", "commands running at once in each user's sandbox (`N`), unlimited, or default (the issuer's, else the runner's)",
+		func(q *billing.Quota) *int64 { return &q.MaxConcurrentExecs }, parseOptionalLimit},
+	{"max-stored", "bytes each user's snapshots keep in the blob store (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)",
+		func(q *billing.Quota) *int64 { return &q.MaxStoredBytes }, parseOptionalSize},
+	{"max-background-processes", "background processes running at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 1024), or default (the issuer's, else the runner's -max-processes)",
+		func(q *billing.Quota) *int64 { return &q.MaxBackgroundProcesses }, parseOptionalLimit},
+	{"max-process-log", "output kept of each background process (`SIZE`, 4KiB to 64MiB; never unlimited: it is held in the runner's memory), or default (the issuer's, else the runner's -process-log-bytes)",
+		func(q *billing.Quota) *int64 { return &q.MaxProcessLogBytes }, parseOptionalSize},
+	{"max-file-watches", "file watches at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)",
+		func(q *billing.Quota) *int64 { return &q.MaxFileWatches }, parseOptionalLimit},
+	{"max-terminals", "terminals running at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)",
+		func(q *billing.Quota) *int64 { return &q.MaxTerminals }, parseOptionalLimit},
+	{"max-tasks", "one-shot tasks each user may have queued or running (`N`), unlimited (the runner's ceiling, 256, or its -max-tasks if higher), or default (the issuer's, else the runner's -max-tasks)",
+		func(q *billing.Quota) *int64 { return &q.MaxTasks }, parseOptionalLimit},
+	{"max-preview-urls", "live preview URLs of each user (`N`), unlimited (the edge's ceiling, 1000, or its -preview-max-per-user if higher), or default (the issuer's, else the edge's -preview-max-per-user)",
+		func(q *billing.Quota) *int64 { return &q.MaxPreviewURLs }, parseOptionalLimit},
+}
+
+// budgetFlag is a flag of quota set a new quota needs: the budget and its window.
+type budgetFlag struct {
+	name, usage string
+	apply       func(q *billing.Quota, v string) error
+}
+
+var budgetFlags = []budgetFlag{
+	{"ai-usd", "model budget per window in `USD`, or unlimited", func(q *billing.Quota, v string) (err error) { q.AIMicros, err = parseUSDLimit(v); return }},
+	{"compute", "compute budget per window in `seconds` (or a duration: 2h), or unlimited", func(q *billing.Quota, v string) (err error) { q.ComputeSeconds, err = parseSecondsLimit(v); return }},
+	{"window", "budget `window`: hour, day, week, month or lifetime", func(q *billing.Quota, v string) error {
+		if q.Window = billing.Window(v); !q.Window.Valid() {
+			return errors.New("want hour, day, week, month or lifetime")
+		}
+		return nil
+	}},
+	{"max-sessions", "sessions one user may run at once (`N`), or unlimited", func(q *billing.Quota, v string) (err error) {
+		q.MaxConcurrentSessions, err = parseCountLimit(v)
+		return
+	}},
+}
+
+// setQuotaFlags writes the quota flags given on fs into q: how many optional ones were, and which budget
+// flags were missing.
+func setQuotaFlags(fs *flag.FlagSet, q *billing.Quota) (optional int, missing []string, err error) {
+	for _, f := range quotaFlags {
+		if !flagSet(fs, f.name) {
+			continue
+		}
+		optional++
+		v := fs.Lookup(f.name).Value.String()
+		n, err := f.parse(v)
+		if err != nil {
+			return 0, nil, fmt.Errorf("-%s %q: %w", f.name, v, err)
+		}
+		*f.field(q) = n
+	}
+	for _, f := range budgetFlags {
+		if !flagSet(fs, f.name) {
+			missing = append(missing, "-"+f.name)
+			continue
+		}
+		v := fs.Lookup(f.name).Value.String()
+		if err := f.apply(q, v); err != nil {
+			return 0, nil, fmt.Errorf("-%s %q: %w", f.name, v, err)
+		}
+	}
+	return optional, missing, nil
+}
+
 func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
 	fs := af.flagSet("quota set", stderr)
 	user := fs.String("user", "", "set the override of this end user (`SUB`) instead of the issuer's default")
-	fs.String("ai-usd", "", "model budget per window in `USD`, or unlimited")
-	fs.String("compute", "", "compute budget per window in `seconds` (or a duration: 2h), or unlimited")
-	fs.String("window", "", "budget `window`: hour, day, week, month or lifetime")
-	fs.String("max-sessions", "", "sessions one user may run at once (`N`), or unlimited")
-	fs.String("max-issuer-sessions", "", "sessions all the issuer's users may run at once (`N`), unlimited, or default (no cap); issuer default only")
-	fs.String("connects-per-minute", "", "agent connects per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)")
-	fs.String("issuer-connects-per-minute", "", "agent connects per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only")
-	fs.String("prompts-per-minute", "", "prompts per minute of each user (`N`), unlimited, or default (the issuer's, else the edge's)")
-	fs.String("issuer-prompts-per-minute", "", "prompts per minute of all the issuer's users (`N`), unlimited, or default (the edge's); issuer default only")
-	fs.String("max-processes", "", "processes and threads alive at once in each user's sandbox (`N`, at least 8), unlimited, or default (the issuer's, else the runner's)")
-	fs.String("max-memory", "", "memory of each user's sandbox (`SIZE`: bytes, 512MiB, 2GiB; at least 16MiB), unlimited, or default (the issuer's, else the runner's)")
-	fs.String("cpu-millis", "", "CPU of each user's sandbox in thousandths of a core (`N`, 1000: one core; at least 10), unlimited, or default (the issuer's, else the runner's)")
-	fs.String("max-tmp", "", "private /tmp of each command (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
-	fs.String("max-workspace", "", "bytes under each user's /workspace (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
-	fs.String("max-concurrent-execs", "", "commands running at once in each user's sandbox (`N`), unlimited, or default (the issuer's, else the runner's)")
-	fs.String("max-stored", "", "bytes each user's snapshots keep in the blob store (`SIZE`, at least 1MiB), unlimited, or default (the issuer's, else the runner's)")
-	fs.String("max-background-processes", "", "background processes running at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 1024), or default (the issuer's, else the runner's -max-processes)")
-	fs.String("max-process-log", "", "output kept of each background process (`SIZE`, 4KiB to 64MiB; never unlimited: it is held in the runner's memory), or default (the issuer's, else the runner's -process-log-bytes)")
-	fs.String("max-file-watches", "", "file watches at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)")
-	fs.String("max-terminals", "", "terminals running at once in each user's sandbox (`N`), unlimited (the runner's ceiling, 64), or default (the issuer's, else the runner's 8)")
-	fs.String("max-tasks", "", "one-shot tasks each user may have queued or running (`N`), unlimited (the runner's ceiling, 256, or its -max-tasks if higher), or default (the issuer's, else the runner's -max-tasks)")
-	fs.String("max-preview-urls", "", "live preview URLs of each user (`N`), unlimited (the edge's ceiling, 1000, or its -preview-max-per-user if higher), or default (the issuer's, else the edge's -preview-max-per-user)")
+	for _, f := range budgetFlags {
+		fs.String(f.name, "", f.usage)
+	}
+	for _, f := range quotaFlags {
+		fs.String(f.name, "", f.usage)
+	}
 	revision := fs.Int64("revision", -1, "the `revision` you read (default: the current one, read just before writing)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -397,18 +477,6 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 	}
 	if err := wantArgs(pos, "ISS"); err != nil {
 		return err
-	}
-	var missing []string
-	set := func(flagName string, apply func(string) error) error {
-		if !flagSet(fs, flagName) {
-			missing = append(missing, "-"+flagName)
-			return nil
-		}
-		v := fs.Lookup(flagName).Value.String()
-		if err := apply(v); err != nil {
-			return fmt.Errorf("-%s %q: %w", flagName, v, err)
-		}
-		return nil
 	}
 	c, err := af.client(ctx)
 	if err != nil {
@@ -422,63 +490,10 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		return err
 	}
 	q := cur.Quota
-	// The admission fields and sandbox limits are optional: a flag left out keeps the value, never counted
-	// as missing.
-	optional := 0
-	for _, f := range []struct {
-		name  string
-		v     *int64
-		parse func(string) (int64, error)
-	}{
-		{"max-issuer-sessions", &q.MaxIssuerSessions, parseOptionalLimit},
-		{"connects-per-minute", &q.ConnectsPerMinute, parseOptionalLimit},
-		{"issuer-connects-per-minute", &q.IssuerConnectsPerMinute, parseOptionalLimit},
-		{"prompts-per-minute", &q.PromptsPerMinute, parseOptionalLimit},
-		{"issuer-prompts-per-minute", &q.IssuerPromptsPerMinute, parseOptionalLimit},
-		{"max-processes", &q.MaxProcesses, parseOptionalLimit},
-		{"max-memory", &q.MaxMemoryBytes, parseOptionalSize},
-		{"cpu-millis", &q.CPUMillis, parseOptionalLimit},
-		{"max-tmp", &q.MaxTmpBytes, parseOptionalSize},
-		{"max-workspace", &q.MaxWorkspaceBytes, parseOptionalSize},
-		{"max-concurrent-execs", &q.MaxConcurrentExecs, parseOptionalLimit},
-		{"max-stored", &q.MaxStoredBytes, parseOptionalSize},
-		{"max-background-processes", &q.MaxBackgroundProcesses, parseOptionalLimit},
-		{"max-process-log", &q.MaxProcessLogBytes, parseOptionalSize},
-		{"max-file-watches", &q.MaxFileWatches, parseOptionalLimit},
-		{"max-terminals", &q.MaxTerminals, parseOptionalLimit},
-		{"max-tasks", &q.MaxTasks, parseOptionalLimit},
-		{"max-preview-urls", &q.MaxPreviewURLs, parseOptionalLimit},
-	} {
-		if !flagSet(fs, f.name) {
-			continue
-		}
-		optional++
-		v := fs.Lookup(f.name).Value.String()
-		n, err := f.parse(v)
-		if err != nil {
-			return fmt.Errorf("-%s %q: %w", f.name, v, err)
-		}
-		*f.v = n
-	}
-	for _, f := range []struct {
-		name  string
-		apply func(string) error
-	}{
-		{"ai-usd", func(v string) (err error) { q.AIMicros, err = parseUSDLimit(v); return }},
-		{"compute", func(v string) (err error) { q.ComputeSeconds, err = parseSecondsLimit(v); return }},
-		{"window", func(v string) error {
-			if q.Window = billing.Window(v); !q.Window.Valid() {
-				return errors.New("want hour, day, week, month or lifetime")
-			}
-			return nil
-		}},
-		{"max-sessions", func(v string) (err error) { q.MaxConcurrentSessions, err = parseCountLimit(v); return }},
-	} {
-		if err := set(f.name, f.apply); err != nil {
-			return err
-		}
-	}
+	optional, missing, err := setQuotaFlags(fs, &q)
 	switch {
+	case err != nil:
+		return err
 	case !exists && len(missing) > 0:
 		return fmt.Errorf("%s has no quota yet: a new one needs %s", strings.TrimPrefix(adminclient.QuotaPath(key), "/v1/quotas/"), strings.Join(missing, ", "))
 	case len(missing) == 4 && optional == 0:
