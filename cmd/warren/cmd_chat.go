@@ -38,24 +38,8 @@ const (
 	exitInterrupted      = 130 // as a shell reports a command ended by Ctrl-C
 )
 
-func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cf := newClientFlags()
-	cf.register(fs)
-	prompt := fs.String("p", "", "send `PROMPT`, print the answer and exit; - reads the prompt from standard input")
-	resume := fs.String("resume", "", "continue the conversation of session `ID`")
-	fork := fs.Bool("fork", false, "with -resume or -continue: continue under a new session id, leaving the original as it was")
-	cont := fs.Bool("continue", false, "continue your most recent session")
-	model := fs.String("model", "", "the `MODEL` the agent uses (the token may pin one)")
-	maxTurns := fs.Int("max-turns", 0, "stop a prompt after `N` agent turns (0: only the token's limit)")
-	system := fs.String("system", "", "replace Claude Code's system prompt with `TEXT`")
-	appendSystem := fs.String("append-system", "", "add `TEXT` to the end of Claude Code's system prompt")
-	jsonOut := fs.Bool("json", false, "print every event as one JSON line: Claude Code's stream-json with Warren's additions")
-	transport := fs.String("transport", env.Or("WARREN_TRANSPORT", "auto"), "the agent channel's `TRANSPORT`: auto (WebTransport when the edge offers it and UDP gets through, else WebSocket), webtransport or websocket ($WARREN_TRANSPORT)")
-	quiet := fs.Bool("quiet", false, "print only the agent's text and problems: no tool calls, progress or cost")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: warren chat [flags]
+// chatUsage is warren chat -h's text before the flags.
+const chatUsage = `usage: warren chat [flags]
 
 Talks to the Claude Code agent in your sandbox. With -p it sends one prompt, prints the agent's work as it
 happens and exits when the turn ends (exit status 1 if it ended in an error). Without -p it reads prompts
@@ -66,90 +50,116 @@ The session id is printed when the session opens: pass it to -resume to continue
 with -fork to branch it.
 
 flags:
-`)
+`
+
+// chatFlags are warren chat's flags.
+type chatFlags struct {
+	cf                                                     *clientFlags
+	prompt, resume, model, system, appendSystem, transport string
+	fork, cont, jsonOut, quiet                             bool
+	maxTurns                                               int
+	oneShot                                                bool // -p was given
+}
+
+func (f *chatFlags) register(fs *flag.FlagSet) {
+	f.cf = newClientFlags()
+	f.cf.register(fs)
+	fs.StringVar(&f.prompt, "p", "", "send `PROMPT`, print the answer and exit; - reads the prompt from standard input")
+	fs.StringVar(&f.resume, "resume", "", "continue the conversation of session `ID`")
+	fs.BoolVar(&f.fork, "fork", false, "with -resume or -continue: continue under a new session id, leaving the original as it was")
+	fs.BoolVar(&f.cont, "continue", false, "continue your most recent session")
+	fs.StringVar(&f.model, "model", "", "the `MODEL` the agent uses (the token may pin one)")
+	fs.IntVar(&f.maxTurns, "max-turns", 0, "stop a prompt after `N` agent turns (0: only the token's limit)")
+	fs.StringVar(&f.system, "system", "", "replace Claude Code's system prompt with `TEXT`")
+	fs.StringVar(&f.appendSystem, "append-system", "", "add `TEXT` to the end of Claude Code's system prompt")
+	fs.BoolVar(&f.jsonOut, "json", false, "print every event as one JSON line: Claude Code's stream-json with Warren's additions")
+	fs.StringVar(&f.transport, "transport", env.Or("WARREN_TRANSPORT", "auto"), "the agent channel's `TRANSPORT`: auto (WebTransport when the edge offers it and UDP gets through, else WebSocket), webtransport or websocket ($WARREN_TRANSPORT)")
+	fs.BoolVar(&f.quiet, "quiet", false, "print only the agent's text and problems: no tool calls, progress or cost")
+}
+
+// check checks the parsed flags, reads -p - from standard input, and returns the transport.
+func (f *chatFlags) check(fs *flag.FlagSet) (warren.Transport, error) {
+	f.oneShot = flagSet(fs, "p")
+	switch {
+	case fs.NArg() > 0:
+		fs.Usage()
+		return "", fmt.Errorf("unexpected argument %q: pass a prompt with -p", fs.Arg(0))
+	case f.fork && f.resume == "" && !f.cont:
+		return "", errors.New("-fork needs the session to fork: -resume ID or -continue")
+	case f.resume != "" && f.cont:
+		return "", errors.New("use one of -resume and -continue")
+	case f.system != "" && f.appendSystem != "":
+		return "", errors.New("use one of -system and -append-system")
+	case f.maxTurns < 0:
+		return "", errors.New("-max-turns must not be negative")
+	}
+	tr, err := warren.ParseTransport(f.transport)
+	if err != nil {
+		return "", fmt.Errorf("-transport: %w", err)
+	}
+	if f.oneShot && f.prompt == "-" {
+		b, err := io.ReadAll(clientStdin)
+		if err != nil {
+			return "", fmt.Errorf("read the prompt from standard input: %w", err)
+		}
+		f.prompt = string(b)
+	}
+	if f.oneShot && strings.TrimSpace(f.prompt) == "" {
+		return "", errors.New("-p: the prompt is empty")
+	}
+	return tr, nil
+}
+
+// options are the session's options from the flags.
+func (f *chatFlags) options() *warren.SessionOptions {
+	opts := &warren.SessionOptions{
+		Model:                  f.model,
+		MaxTurns:               f.maxTurns,
+		SessionID:              f.resume,
+		ForkSession:            f.fork,
+		Continue:               f.cont,
+		IncludePartialMessages: true,
+	}
+	switch {
+	case f.system != "":
+		opts.SystemPrompt = &warren.SystemPrompt{Text: f.system}
+	case f.appendSystem != "":
+		opts.SystemPrompt = &warren.SystemPrompt{Type: "preset", Preset: "claude_code", Append: f.appendSystem}
+	}
+	return opts
+}
+
+func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f chatFlags
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), chatUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	oneShot := false
-	fs.Visit(func(f *flag.Flag) { oneShot = oneShot || f.Name == "p" })
-	switch {
-	case fs.NArg() > 0:
-		fs.Usage()
-		return fmt.Errorf("unexpected argument %q: pass a prompt with -p", fs.Arg(0))
-	case *fork && *resume == "" && !*cont:
-		return errors.New("-fork needs the session to fork: -resume ID or -continue")
-	case *resume != "" && *cont:
-		return errors.New("use one of -resume and -continue")
-	case *system != "" && *appendSystem != "":
-		return errors.New("use one of -system and -append-system")
-	case *maxTurns < 0:
-		return errors.New("-max-turns must not be negative")
-	}
-	tr, err := warren.ParseTransport(*transport)
-	if err != nil {
-		return fmt.Errorf("-transport: %w", err)
-	}
-	if oneShot && *prompt == "-" {
-		b, err := io.ReadAll(clientStdin)
-		if err != nil {
-			return fmt.Errorf("read the prompt from standard input: %w", err)
-		}
-		*prompt = string(b)
-	}
-	if oneShot && strings.TrimSpace(*prompt) == "" {
-		return errors.New("-p: the prompt is empty")
-	}
-
-	opts := &warren.SessionOptions{
-		Model:                  *model,
-		MaxTurns:               *maxTurns,
-		SessionID:              *resume,
-		ForkSession:            *fork,
-		Continue:               *cont,
-		IncludePartialMessages: true,
-	}
-	switch {
-	case *system != "":
-		opts.SystemPrompt = &warren.SystemPrompt{Text: *system}
-	case *appendSystem != "":
-		opts.SystemPrompt = &warren.SystemPrompt{Type: "preset", Preset: "claude_code", Append: *appendSystem}
-	}
-	c, err := cf.client(warren.WithTransport(tr, 0))
+	tr, err := f.check(fs)
 	if err != nil {
 		return err
 	}
-
+	c, err := f.cf.client(warren.WithTransport(tr, 0))
+	if err != nil {
+		return err
+	}
 	view := newChatView(stdout, stderr, chatViewConfig{
-		json:     *jsonOut,
-		quiet:    *quiet,
+		json:     f.jsonOut,
+		quiet:    f.quiet,
 		progress: isTerminal(stderr),
 	})
 	// The session lives until the user quits (see chatSignals), not until main's context ends.
 	runCtx, quit := context.WithCancel(context.WithoutCancel(ctx))
 	defer quit()
 	ch := &chatRun{view: view, stop: quit}
-	sigs, stopSignals := chatSignals()
-	defer stopSignals()
-	sigDone := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case sig := <-sigs:
-				ch.signal(sig)
-			case <-sigDone:
-				return
-			}
-		}
-	})
-	defer func() {
-		close(sigDone)
-		wg.Wait()
-	}()
-
-	s, err := c.Dial(runCtx, opts)
+	defer ch.watchSignals()()
+	s, err := c.Dial(runCtx, f.options())
 	if err != nil {
 		if ch.quitting() {
 			return exitError{exitInterrupted}
@@ -158,34 +168,65 @@ flags:
 	}
 	defer s.Close()
 	ch.setSession(s)
-	if !*quiet {
-		model := ""
-		if s.Model() != "" {
-			model = " (" + s.Model() + ")"
-		}
-		fmt.Fprintf(stderr, "warren chat: session %s%s over %s; continue it later with -resume %s\n", s.ID(), model, s.Transport(), s.ID())
-		if n := s.Notice(); n != "" {
-			fmt.Fprintf(stderr, "warren chat: NOTE: %s\n", n)
-		}
+	if !f.quiet {
+		printOpened(stderr, s)
 	}
-
-	if oneShot {
-		res, err := ch.turn(runCtx, *prompt)
-		switch {
-		case view.Err() != nil:
-			return fmt.Errorf("write standard output: %w", view.Err())
-		case ch.quitting():
-			return exitError{exitInterrupted}
-		case err != nil:
-			return clientError{err}
-		case res == nil || ch.interruptedTurn():
-			return exitError{exitInterrupted}
-		case resultFailed(res):
-			return exitError{1}
-		}
-		return nil
+	if f.oneShot {
+		res, err := ch.turn(runCtx, f.prompt)
+		return ch.oneShotError(res, err)
 	}
 	return ch.interactive(runCtx, clientStdin, stderr)
+}
+
+// watchSignals hands the signals chat reacts to (chatSignals) to c until the returned stop is called.
+func (c *chatRun) watchSignals() (stop func()) {
+	sigs, stopSignals := chatSignals()
+	sigDone := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case sig := <-sigs:
+				c.signal(sig)
+			case <-sigDone:
+				return
+			}
+		}
+	})
+	return func() {
+		close(sigDone)
+		wg.Wait()
+		stopSignals()
+	}
+}
+
+// printOpened says which session opened, how to continue it, and the platform's notice.
+func printOpened(stderr io.Writer, s *warren.Session) {
+	model := ""
+	if s.Model() != "" {
+		model = " (" + s.Model() + ")"
+	}
+	fmt.Fprintf(stderr, "warren chat: session %s%s over %s; continue it later with -resume %s\n", s.ID(), model, s.Transport(), s.ID())
+	if n := s.Notice(); n != "" {
+		fmt.Fprintf(stderr, "warren chat: NOTE: %s\n", n)
+	}
+}
+
+// oneShotError is how warren chat -p ends after its turn: 130 when interrupted, 1 when the turn failed.
+func (c *chatRun) oneShotError(res *warren.ResultEvent, err error) error {
+	switch {
+	case c.view.Err() != nil:
+		return fmt.Errorf("write standard output: %w", c.view.Err())
+	case c.quitting():
+		return exitError{exitInterrupted}
+	case err != nil:
+		return clientError{err}
+	case res == nil || c.interruptedTurn():
+		return exitError{exitInterrupted}
+	case resultFailed(res):
+		return exitError{1}
+	}
+	return nil
 }
 
 // chatRun is one warren chat session: the turns, and what Ctrl-C does during them.
