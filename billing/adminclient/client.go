@@ -81,7 +81,7 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) URL() string { return c.base }
 
 // Call sends method path?q with body as JSON (when not nil) and decodes the JSON answer into out (when not
-// nil; an answer of 204 has none). The typed methods use it; it is exported for the admin routes served
+// nil; an empty answer of 204 leaves out as it is). The typed methods use it; it is exported for the admin routes served
 // beside the billing API (the workspace templates, runner/templates).
 func (c *Client) Call(ctx context.Context, method, path string, q url.Values, body, out any) error {
 	var rd io.Reader
@@ -189,7 +189,7 @@ func (c *Client) exchange(ctx context.Context, method, path string, q url.Values
 	if int64(len(data)) > c.cfg.MaxAnswerBytes {
 		return e.with(ctx, &AnswerTooLargeError{Limit: c.cfg.MaxAnswerBytes})
 	}
-	if out == nil {
+	if out == nil || (resp.StatusCode == http.StatusNoContent && len(data) == 0) {
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {

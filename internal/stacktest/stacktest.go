@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/secrets/vault"
 	"github.com/warren-mesh/warren/internal/testenv"
@@ -193,20 +193,27 @@ func VaultEnv(vs *testenv.VaultServer) []string { return []string{"VAULT_TOKEN="
 // AdminKey is the billing API's admin key (for a CLI's $WARREN_ADMIN_KEY).
 func (b *Billing) AdminKey() string { return b.adminKey }
 
-// Admin calls the billing API with the admin key and returns the body of its 2xx answer.
-func (b *Billing) Admin(t testing.TB, ctx context.Context, method, path, body string) []byte {
+// Client is a client of the billing API with the admin key (billing/adminclient).
+func (b *Billing) Client(t testing.TB) *adminclient.Client {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, method, "http://"+b.Addr+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+b.adminKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	c, err := adminclient.New(adminclient.Config{URL: "http://" + b.Addr, Key: b.adminKey, UserAgent: "warren-stacktest"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("%s %s = %d %s", method, path, resp.StatusCode, out)
+	return c
+}
+
+// Admin calls the billing API with the admin key, body as the JSON request ("" for none), and returns the
+// body of its 2xx answer.
+func (b *Billing) Admin(t testing.TB, ctx context.Context, method, path, body string) []byte {
+	t.Helper()
+	var in any
+	if body != "" {
+		in = json.RawMessage(body)
+	}
+	var out json.RawMessage
+	if err := b.Client(t).Call(ctx, method, path, nil, in, &out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
