@@ -27,92 +27,124 @@ func init() {
 // a flag value: command lines are visible to every user of the machine and land in shell history.
 const issuerSecretEnv = "WARREN_ISSUER_SECRET"
 
+// tokenFlags are warren token's flags.
+type tokenFlags struct {
+	issuer, user, window, windowStart, aud, dataDir, secretFile, kid string
+	model, tools, blocked, tmpl                                      string
+	aiUSD                                                            float64
+	compute                                                          int64
+	ttl                                                              time.Duration
+	maxTurns                                                         int
+}
+
+func (f *tokenFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.issuer, "issuer", "dev", "issuer (project) id, the iss claim")
+	fs.StringVar(&f.user, "user", "", "end-user id, the sub claim (required)")
+	fs.Float64Var(&f.aiUSD, "ai-usd", 5, "model budget for the window, in USD")
+	fs.Int64Var(&f.compute, "compute", 3600, "sandbox compute budget for the window, in seconds")
+	fs.StringVar(&f.window, "window", string(token.WindowDay), "budget window: hour, day, week, month or lifetime")
+	fs.StringVar(&f.windowStart, "window-start", "", "RFC 3339 start of the budget window (default: start of the current UTC window; none for lifetime)")
+	fs.DurationVar(&f.ttl, "ttl", time.Hour, "token lifetime")
+	fs.StringVar(&f.aud, "aud", "", "audience, the aud claim (must match the edge's when it has one)")
+	fs.StringVar(&f.dataDir, "data-dir", env.DataDir(), "data directory holding "+file.DefaultFileName+"; $WARREN_DATA_DIR sets the default")
+	fs.StringVar(&f.secretFile, "secret-file", "", "sign with the issuer secret in this file instead of the data dir's (or $"+issuerSecretEnv+"): a wsk_ text secret as `warren admin keys rotate` prints it, a legacy standard base64 key, or base64:/raw: to force one")
+	fs.StringVar(&f.kid, "kid", "", "key id for the kid header, with -secret-file or $"+issuerSecretEnv+" (none: the edge tries the current and previous keys)")
+	fs.StringVar(&f.model, "model", "", "the only model allowed, permissions.model")
+	fs.StringVar(&f.tools, "tools", "", "comma-separated tools the agent may use, permissions.tools (default: no restriction)")
+	fs.StringVar(&f.blocked, "blocked-tools", "", "comma-separated tools the agent may not use, permissions.blockedTools")
+	fs.IntVar(&f.maxTurns, "max-turns", 0, "cap on agent turns per prompt, permissions.maxTurns (0: none)")
+	fs.StringVar(&f.tmpl, "template", "", "workspace template a NEW sandbox of this user starts from, the template claim (default: the runner's, \"default\"); see warren deploy")
+}
+
+// budget is the token's budget from -ai-usd, -compute, -window and -window-start, its window starting
+// at the one now falls in unless -window-start says otherwise.
+func (f *tokenFlags) budget(now time.Time) (token.Budget, error) {
+	if math.IsNaN(f.aiUSD) || f.aiUSD < 0 || f.aiUSD > math.MaxInt64/1e6 {
+		return token.Budget{}, errors.New("-ai-usd must be a non-negative amount")
+	}
+	w := token.Window(f.window)
+	if !w.Valid() {
+		return token.Budget{}, fmt.Errorf("-window %q: want hour, day, week, month or lifetime", f.window)
+	}
+	budget := token.Budget{
+		AIMicros:       int64(math.Round(f.aiUSD * 1e6)),
+		ComputeSeconds: f.compute,
+		Window:         w,
+		WindowStart:    w.Start(now),
+	}
+	if f.windowStart == "" {
+		return budget, nil
+	}
+	if w == token.WindowLifetime {
+		return token.Budget{}, errors.New("-window-start does not apply to -window lifetime")
+	}
+	t, err := time.Parse(time.RFC3339, f.windowStart)
+	if err != nil {
+		return token.Budget{}, fmt.Errorf("-window-start: %w", err)
+	}
+	budget.WindowStart = t.UTC()
+	return budget, nil
+}
+
+// claims are the token's claims from the flags, issued now.
+func (f *tokenFlags) claims(now time.Time) (token.Claims, error) {
+	if f.user == "" {
+		return token.Claims{}, errors.New("-user is required")
+	}
+	if f.ttl <= 0 {
+		return token.Claims{}, errors.New("-ttl must be positive")
+	}
+	budget, err := f.budget(now)
+	if err != nil {
+		return token.Claims{}, err
+	}
+	claims := token.Claims{
+		Issuer:    f.issuer,
+		Subject:   f.user,
+		IssuedAt:  now,
+		ExpiresAt: now.Add(f.ttl),
+		HasBudget: true,
+		Budget:    budget,
+		Permissions: token.Permissions{
+			Tools:        tokenList(f.tools),
+			BlockedTools: tokenList(f.blocked),
+			MaxTurns:     f.maxTurns,
+			Model:        f.model,
+		},
+	}
+	if f.aud != "" {
+		claims.Audience = []string{f.aud}
+	}
+	if f.tmpl != "" {
+		if !token.ValidTemplate(f.tmpl) {
+			return token.Claims{}, fmt.Errorf("-template %q: want 1 to %d bytes of [a-z0-9._-], starting with a letter or digit", f.tmpl, token.MaxTemplateLen)
+		}
+		claims.Template = f.tmpl
+	}
+	return claims, nil
+}
+
 // runToken prints one signed token on stdout and nothing else, so TOKEN=$(warren token -user u) works.
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("warren token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	issuer := fs.String("issuer", "dev", "issuer (project) id, the iss claim")
-	user := fs.String("user", "", "end-user id, the sub claim (required)")
-	aiUSD := fs.Float64("ai-usd", 5, "model budget for the window, in USD")
-	compute := fs.Int64("compute", 3600, "sandbox compute budget for the window, in seconds")
-	window := fs.String("window", string(token.WindowDay), "budget window: hour, day, week, month or lifetime")
-	windowStart := fs.String("window-start", "", "RFC 3339 start of the budget window (default: start of the current UTC window; none for lifetime)")
-	ttl := fs.Duration("ttl", time.Hour, "token lifetime")
-	aud := fs.String("aud", "", "audience, the aud claim (must match the edge's when it has one)")
-	dataDir := fs.String("data-dir", env.DataDir(), "data directory holding "+file.DefaultFileName+"; $WARREN_DATA_DIR sets the default")
-	secretFile := fs.String("secret-file", "", "sign with the issuer secret in this file instead of the data dir's (or $"+issuerSecretEnv+"): a wsk_ text secret as `warren admin keys rotate` prints it, a legacy standard base64 key, or base64:/raw: to force one")
-	kid := fs.String("kid", "", "key id for the kid header, with -secret-file or $"+issuerSecretEnv+" (none: the edge tries the current and previous keys)")
-	model := fs.String("model", "", "the only model allowed, permissions.model")
-	tools := fs.String("tools", "", "comma-separated tools the agent may use, permissions.tools (default: no restriction)")
-	blocked := fs.String("blocked-tools", "", "comma-separated tools the agent may not use, permissions.blockedTools")
-	maxTurns := fs.Int("max-turns", 0, "cap on agent turns per prompt, permissions.maxTurns (0: none)")
-	tmpl := fs.String("template", "", "workspace template a NEW sandbox of this user starts from, the template claim (default: the runner's, \"default\"); see warren deploy")
+	var f tokenFlags
+	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *user == "" {
-		return errors.New("-user is required")
-	}
-	if *ttl <= 0 {
-		return errors.New("-ttl must be positive")
-	}
-	if math.IsNaN(*aiUSD) || *aiUSD < 0 || *aiUSD > math.MaxInt64/1e6 {
-		return errors.New("-ai-usd must be a non-negative amount")
-	}
-	w := token.Window(*window)
-	if !w.Valid() {
-		return fmt.Errorf("-window %q: want hour, day, week, month or lifetime", *window)
-	}
-
-	now := time.Now().UTC().Truncate(time.Second)
-	budget := token.Budget{
-		AIMicros:       int64(math.Round(*aiUSD * 1e6)),
-		ComputeSeconds: *compute,
-		Window:         w,
-		WindowStart:    w.Start(now),
-	}
-	if *windowStart != "" {
-		if w == token.WindowLifetime {
-			return errors.New("-window-start does not apply to -window lifetime")
-		}
-		t, err := time.Parse(time.RFC3339, *windowStart)
-		if err != nil {
-			return fmt.Errorf("-window-start: %w", err)
-		}
-		budget.WindowStart = t.UTC()
-	}
-	claims := token.Claims{
-		Issuer:    *issuer,
-		Subject:   *user,
-		IssuedAt:  now,
-		ExpiresAt: now.Add(*ttl),
-		HasBudget: true,
-		Budget:    budget,
-		Permissions: token.Permissions{
-			Tools:        tokenList(*tools),
-			BlockedTools: tokenList(*blocked),
-			MaxTurns:     *maxTurns,
-			Model:        *model,
-		},
-	}
-	if *aud != "" {
-		claims.Audience = []string{*aud}
-	}
-	if *tmpl != "" {
-		if !token.ValidTemplate(*tmpl) {
-			return fmt.Errorf("-template %q: want 1 to %d bytes of [a-z0-9._-], starting with a letter or digit", *tmpl, token.MaxTemplateLen)
-		}
-		claims.Template = *tmpl
-	}
-
-	given, err := givenSecret(*secretFile)
+	claims, err := f.claims(time.Now().UTC().Truncate(time.Second))
 	if err != nil {
 		return err
 	}
-	key, err := tokenKey(ctx, *issuer, *dataDir, given, *kid, stderr)
+	given, err := givenSecret(f.secretFile)
+	if err != nil {
+		return err
+	}
+	key, err := tokenKey(ctx, f.issuer, f.dataDir, given, f.kid, stderr)
 	if err != nil {
 		return err
 	}
