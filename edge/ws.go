@@ -250,6 +250,7 @@ func (e *Edge) ping(ctx context.Context, cancel context.CancelFunc, c pinger, a 
 func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc msgConn, a *admitted) {
 	defer cancel()
 	lastError := false // the last message relayed was an error message
+	budget := budgetStop{e: e, a: a}
 	for {
 		typ, data, err := rc.Read(ctx)
 		if err != nil {
@@ -258,17 +259,30 @@ func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc 
 				// message saying why when the runner sent none (an error precedes every close).
 				reason := closeReasonOf(err)
 				if st != websocket.StatusNormalClosure && !lastError {
-					_ = writeClient(context.WithoutCancel(ctx), c, websocket.MessageText, wire.ErrorMessage(closeError(st, reason)))
+					ce := closeError(st, reason)
+					if ce.Code == wire.Unavailable && budget.spent(ctx) != nil {
+						ce = budget.err
+					}
+					_ = writeClient(context.WithoutCancel(ctx), c, websocket.MessageText, wire.ErrorMessage(ce))
+				}
+				if st != websocket.StatusNormalClosure && budget.err != nil {
+					st, reason = websocket.StatusCode(wire.BudgetExceeded.CloseCode()), wire.CloseReason(budget.err)
 				}
 				_ = c.Close(st, reason)
 			} else if ctx.Err() == nil {
 				a.log.Warn("runner channel lost", "err", err)
-				e.closeWith(context.Background(), c, wire.Errorf(wire.Unavailable, "the sandbox stopped unexpectedly; reconnect to resume"))
+				lost := wire.Errorf(wire.Unavailable, "the sandbox stopped unexpectedly; reconnect to resume")
+				if spent := budget.spent(ctx); spent != nil {
+					lost = spent
+				}
+				e.closeWith(context.Background(), c, lost)
 			}
 			return
 		}
 		e.m.frames.WithLabelValues("to_client").Inc()
-		lastError = isErrorFrame(data)
+		if lastError = isErrorFrame(data); lastError {
+			data = budget.rewrite(ctx, data)
+		}
 		if err := writeClient(ctx, c, typ, data); err != nil {
 			if ctx.Err() == nil {
 				a.log.Info("client dropped: it stopped reading", "err", err)

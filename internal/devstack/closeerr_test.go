@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -35,7 +36,13 @@ type rawMsg struct {
 
 func dialRaw(t *testing.T, ctx context.Context, st *devstack.Stack, user string) *rawChannel {
 	t.Helper()
-	c, _, err := websocket.Dial(ctx, "ws://"+st.Addr()+"/ws?token="+mint(t, st, user, withBudget(5_000_000)), nil)
+	return dialRawToken(t, ctx, st, mint(t, st, user, withBudget(5_000_000)))
+}
+
+// dialRawToken opens an agent channel with tok.
+func dialRawToken(t *testing.T, ctx context.Context, st *devstack.Stack, tok string) *rawChannel {
+	t.Helper()
+	c, _, err := websocket.Dial(ctx, "ws://"+st.Addr()+"/ws?token="+tok, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +98,7 @@ func (r *rawChannel) startLongTool(ctx context.Context) {
 
 // errorThenClose reads the rest of the channel: its last message must be an error with code, then the
 // close with closeCode.
-func (r *rawChannel) errorThenClose(ctx context.Context, code wire.Code, closeCode websocket.StatusCode) {
+func (r *rawChannel) errorThenClose(ctx context.Context, code wire.Code, closeCode websocket.StatusCode) rawMsg {
 	r.t.Helper()
 	var last rawMsg
 	for {
@@ -108,6 +115,7 @@ func (r *rawChannel) errorThenClose(ctx context.Context, code wire.Code, closeCo
 	if last.Type != wire.TypeError || json.Unmarshal(last.Payload, &e) != nil || e.Code != code {
 		r.t.Fatalf("last message before the close: %s, want an error %s", last.Raw, code)
 	}
+	return last
 }
 
 // runnerPID is the pid of the runner process serving user.
@@ -191,5 +199,26 @@ func TestReconnectWithoutInit(t *testing.T) {
 	res := again.until(ctx, "the reconnect's result", func(m rawMsg) bool { return m.Type == "result" })
 	if strings.Contains(res.Raw, `"is_error":true`) {
 		t.Fatalf("result %s", res.Raw)
+	}
+}
+
+// TestComputeBudgetEndsTheChannel: a sandbox whose compute budget runs out while a client is connected is
+// stopped by the scheduler, and the client reads budget_exceeded naming the compute budget, then the close
+// 4402, so it does not reconnect into a refusal. Before: the runner's shutdown error, unavailable and 1001
+// ("reconnect to resume").
+func TestComputeBudgetEndsTheChannel(t *testing.T) {
+	st := startStack(t)
+	ctx := ctxT(t)
+	tok := mint(t, st, "bea", func(c *token.Claims) {
+		c.HasBudget = true
+		c.Budget = token.Budget{AIMicros: 5_000_000, ComputeSeconds: 6, Window: "lifetime"}
+	})
+	r := dialRawToken(t, ctx, st, tok)
+	r.send(ctx, `{"type":"init"}`)
+	r.until(ctx, "ready", func(m rawMsg) bool { return m.Type == "control" && strings.Contains(string(m.Payload), `"ready"`) })
+	last := r.errorThenClose(ctx, wire.BudgetExceeded, websocket.StatusCode(wire.BudgetExceeded.CloseCode()))
+	var e wire.Error
+	if err := json.Unmarshal(last.Payload, &e); err != nil || e.Details["budget"] != "compute" || !strings.HasPrefix(e.Message, "budget exceeded: ") {
+		t.Fatalf("the error before the close %s: want budget_exceeded naming the compute budget", last.Raw)
 	}
 }
