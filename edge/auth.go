@@ -50,6 +50,9 @@ type admitted struct {
 	// fixed is the grant another region's edge admitted, for a forwarded connection or request.
 	fixed *wire.Grant
 	log   *slog.Logger
+	// track follows what an agent channel delivers, for a reconnect without init (resume.go); nil for a
+	// forwarded channel served here and for sandbox API requests.
+	track *channelTrack
 }
 
 // admit authenticates r, checks the budget and finds or starts the user's runner. An agent channel

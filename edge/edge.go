@@ -81,9 +81,13 @@ type Config struct {
 	// InitTimeout is how long an agent channel may take to send its first message, init (default 30s);
 	// nothing is admitted, leased or started for it before (docs/PROTOCOL.md#client-messages).
 	InitTimeout time.Duration
-	Logger      *slog.Logger
-	Metrics     prometheus.Registerer
-	HTTPClient  *http.Client // for calls to runners; default has sane timeouts
+	// ReconnectGrace is how long a channel that sends nothing waits before the edge resumes it into its
+	// user's one session whose client was lost (a reconnect without init that sends nothing:
+	// docs/PROTOCOL.md#opening; default 3s; at or above InitTimeout: never).
+	ReconnectGrace time.Duration
+	Logger         *slog.Logger
+	Metrics        prometheus.Registerer
+	HTTPClient     *http.Client // for calls to runners; default has sane timeouts
 	// Now is the clock that picks a token's current budget window (nil: time.Now).
 	Now func() time.Time
 	// AdmissionCacheTTL is how long a sandbox API request's quota reads (the issuer's and the user's quota)
@@ -119,6 +123,7 @@ type Edge struct {
 	admits   admissionCache
 	pv       *previewState // nil without Config.Previews
 	waiting  waitingInit   // agent channels authenticated and waiting for init, per user (channelinit.go)
+	resumes  resumeMemory  // what agent channels delivered, per user and session (resume.go)
 
 	stopMu   sync.Mutex     // guards stopped and channels.Add
 	stopped  bool           // Shutdown was called
@@ -145,6 +150,9 @@ func New(cfg Config) (*Edge, error) {
 	}
 	if cfg.InitTimeout <= 0 {
 		cfg.InitTimeout = 30 * time.Second
+	}
+	if cfg.ReconnectGrace <= 0 {
+		cfg.ReconnectGrace = 3 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -173,6 +181,7 @@ func New(cfg Config) (*Edge, error) {
 		}}
 		e.lean = newLeanHop(e.runners.Transport)
 	}
+	e.resumes.now = cfg.Now
 	e.meshIdle.Store(int64(meshServeIdleTimeout))
 	e.routes()
 	return e, nil

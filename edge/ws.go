@@ -75,17 +75,20 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 		e.closeWith(ctx, c, err)
 		return
 	}
-	first, err := e.firstMessages(ctx, c)
+	key := admissionKey{issuer: claims.Issuer, user: claims.Subject}
+	op, err := e.firstMessages(ctx, c, key)
 	unwait()
 	if err != nil {
 		return
 	}
+	first, c := op.first, op.conn
 	a, err := e.admitAs(ctx, claims, true)
 	if err != nil {
 		e.closeWith(ctx, c, err)
 		return
 	}
-	if len(first) > 1 { // a reconnect's prompt passes the prompt rates as any prompt does
+	a.track = &channelTrack{mem: &e.resumes, key: key, known: op.known}
+	if op.prompt { // a reconnect's prompt passes the prompt rates as any prompt does
 		if refused := e.admitPrompt(ctx, a); refused != nil {
 			_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(refused))
 			first = first[:1]
@@ -168,11 +171,12 @@ func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 	go e.endOnShutdown(ctx, cancel, c)
 	// pings keep idle connections alive through proxies and detect dead clients (a WebTransport session
 	// has QUIC's keep-alive and idle timeout instead)
-	if p, ok := c.(pinger); ok {
+	if p, ok := pingerOf(c); ok {
 		go e.ping(ctx, cancel, p, a)
 	}
 
 	// client → runner
+	clientClosed := false // the client ended the channel itself (a close frame, or control close)
 	for {
 		typ, data, err := c.Read(ctx)
 		if err != nil {
@@ -184,6 +188,7 @@ func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 			case errors.As(err, &bad): // a malformed WebTransport frame (wtconn.Conn)
 				e.closeWith(context.Background(), c, bad)
 			case st != -1:
+				clientClosed = true
 				_ = rc.Close(websocket.StatusNormalClosure, "client closed")
 			}
 			break
@@ -197,6 +202,7 @@ func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 			e.closeWith(ctx, c, perr)
 			break
 		}
+		clientClosed = clientClosed || (m.Type == wire.TypeControl && isClose(m))
 		if m.Type == wire.TypeUser {
 			if refused := e.admitPrompt(ctx, a); refused != nil {
 				if ctx.Err() != nil {
@@ -216,6 +222,7 @@ func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 	_ = rc.Close(websocket.StatusNormalClosure, "")
 	<-done
 	_ = c.CloseNow()
+	a.track.end(!clientClosed)
 	a.log.Info("agent channel closed")
 }
 
@@ -279,6 +286,12 @@ func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc 
 			}
 			return
 		}
+		var f runnerFrame
+		if a.track != nil {
+			if f = readRunnerFrame(data); a.track.skip(f) {
+				continue // a tool call the client had before it reconnected
+			}
+		}
 		e.m.frames.WithLabelValues("to_client").Inc()
 		if lastError = isErrorFrame(data); lastError {
 			data = budget.rewrite(ctx, data)
@@ -289,6 +302,7 @@ func (e *Edge) fromRunner(ctx context.Context, cancel context.CancelFunc, c, rc 
 			}
 			return
 		}
+		a.track.delivered(f)
 	}
 }
 
