@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/internal/devstack"
+	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -33,8 +34,8 @@ type chuckyClient struct {
 	seen    []rawMsg // every message received, over all connections
 }
 
-func newChuckyClient(t *testing.T, st *devstack.Stack, user string) *chuckyClient {
-	c := &chuckyClient{t: t, st: st, tok: mint(t, st, user, withBudget(5_000_000))}
+func newChuckyClient(t *testing.T, st *devstack.Stack, user string, mods ...func(*token.Claims)) *chuckyClient {
+	c := &chuckyClient{t: t, st: st, tok: mint(t, st, user, append([]func(*token.Claims){withBudget(5_000_000)}, mods...)...)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range c.seen {
@@ -225,4 +226,91 @@ func TestChuckyReconnectResumes(t *testing.T) {
 			t.Fatalf("tool_result given to the model: %s", msg)
 		}
 	})
+}
+
+// close ends the session as the SDK's Session.close does: control close, then a normal close.
+func (c *chuckyClient) close(ctx context.Context) {
+	c.send(ctx, `{"type":"control","payload":{"action":"close"}}`)
+	_ = c.conn.c.Close(websocket.StatusNormalClosure, "Client disconnect")
+}
+
+// stream reads a turn as the SDK's Session.stream does: a tool call is answered by the handler its
+// toolName names (none: no answer), and the turn ends at its result or at an error.
+func (c *chuckyClient) stream(ctx context.Context, handlers map[string]func(json.RawMessage) string) rawMsg {
+	c.t.Helper()
+	for {
+		m := c.read(ctx, "the turn's end", func(m rawMsg) bool {
+			return m.Type == "result" || m.Type == wire.TypeError || m.Type == wire.TypeToolCall
+		})
+		if m.Type != wire.TypeToolCall {
+			return m
+		}
+		var call struct {
+			CallID   string          `json:"callId"`
+			ToolName string          `json:"toolName"`
+			Input    json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(m.Payload, &call); err != nil {
+			c.t.Fatalf("tool_call %s: %v", m.Raw, err)
+		}
+		if h, ok := handlers[call.ToolName]; ok {
+			c.answer(ctx, call.CallID, h(call.Input))
+		}
+	}
+}
+
+// TestChuckyClientEndToEnd: what Chucky Cloud's SDK sends works with the real CLI: a session of its
+// shape (client tools declared as its Session serializes them, a tool blocked by its bare name), a tool
+// call answered by the handler registered under the declared name, a second turn, the close; a session
+// in plan mode on an AI budget below the model proxy's worst-case reservation; and a spent budget is an error its createError types as
+// BudgetExceededError (the message starts "budget exceeded"), before the close 4402.
+func TestChuckyClientEndToEnd(t *testing.T) {
+	st, ms := toolStack(t)
+	ctx := agentCtx(t)
+	c := newChuckyClient(t, st, "chuck-e2e")
+	c.open(ctx, `{"model":"claude-sonnet-4-5","disallowedTools":["get_weather"],
+		"mcpServers":[{"name":"client-tools","version":"1.0.0","tools":[
+		{"name":"get_weather","description":"The weather","inputSchema":{"type":"object","properties":{"city":{"type":"string"}}},"executeIn":"client"},
+		{"name":"get_time","description":"The time","inputSchema":{"type":"object","properties":{"city":{"type":"string"}}},"executeIn":"client"}]}]}`)
+	handlers := map[string]func(json.RawMessage) string{
+		"get_time":    func(json.RawMessage) string { return "CHUCKY-E2E-NOON" },
+		"get_weather": func(json.RawMessage) string { t.Error("the blocked tool was called"); return "SUNNY" },
+	}
+	c.prompt(ctx, `call mcp__client-tools__get_time {"city":"Paris"}`)
+	if end := c.stream(ctx, handlers); end.Type != "result" || strings.Contains(end.Raw, `"is_error":true`) {
+		t.Fatalf("first turn ended with %s", end.Raw)
+	}
+	for _, m := range c.seen {
+		if m.Type == "system" && strings.Contains(m.Raw, `"subtype":"init"`) &&
+			(strings.Contains(m.Raw, "mcp__client-tools__get_weather") || !strings.Contains(m.Raw, "mcp__client-tools__get_time")) {
+			t.Fatalf("the agent's tools: want get_time and not the blocked get_weather: %.2000s", m.Raw)
+		}
+	}
+	if msg := lastToolResult(t, ms); !strings.Contains(msg, "CHUCKY-E2E-NOON") {
+		t.Fatalf("tool_result given to the model: %s", msg)
+	}
+	c.prompt(ctx, "say SECOND")
+	if end := c.stream(ctx, handlers); end.Type != "result" || strings.Contains(end.Raw, `"is_error":true`) {
+		t.Fatalf("second turn ended with %s", end.Raw)
+	}
+	c.close(ctx)
+
+	// Plan mode, through the model proxy, on a budget below the proxy's worst-case reservation.
+	plan := newChuckyClient(t, st, "chuck-plan", func(cl *token.Claims) { cl.Budget.AIMicros = 500_000 })
+	plan.open(ctx, `{"model":"claude-sonnet-4-5","permissionMode":"plan"}`)
+	plan.prompt(ctx, "say PLANNED")
+	if end := plan.stream(ctx, nil); end.Type != "result" || strings.Contains(end.Raw, `"is_error":true`) {
+		t.Fatalf("plan mode turn ended with %s", end.Raw)
+	}
+	plan.close(ctx)
+
+	// The first session's user, now with a budget its turns have spent.
+	poor := newChuckyClient(t, st, "chuck-e2e", func(cl *token.Claims) { cl.Budget.AIMicros = 1 })
+	poor.conn = poor.dial(ctx)
+	poor.send(ctx, `{"type":"init","payload":{"model":"claude-sonnet-4-5"}}`)
+	last := poor.conn.errorThenClose(ctx, wire.BudgetExceeded, websocket.StatusCode(wire.BudgetExceeded.CloseCode()))
+	var e wire.Error
+	if err := json.Unmarshal(last.Payload, &e); err != nil || !strings.HasPrefix(e.Message, "budget exceeded") {
+		t.Fatalf("error %s: want a message Chucky's createError types as BudgetExceededError", last.Raw)
+	}
 }
