@@ -74,9 +74,9 @@ type opening struct {
 //     sessions, first. It attaches to that session, as init {"sessionId": S, "lastSeq": n} would, n what
 //     this edge delivered of S (resume.go; no lastSeq when it knows nothing of S), then the message
 //     follows. The runner answers not_found for a session it does not know.
-//   - nothing for Config.ReconnectGrace, while k has exactly one session whose client was lost (its
-//     channel ended without the client closing it): a reconnect without init that has nothing to send
-//     yet, attached to that session the same way.
+//   - nothing for Config.ReconnectGrace (or a multiple of it), while k has exactly one session whose
+//     client was lost (its channel ended without the client closing it): a reconnect without init that
+//     has nothing to send yet, attached to that session the same way.
 //   - ping: answered with pong (no seq), and the wait goes on.
 //   - control close: the channel ends normally.
 //   - any other message (a tool_result for no call this edge knows, an interrupt, a user message without
@@ -122,19 +122,24 @@ func (e *Edge) firstMessages(ctx context.Context, c msgConn, k admissionKey) (op
 			reads <- clientRead{typ, data, err}
 		}()
 		var r clientRead
-		select {
-		case r = <-reads:
-		case <-grace.C:
-			p, ok := e.resumes.orphan(k)
-			if !ok {
-				r = <-reads
-				break
+	wait:
+		for {
+			select {
+			case r = <-reads:
+				break wait
+			case <-grace.C:
+				p, ok := e.resumes.orphan(k)
+				if !ok {
+					// Again later: the edge may not have seen the client's old connection go yet.
+					grace.Reset(e.cfg.ReconnectGrace)
+					continue
+				}
+				init, err := resumeInit(p)
+				if err != nil || !end(func() {}) {
+					return opening{}, errChannelEnded
+				}
+				return opening{first: [][]byte{init}, conn: &readingConn{msgConn: c, next: reads}, known: p.calls}, nil
 			}
-			init, err := resumeInit(p)
-			if err != nil || !end(func() {}) {
-				return opening{}, errChannelEnded
-			}
-			return opening{first: [][]byte{init}, conn: &readingConn{msgConn: c, next: reads}, known: p.calls}, nil
 		}
 		op, done, err := e.firstMessage(ctx, c, k, end, r)
 		if !done {

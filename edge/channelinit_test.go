@@ -61,7 +61,7 @@ func initEdge(t *testing.T, initTimeout time.Duration) (*Edge, string, *recRunne
 	rn.addr = strings.TrimPrefix(rs.URL, "http://")
 	e, err := New(Config{
 		Region: "r", Verifier: claimsVerifier{issuer: k.Issuer}, Sandboxes: rn, Ledger: ledger, Quotas: ledger,
-		Sessions: ledger.Sessions(), InitTimeout: initTimeout,
+		Sessions: ledger.Sessions(), InitTimeout: initTimeout, ReconnectGrace: initTimeout / 10,
 		Rates: Rates{ConnectsPerUser: -1, ConnectsPerIssuer: -1, PromptsPerUser: -1, PromptsPerIssuer: -1},
 	})
 	if err != nil {
@@ -121,10 +121,11 @@ func wantErrorThenClose(t *testing.T, c *websocket.Conn, code wire.Code, closeCo
 	}
 }
 
-// A connection that never sends init (the Chucky SDK's autoReconnect reconnects without one) starts no
-// sandbox and takes no session lease; its pings are answered, another first message is answered with an
-// error while the wait goes on, and the init timeout ends it with a timeout error, then 4504. Before the
-// fix the edge leased and started the sandbox at once, for every such reconnect.
+// A connection that never sends init (the Chucky SDK's autoReconnect reconnects without one) and has no
+// session to resume starts no sandbox and takes no session lease, however often the reconnect grace
+// passes; its pings are answered, another first message (a tool_result for no call the edge delivered)
+// is answered with an error while the wait goes on, and the init timeout ends it with a timeout error,
+// then 4504. Before the fix the edge leased and started the sandbox at once, for every such reconnect.
 func TestNoSandboxBeforeInit(t *testing.T) {
 	_, url, rn, k, leases := initEdge(t, 300*time.Millisecond)
 	c := dialRaw(t, url, k.User)
