@@ -61,7 +61,8 @@ type opening struct {
 	first  [][]byte
 	conn   msgConn
 	known  []string
-	prompt bool // first ends with a prompt (a reconnect's user message)
+	prompt bool   // first ends with a prompt (a reconnect's user message)
+	orphan string // the lost session the edge resumed a channel that sent nothing into
 }
 
 // firstMessages waits, at most Config.InitTimeout, for what opens the channel of user k and returns the
@@ -138,7 +139,7 @@ func (e *Edge) firstMessages(ctx context.Context, c msgConn, k admissionKey) (op
 				if err != nil || !end(func() {}) {
 					return opening{}, errChannelEnded
 				}
-				return opening{first: [][]byte{init}, conn: &readingConn{msgConn: c, next: reads}, known: p.calls}, nil
+				return opening{first: [][]byte{init}, conn: &readingConn{msgConn: c, next: reads}, known: p.calls, orphan: p.session}, nil
 			}
 		}
 		op, done, err := e.firstMessage(ctx, c, k, end, r)

@@ -228,3 +228,33 @@ func TestWaitingChannelsPerUserBounded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A channel that sends nothing is resumed into its user's one lost session after the reconnect grace:
+// the runner gets init with that session and the last seq the edge delivered of it. When that channel
+// never opens (no ready: the runner refused it, or it ended), the session is no longer taken for lost,
+// so a client that reconnects after every close does not start the sandbox again and again for it.
+func TestSilentReconnectResumesTheLostSession(t *testing.T) {
+	e, url, rn, k, _ := initEdge(t, 5*time.Second)
+	key := admissionKey{issuer: k.Issuer, user: k.User}
+	channel(&e.resumes, key, "s-lost", true, runnerFrame{seq: 41}, runnerFrame{seq: 42, callID: "call_1"})
+	c := dialRaw(t, url, k.User)
+	select {
+	case got := <-rn.got:
+		if want := `{"payload":{"sessionId":"s-lost","lastSeq":42},"type":"init"}`; got != want {
+			t.Fatalf("runner got %s, want %s", got, want)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("the silent channel was not resumed")
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for _, lost := e.resumes.orphan(key); lost; _, lost = e.resumes.orphan(key) {
+		if time.Now().After(deadline) {
+			t.Fatal("a resume that never opened left the session lost: the next silent reconnect would try it again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := rn.ensures.Load(); n != 1 {
+		t.Fatalf("Ensure called %d times, want 1", n)
+	}
+}

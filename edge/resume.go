@@ -281,3 +281,16 @@ func (t *channelTrack) end(dropped bool) {
 		t.mem.detach(t.mark, dropped)
 	}
 }
+
+// failed forgets that session's client was lost when this channel, which the edge opened into it on its
+// own, never got the runner's ready: it is not an orphan any more (its seq and calls are kept).
+func (t *channelTrack) failed(session string) {
+	if t.mark != nil {
+		return
+	}
+	t.mem.mu.Lock()
+	defer t.mem.mu.Unlock()
+	if r := t.mem.findLocked(t.key, session); r != nil {
+		r.dropped = false
+	}
+}

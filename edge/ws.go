@@ -82,12 +82,18 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 		return
 	}
 	first, c := op.first, op.conn
+	track := &channelTrack{mem: &e.resumes, key: key, known: op.known}
+	if op.orphan != "" {
+		// A lost session the edge resumed on its own that does not open (refused, not found) is not
+		// tried again, or a client that reconnects after every close would loop on it.
+		defer track.failed(op.orphan)
+	}
 	a, err := e.admitAs(ctx, claims, true)
 	if err != nil {
 		e.closeWith(ctx, c, err)
 		return
 	}
-	a.track = &channelTrack{mem: &e.resumes, key: key, known: op.known}
+	a.track = track
 	if op.prompt { // a reconnect's prompt passes the prompt rates as any prompt does
 		if refused := e.admitPrompt(ctx, a); refused != nil {
 			_ = c.Write(ctx, websocket.MessageText, wire.ErrorMessage(refused))
