@@ -38,11 +38,16 @@ func (b *budgetStop) spent(ctx context.Context) *wire.Error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	u, err := b.e.cfg.Ledger.Usage(rctx, acct)
-	if err != nil || u.ComputeSeconds < limit {
+	if err != nil {
 		return nil
 	}
-	b.err = wire.Errorf(wire.BudgetExceeded, "the compute budget of this window is spent (%d of %d seconds); the sandbox was stopped",
-		u.ComputeSeconds, limit).WithDetails(map[string]any{"budget": "compute", "used_seconds": u.ComputeSeconds, "limit_seconds": limit})
+	spent := billing.CheckUsage(acct, u, billing.Budget{AIMicros: billing.Unlimited, ComputeSeconds: limit})
+	if spent == nil {
+		return nil
+	}
+	// The same words and details as admission's refusal (budgetRefusal), and what happened.
+	b.err = budgetRefusal(spent, b.a.anchor(), b.e.cfg.Now())
+	b.err.Message += "; the sandbox was stopped"
 	return b.err
 }
 

@@ -218,7 +218,8 @@ func TestComputeBudgetEndsTheChannel(t *testing.T) {
 	r.until(ctx, "ready", func(m rawMsg) bool { return m.Type == "control" && strings.Contains(string(m.Payload), `"ready"`) })
 	last := r.errorThenClose(ctx, wire.BudgetExceeded, websocket.StatusCode(wire.BudgetExceeded.CloseCode()))
 	var e wire.Error
-	if err := json.Unmarshal(last.Payload, &e); err != nil || e.Details["budget"] != "compute" || !strings.HasPrefix(e.Message, "budget exceeded: ") {
+	if err := json.Unmarshal(last.Payload, &e); err != nil || fmt.Sprint(e.Details["budgets"]) != "[compute]" || e.Details["compute_limit_seconds"] != float64(6) ||
+		!strings.HasPrefix(e.Message, "budget exceeded: the compute budget of this user is spent: ") || !strings.HasSuffix(e.Message, "; the sandbox was stopped") {
 		t.Fatalf("the error before the close %s: want budget_exceeded naming the compute budget", last.Raw)
 	}
 }
