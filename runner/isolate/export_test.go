@@ -1,12 +1,14 @@
 package isolate
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 )
 
 // What package isolate_test (which imports runner, so cannot be package isolate) reads of the package.
@@ -17,76 +19,73 @@ func HostAddrs() ([]netip.Prefix, error) { return hostAddrs() }
 
 func LastAddr(p netip.Prefix) netip.Addr { return lastAddr(p) }
 
-// FilterRule is one destination rule of a sandbox's egress filter as the kernel holds it.
-type FilterRule struct {
-	Dst    netip.Prefix
-	Reject bool
+// FilterRange is one range of destinations of a sandbox's egress filter as the kernel holds it.
+type FilterRange struct {
+	First, Last netip.Addr
+	Reject      bool
 }
 
-// InstalledFilter reads back, in order, the rules of n's filter that match a destination prefix alone (not
-// the loopback interface, DNS or neighbour discovery rules).
-func InstalledFilter(n *Network) ([]FilterRule, error) {
+// Contains reports whether a lies in r.
+func (r FilterRange) Contains(a netip.Addr) bool {
+	return a.BitLen() == r.First.BitLen() && r.First.Compare(a) <= 0 && a.Compare(r.Last) <= 0
+}
+
+// InstalledFilter reads back the ranges of n's filter's destination sets in the order of its rules: the
+// opened ones (sets allow4, allow6), then the refused ones (deny4, deny6).
+func InstalledFilter(n *Network) ([]FilterRange, error) {
 	c, err := nftables.New(nftables.WithNetNSFd(int(n.nsFile.Fd())))
 	if err != nil {
 		return nil, err
 	}
 	defer c.CloseLasting()
 	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: "warren"}
-	rules, err := c.GetRules(t, &nftables.Chain{Name: "egress", Table: t})
+	sets, err := c.GetSets(t)
 	if err != nil {
 		return nil, err
 	}
-	var out []FilterRule
-	for _, r := range rules {
-		fr, ok, err := destinationRule(r.Exprs)
+	var out []FilterRange
+	for _, name := range []string{"allow4", "allow6", "deny4", "deny6"} {
+		i := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == name })
+		if i < 0 {
+			continue
+		}
+		els, err := c.GetSetElements(sets[i])
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			out = append(out, fr)
+		rs, err := elementRanges(els)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+		for _, r := range rs {
+			out = append(out, FilterRange{First: r.first, Last: r.last, Reject: strings.HasPrefix(name, "deny")})
 		}
 	}
 	return out, nil
 }
 
-// destinationRule decodes what matchPrefix and a verdict make; ok is false for any other rule.
-func destinationRule(ex []expr.Any) (fr FilterRule, ok bool, err error) {
-	var addr []byte
-	bits, verdict := -1, false
-	for _, e := range ex {
-		switch e := e.(type) {
-		case *expr.Meta:
-			if e.Key != expr.MetaKeyNFPROTO {
-				return fr, false, nil
-			}
-		case *expr.Payload:
-			if e.Base != expr.PayloadBaseNetworkHeader {
-				return fr, false, nil
-			}
-		case *expr.Bitwise:
-			bits = 0
-			for _, b := range e.Mask {
-				for ; b != 0; b <<= 1 {
-					bits++
-				}
-			}
-		case *expr.Cmp:
-			if len(e.Data) == 4 || len(e.Data) == 16 {
-				addr = e.Data
-			}
-		case *expr.Reject:
-			fr.Reject, verdict = true, true
-		case *expr.Verdict:
-			verdict = e.Kind == expr.VerdictAccept
+// elementRanges decodes an interval set's elements: a range starts at each element and ends before the next
+// one that ends an interval, or at the family's last address.
+func elementRanges(els []nftables.SetElement) ([]addrRange, error) {
+	slices.SortFunc(els, func(a, b nftables.SetElement) int { return bytes.Compare(a.Key, b.Key) })
+	var out []addrRange
+	for i, e := range els {
+		a, ok := netip.AddrFromSlice(e.Key)
+		if !ok {
+			return nil, fmt.Errorf("element key %x", e.Key)
 		}
+		if e.IntervalEnd {
+			continue
+		}
+		last := lastAddr(netip.PrefixFrom(a, 0))
+		if i+1 < len(els) {
+			if !els[i+1].IntervalEnd {
+				return nil, fmt.Errorf("interval at %s has no end before the next", a)
+			}
+			end, _ := netip.AddrFromSlice(els[i+1].Key)
+			last = end.Prev()
+		}
+		out = append(out, addrRange{a, last})
 	}
-	if addr == nil || !verdict {
-		return fr, false, fmt.Errorf("undecoded rule %#v", ex)
-	}
-	a, _ := netip.AddrFromSlice(addr)
-	if bits < 0 {
-		bits = a.BitLen()
-	}
-	fr.Dst = netip.PrefixFrom(a, bits)
-	return fr, true, nil
+	return out, nil
 }

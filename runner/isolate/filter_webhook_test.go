@@ -11,19 +11,14 @@ import (
 	"github.com/warren-mesh/warren/runner/isolate/isolatetest"
 )
 
-// TestEgressFilterRefusesWhatWebhooksRefuse: the filter a sandbox's network installs (read back from the
-// kernel) holds the operator's opened range, then netdeny's list and the host's own addresses; and for
-// every address at the edges of each denied range, its IPv6 forms and public ones, the filter refuses
+// TestEgressFilterRefusesWhatWebhooksRefuse: the filter a sandbox's network installs (its sets read back
+// from the kernel) holds the operator's opened range, then netdeny's list and the host's own addresses,
+// merged into ranges that begin and end inside them; and for every address at the edges of each denied
+// range (which also finds a gap a merge filled), its IPv6 forms and public ones, the filter refuses
 // exactly what the task webhook checker refuses. The opened range passes the filter.
 func TestEgressFilterRefusesWhatWebhooksRefuse(t *testing.T) {
 	isolate.RequireRoot(t)
 	opened := netip.MustParsePrefix("10.1.0.0/16") // a package mirror, say
-	// The host's addresses change while other sandboxes' veths come and go (their link-local addresses):
-	// those present before and after the filter is made must be in it; those of either read may be.
-	hostBefore, err := isolate.HostAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
 	n, err := isolate.NewNetwork(isolate.NetworkConfig{
 		Nsenter: isolatetest.Tool(t, "nsenter", "util-linux"), Allow: []netip.Prefix{opened},
 	})
@@ -35,50 +30,49 @@ func TestEgressFilterRefusesWhatWebhooksRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostAfter, err := isolate.HostAddrs()
+	host, err := isolate.HostAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var host, hostEither []netip.Prefix
-	for _, p := range hostAfter {
-		if slices.Contains(hostBefore, p) {
-			host = append(host, p)
-		}
-	}
-	hostEither = append(slices.Clone(hostBefore), hostAfter...)
-	var accepted, rejected []netip.Prefix
+	var accepted, rejected []isolate.FilterRange
 	for _, r := range rules {
 		if r.Reject {
-			rejected = append(rejected, r.Dst)
+			rejected = append(rejected, r)
 		} else {
-			accepted = append(accepted, r.Dst)
+			accepted = append(accepted, r)
 		}
 	}
-	if len(rules) == 0 || rules[0].Reject || !slices.Equal(accepted, []netip.Prefix{opened}) {
+	if len(rules) == 0 || rules[0].Reject || len(accepted) != 1 ||
+		accepted[0].First != opened.Addr() || accepted[0].Last != isolate.LastAddr(opened) {
 		t.Fatalf("the opened range is not the filter's first and only accepted destination: %v", rules)
 	}
 	want := append(netdeny.Prefixes(), host...)
 	for _, p := range want {
-		if !slices.Contains(rejected, p) {
+		if !slices.ContainsFunc(rejected, func(r isolate.FilterRange) bool {
+			return r.Contains(p.Masked().Addr()) && r.Contains(isolate.LastAddr(p))
+		}) {
 			t.Errorf("%s is not refused by the filter", p)
 		}
 	}
-	for _, p := range rejected {
-		if !slices.Contains(want, p) && !slices.Contains(hostEither, p) {
-			t.Errorf("the filter refuses %s, in neither the deny list nor the host's addresses", p)
+	inWant := func(a netip.Addr) bool {
+		return slices.ContainsFunc(want, func(p netip.Prefix) bool { return p.Contains(a) })
+	}
+	for _, r := range rejected {
+		if !inWant(r.First) || !inWant(r.Last) {
+			t.Errorf("the filter refuses %s to %s, in neither the deny list nor the host's addresses", r.First, r.Last)
 		}
 	}
 
 	refuses := func(a netip.Addr) bool {
 		for _, r := range rules {
-			if r.Dst.Contains(a) {
+			if r.Contains(a) {
 				return r.Reject
 			}
 		}
 		return false
 	}
 	hostOnly := func(a netip.Addr) bool {
-		return !netdeny.Denied(a) && slices.ContainsFunc(hostEither, func(p netip.Prefix) bool { return p.Contains(a) })
+		return !netdeny.Denied(a) && slices.ContainsFunc(host, func(p netip.Prefix) bool { return p.Contains(a) })
 	}
 	for _, a := range addressesAround(netdeny.Prefixes()) {
 		if opened.Contains(a) || hostOnly(a) {

@@ -343,8 +343,9 @@ func hostAddrs() ([]netip.Prefix, error) {
 }
 
 // installFilter installs, in the network namespace fd, table inet warren with one output chain: traffic on
-// the namespace's own loopback passes, IPv6 neighbour discovery and DNS to the forwarder pass, allow passes, deny is rejected
-// (administratively prohibited, so a connect fails at once), and everything else passes.
+// the namespace's own loopback passes, IPv6 neighbour discovery and DNS to the forwarder pass, allow passes
+// (sets allow4 and allow6), deny is rejected (sets deny4 and deny6; administratively prohibited, so a
+// connect fails at once), and everything else passes.
 func installFilter(fd int, deny, allow []netip.Prefix) error {
 	// Never the runner's own namespace (its process's or this thread's): the filter would cut the host off.
 	var ns unix.Stat_t
@@ -396,11 +397,22 @@ func installFilter(fd int, deny, allow []netip.Prefix) error {
 			accept)
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ex})
 	}
-	for _, p := range allow {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(matchPrefix(p), accept)})
+	// The opened and the refused destinations are interval sets, a rule each per family: a batch of a
+	// dozen messages whatever the lists hold (a rule per prefix cost about 25 µs of every start each).
+	var ids uint32
+	opened, err := addrSets(c, t, "allow", allow, &ids)
+	if err != nil {
+		return err
 	}
-	for _, p := range deny {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(matchPrefix(p), reject)})
+	for _, m := range opened {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(m, accept)})
+	}
+	refused, err := addrSets(c, t, "deny", deny, &ids)
+	if err != nil {
+		return err
+	}
+	for _, m := range refused {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(m, reject)})
 	}
 	return c.Flush()
 }

@@ -166,6 +166,22 @@ func TestIsolationNetworkCrashLeftovers(t *testing.T) {
 	}
 }
 
+// TestManyVethNetworksStart: a host with many sandboxes up starts one more. Every pair's host end adds
+// addresses to the host's, which the egress filter refuses (hostAddrs); with a rule per address the 99th
+// network's filter outgrew a netlink message ("message too long") and no sandbox started on that host
+// any more. In interval sets, addresses inside a refused range add nothing.
+func TestManyVethNetworksStart(t *testing.T) {
+	requireRoot(t)
+	ns := toolPath(t, "nsenter", "util-linux")
+	for i := range 130 {
+		n, err := NewNetwork(NetworkConfig{Nsenter: ns})
+		if err != nil {
+			t.Fatalf("network %d: %v", i+1, err)
+		}
+		t.Cleanup(func() { n.Close() })
+	}
+}
+
 func hasTable(t *testing.T, name string) bool {
 	t.Helper()
 	c, err := nftables.New()
