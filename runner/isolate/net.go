@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-mesh/warren/internal/netdeny"
@@ -193,7 +194,11 @@ func newPastaNetwork(cfg NetworkConfig) (*Network, error) {
 }
 
 func (n *Network) setup() error {
-	if err := n.installEgress(); err != nil {
+	host, err := hostAddrs()
+	if err != nil {
+		return err
+	}
+	if err := n.installEgress(host); err != nil {
 		return err
 	}
 	cmd, exit, err := n.startPasta()
@@ -206,12 +211,9 @@ func (n *Network) setup() error {
 	return nil
 }
 
-// installEgress installs the namespace's egress filter.
-func (n *Network) installEgress() error {
-	deny, err := hostAddrs()
-	if err != nil {
-		return err
-	}
+// installEgress installs the namespace's egress filter, refusing host (hostAddrs) among the rest.
+func (n *Network) installEgress(host []netip.Prefix) error {
+	deny := host
 	// The public internet stays open (git, pip, npm); the host, its neighbours, the cluster's private and
 	// link-local space (cloud metadata), reserved space and their IPv6 forms do not.
 	deny = append(deny, netdeny.Prefixes()...)
@@ -315,31 +317,53 @@ func listeningPorts(table string) []uint16 {
 	return ports
 }
 
+// hostNet is an address of one of the host's interfaces with the length of its network's prefix.
+type hostNet struct {
+	p    netip.Prefix
+	link int // the interface's index
+}
+
+// hostNets are the addresses of the host's interfaces (the runner's network namespace): one dump of the
+// kernel's address table, not one per interface (the host has one per sandbox).
+func hostNets() ([]hostNet, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("host addresses: %w", err)
+	}
+	out := make([]hostNet, 0, len(addrs))
+	for _, a := range addrs {
+		if a.IPNet == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		out = append(out, hostNet{netip.PrefixFrom(ip.Unmap(), ones), a.LinkIndex})
+	}
+	return out, nil
+}
+
 // hostAddrs are the addresses of the host's interfaces (the runner's network namespace) and the networks
 // they are on: a sandbox may reach neither the host through them nor its neighbours (other nodes, the
 // gateway).
 func hostAddrs() ([]netip.Prefix, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("host addresses: %w", err)
-	}
+	nets, err := hostNets()
+	return hostDeny(nets), err
+}
+
+// hostDeny is what hostAddrs says of nets.
+func hostDeny(nets []hostNet) []netip.Prefix {
 	var out []netip.Prefix
-	for _, a := range addrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(ipn.IP)
-		if !ok {
-			continue
-		}
-		ip = ip.Unmap()
+	for _, n := range nets {
+		ip := n.p.Addr()
 		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
-		if ones, _ := ipn.Mask.Size(); ones > 0 && !ip.IsLoopback() {
-			out = append(out, netip.PrefixFrom(ip, ones).Masked())
+		if n.p.Bits() > 0 && !ip.IsLoopback() {
+			out = append(out, n.p.Masked())
 		}
 	}
-	return out, nil
+	return out
 }
 
 // installFilter installs, in the network namespace fd, table inet warren with one output chain: traffic on

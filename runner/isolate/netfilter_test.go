@@ -4,11 +4,15 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // TestIsolationNetworkIPv4InIPv6: the IPv6 forms of IPv4 addresses a gateway may translate (IPv4-compatible
@@ -118,5 +122,75 @@ for i in $(seq 2 40); do echo flow 2>/dev/null >/dev/udp/%[1]s/8084; done; echo 
 	}
 	if flows < 1 || flows > int(vethMaxFlows) {
 		t.Fatalf("%d of 40 flows arrived, want 1 to %d", flows, vethMaxFlows)
+	}
+}
+
+// TestIsolationNetworkSourceIsOwn: what leaves a veth pair carries its sandbox's own address. The attack,
+// by a sandbox that could choose its source (the test, as root in the namespace, adds a second address, the
+// next slot's): a datagram from that address to a host beyond the gateway never arrives, while one from the
+// sandbox's own address does. The host table's own6 set pairs each host end with its sandbox's address.
+func TestIsolationNetworkSourceIsOwn(t *testing.T) {
+	requireRoot(t)
+	toolPath(t, "ip", "iproute2")
+	public := "64:ff9b::cb00:720c" // 203.0.114.12
+	ns := testHost6(t, []string{public}, 8085, "source")
+	var pc net.PacketConn
+	socketIn(t, ns, func() (err error) { pc, err = net.ListenPacket("udp6", net.JoinHostPort(public, "8086")); return err })
+	t.Cleanup(func() { pc.Close() })
+	got := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	n := testNetwork(t, NetworkConfig{})
+	if !n.veth.peer6.IsValid() {
+		t.Fatal("the host has no IPv6: the test shows nothing")
+	}
+	other := n.veth.peer6.Next().Next() // the next slot's sandbox
+	send := func(from netip.Addr, msg string) {
+		t.Helper()
+		if err := n.inside(func() error {
+			c, err := net.DialUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, 0)),
+				net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(public), 8086)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte(msg))
+			return err
+		}); err != nil {
+			t.Fatalf("send from %s: %v", from, err)
+		}
+	}
+	if err := n.inside(func() error {
+		eth, err := netlink.LinkByName(sandboxIf)
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: other.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The first from the sandbox's own address resolves the gateway (a neighbour solicitation from another
+	// source would be answered to that source, off the pair).
+	for i := range 4 {
+		if i > 0 {
+			send(other, "spoofed")
+		}
+		send(n.veth.peer6, "own"+strconv.Itoa(i))
+		select {
+		case m := <-got:
+			if m != "own"+strconv.Itoa(i) {
+				t.Fatalf("got %q from the sandbox, want own%d: a datagram from another sandbox's address left the pair", m, i)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("nothing from the sandbox's own address %s arrived", n.veth.peer6)
+		}
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -56,6 +54,11 @@ const (
 // connection table at once (hostTable); a variable so that a test can lower it.
 var vethMaxFlows uint32 = 4096
 
+// slotKey chooses where a network's search for a free slot starts; a variable so that a test can choose.
+var slotKey = func() string {
+	return strconv.Itoa(os.Getpid()) + "/" + strconv.FormatInt(time.Now().UnixNano(), 10)
+}
+
 // vethLink is a sandbox's end of the host: its slot (held by lock), the host end's name and the
 // addresses of both ends.
 type vethLink struct {
@@ -63,12 +66,13 @@ type vethLink struct {
 	lock                       *os.File
 	ifname                     string
 	host4, peer4, host6, peer6 netip.Addr // host6, peer6 invalid without IPv6 on the host
+	table                      string     // its host table (vethhost.go), once joined
 }
 
 // newVethNetwork makes a network namespace without a process (the runner holds it by a descriptor), a veth
-// pair into it on the addresses of a free slot, the host's table of the pair (forwarding, masquerade, the
-// host itself refused), the egress filter inside, and the runner's relays inside (the forwarded ports and
-// DNS, relays.go).
+// pair into it on the addresses of a free slot, joins the pair to the host's table of its configuration
+// (forwarding, masquerade, the host itself refused; vethhost.go), installs the egress filter inside, and
+// opens the runner's relays inside (the forwarded ports and DNS, relays.go).
 func newVethNetwork(cfg NetworkConfig) (*Network, error) {
 	if cfg.Nsenter == "" {
 		return nil, fmt.Errorf("%w: the sandbox network needs nsenter (util-linux)", ErrConfig)
@@ -82,7 +86,11 @@ func newVethNetwork(cfg NetworkConfig) (*Network, error) {
 	if cfg.SlotDir == "" {
 		cfg.SlotDir = DefaultNetDir
 	}
-	slots, err := checkPools(cfg.Pool4, cfg.Pool6)
+	nets, err := hostNets()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	slots, err := checkPools(cfg.Pool4, cfg.Pool6, nets)
 	if err != nil {
 		return nil, err
 	}
@@ -93,11 +101,7 @@ func newVethNetwork(cfg NetworkConfig) (*Network, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sweepVeths(cfg.SlotDir); err != nil {
-		return nil, err
-	}
-	slot, lock, err := lockSlot(cfg.SlotDir, strconv.Itoa(os.Getpid())+"/"+strconv.FormatInt(time.Now().UnixNano(), 10),
-		slots, func(i uint64) string { return strconv.FormatUint(i, 10) })
+	slot, lock, err := lockSlot(cfg.SlotDir, slotKey(), slots, func(i uint64) string { return strconv.FormatUint(i, 10) })
 	if err != nil {
 		return nil, fmt.Errorf("sandbox network address: %w", err)
 	}
@@ -107,11 +111,6 @@ func newVethNetwork(cfg NetworkConfig) (*Network, error) {
 		v.host6, v.peer6 = addrAdd(cfg.Pool6.Masked().Addr(), 2*slot), addrAdd(cfg.Pool6.Masked().Addr(), 2*slot+1)
 	}
 	n := &Network{cfg: cfg, veth: v, closing: make(chan struct{}), down: make(chan struct{})}
-	// A runner that crashed holding this slot left its table (its link ended with its namespace).
-	if err := v.remove(); err != nil {
-		n.Close()
-		return nil, err
-	}
 	if n.nsFile, err = newNetns(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("%w: make the sandbox network namespace: %w", ErrConfig, err)
@@ -120,11 +119,11 @@ func newVethNetwork(cfg NetworkConfig) (*Network, error) {
 		n.Close()
 		return nil, fmt.Errorf("%w: sandbox network link: %w", ErrConfig, err)
 	}
-	if err := v.hostTable(cfg.Allow, cfg.Pool4, cfg.Pool6); err != nil {
+	if err := v.join(cfg.SlotDir, cfg.Allow, cfg.Pool4, cfg.Pool6); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("%w: sandbox network host rules: %w", ErrConfig, err)
 	}
-	if err := n.installEgress(); err != nil {
+	if err := n.installEgress(hostDeny(nets)); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -136,8 +135,9 @@ func newVethNetwork(cfg NetworkConfig) (*Network, error) {
 }
 
 // checkPools returns how many slots the pools hold; each must be of its family, hold one slot at least,
-// and lie inside what netdeny refuses (so that the sandbox filter refuses every sandbox's address).
-func checkPools(p4, p6 netip.Prefix) (uint64, error) {
+// lie inside what netdeny refuses (so that the sandbox filter refuses every sandbox's address), and
+// overlap none of the host's networks (nets) but the pairs' own.
+func checkPools(p4, p6 netip.Prefix, nets []hostNet) (uint64, error) {
 	slots := uint64(maxVethSlots)
 	for _, p := range []struct {
 		p    netip.Prefix
@@ -153,27 +153,20 @@ func checkPools(p4, p6 netip.Prefix) (uint64, error) {
 			slots = min(slots, uint64(1)<<free)
 		}
 	}
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return 0, fmt.Errorf("host interfaces: %w", err)
-	}
-	for _, ifc := range ifaces {
-		if strings.HasPrefix(ifc.Name, vethPrefix) {
+	for _, hn := range nets {
+		if !hn.p.Overlaps(p4) && !hn.p.Overlaps(p6) {
 			continue
 		}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			ip, _ := netip.AddrFromSlice(ipn.IP)
-			ones, _ := ipn.Mask.Size()
-			hp := netip.PrefixFrom(ip.Unmap(), ones)
-			if hp.Overlaps(p4) || hp.Overlaps(p6) {
-				return 0, fmt.Errorf("%w: sandbox address pool %s or %s overlaps the host's network %s on %s: choose another (-sandbox-net-pool)", ErrConfig, p4, p6, hp, ifc.Name)
-			}
+		// A pair's host end: the even address of a slot's /31 or /127 inside its pool.
+		if hostEnd := hn.p.Addr() == hn.p.Masked().Addr() &&
+			(hn.p.Bits() == 31 && p4.Contains(hn.p.Addr()) || hn.p.Bits() == 127 && p6.Contains(hn.p.Addr())); hostEnd {
+			continue
 		}
+		on := strconv.Itoa(hn.link)
+		if l, err := netlink.LinkByIndex(hn.link); err == nil {
+			on = l.Attrs().Name
+		}
+		return 0, fmt.Errorf("%w: sandbox address pool %s or %s overlaps the host's network %s on %s: choose another (-sandbox-net-pool)", ErrConfig, p4, p6, hn.p, on)
 	}
 	return slots, nil
 }
@@ -299,13 +292,24 @@ func newNetns() (*os.File, error) {
 // the host end.
 func (v *vethLink) link(ns *os.File) error {
 	la := netlink.NewLinkAttrs()
-	la.Name = v.ifname
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: sandboxIf, PeerNamespace: netlink.NsFd(int(ns.Fd()))}); err != nil {
+	la.Name, la.Flags = v.ifname, net.FlagUp // the host end up from the start
+	pair := &netlink.Veth{LinkAttrs: la, PeerName: sandboxIf, PeerNamespace: netlink.NsFd(int(ns.Fd()))}
+	err := netlink.LinkAdd(pair)
+	if errors.Is(err, unix.EEXIST) {
+		// A runner that died holding the slot left its host end (its namespace not yet gone): ours now.
+		if l, lerr := netlink.LinkByName(v.ifname); lerr == nil {
+			_ = netlink.LinkDel(l)
+		}
+		err = netlink.LinkAdd(pair)
+	}
+	if err != nil {
 		return fmt.Errorf("add %s: %w", v.ifname, err)
 	}
-	host, err := netlink.LinkByName(v.ifname)
-	if err != nil {
-		return err
+	var host netlink.Link = pair // LinkAdd looked its index up
+	if pair.Index == 0 {
+		if host, err = netlink.LinkByName(v.ifname); err != nil {
+			return err
+		}
 	}
 	// No duplicate address detection: the addresses are the slot's, and IPv6 would wait for it.
 	addr := func(h *netlink.Handle, l netlink.Link, a netip.Addr, bits int) error {
@@ -328,18 +332,12 @@ func (v *vethLink) link(ns *os.File) error {
 	if err := addr(&hh, host, v.host6, 127); err != nil {
 		return err
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
-		return err
-	}
 	nh, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()))
 	if err != nil {
 		return err
 	}
 	defer nh.Close()
-	lo, err := nh.LinkByName("lo")
-	if err != nil {
-		return err
-	}
+	lo := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "lo", Index: 1}} // a new namespace's first link, always
 	if err := nh.LinkSetUp(lo); err != nil {
 		return err
 	}
@@ -367,70 +365,6 @@ func (v *vethLink) link(ns *os.File) error {
 		}
 	}
 	return nil
-}
-
-// hostTable installs, in the runner's namespace, table inet warren-wvnN: nothing enters the pair but the
-// replies of the sandbox's own connections (other sandboxes, the host's neighbours, the internet cannot
-// open one to it); nothing leaves it for the host itself but IPv6 neighbour discovery (the host end's
-// address and every other address of the host refuse the sandbox, whatever its filter says); the
-// sandbox's packets carry its own address; and they leave the host masqueraded as the host. An address of
-// the host inside one of the operator's opened ranges (allow, -egress-allow: a git server or mirror on the
-// host) is the exception: the sandbox may open connections to it, as its filter lets them out; the pools'
-// addresses (every pair's host end) never are, whatever the operator opened.
-func (v *vethLink) hostTable(allow []netip.Prefix, pools ...netip.Prefix) error {
-	c, err := newNFT()
-	if err != nil {
-		return err
-	}
-	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: vethTablePrefix + strconv.FormatUint(v.slot, 10)})
-	accept := nftables.ChainPolicyAccept
-	chain := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
-		return c.AddChain(&nftables.Chain{Name: name, Table: t, Type: typ, Hooknum: hook, Priority: prio, Policy: &accept})
-	}
-	fwd := chain("forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
-	in := chain("input", nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
-	post := chain("postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
-	drop := &expr.Verdict{Kind: expr.VerdictDrop}
-	rule := func(ch *nftables.Chain, ex ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ex}) }
-
-	established := []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-	}
-	rule(fwd, append(ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, v.ifname), append(established, &expr.Verdict{Kind: expr.VerdictAccept})...)...)
-	rule(fwd, append(ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, v.ifname), drop)...)
-	for _, own := range []netip.Addr{v.peer4, v.peer6} {
-		if own.IsValid() {
-			rule(fwd, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchAddr(own, true, expr.CmpOpNeq)...), drop)...)
-		}
-	}
-	// What the sandbox opens through the host is tracked in the host's connection table, which every
-	// sandbox, the runner and the edge share (nf_conntrack_max): its new connections beyond vethMaxFlows
-	// tracked at once are dropped, so one tenant cannot fill the table (a loop of UDP datagrams to fresh
-	// ports) and stop the host's new connections.
-	rule(fwd, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname),
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-		&expr.Connlimit{Count: vethMaxFlows, Flags: 1 /* NFT_CONNLIMIT_F_INV: over the count */}, drop)...)
-	rule(in, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), neighbourDiscovery(&expr.Verdict{Kind: expr.VerdictAccept})...)...)
-	for _, p := range pools {
-		rule(in, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchPrefix(p)...), drop)...)
-	}
-	for _, p := range allow {
-		rule(in, append(append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), matchPrefix(p)...),
-			&expr.Verdict{Kind: expr.VerdictAccept})...)
-	}
-	rule(in, append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, v.ifname), drop)...)
-	for _, own := range []netip.Addr{v.peer4, v.peer6} {
-		if own.IsValid() {
-			rule(post, append(append(matchAddr(own, true, expr.CmpOpEq), ifname(expr.MetaKeyOIFNAME, expr.CmpOpNeq, v.ifname)...), &expr.Masq{})...)
-		}
-	}
-	return c.Flush()
 }
 
 // ifname matches the input or output interface's name against name.
@@ -462,85 +396,12 @@ func matchAddr(a netip.Addr, src bool, op expr.CmpOp) []expr.Any {
 	}
 }
 
-// remove deletes the slot's host table and host end, if they exist.
-func (v *vethLink) remove() error {
-	if l, err := netlink.LinkByName(v.ifname); err == nil {
-		if err := netlink.LinkDel(l); err != nil {
-			return fmt.Errorf("%w: remove %s: %w", ErrConfig, v.ifname, err)
-		}
-	}
-	return delTables(func(name string) bool { return name == vethTablePrefix+strconv.FormatUint(v.slot, 10) })
-}
-
-// inetTables lists the runner namespace's inet tables.
-func inetTables() (*nftables.Conn, []*nftables.Table, error) {
-	c, err := newNFT()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: nftables: %w", ErrConfig, err)
-	}
-	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: list nftables tables: %w", ErrConfig, err)
-	}
-	return c, ts, nil
-}
-
-// delTables deletes the runner namespace's inet tables whose name del accepts.
-func delTables(del func(name string) bool) error {
-	c, ts, err := inetTables()
-	if err != nil {
-		return err
-	}
-	found := false
-	for _, t := range ts {
-		if del(t.Name) {
-			c.DelTable(t)
-			found = true
-		}
-	}
-	if !found {
-		return nil
-	}
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("%w: delete stale sandbox network tables: %w", ErrConfig, err)
-	}
-	return nil
-}
-
-// sweepVeths deletes the host tables (and host ends) of slots no runner holds: what runners that crashed
-// left. A slot is locked while its leftovers are deleted, so no runner takes it meanwhile.
-func sweepVeths(dir string) error {
-	_, ts, err := inetTables()
-	if err != nil {
-		return err
-	}
-	for _, t := range ts {
-		slot, err := strconv.ParseUint(strings.TrimPrefix(t.Name, vethTablePrefix), 10, 64)
-		if !strings.HasPrefix(t.Name, vethTablePrefix) || err != nil {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("%w: lock dir: %w", ErrConfig, err)
-		}
-		f, ok, err := tryLock(filepath.Join(dir, strconv.FormatUint(slot, 10)))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue // a live runner's
-		}
-		err = (&vethLink{slot: slot, ifname: vethPrefix + strconv.FormatUint(slot, 10)}).remove()
-		f.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// close removes the pair and the host's table and gives the slot back.
+// close removes the pair, then takes it out of its host table, and gives the slot back.
 func (v *vethLink) close() {
-	_ = v.remove()
+	if l, err := netlink.LinkByName(v.ifname); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+	_ = v.quit()
 	if v.lock != nil {
 		v.lock.Close()
 	}

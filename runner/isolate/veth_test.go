@@ -2,12 +2,15 @@ package isolate
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,27 +125,34 @@ func serveDNS(pc net.PacketConn, name string, a [4]byte) {
 	}
 }
 
-// TestIsolationNetworkCrashLeftovers: a runner killed with its veth network up (here a child of the
-// test, SIGKILLed) leaves its host table behind (its pair ends with its namespace); the next veth network
-// made on the host deletes it, and takes the slot again without trouble.
+// TestIsolationNetworkCrashLeftovers: a runner killed with its veth network up (here a child of the test,
+// SIGKILLed, its network opened to a range of its own, so in a host table of its own) leaves its pair a
+// member of that table (the pair itself ends with its namespace), and the slot's lock file naming the
+// table. The next network made on that slot, of another configuration, takes the slot out of the dead
+// runner's table: its rules would otherwise apply to the new sandbox too. A per-slot table of an older
+// runner whose slot is free is deleted as well.
 func TestIsolationNetworkCrashLeftovers(t *testing.T) {
 	requireRoot(t)
 	if os.Getenv("WARREN_TEST_VETH_CRASH") != "" {
-		n, err := NewNetwork(NetworkConfig{Nsenter: toolPath(t, "nsenter", "util-linux")})
+		n, err := NewNetwork(NetworkConfig{Nsenter: toolPath(t, "nsenter", "util-linux"),
+			Allow: []netip.Prefix{netip.MustParsePrefix("10.77.0.0/16"), netip.MustParsePrefix(os.Getenv("WARREN_TEST_VETH_CRASH"))}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Printf("slot %d\n", n.veth.slot)
+		fmt.Printf("slot %d table %s\n", n.veth.slot, n.veth.table)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestIsolationNetworkCrashLeftovers$")
-	cmd.Env = append(os.Environ(), "WARREN_TEST_VETH_CRASH=1")
+	own := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 78, byte(os.Getpid() >> 8), byte(os.Getpid())}), 32)
+	cmd.Env = append(os.Environ(), "WARREN_TEST_VETH_CRASH="+own.String())
 	out, _ := cmd.Output()
 	var slot uint64
-	if _, err := fmt.Sscanf(string(out), "slot %d", &slot); err != nil {
+	var table string
+	if _, err := fmt.Sscanf(string(out), "slot %d table %s", &slot, &table); err != nil {
 		t.Fatalf("the crashing runner: %q: %v", out, err)
 	}
-	table, link := vethTablePrefix+strconv.FormatUint(slot, 10), vethPrefix+strconv.FormatUint(slot, 10)
+	t.Cleanup(func() { deleteTable(t, table) })
+	link := vethPrefix + strconv.FormatUint(slot, 10)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := netlink.LinkByName(link); err != nil {
 			break
@@ -151,19 +161,82 @@ func TestIsolationNetworkCrashLeftovers(t *testing.T) {
 			t.Fatalf("%s still there 10 s after its runner died", link)
 		}
 	}
-	if !hasTable(t, table) {
-		t.Fatalf("no leftover table %s after the crash: the test shows nothing", table)
+	if !slices.Contains(members(t, table), link) {
+		t.Fatalf("%s is no member of the dead runner's table %s after the crash: the test shows nothing", link, table)
 	}
-	// Take that very slot again, as a runner started after the crash may.
-	lock, ok, err := tryLock(filepath.Join(DefaultNetDir, strconv.FormatUint(slot, 10)))
+	// An older runner's table of a free slot.
+	legacySlot := (slot + 7) % 32768
+	lock, ok, err := tryLock(filepath.Join(DefaultNetDir, strconv.FormatUint(legacySlot, 10)))
 	if err != nil || !ok {
-		t.Fatalf("the dead runner's slot %d is still locked (%v)", slot, err)
+		t.Fatalf("slot %d is taken (%v)", legacySlot, err)
 	}
 	lock.Close()
-	testNetwork(t, NetworkConfig{})
-	if hasTable(t, table) {
-		t.Fatalf("the next network left the dead runner's table %s", table)
+	legacy := vethTablePrefix + strconv.FormatUint(legacySlot, 10)
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
 	}
+	c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: legacy})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteTable(t, legacy) })
+	// Take that very slot again, as a runner started after the crash may.
+	defer func(f func() string) { slotKey = f }(slotKey)
+	slotKey = func() string { return keyOfSlot(slot) }
+	n := testNetwork(t, NetworkConfig{})
+	if n.veth.slot != slot {
+		t.Fatalf("took slot %d, not the dead runner's %d", n.veth.slot, slot)
+	}
+	if slices.Contains(members(t, table), link) {
+		t.Errorf("%s is still a member of the dead runner's table %s", link, table)
+	}
+	if !slices.Contains(members(t, n.veth.table), link) {
+		t.Errorf("%s is no member of its own table %s", link, n.veth.table)
+	}
+	if hasTable(t, legacy) {
+		t.Errorf("the older runner's table %s of a free slot is still there", legacy)
+	}
+}
+
+// keyOfSlot is a slotKey whose search starts at slot of the default pools.
+func keyOfSlot(slot uint64) string {
+	slots, _ := checkPools(DefaultPool4, DefaultPool6, nil)
+	for i := 0; ; i++ {
+		k := "slot-" + strconv.Itoa(i)
+		h := fnv.New64a()
+		h.Write([]byte(k))
+		if h.Sum64()%slots == slot {
+			return k
+		}
+	}
+}
+
+// members are the host ends in host table name's set of members.
+func members(t *testing.T, name string) []string {
+	t.Helper()
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	els, err := c.GetSetElements(hostSet(&nftables.Table{Family: nftables.TableFamilyINet, Name: name}, setIfs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range els {
+		out = append(out, string(bytes.TrimRight(e.Key, "\x00")))
+	}
+	return out
+}
+
+func deleteTable(t *testing.T, name string) {
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: name})
+	_ = c.Flush()
 }
 
 // TestManyVethNetworksStart: a host with many sandboxes up starts one more. Every pair's host end adds
@@ -200,30 +273,77 @@ func hasTable(t *testing.T, name string) bool {
 	return false
 }
 
-// BenchmarkNetworkSetup measures making and closing a sandbox network of each stack, and what idle
-// networks cost in memory: the proportional set size (PSS) of the test process and its children (pasta,
-// the namespace's holders) with 10 networks up, less before, per network. Run as root:
+// BenchmarkNetworkSetup measures making a sandbox network of each stack (veth also with 100 others up: what
+// grows with the host's sandboxes), beside the floor of a veth network (a namespace and a veth pair into
+// it, nothing else), and what idle networks cost in memory: the proportional set size (PSS) of the test
+// process and its children (pasta, the namespace's holders) with 10 networks up, less before, per
+// network. Run as root:
 //
 //	go test ./runner/isolate/ -run '^$' -bench NetworkSetup -benchtime 20x
 func BenchmarkNetworkSetup(b *testing.B) {
 	if testing.Short() {
 		b.Skip("needs root")
 	}
-	for _, stack := range []string{StackVeth, StackPasta} {
-		b.Run(stack, func(b *testing.B) {
+	p50 := func(b *testing.B, took []time.Duration) {
+		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+		b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
+	}
+	b.Run("floor", func(b *testing.B) {
+		var took []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			ns, err := newNetns()
+			if err != nil {
+				b.Fatal(err)
+			}
+			pair := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "wflr" + strconv.Itoa(os.Getpid()%100000)},
+				PeerName: sandboxIf, PeerNamespace: netlink.NsFd(int(ns.Fd()))}
+			if err := netlink.LinkAdd(pair); err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, time.Since(start))
+			_ = netlink.LinkDel(pair)
+			ns.Close()
+		}
+		p50(b, took)
+	})
+	for _, run := range []struct {
+		stack string
+		up    int // networks up meanwhile
+	}{{StackVeth, 0}, {StackVeth, 100}, {StackPasta, 0}} {
+		name := run.stack
+		if run.up > 0 {
+			name += "-" + strconv.Itoa(run.up) + "-up"
+		}
+		b.Run(name, func(b *testing.B) {
+			lease, err := AllocateUID(DefaultUIDDir, "network/"+b.Name())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lease.Release()
+			cfg := NetworkConfig{Stack: run.stack, ForwardTCP: []uint16{4321}, UID: lease.UID, GID: lease.UID,
+				Pasta: toolPath(b, "pasta", "passt"), Nsenter: toolPath(b, "nsenter", "util-linux")}
+			for range run.up {
+				testNetwork(b, NetworkConfig{Stack: run.stack})
+			}
 			var took []time.Duration
 			for b.Loop() {
 				start := time.Now()
-				n := testNetwork(b, NetworkConfig{Stack: stack, ForwardTCP: []uint16{4321}})
+				n, err := NewNetwork(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
 				took = append(took, time.Since(start))
 				n.Close()
 			}
-			sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-			b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
+			p50(b, took)
+			if run.up > 0 {
+				return
+			}
 			before := treePSS(b)
 			const idle = 10
 			for range idle {
-				testNetwork(b, NetworkConfig{Stack: stack, ForwardTCP: []uint16{4321}})
+				testNetwork(b, NetworkConfig{Stack: run.stack, ForwardTCP: []uint16{4321}})
 			}
 			b.ReportMetric(float64(treePSS(b)-before)/idle, "pss-KiB/network")
 		})
