@@ -324,9 +324,17 @@ type hostNet struct {
 }
 
 // hostNets are the addresses of the host's interfaces (the runner's network namespace): one dump of the
-// kernel's address table, not one per interface (the host has one per sandbox).
+// kernel's address table, not one per interface (the host has one per sandbox). A dump the kernel marks
+// interrupted (the table changed meanwhile: other sandboxes' pairs starting) may lack addresses, and is
+// taken again.
 func hostNets() ([]hostNet, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	var addrs []netlink.Addr
+	var err error
+	for range 50 {
+		if addrs, err = netlink.AddrList(nil, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("host addresses: %w", err)
 	}

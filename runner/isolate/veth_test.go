@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
 )
 
@@ -252,6 +253,56 @@ func TestManyVethNetworksStart(t *testing.T) {
 			t.Fatalf("network %d: %v", i+1, err)
 		}
 		t.Cleanup(func() { n.Close() })
+	}
+}
+
+// TestHostNetsWhileAddressesChange: the host's addresses are read while others come and go (a burst of
+// new users: each start adds its pair's addresses while the others read them). The kernel marks such a
+// read interrupted (it may lack addresses); it is read again, where it failed the start ("results may be
+// incomplete or inconsistent"), as the 17th of 100 users connecting four at a time did. Here in a
+// namespace of the test's own, one goroutine adding and deleting 64 addresses while hostNets reads.
+func TestHostNetsWhileAddressesChange(t *testing.T) {
+	requireRoot(t)
+	ns, err := newNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "churn0"}, PeerName: "churn1"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.LinkByName("churn0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 214, 0, byte(i%64)), Mask: net.CIDRMask(32, 32)}}
+			if i/64%2 == 0 {
+				_ = h.AddrAdd(l, a)
+			} else {
+				_ = h.AddrDel(l, a)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	n := &Network{nsFile: ns}
+	for i := range 300 {
+		if err := n.inside(func() error { _, err := hostNets(); return err }); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
 	}
 }
 
