@@ -28,7 +28,7 @@ import (
 )
 
 func init() {
-	register("bench", "load tool: start latency of new sandboxes, exec round trips, idle runner RSS", runBench)
+	register("bench", "load tool: start latency of new sandboxes, exec round trips, idle runner RSS, idle users per GiB", runBench)
 }
 
 // runBench starts the whole dev platform in-process on a free port in a temporary data dir and measures it
@@ -43,7 +43,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keep := fs.Bool("keep", false, "keep the temporary data dir")
 	turns := fs.Int("turns", 0, "also measure agent turns (real Claude Code CLI, scripted model): prompt → first agent event and → result")
 	agent := fs.Bool("agent", false, "run the agent (real Claude Code CLI) without measuring turns: connect → ready with no model, an alias and a full name (implied by -turns)")
+	density := fs.String("density", "", "also bring idle users (sandbox up, no client, no turn) up to each of these counts, e.g. 10,100,1000, and print their memory and users per GiB")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	levels, err := parseLevels(*density)
+	if err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "warren-bench-")
@@ -114,6 +119,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "%-44s %d KiB (pid %s)\n", "idle runner RSS", rss, entry.Alloc)
+	if err := benchDensity(ctx, stdout, st, mint, levels, *conc); err != nil {
+		return err
+	}
 	if *turns > 0 {
 		return benchTurns(ctx, stdout, c, *turns)
 	}
