@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -365,35 +364,6 @@ func (v *vethLink) link(ns *os.File) error {
 		}
 	}
 	return nil
-}
-
-// ifname matches the input or output interface's name against name.
-func ifname(key expr.MetaKey, op expr.CmpOp, name string) []expr.Any {
-	b := make([]byte, 16)
-	copy(b, name)
-	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: b}}
-}
-
-// matchAddr matches packets of a's family whose source (src) or destination is (op CmpOpEq) or is not
-// (CmpOpNeq) a.
-func matchAddr(a netip.Addr, src bool, op expr.CmpOp) []expr.Any {
-	proto, off := byte(unix.NFPROTO_IPV4), uint32(16)
-	if src {
-		off = 12
-	}
-	if a.Is6() {
-		proto, off = unix.NFPROTO_IPV6, 24
-		if src {
-			off = 8
-		}
-	}
-	b := a.AsSlice()
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(b))},
-		&expr.Cmp{Op: op, Register: 1, Data: b},
-	}
 }
 
 // close removes the pair, then takes it out of its host table, and gives the slot back.
