@@ -40,8 +40,8 @@ var (
 	DefaultPool6 = netip.MustParsePrefix("fd57:6172:7265::/48")
 )
 
-// The host end of slot i's pair is vethPrefix+i and its host table vethTablePrefix+i; the sandbox's end
-// is sandboxIf.
+// The host end of slot i's pair is vethPrefix+i; the sandbox's end is sandboxIf. vethTablePrefix+i named
+// the slot's host table of older runners (one per pair; the host table is shared now, vethhost.go).
 const (
 	vethPrefix      = "wvn"
 	vethTablePrefix = "warren-" + vethPrefix
@@ -50,7 +50,8 @@ const (
 )
 
 // vethMaxFlows bounds the connections (TCP, UDP flows, ...) one sandbox has tracked in the host's
-// connection table at once (hostTable); a variable so that a test can lower it.
+// connection table at once (the host table's flows set, vethhost.go); a variable so that a test can lower
+// it.
 var vethMaxFlows uint32 = 4096
 
 // slotKey chooses where a network's search for a free slot starts; a variable so that a test can choose.
