@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"testing"
 
@@ -49,19 +50,7 @@ func TestMergeRanges(t *testing.T) {
 // themselves, not the merged ranges.
 func TestFilterSetsRefuseInTheKernel(t *testing.T) {
 	requireRoot(t)
-	ns, err := newNetns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "out0"}, PeerName: "out1"}); err != nil {
-		t.Fatal(err)
-	}
+	ns, h := pairNetns(t, "out0", "out1")
 	for _, name := range []string{"lo", "out0", "out1"} {
 		l, err := h.LinkByName(name)
 		if err != nil {
@@ -146,6 +135,26 @@ func sendUDP(a netip.Addr) error {
 		return err
 	}
 	return unix.Sendto(fd, []byte("x"), 0, sa)
+}
+
+// pairNetns makes a network namespace of the test's own holding a veth pair of ends a and b, and returns it
+// with a netlink handle in it; both are closed when the test ends.
+func pairNetns(t *testing.T, a, b string) (*os.File, *netlink.Handle) {
+	t.Helper()
+	ns, err := newNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	h, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}); err != nil {
+		t.Fatal(err)
+	}
+	return ns, h
 }
 
 func netlinkPrefix(p netip.Prefix) *net.IPNet {

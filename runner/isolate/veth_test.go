@@ -20,7 +20,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
 )
 
@@ -263,19 +262,7 @@ func TestManyVethNetworksStart(t *testing.T) {
 // namespace of the test's own, one goroutine adding and deleting 64 addresses while hostNets reads.
 func TestHostNetsWhileAddressesChange(t *testing.T) {
 	requireRoot(t)
-	ns, err := newNetns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "churn0"}, PeerName: "churn1"}); err != nil {
-		t.Fatal(err)
-	}
+	ns, h := pairNetns(t, "churn0", "churn1")
 	l, err := h.LinkByName("churn0")
 	if err != nil {
 		t.Fatal(err)
