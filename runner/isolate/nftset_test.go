@@ -46,8 +46,8 @@ func TestMergeRanges(t *testing.T) {
 // destinations of the deny list outside the opened ones. A namespace of the test's own sends a UDP
 // datagram to the first and last address of each listed range and their neighbours outside it (the
 // edges a wrong interval end gets wrong, the family's first and last addresses among them); each leaves
-// through a veth pair inside the namespace (to nowhere) or is refused with EPERM by the filter, checked against the lists
-// themselves, not the merged ranges.
+// through a veth pair inside the namespace (to nowhere) or is refused with EPERM by the filter, checked
+// against the lists themselves, not the merged ranges.
 func TestFilterSetsRefuseInTheKernel(t *testing.T) {
 	requireRoot(t)
 	ns, h := pairNetns(t, "out0", "out1")
