@@ -24,6 +24,8 @@ const (
 	Allowed Verdict = "allowed" // let through (a record of a connection is written when it ends)
 	Refused Verdict = "refused" // refused by policy or by a rule of the gateway; Reason says which
 	Failed  Verdict = "failed"  // allowed, but the destination could not be reached
+	// Injected: allowed, TLS terminated and a credential put into the requests.
+	Injected Verdict = "injected"
 )
 
 // Reasons of the gateway's own refusals, beside the policy's (Decision.Reason).
@@ -37,6 +39,7 @@ const (
 	ReasonMalformed     = "malformed"                       // not a query, or a hello or request cut short
 	ReasonTooMany       = "too many connections"            // over the gateway's connection bound
 	ReasonNotRedirected = "not redirected"                  // a connection made to the gateway itself
+	ReasonPlaceholder   = "placeholder"                     // a credential's placeholder where it is not injected
 )
 
 // Record is one decision of the gateway: who (sandbox, user), what (kind, the name asked for, the
@@ -72,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_egress_decisions_total",
-			Help: "Egress gateway decisions, by kind (dns, tcp), verdict (allowed, refused, failed) and reason.",
+			Help: "Egress gateway decisions, by kind (dns, tcp), verdict (allowed, injected, refused, failed) and reason.",
 		}, []string{"kind", "verdict", "reason"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_egress_bytes_total",

@@ -2,11 +2,13 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +40,12 @@ type Config struct {
 	// Dial opens the gateway's connections (nil: a net.Dialer in the caller's namespace).
 	Dial Dialer
 
+	// Inject are the credentials put into the sandbox's requests; CA (required with Inject) signs the
+	// certificates of their hosts, and UpstreamRoots verify those hosts (nil: the system's roots).
+	Inject        []Injection
+	CA            *CA
+	UpstreamRoots *x509.CertPool
+
 	Sink    Sink         // nil: records are only counted
 	Metrics *Metrics     // nil: not counted
 	Logger  *slog.Logger // nil: discarded
@@ -62,6 +70,15 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("%w: nothing to serve", ErrConfig)
 	case c.DNS != nil && !c.Upstream.IsValid():
 		return fmt.Errorf("%w: no upstream resolver", ErrConfig)
+	case len(c.Inject) > 0 && c.CA == nil:
+		return fmt.Errorf("%w: injections without a CA", ErrConfig)
+	}
+	c.Inject = slices.Clone(c.Inject)
+	for i := range c.Inject {
+		c.Inject[i].Hosts = slices.Clone(c.Inject[i].Hosts)
+		if err := c.Inject[i].validate(); err != nil {
+			return err
+		}
 	}
 	set := func(v *int, d int) {
 		if *v <= 0 {

@@ -148,7 +148,7 @@ func listenTCP(t testing.TB, path, network, addr string) *net.TCPListener {
 
 // newLab makes the namespaces and their links, the internet's servers, and a gateway for the sandbox
 // with policy (JSON).
-func newLab(t testing.TB, policy string) *lab {
+func newLab(t testing.TB, policy string, opts ...func(*Config)) *lab {
 	t.Helper()
 	requireRoot(t)
 	base := "eg" + strings.ToLower(rand.Text()[:6])
@@ -205,7 +205,7 @@ ip netns exec %[1]s sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwardin
 	run(t, "sh", "-euc", script)
 	l.upstream()
 	l.webServers()
-	l.startGateway(mustParse(t, policy))
+	l.startGateway(mustParse(t, policy), opts...)
 	return l
 }
 
@@ -284,7 +284,7 @@ func (l *lab) webServers() {
 	}()
 }
 
-func (l *lab) startGateway(p *Policy) {
+func (l *lab) startGateway(p *Policy, opts ...func(*Config)) {
 	t := l.t
 	p4 := listenTCP(t, l.router, "tcp4", "10.250.0.1:0")
 	p6 := listenTCP(t, l.router, "tcp6", "[::]:0")
@@ -304,7 +304,7 @@ func (l *lab) startGateway(p *Policy) {
 	if err := redirect.Install(int(nsf.Fd())); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(Config{
+	cfg := Config{
 		Sandbox: "sb1", User: "iss/alice",
 		Stack: NewStack(HardDeny{}, p, nil),
 		Proxy: []*net.TCPListener{p4, p6},
@@ -313,7 +313,11 @@ func (l *lab) startGateway(p *Policy) {
 		Dial:     dialer(l.router),
 		Sink:     l.sink,
 		Metrics:  NewMetrics(nil),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	gw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,16 @@ func (g *Gateway) handle(c *net.TCPConn, self netip.AddrPort) {
 		g.refuse(c, h, rec, reason)
 		return
 	}
+	if h.proto == "tls" && g.terminates(h.name) {
+		g.broker(c, h, dst, &rec)
+		rec.Duration = g.cfg.Now().Sub(rec.Time)
+		g.record(rec)
+		return
+	}
+	if g.hasPlaceholder(h.buf) {
+		g.refuse(c, h, rec, ReasonPlaceholder)
+		return
+	}
 	up, err := g.dial(dst)
 	if err != nil {
 		g.cfg.Logger.Debug("egress: dial", "sandbox", g.cfg.Sandbox, "dest", dst, "err", err)
