@@ -1,4 +1,7 @@
-// Package egress is a sandbox's egress policy and the gateway that enforces it (issue #26).
+// Package egress is a sandbox's egress policy and the gateway that enforces it (issue #26;
+// docs/ARCHITECTURE.md#egress-gateway). It is not wired into the runner yet.
+//
+// # Policy
 //
 // A Policy is one layer: a mode (open, allowlist, closed) and allow and deny rules naming destinations by
 // domain (exact, or "*." for every name below a domain), by CIDR, port and protocol. Parse validates a
@@ -7,4 +10,28 @@
 // token's claims) and never widened by them (a request must pass every layer), under the operator's hard
 // deny list (HardDeny: internal/netdeny's ranges and the host's addresses, minus what the operator opened),
 // which no tenant rule opens.
+//
+// # Gateway
+//
+// A Gateway serves one sandbox from outside it, on sockets its caller opens where they belong (the
+// runner's host) and Redirect sends the sandbox's traffic to:
+//   - a resolver that asks upstream only the A and AAAA records of names the stack allows, drops answers
+//     the hard deny list refuses (DNS rebinding), remembers which addresses came from which names, and
+//     bounds names and query rate (DNS tunnelling);
+//   - a TCP proxy that reads each connection's original destination, refuses the hard deny list, peeks a
+//     TLS ClientHello or an HTTP request head, refuses CONNECT and a name (SNI, Host) the resolver did not
+//     answer the destination for (domain fronting), and splices what it allows;
+//   - for hosts an Injection covers, TLS terminated with a leaf of the sandbox's CA (whose key stays in the
+//     gateway) and the injection's placeholder replaced with its secret; a placeholder sent anywhere else
+//     is refused.
+//
+// Every UDP datagram but DNS is refused by Redirect's table. Every decision is a Record handed to a Sink
+// and counted in Metrics. SetStack changes the policy of a running gateway for its next query and
+// connection.
+//
+// # Limits
+//
+// Without TLS termination the gateway sees a TLS connection's SNI, not the Host of the requests inside
+// it, and on plain HTTP it judges the first request of a connection, not the ones kept alive after it.
+// In open mode, a name and an address both found outside the gateway's resolver cannot be compared.
 package egress
