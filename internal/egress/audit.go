@@ -40,6 +40,8 @@ const (
 	ReasonTooMany       = "too many connections"            // over the gateway's connection bound
 	ReasonNotRedirected = "not redirected"                  // a connection made to the gateway itself
 	ReasonPlaceholder   = "placeholder"                     // a credential's placeholder where it is not injected
+	ReasonUpgrade       = "upgrade"                         // a plain HTTP upgrade (ws://, h2c)
+	ReasonLateHello     = "late hello"                      // a TLS hello for a brokered host after the peek
 )
 
 // Record is one decision of the gateway: who (sandbox, user), what (kind, the name asked for, the

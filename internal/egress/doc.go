@@ -20,7 +20,8 @@
 //     bounds names and query rate (DNS tunnelling);
 //   - a TCP proxy that reads each connection's original destination, refuses the hard deny list, peeks a
 //     TLS ClientHello or an HTTP request head, refuses CONNECT and a name (SNI, Host) the resolver did not
-//     answer the destination for (domain fronting), and splices what it allows;
+//     answer the destination for (domain fronting), and splices what it allows, judging every request
+//     of plain HTTP and the first bytes of a client that waited until the server spoke;
 //   - for hosts an Injection covers, TLS terminated with a leaf of the sandbox's CA (whose key stays in the
 //     gateway) and the injection's placeholder replaced with its secret; a placeholder sent anywhere else
 //     is refused.
@@ -32,6 +33,5 @@
 // # Limits
 //
 // Without TLS termination the gateway sees a TLS connection's SNI, not the Host of the requests inside
-// it, and on plain HTTP it judges the first request of a connection, not the ones kept alive after it.
-// In open mode, a name and an address both found outside the gateway's resolver cannot be compared.
+// it. Plain HTTP upgrades are refused. In open mode, a name and an address both found outside the gateway's resolver cannot be compared.
 package egress

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -44,7 +45,6 @@ func BenchmarkGateway(b *testing.B) {
 	for _, path := range []struct{ name, ns string }{{"direct", l.direct}, {"gateway", l.sandbox}} {
 		dial := dialer(path.ns)
 		b.Run("setup/"+path.name, func(b *testing.B) {
-			buf := make([]byte, len(benchRequest))
 			for b.Loop() {
 				c, err := dial(context.Background(), "tcp", pubWeb+":7")
 				if err != nil {
@@ -53,8 +53,12 @@ func BenchmarkGateway(b *testing.B) {
 				if _, err := io.WriteString(c, benchRequest); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := io.ReadFull(c, buf); err != nil {
-					b.Fatal(err)
+				// The gateway writes the request again in net/http's framing: read to the head's end.
+				br := bufio.NewReader(c)
+				for line := ""; line != "\r\n"; {
+					if line, err = br.ReadString('\n'); err != nil {
+						b.Fatal(err)
+					}
 				}
 				c.Close()
 			}
@@ -66,7 +70,7 @@ func BenchmarkGateway(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			if _, err := io.WriteString(c, benchRequest); err != nil {
+			if _, err := io.WriteString(c, "BULK upload\n"); err != nil { // not HTTP: relayed as it comes
 				b.Fatal(err)
 			}
 			b.SetBytes(int64(len(chunk)))

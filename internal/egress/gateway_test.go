@@ -3,9 +3,12 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"syscall"
@@ -281,4 +284,70 @@ func TestGatewayRefusesDirectConnections(t *testing.T) {
 	}
 	l.sink.wait(t, "direct connection", refusedFor(KindTCP, "", ReasonNotRedirected))
 
+}
+
+// TestGatewayJudgesEveryRequest: on a plain HTTP connection to an allowed host's address, a request kept
+// alive after an allowed one, or pipelined behind it in the same write, that names another host is not
+// sent; nor is an upgrade (after which requests would go unjudged).
+func TestGatewayJudgesEveryRequest(t *testing.T) {
+	l := newLab(t, allowlist)
+	l.query("allowed.test", dns.TypeA)
+	allowed := "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+	for _, c := range []struct{ name, second, reason string }{
+		{"kept alive", "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n", ReasonFronting},
+		{"pipelined", "", ReasonFronting},
+		{"upgrade", "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", ReasonUpgrade},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":80")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(conn)
+			first := allowed
+			if c.second == "" {
+				first += "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n" // both in one write
+			}
+			fmt.Fprint(conn, first)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if string(body) != pubWeb+" saw allowed.test" {
+				t.Fatalf("first request: %q", body)
+			}
+			if c.second != "" {
+				fmt.Fprint(conn, c.second)
+			}
+			if resp, err := http.ReadResponse(br, nil); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("second request answered: %d %q", resp.StatusCode, b)
+			}
+			l.sink.wait(t, c.name, refusedFor(KindTCP, pubWeb+":80", c.reason))
+		})
+	}
+}
+
+// TestGatewayJudgesLateHello: a client that waits until the gateway has connected (the server spoke
+// first) and then sends a TLS hello naming another host is cut, not relayed.
+func TestGatewayJudgesLateHello(t *testing.T) {
+	l := newLab(t, allowlist, func(c *Config) { c.PeekTimeout = 50 * time.Millisecond })
+	l.query("allowed.test", dns.TypeA)
+	conn, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":2222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// The banner arrives only once the gateway has given up waiting and connected.
+	if line, err := bufio.NewReader(conn).ReadString('\n'); line != "SSH-2.0-banner\n" {
+		t.Fatalf("banner %q, %v", line, err)
+	}
+	go func() {
+		_ = tls.Client(conn, &tls.Config{ServerName: "other.test", InsecureSkipVerify: true}).Handshake()
+	}()
+	l.sink.wait(t, "late hello", refusedFor(KindTCP, pubWeb+":2222", ReasonFronting))
 }

@@ -39,11 +39,13 @@ var httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS
 
 // peek reads the start of c: a TLS ClientHello (parsed by crypto/tls) or an HTTP request head (parsed by
 // net/http). A client that sends nothing within timeout (a protocol where the server speaks first) is
-// judged by its address. An error means a hello or head that is cut short, malformed or too large.
+// judged by its address; a timeout of 0 waits as long as it takes. An error means a hello or head that is cut short, malformed or too large.
 func peek(c net.Conn, timeout time.Duration) (hello, error) {
 	rec := &recorder{r: c}
-	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	defer c.SetReadDeadline(time.Time{})
+	if timeout > 0 {
+		_ = c.SetReadDeadline(time.Now().Add(timeout))
+		defer c.SetReadDeadline(time.Time{})
+	}
 	var first [1]byte
 	if _, err := io.ReadFull(rec, first[:]); err != nil {
 		var ne net.Error

@@ -1,11 +1,14 @@
 package egress
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"sync"
@@ -68,18 +71,7 @@ func (g *Gateway) handle(c *net.TCPConn, self netip.AddrPort) {
 	}
 	h, err := peek(c, g.cfg.PeekTimeout)
 	rec.Name = h.name
-	switch {
-	case errors.Is(err, errHostMismatch):
-		g.refuse(c, h, rec, ReasonFronting)
-		return
-	case err != nil:
-		g.refuse(c, h, rec, ReasonMalformed)
-		return
-	case h.method == "CONNECT":
-		g.refuse(c, h, rec, ReasonConnect)
-		return
-	}
-	if reason := g.judge(stack, h.name, dst); reason != "" {
+	if reason := g.check(stack, h, err, dst); reason != "" {
 		g.refuse(c, h, rec, reason)
 		return
 	}
@@ -87,10 +79,6 @@ func (g *Gateway) handle(c *net.TCPConn, self netip.AddrPort) {
 		g.broker(c, h, dst, &rec)
 		rec.Duration = g.cfg.Now().Sub(rec.Time)
 		g.record(rec)
-		return
-	}
-	if g.hasPlaceholder(h.buf) {
-		g.refuse(c, h, rec, ReasonPlaceholder)
 		return
 	}
 	up, err := g.dial(dst)
@@ -102,9 +90,31 @@ func (g *Gateway) handle(c *net.TCPConn, self netip.AddrPort) {
 	}
 	defer g.untrack(up)
 	defer up.Close()
-	rec.BytesUp, rec.BytesDown = relay(c, up, h.buf)
-	rec.Verdict, rec.Duration = Allowed, g.cfg.Now().Sub(rec.Time)
+	rec.Verdict = Allowed
+	if reason := g.relay(c, up, h, stack, dst, &rec); reason != "" {
+		rec.Verdict, rec.Reason = Refused, reason
+	}
+	rec.Duration = g.cfg.Now().Sub(rec.Time)
 	g.record(rec)
+}
+
+// check returns why a connection to dst whose client sent h first (peek's error err) is refused, or "".
+func (g *Gateway) check(s *Stack, h hello, err error, dst netip.AddrPort) string {
+	switch {
+	case errors.Is(err, errHostMismatch):
+		return ReasonFronting
+	case err != nil:
+		return ReasonMalformed
+	case h.method == "CONNECT":
+		return ReasonConnect
+	}
+	if reason := g.judge(s, h.name, dst); reason != "" {
+		return reason
+	}
+	if g.hasPlaceholder(h.buf) && (h.proto != "tls" || !g.terminates(h.name)) {
+		return ReasonPlaceholder
+	}
+	return ""
 }
 
 // judge returns why the stack refuses a TCP connection to dst naming name ("" for none), or "". A name
@@ -161,28 +171,130 @@ func (g *Gateway) refuse(c *net.TCPConn, h hello, rec Record, reason string) {
 
 type closeWriter interface{ CloseWrite() error }
 
-// relay copies both ways between the sandbox's connection c and up, first sending first (the bytes the
-// gateway read to decide), until both directions end; it returns the bytes sent up and down. Between two
-// TCP sockets io.Copy splices in the kernel.
-func relay(c net.Conn, up net.Conn, first []byte) (sent, received int64) {
-	if len(first) > 0 {
-		n, err := up.Write(first)
-		sent += int64(n)
-		if err != nil {
-			return sent, 0
-		}
-	}
+// relay copies both ways between the sandbox's connection c and up until both directions end, counting
+// into rec, and returns why it cut the connection ("" if it did not). Down, bytes are spliced as they
+// come. Up, they are judged first where they can be: every request of plain HTTP, and the first bytes
+// of a client that sent nothing before the gateway connected (else it could wait out the peek and then
+// name any host).
+func (g *Gateway) relay(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort, rec *Record) string {
 	var wg sync.WaitGroup
+	var down int64
 	wg.Go(func() {
-		var err error
-		received, err = io.Copy(c, up)
+		n, err := io.Copy(c, up)
+		down = n
 		halfClose(c, up, err)
 	})
-	n, err := io.Copy(up, c)
-	sent += n
-	halfClose(up, c, err)
+	sent, reason := g.relayUp(c, up, h, s, dst)
+	switch {
+	case reason != "" && h.proto == "http":
+		// Requests already sent up are answered: the server sees their end, answers and closes.
+		halfClose(up, c, nil)
+	case reason != "":
+		c.Close()
+		up.Close()
+	}
 	wg.Wait()
-	return sent, received
+	rec.BytesUp, rec.BytesDown = sent, down
+	return reason
+}
+
+func (g *Gateway) relayUp(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort) (int64, string) {
+	if h.proto == "" && len(h.buf) == 0 {
+		var err error
+		h, err = peek(c, 0)
+		if err != nil && len(h.buf) == 0 { // the client ended without a byte
+			halfClose(up, c, nil)
+			return 0, ""
+		}
+		if reason := g.check(s, h, err, dst); reason != "" {
+			return 0, reason
+		}
+		if h.proto == "tls" && g.terminates(h.name) {
+			return 0, ReasonLateHello // its connection is already open: nothing to terminate
+		}
+	}
+	if h.proto == "http" {
+		return g.relayHTTP(c, up, h, s, dst)
+	}
+	n, err := up.Write(h.buf)
+	sent := int64(n)
+	if err == nil {
+		n, err := io.Copy(up, c)
+		sent += n
+		halfClose(up, c, err)
+	} else {
+		halfClose(up, c, err)
+	}
+	return sent, ""
+}
+
+// relayHTTP reads the sandbox's HTTP/1 requests (net/http), judges each, and writes each up again in
+// net/http's framing, so no request goes out unjudged: not one kept alive after the first, nor one
+// pipelined behind it, nor one smuggled in a body of ambiguous length. An upgrade is refused (after it the
+// stream is no longer HTTP, and a server declining it would take further requests unjudged).
+func (g *Gateway) relayHTTP(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort) (int64, string) {
+	br := bufio.NewReader(io.MultiReader(bytes.NewReader(h.buf), c))
+	cw := &countWriter{w: up}
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				halfClose(up, c, nil)
+				return cw.n, ""
+			}
+			return cw.n, ReasonMalformed
+		}
+		if reason := g.checkRequest(s, req, dst); reason != "" {
+			return cw.n, reason
+		}
+		if _, ok := req.Header["User-Agent"]; !ok {
+			req.Header["User-Agent"] = []string{""} // else Write adds Go's
+		}
+		if err := req.Write(cw); err != nil {
+			halfClose(up, c, err)
+			return cw.n, ""
+		}
+	}
+}
+
+// checkRequest returns why one request on a plain HTTP connection to dst is refused, or "".
+func (g *Gateway) checkRequest(s *Stack, req *http.Request, dst netip.AddrPort) string {
+	switch {
+	case req.Method == "CONNECT":
+		return ReasonConnect
+	case req.Header.Get("Upgrade") != "":
+		return ReasonUpgrade
+	case g.placeholderIn(req):
+		return ReasonPlaceholder
+	}
+	return g.judge(s, hostName(req.Host), dst)
+}
+
+// placeholderIn reports whether req's URL or headers hold a placeholder.
+func (g *Gateway) placeholderIn(req *http.Request) bool {
+	if g.hasPlaceholder([]byte(req.URL.String())) {
+		return true
+	}
+	for _, values := range req.Header {
+		for _, v := range values {
+			if g.hasPlaceholder([]byte(v)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// countWriter counts what it writes to w.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // halfClose passes on the end of one direction: its reader's EOF as a FIN to its writer, or an error as
