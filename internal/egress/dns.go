@@ -57,6 +57,15 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 		rec.Kind = KindDNS
 		g.record(rec)
 	}
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		// What the client can take over UDP: 512 bytes, or what its EDNS0 says; cut, it asks over TCP.
+		size := dns.MinMsgSize
+		if o := req.IsEdns0(); o != nil {
+			size = max(int(o.UDPSize()), dns.MinMsgSize)
+			reply.SetEdns0(o.UDPSize(), false)
+		}
+		reply.Truncate(size)
+	}
 	_ = w.WriteMsg(reply)
 }
 

@@ -143,6 +143,7 @@ func (g *Gateway) broker(c net.Conn, h hello, dst netip.AddrPort, rec *Record) {
 		},
 		TLSClientConfig:       &tls.Config{ServerName: h.name, RootCAs: g.cfg.UpstreamRoots},
 		MaxIdleConnsPerHost:   1,
+		DisableCompression:    true, // the body goes back as the server sent it
 		ResponseHeaderTimeout: time.Minute,
 	}
 	defer tr.CloseIdleConnections()
