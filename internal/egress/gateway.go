@@ -135,6 +135,18 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	g := newGateway(cfg)
+	for _, ln := range cfg.Proxy {
+		g.wg.Go(func() { g.serveProxy(ln) })
+	}
+	if cfg.DNS != nil {
+		g.dns = g.startDNS()
+	}
+	return g, nil
+}
+
+// newGateway is a gateway of cfg (defaults applied) that serves nothing yet.
+func newGateway(cfg Config) *Gateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{
 		cfg:       cfg,
@@ -146,13 +158,7 @@ func New(cfg Config) (*Gateway, error) {
 		conns:     make(map[net.Conn]struct{}),
 	}
 	g.stack.Store(cfg.Stack)
-	for _, ln := range cfg.Proxy {
-		g.wg.Go(func() { g.serveProxy(ln) })
-	}
-	if cfg.DNS != nil {
-		g.dns = g.startDNS()
-	}
-	return g, nil
+	return g
 }
 
 // SetStack changes the policy in force: new queries and connections are judged by it at once.
