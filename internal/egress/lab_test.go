@@ -78,7 +78,10 @@ func (s *memSink) wait(t testing.TB, what string, ok func(Record) bool) Record {
 func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, nftables); CI runs as root")
+		if testing.Short() {
+			t.Skip("the gateway's tests need root (skipped under -short)")
+		}
+		t.Fatal("the gateway's tests need root (network namespaces, nftables), as the runner has in CI: run them as root or with -short")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatalf("ip (iproute2) not installed: %v", err)
