@@ -203,7 +203,7 @@ ip -n %[4]s -6 route add default via fd78::1
 ip -n %[1]s route add 203.0.114.0/24 via 100.127.0.2
 ip -n %[1]s route add 10.99.0.0/24 via 100.127.0.2
 ip -n %[1]s -6 route add 2a00:1450::/32 via fd78::2
-ip netns exec %[1]s sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+ip netns exec %[1]s sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 net.ipv4.tcp_tw_reuse=1
 `, r, s, d, n, base, pubWeb, pubOther, pubDNS, private, pubWeb6)
 	run(t, "sh", "-euc", script)
 	l.upstream()
