@@ -33,5 +33,6 @@
 // # Limits
 //
 // Without TLS termination the gateway sees a TLS connection's SNI, not the Host of the requests inside
-// it. Plain HTTP upgrades are refused. In open mode, a name and an address both found outside the gateway's resolver cannot be compared.
+// it. Plain HTTP upgrades are refused. A brokered host that echoes its request's headers back gives the
+// secret to the sandbox. In open mode, a name and an address both found outside the gateway's resolver cannot be compared.
 package egress
