@@ -26,7 +26,8 @@
 //     gateway) and the injection's placeholder replaced with its secret; a placeholder sent anywhere else
 //     is refused.
 //
-// Every UDP datagram but DNS is refused by Redirect's table. Every decision is a Record handed to a Sink
+// UDP but DNS is refused by Redirect's table, or judged there by the stack's CIDR rules for UDP (not
+// recorded: the gateway never sees it). Every other decision is a Record handed to a Sink
 // and counted in Metrics. SetStack changes the policy of a running gateway for its next query and
 // connection.
 //

@@ -210,16 +210,13 @@ func TestGatewayBoundsDNSTunnelling(t *testing.T) {
 	l.sink.wait(t, "query rate", refusedFor(KindDNS, "", ReasonQueryRate))
 }
 
-// TestGatewayRefusesUDP: UDP other than DNS (QUIC to port 443) is refused at the sandbox's link with an
-// administratively-prohibited error, though a server there echoes (the same datagram from the sandbox
-// that bypasses the gateway is answered).
-func TestGatewayRefusesUDP(t *testing.T) {
-	l := newLab(t, `{"mode":"open"}`)
+// udpEcho answers every UDP datagram to addr (in the internet) with itself.
+func (l *lab) udpEcho(addr string) {
 	var pc net.PacketConn
-	if err := inNS(l.internet, func() (err error) { pc, err = net.ListenPacket("udp4", pubWeb+":443"); return err }); err != nil {
-		t.Fatal(err)
+	if err := inNS(l.internet, func() (err error) { pc, err = net.ListenPacket("udp4", addr); return err }); err != nil {
+		l.t.Fatal(err)
 	}
-	defer pc.Close()
+	l.t.Cleanup(func() { pc.Close() })
 	go func() {
 		b := make([]byte, 64)
 		for {
@@ -227,31 +224,73 @@ func TestGatewayRefusesUDP(t *testing.T) {
 			if err != nil {
 				return
 			}
-			pc.WriteTo(b[:n], from)
+			_, _ = pc.WriteTo(b[:n], from)
 		}
 	}()
-	exchange := func(ns string) error {
-		c, err := dialer(ns)(context.Background(), "udp", pubWeb+":443")
-		if err != nil {
+}
+
+// udpExchange sends datagrams from the namespace ns to addr until one is answered (nil) or a call fails
+// (an ICMP error of an earlier datagram fails the next call).
+func udpExchange(ns, addr string) error {
+	c, err := dialer(ns)(context.Background(), "udp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	for range 3 {
+		if _, err := c.Write([]byte("quic initial")); err != nil {
 			return err
 		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		for range 3 { // the ICMP error of a datagram fails the next call
-			if _, err := c.Write([]byte("quic initial")); err != nil {
-				return err
-			}
-			if _, err := c.Read(make([]byte, 16)); err != nil {
-				return err
-			}
+		if _, err := c.Read(make([]byte, 16)); err != nil {
+			return err
 		}
-		return nil
 	}
-	if err := exchange(l.direct); err != nil {
+	return nil
+}
+
+// TestGatewayRefusesUDP: UDP other than DNS (QUIC to port 443) is refused at the sandbox's link with an
+// administratively-prohibited error, though a server there echoes (the same datagram from the sandbox
+// that bypasses the gateway is answered).
+func TestGatewayRefusesUDP(t *testing.T) {
+	l := newLab(t, `{"mode":"open"}`)
+	l.udpEcho(pubWeb + ":443")
+	if err := udpExchange(l.direct, pubWeb+":443"); err != nil {
 		t.Fatalf("the echo server is not reached without the gateway: %v", err)
 	}
-	if err := exchange(l.sandbox); !errors.Is(err, syscall.EHOSTUNREACH) {
+	if err := udpExchange(l.sandbox, pubWeb+":443"); !errors.Is(err, syscall.EHOSTUNREACH) {
 		t.Fatalf("UDP to port 443: %v, want host unreachable (administratively prohibited)", err)
+	}
+}
+
+// TestGatewayUDPByRule: with the stack given to the redirect table, UDP goes through where a CIDR rule
+// for UDP allows it, and nowhere else: not by a domain rule, not to the hard deny list, not past a layer
+// that narrows it; installing again follows a changed stack.
+func TestGatewayUDPByRule(t *testing.T) {
+	l := newLab(t, `{"mode":"open"}`)
+	l.udpEcho(pubWeb + ":443")
+	l.udpEcho(pubOther + ":443")
+	p := mustParse(t, `{"mode":"allowlist","allow":[{"cidr":"203.0.114.10/32","ports":[443],"protocol":"udp"},
+		{"cidr":"10.99.0.0/24","protocol":"udp"},{"domain":"other.test"},{"cidr":"203.0.114.11/32","protocol":"tcp"}]}`)
+	l.installRedirect(NewStack(HardDeny{}, p, nil))
+	if err := udpExchange(l.sandbox, pubWeb+":443"); err != nil {
+		t.Fatalf("UDP allowed by a rule: %v", err)
+	}
+	for _, dest := range []string{pubOther + ":443", pubWeb + ":444", private + ":443"} {
+		if err := udpExchange(l.sandbox, dest); !errors.Is(err, syscall.EHOSTUNREACH) {
+			t.Errorf("UDP to %s: %v, want refused", dest, err)
+		}
+	}
+	l.installRedirect(NewStack(HardDeny{}, p, nil, mustParse(t, `{"mode":"closed"}`)))
+	if err := udpExchange(l.sandbox, pubWeb+":443"); !errors.Is(err, syscall.EHOSTUNREACH) {
+		t.Fatalf("UDP past a closed layer: %v", err)
+	}
+	l.installRedirect(NewStack(HardDeny{}, mustParse(t, `{"mode":"open","deny":[{"cidr":"203.0.114.11/32"}]}`), nil))
+	if err := udpExchange(l.sandbox, pubWeb+":443"); err != nil {
+		t.Fatalf("UDP in open mode: %v", err)
+	}
+	if err := udpExchange(l.sandbox, pubOther+":443"); !errors.Is(err, syscall.EHOSTUNREACH) {
+		t.Fatalf("UDP to a denied CIDR in open mode: %v", err)
 	}
 }
 

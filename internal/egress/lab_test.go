@@ -44,6 +44,7 @@ type lab struct {
 	sink             *memSink
 	gw               *Gateway
 	proxy4Addr       netip.AddrPort
+	redirect         Redirect
 }
 
 type memSink struct {
@@ -298,15 +299,8 @@ func (l *lab) startGateway(p *Policy, opts ...func(*Config)) {
 	}
 	port := func(a net.Addr) uint16 { return netip.MustParseAddrPort(a.String()).Port() }
 	l.proxy4Addr = netip.MustParseAddrPort(p4.Addr().String())
-	nsf, err := os.Open(l.router)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsf.Close()
-	redirect := Redirect{Table: "egw", Iface: l.iface, Ports: Ports{DNSUDP: port(pc.LocalAddr()), DNSTCP: port(dnsTCP.Addr()), Proxy4: port(p4.Addr()), Proxy6: port(p6.Addr())}}
-	if err := redirect.Install(int(nsf.Fd())); err != nil {
-		t.Fatal(err)
-	}
+	l.redirect = Redirect{Table: "egw", Iface: l.iface, Ports: Ports{DNSUDP: port(pc.LocalAddr()), DNSTCP: port(dnsTCP.Addr()), Proxy4: port(p4.Addr()), Proxy6: port(p6.Addr())}}
+	l.installRedirect(nil)
 	cfg := Config{
 		Sandbox: "sb1", User: "iss/alice",
 		Stack: NewStack(HardDeny{}, p, nil),
@@ -330,6 +324,21 @@ func (l *lab) startGateway(p *Policy, opts ...func(*Config)) {
 			t.Error(err)
 		}
 	})
+}
+
+// installRedirect installs (again) the redirect table in the router, letting through the UDP udp allows.
+func (l *lab) installRedirect(udp *Stack) {
+	l.t.Helper()
+	nsf, err := os.Open(l.router)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer nsf.Close()
+	r := l.redirect
+	r.UDP = udp
+	if err := r.Install(int(nsf.Fd())); err != nil {
+		l.t.Fatal(err)
+	}
 }
 
 // query asks the sandbox's resolver (any address: port 53 is redirected) for name's records of qtype.

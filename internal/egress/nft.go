@@ -4,10 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
+	"github.com/warren-mesh/warren/internal/netdeny"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,12 +25,16 @@ type Ports struct {
 // Redirect is the nftables table that brings a sandbox's traffic, arriving from its network namespace on
 // Iface, to its gateway: DNS (UDP and TCP port 53, whatever address) to the resolver, every other TCP
 // connection to the proxy of its family; every other UDP datagram (QUIC included) is refused with an
-// administratively-prohibited ICMP error. It lives in the namespace the gateway listens in (the runner's
+// administratively-prohibited ICMP error, but those UDP's stack allows. It lives in the namespace the gateway listens in (the runner's
 // host).
 type Redirect struct {
 	Table string // an inet table of its own
 	Iface string
 	Ports Ports
+	// UDP, when set, lets through the UDP datagrams its stack allows by address (CIDR rules with
+	// protocol udp or none; a datagram names no host, so domain rules do not apply), after the hard deny
+	// list. Install again to follow a changed stack.
+	UDP *Stack
 }
 
 // Install adds the table (replacing one of the same name) in the network namespace open at nsFd, or the
@@ -63,6 +72,10 @@ func (r Redirect) Install(nsFd int) error {
 	rule(nat, family(unix.NFPROTO_IPV4), l4(unix.IPPROTO_TCP), redirectTo(r.Ports.Proxy4))
 	rule(nat, family(unix.NFPROTO_IPV6), l4(unix.IPPROTO_TCP), redirectTo(r.Ports.Proxy6))
 	rule(in, l4(unix.IPPROTO_UDP), dport(expr.CmpOpNeq, r.Ports.DNSUDP), reject())
+	if r.UDP != nil {
+		first := udpChains(c, t, r.UDP)
+		rule(fwd, l4(unix.IPPROTO_UDP), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: first.Name}})
+	}
 	rule(fwd, l4(unix.IPPROTO_UDP), reject())
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("install egress redirect %s: %w", r.Table, err)
@@ -85,8 +98,105 @@ func (r Redirect) Remove(nsFd int) error {
 	return nil
 }
 
+// udpChains adds the chains that judge a sandbox's UDP datagram by s, and returns the first: the hard
+// deny list, then one chain per layer, each going on to the next only if its layer allows the
+// datagram, the last to one that accepts. A datagram a chain does not pass on returns to the caller,
+// which refuses it.
+func udpChains(c *nftables.Conn, t *nftables.Table, s *Stack) *nftables.Chain {
+	add := func(ch *nftables.Chain, ex ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: slices.Concat(ex...)})
+	}
+	to := func(ch *nftables.Chain) []expr.Any {
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: ch.Name}}
+	}
+	next := c.AddChain(&nftables.Chain{Name: "udp_allowed", Table: t})
+	add(next, []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})
+	for i := len(s.layers) - 1; i >= 0; i-- {
+		p := s.layers[i]
+		ch := c.AddChain(&nftables.Chain{Name: fmt.Sprintf("udp_layer%d", i), Table: t})
+		for _, r := range p.Deny {
+			for _, m := range udpMatches(r) {
+				add(ch, m, reject())
+			}
+		}
+		switch p.Mode {
+		case Open:
+			add(ch, to(next))
+		case Allowlist:
+			for _, r := range p.Allow {
+				for _, m := range udpMatches(r) {
+					add(ch, m, to(next))
+				}
+			}
+		}
+		next = ch
+	}
+	hard := c.AddChain(&nftables.Chain{Name: "udp_hard", Table: t})
+	for _, p := range s.hard.Extra {
+		add(hard, daddr(p), reject())
+	}
+	for _, p := range s.hard.Open {
+		add(hard, daddr(p), to(next))
+	}
+	for _, p := range netdeny.Prefixes() {
+		add(hard, daddr(p), reject())
+	}
+	add(hard, to(next))
+	return hard
+}
+
+// udpMatches are the matches of r's destinations for UDP: none for a domain or TCP rule, else its CIDR,
+// on each of its ports.
+func udpMatches(r Rule) [][]expr.Any {
+	if r.Domain != "" || r.Protocol == TCP {
+		return nil
+	}
+	if len(r.Ports) == 0 {
+		return [][]expr.Any{daddr(r.prefix)}
+	}
+	var out [][]expr.Any
+	for _, port := range r.Ports {
+		out = append(out, slices.Concat(daddr(r.prefix), dport(expr.CmpOpEq, uint16(port))))
+	}
+	return out
+}
+
+// daddr matches packets whose destination lies in p (of p's family).
+func daddr(p netip.Prefix) []expr.Any {
+	p = p.Masked()
+	addr := p.Addr().AsSlice()
+	proto, off := byte(unix.NFPROTO_IPV4), uint32(16)
+	if p.Addr().Is6() {
+		proto, off = unix.NFPROTO_IPV6, 24
+	}
+	ex := slices.Concat(family(proto), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(addr))},
+	})
+	if p.Bits() < len(addr)*8 {
+		mask := net.CIDRMask(p.Bits(), len(addr)*8)
+		ex = append(ex, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(addr)), Mask: mask, Xor: make([]byte, len(addr))})
+	}
+	return append(ex, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr})
+}
+
+// nftReadBuffer is the netlink receive buffer of the gateway's nftables connections: a flush of a table
+// with the hard deny list's rules is answered rule by rule before the first answer is read, which the
+// default buffer may not hold under load (ENOBUFS), as runner/isolate found.
+const nftReadBuffer = 8 << 20
+
 func conn(nsFd int) (*nftables.Conn, error) {
-	var opts []nftables.ConnOption
+	opts := []nftables.ConnOption{nftables.WithSockOptions(func(c *netlink.Conn) error {
+		rc, err := c.SyscallConn()
+		if err == nil {
+			var serr error
+			if cerr := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nftReadBuffer)
+			}); cerr == nil && serr == nil {
+				return nil
+			}
+		}
+		return c.SetReadBuffer(nftReadBuffer)
+	})}
 	if nsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(nsFd))
 	}
