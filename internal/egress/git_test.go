@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestGatewayGitCloneWithInjectedToken: git, run in the sandbox's namespace and given only a placeholder
@@ -20,19 +19,7 @@ func TestGatewayGitCloneWithInjectedToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("git not installed: %v", err)
 	}
-	internetCA, err := NewCA("test internet", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sandboxCA, err := NewCA("sandbox sb1", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLab(t, `{"mode":"allowlist","allow":[{"domain":"allowed.test","ports":[9443]}]}`, func(c *Config) {
-		c.CA = sandboxCA
-		c.UpstreamRoots = internetCA.Pool()
-		c.Inject = []Injection{{Hosts: []string{"allowed.test"}, Header: "Authorization", Placeholder: placeholder, Secret: secret}}
-	})
+	l, internetCA, sandboxCA := newInjectingLab(t, `{"mode":"allowlist","allow":[{"domain":"allowed.test","ports":[9443]}]}`)
 
 	// The git server: a bare repository with one commit, served by git http-backend behind a token check.
 	dir := t.TempDir()

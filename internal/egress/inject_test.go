@@ -20,24 +20,31 @@ const (
 	secret      = "s3cret-registry-token"
 )
 
-// injectLab is a lab whose gateway injects secret for allowed.test in Authorization, and whose internet
-// has an HTTPS server for allowed.test on port 8443 (a certificate of the internet's own CA) answering
-// "authorised" only to that secret, and echoing the headers it got otherwise (never the secret).
-func injectLab(t *testing.T, policy string) (*lab, *CA) {
+// newInjectingLab is a lab whose gateway injects secret for allowed.test in Authorization, with a
+// sandbox CA of its own, trusting the test internet's CA for the hosts it terminates.
+func newInjectingLab(t *testing.T, policy string) (l *lab, internetCA, sandboxCA *CA) {
 	t.Helper()
-	internetCA, err := NewCA("test internet", time.Now())
-	if err != nil {
+	var err error
+	if internetCA, err = NewCA("test internet", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	sandboxCA, err := NewCA("sandbox sb1", time.Now())
-	if err != nil {
+	if sandboxCA, err = NewCA("sandbox sb1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	l := newLab(t, policy, func(c *Config) {
+	l = newLab(t, policy, func(c *Config) {
 		c.CA = sandboxCA
 		c.UpstreamRoots = internetCA.Pool()
 		c.Inject = []Injection{{Hosts: []string{"allowed.test"}, Header: "authorization", Placeholder: placeholder, Secret: secret}}
 	})
+	return l, internetCA, sandboxCA
+}
+
+// injectLab is newInjectingLab whose internet has an HTTPS server for allowed.test on port 8443 (a
+// certificate of the internet's own CA) answering "authorised" only to the secret, and echoing the
+// headers it got otherwise (never the secret).
+func injectLab(t *testing.T, policy string) (*lab, *CA) {
+	t.Helper()
+	l, internetCA, sandboxCA := newInjectingLab(t, policy)
 	leaf, err := internetCA.Leaf("allowed.test")
 	if err != nil {
 		t.Fatal(err)
