@@ -42,6 +42,7 @@ const (
 	ReasonPlaceholder   = "placeholder"                     // a credential's placeholder where it is not injected
 	ReasonUpgrade       = "upgrade"                         // a plain HTTP upgrade (ws://, h2c)
 	ReasonLateHello     = "late hello"                      // a TLS hello for a brokered host after the peek
+	ReasonBudget        = "budget exceeded"                 // the user's egress budget is spent (Meter)
 )
 
 // Record is one decision of the gateway: who (sandbox, user), what (kind, the name asked for, the

@@ -27,7 +27,8 @@
 //     is refused.
 //
 // UDP but DNS is refused by Redirect's table, or judged there by the stack's CIDR rules for UDP (not
-// recorded: the gateway never sees it). Every other decision is a Record handed to a Sink
+// recorded: the gateway never sees it). A Meter holds the relayed bytes to the user's egress budget.
+// Every other decision is a Record handed to a Sink
 // and counted in Metrics. SetStack changes the policy of a running gateway for its next query and
 // connection.
 //

@@ -46,6 +46,7 @@ type Config struct {
 	CA            *CA
 	UpstreamRoots *x509.CertPool
 
+	Meter   Meter        // nil: bytes are not metered (only recorded)
 	Sink    Sink         // nil: records are only counted
 	Metrics *Metrics     // nil: not counted
 	Logger  *slog.Logger // nil: discarded

@@ -16,9 +16,9 @@ const benchRequest = "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
 
 // benchServers serves, in the internet namespace, an echo on port 7 and a sink on port 9 (reads to EOF,
 // then writes the count).
-func (l *lab) benchServers(b *testing.B) {
+func (l *lab) benchServers(tb testing.TB) {
 	serve := func(port int, h func(net.Conn)) {
-		ln := listenTCP(b, l.internet, "tcp4", fmt.Sprintf("%s:%d", pubWeb, port))
+		ln := listenTCP(tb, l.internet, "tcp4", fmt.Sprintf("%s:%d", pubWeb, port))
 		go func() {
 			for {
 				c, err := ln.Accept()

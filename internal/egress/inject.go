@@ -120,7 +120,7 @@ func (g *Gateway) inject(req *http.Request, host string) string {
 // requests, credentials injected, to dst over TLS verified against the upstream roots; rec gets the
 // connection's verdict, reason and bytes (on the sandbox's side).
 func (g *Gateway) broker(c net.Conn, h hello, dst netip.AddrPort, rec *Record) {
-	cc := &countConn{Conn: c, r: io.MultiReader(bytes.NewReader(h.buf), c)}
+	cc := &countConn{Conn: c, g: g, r: io.MultiReader(bytes.NewReader(h.buf), c)}
 	tc := tls.Server(cc, &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return g.cfg.CA.Leaf(h.name) },
 		NextProtos:     []string{"http/1.1"},
@@ -128,7 +128,12 @@ func (g *Gateway) broker(c net.Conn, h hello, dst netip.AddrPort, rec *Record) {
 	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.DialTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
-	defer func() { rec.BytesUp, rec.BytesDown = cc.in.Load(), cc.out.Load() }()
+	defer func() {
+		rec.BytesUp, rec.BytesDown = cc.in.Load(), cc.out.Load()
+		if cc.spent.Load() {
+			rec.Verdict, rec.Reason = Refused, ReasonBudget
+		}
+	}()
 	if err != nil {
 		rec.Verdict, rec.Reason = Refused, ReasonMalformed
 		return
@@ -183,21 +188,33 @@ func writeStatus(w io.Writer, status int, msg string) {
 		status, http.StatusText(status), len(msg)+1, msg)
 }
 
-// countConn reads r (the bytes peeked, then the connection) and counts both ways.
+// countConn reads r (the bytes peeked, then the connection), and counts and meters both ways.
 type countConn struct {
 	net.Conn
+	g       *Gateway
 	r       io.Reader
 	in, out atomic.Int64
+	spent   atomic.Bool // the Meter refused
 }
 
 func (c *countConn) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.in.Add(int64(n))
-	return n, err
+	return n, c.metered(n, true, err)
 }
 
 func (c *countConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	c.out.Add(int64(n))
-	return n, err
+	return n, c.metered(n, false, err)
+}
+
+func (c *countConn) metered(n int, up bool, err error) error {
+	if merr := c.g.meter(int64(n), up); merr != nil {
+		c.spent.Store(true)
+		if err == nil {
+			return merr
+		}
+	}
+	return err
 }

@@ -81,6 +81,10 @@ func (g *Gateway) handle(c *net.TCPConn, self netip.AddrPort) {
 		g.record(rec)
 		return
 	}
+	if g.meter(0, true) != nil {
+		g.refuse(c, h, rec, ReasonBudget)
+		return
+	}
 	up, err := g.dial(dst)
 	if err != nil {
 		g.cfg.Logger.Debug("egress: dial", "sandbox", g.cfg.Sandbox, "dest", dst, "err", err)
@@ -179,10 +183,10 @@ type closeWriter interface{ CloseWrite() error }
 func (g *Gateway) relay(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort, rec *Record) string {
 	var wg sync.WaitGroup
 	var down int64
+	var downErr error
 	wg.Go(func() {
-		n, err := io.Copy(c, up)
-		down = n
-		halfClose(c, up, err)
+		down, downErr = g.copyMetered(c, up, false)
+		halfClose(c, up, downErr)
 	})
 	sent, reason := g.relayUp(c, up, h, s, dst)
 	switch {
@@ -195,6 +199,9 @@ func (g *Gateway) relay(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort, r
 	}
 	wg.Wait()
 	rec.BytesUp, rec.BytesDown = sent, down
+	if reason == "" && errors.Is(downErr, errBudget) {
+		reason = ReasonBudget
+	}
 	return reason
 }
 
@@ -216,16 +223,18 @@ func (g *Gateway) relayUp(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort)
 	if h.proto == "http" {
 		return g.relayHTTP(c, up, h, s, dst)
 	}
-	n, err := up.Write(h.buf)
-	sent := int64(n)
+	mw := &meteredWriter{g: g, w: up}
+	_, err := mw.Write(h.buf)
 	if err == nil {
-		n, err := io.Copy(up, c)
-		sent += n
-		halfClose(up, c, err)
-	} else {
-		halfClose(up, c, err)
+		var n int64
+		n, err = g.copyMetered(up, c, true)
+		mw.n += n
 	}
-	return sent, ""
+	halfClose(up, c, err)
+	if errors.Is(err, errBudget) {
+		return mw.n, ReasonBudget
+	}
+	return mw.n, ""
 }
 
 // relayHTTP reads the sandbox's HTTP/1 requests (net/http), judges each, and writes each up again in
@@ -234,7 +243,7 @@ func (g *Gateway) relayUp(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort)
 // stream is no longer HTTP, and a server declining it would take further requests unjudged).
 func (g *Gateway) relayHTTP(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort) (int64, string) {
 	br := bufio.NewReader(io.MultiReader(bytes.NewReader(h.buf), c))
-	cw := &countWriter{w: up}
+	cw := &meteredWriter{g: g, w: up}
 	for {
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -252,6 +261,9 @@ func (g *Gateway) relayHTTP(c, up net.Conn, h hello, s *Stack, dst netip.AddrPor
 		}
 		if err := req.Write(cw); err != nil {
 			halfClose(up, c, err)
+			if errors.Is(err, errBudget) {
+				return cw.n, ReasonBudget
+			}
 			return cw.n, ""
 		}
 	}
@@ -283,18 +295,6 @@ func (g *Gateway) placeholderIn(req *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// countWriter counts what it writes to w.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // halfClose passes on the end of one direction: its reader's EOF as a FIN to its writer, or an error as
