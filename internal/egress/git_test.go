@@ -42,6 +42,26 @@ func TestGatewayGitCloneWithInjectedToken(t *testing.T) {
 	git(dir, "clone", "-q", "--bare", work, filepath.Join(dir, "srv", "repo.git"))
 	backend := &cgi.Handler{Path: gitPath, Args: []string{"http-backend"},
 		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Join(dir, "srv"), "GIT_HTTP_EXPORT_ALL=1"}}
+	l.serveWithToken(t, internetCA, backend)
+	home, caFile := l.sandboxHome(t, sandboxCA)
+	clone := exec.Command("ip", "netns", "exec", filepath.Base(l.sandbox), gitPath,
+		"-c", "http.extraHeader=Authorization: Bearer "+placeholder,
+		"clone", "-q", "https://allowed.test:9443/repo.git", filepath.Join(home, "repo"))
+	clone.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1", "GIT_SSL_CAINFO=" + caFile, "GIT_TERMINAL_PROMPT=0"}
+	if out, err := clone.CombinedOutput(); err != nil {
+		t.Fatalf("git clone in the sandbox: %v: %s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "repo", "README")); err != nil || string(b) != "hello from the registry\n" {
+		t.Fatalf("cloned README: %q, %v", b, err)
+	}
+	l.sink.wait(t, "brokered clone", func(r Record) bool { return r.Verdict == Injected && r.Name == "allowed.test" })
+	holdsNoSecret(t, home)
+}
+
+// serveWithToken serves h over HTTPS for allowed.test on port 9443 of its IPv4 and IPv6 addresses, with
+// a certificate of the internet's CA, to requests bearing the secret only (403 otherwise).
+func (l *lab) serveWithToken(t *testing.T, internetCA *CA, h http.Handler) {
+	t.Helper()
 	leaf, err := internetCA.Leaf("allowed.test")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +73,7 @@ func TestGatewayGitCloneWithInjectedToken(t *testing.T) {
 					http.Error(w, "token required", http.StatusForbidden)
 					return
 				}
-				backend.ServeHTTP(w, r)
+				h.ServeHTTP(w, r)
 			}),
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{*leaf}},
 		}
@@ -61,11 +81,14 @@ func TestGatewayGitCloneWithInjectedToken(t *testing.T) {
 		go func() { _ = srv.ServeTLS(ln, "", "") }()
 		t.Cleanup(func() { srv.Close() })
 	}
+}
 
-	// The sandbox: its resolver is whatever /etc/resolv.conf names (ip netns exec mounts the namespace's
-	// own), redirected to the gateway; it trusts the sandbox's CA and holds the placeholder only.
-	nsName := filepath.Base(l.sandbox)
-	etc := filepath.Join("/etc/netns", nsName)
+// sandboxHome makes what a program run in the sandbox's namespace (ip netns exec) has: a resolv.conf
+// naming an address whose port 53 is redirected to the gateway (ip netns exec mounts the namespace's
+// own), and a home directory holding the sandbox's CA certificate (caFile) and nothing secret.
+func (l *lab) sandboxHome(t *testing.T, sandboxCA *CA) (home, caFile string) {
+	t.Helper()
+	etc := filepath.Join("/etc/netns", filepath.Base(l.sandbox))
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -73,27 +96,18 @@ func TestGatewayGitCloneWithInjectedToken(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver 192.0.2.53\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	home := filepath.Join(dir, "sandbox")
-	caFile := filepath.Join(home, "ca.pem")
-	if err := os.MkdirAll(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	home = t.TempDir()
+	caFile = filepath.Join(home, "ca.pem")
 	if err := os.WriteFile(caFile, sandboxCA.CertPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	clone := exec.Command("ip", "netns", "exec", nsName, gitPath,
-		"-c", "http.extraHeader=Authorization: Bearer "+placeholder,
-		"clone", "-q", "https://allowed.test:9443/repo.git", filepath.Join(home, "repo"))
-	clone.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1", "GIT_SSL_CAINFO=" + caFile, "GIT_TERMINAL_PROMPT=0"}
-	if out, err := clone.CombinedOutput(); err != nil {
-		t.Fatalf("git clone in the sandbox: %v: %s", err, out)
-	}
-	if b, err := os.ReadFile(filepath.Join(home, "repo", "README")); err != nil || string(b) != "hello from the registry\n" {
-		t.Fatalf("cloned README: %q, %v", b, err)
-	}
-	l.sink.wait(t, "brokered clone", func(r Record) bool { return r.Verdict == Injected && r.Name == "allowed.test" })
-	// Nothing the sandbox has holds the token.
-	_ = filepath.Walk(home, func(path string, info os.FileInfo, err error) error {
+	return home, caFile
+}
+
+// holdsNoSecret fails the test if a file under dir holds the secret.
+func holdsNoSecret(t *testing.T, dir string) {
+	t.Helper()
+	_ = filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
 		if err == nil && info.Mode().IsRegular() {
 			if b, _ := os.ReadFile(path); strings.Contains(string(b), secret) {
 				t.Errorf("%s holds the token", path)
