@@ -12,8 +12,9 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
-	"github.com/warren-mesh/warren/internal/netdeny"
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-mesh/warren/internal/netdeny"
 )
 
 // Ports are the gateway's ports a sandbox's traffic is redirected to.
