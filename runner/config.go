@@ -2,21 +2,19 @@ package runner
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
-
-	"github.com/warren-mesh/warren/runner/isolate"
-
-	"fmt"
-	"github.com/warren-mesh/warren/billing"
-	"github.com/warren-mesh/warren/internal/blob"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/blob"
+	"github.com/warren-mesh/warren/runner/isolate"
 	"github.com/warren-mesh/warren/runner/session"
 	"github.com/warren-mesh/warren/runner/templates"
 )
