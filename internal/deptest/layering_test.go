@@ -37,7 +37,8 @@ func role(name string, roots ...string) Dep {
 // sdkServer is every package of the module but the protocol ones the Go SDK is built on.
 var sdkServer = Dep{Name: "a server package", Prefixes: []string{"github.com/warren-mesh/warren"},
 	Except: []string{"github.com/warren-mesh/warren/sdk", "github.com/warren-mesh/warren/internal/wire",
-		"github.com/warren-mesh/warren/internal/strictjson", "github.com/warren-mesh/warren/internal/wtconn"}}
+		"github.com/warren-mesh/warren/internal/strictjson", "github.com/warren-mesh/warren/internal/wtconn",
+		"github.com/warren-mesh/warren/internal/sse"}} // the one event-stream parser, a protocol piece
 
 var heavy = []Dep{terraformPlugin, grpc, awsSDK}
 
