@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"strings"
 	"time"
 )
@@ -24,6 +25,10 @@ type Store interface {
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 	// Get opens the object at key; ErrNotFound when absent.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// GetRange opens the n bytes (n > 0) of the object at key from byte off (>= 0), fewer when the
+	// object ends sooner, none when it ends at or before off; ErrNotFound when absent. Readers fetch
+	// large objects in parallel ranges with it.
+	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 	// Exists reports whether key holds an object.
 	Exists(ctx context.Context, key string) (bool, error)
 	// Read returns a small object and its ETag; ErrNotFound when absent.
@@ -103,6 +108,14 @@ func CheckPrefix(prefix string) error {
 	}
 	if err := CheckKey(strings.TrimSuffix(prefix, "/")); err != nil {
 		return fmt.Errorf("prefix: %w", err)
+	}
+	return nil
+}
+
+// CheckRange returns nil if off and n are a valid GetRange: off >= 0, n > 0, off+n without overflow.
+func CheckRange(off, n int64) error {
+	if off < 0 || n <= 0 || off > math.MaxInt64-n {
+		return fmt.Errorf("invalid range: %d bytes from %d", n, off)
 	}
 	return nil
 }

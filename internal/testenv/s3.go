@@ -32,13 +32,14 @@ import (
 // clients do while S3 is down; its address, credentials and data stay the same across restarts. Methods
 // may be called from one goroutine at a time.
 type S3Server struct {
-	bin     string
-	dir     string // temporary directory: data/ (the posix backend's root) and the log
-	port    int
-	access  string
-	secret  string
-	proc    proc
-	buckets atomic.Int64
+	bin       string
+	dir       string // temporary directory: data/ (the posix backend's root) and the log
+	port      int
+	access    string
+	secret    string
+	proc      proc
+	buckets   atomic.Int64
+	keepAlive bool
 }
 
 const (
@@ -61,6 +62,9 @@ type S3Options struct {
 	// AccessKey and SecretKey are the root user's credentials; empty: random ones. Servers given the same
 	// stand for buckets one set of credentials reaches (one account's buckets in two regions).
 	AccessKey, SecretKey string
+	// KeepAlive keeps client connections open between requests, as S3 and R2 do; versitygw closes each
+	// after one request by default, which makes every request pay a new connection.
+	KeepAlive bool
 }
 
 // StartS3With is StartS3 with options.
@@ -68,10 +72,11 @@ func StartS3With(t testing.TB, opts S3Options) *S3Server {
 	t.Helper()
 	dir := t.TempDir()
 	s := &S3Server{
-		bin:    Binary(t, "versitygw"),
-		dir:    dir,
-		access: cmp.Or(opts.AccessKey, "warren"+randomHex(t, 8)),
-		secret: cmp.Or(opts.SecretKey, randomHex(t, 20)),
+		keepAlive: opts.KeepAlive,
+		bin:       Binary(t, "versitygw"),
+		dir:       dir,
+		access:    cmp.Or(opts.AccessKey, "warren"+randomHex(t, 8)),
+		secret:    cmp.Or(opts.SecretKey, randomHex(t, 20)),
 		proc: proc{
 			title:   "versitygw",
 			stopSig: syscall.SIGTERM,
@@ -159,7 +164,7 @@ func (s *S3Server) Start(t testing.TB) {
 
 // start runs versitygw as a child of the test binary and waits until it answers.
 func (s *S3Server) start() error {
-	cmd := exec.Command(s.bin,
+	args := []string{
 		"--port", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
 		"--region", s3Region,
 		"--health", s3HealthPath,
@@ -167,7 +172,11 @@ func (s *S3Server) start() error {
 		// The internal IAM service (a file) rather than single-account mode, which answers an unknown
 		// access key with 404 XAdminUserNotFound instead of S3's 403 InvalidAccessKeyId.
 		"--iam-dir", filepath.Join(s.dir, s3IAMDir),
-		"posix", s.DataDir())
+	}
+	if s.keepAlive {
+		args = append(args, "--keep-alive")
+	}
+	cmd := exec.Command(s.bin, append(args, "posix", s.DataDir())...)
 	// Only what versitygw needs: no VGW_* or AWS_* setting of the developer's leaks in.
 	cmd.Env = []string{"ROOT_ACCESS_KEY=" + s.access, "ROOT_SECRET_KEY=" + s.secret, "HOME=" + s.dir, "TZ=UTC"}
 	cmd.Dir = s.dir

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -54,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) blob.Store, opts ...Option) {
 		{"ReaderError", testReaderError},
 		{"Overwrite", testOverwrite},
 		{"Missing", testMissing},
+		{"GetRange", testGetRange},
 		{"NestedKeys", func(t *testing.T, s blob.Store) { testNestedKeys(t, s, o) }},
 		{"InvalidKeys", testInvalidKeys},
 		{"ValidKeys", testValidKeys},
@@ -222,11 +224,39 @@ func testMissing(t *testing.T, s blob.Store) {
 	if _, err := s.Get(ctx, "no/such"); !errors.Is(err, blob.ErrNotFound) {
 		t.Fatalf("Get = %v, want ErrNotFound", err)
 	}
+	if _, err := s.GetRange(ctx, "no/such", 0, 1); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("GetRange = %v, want ErrNotFound", err)
+	}
 	if _, _, err := s.Read(ctx, "no/such"); !errors.Is(err, blob.ErrNotFound) {
 		t.Fatalf("Read = %v, want ErrNotFound", err)
 	}
 	if ok, err := s.Exists(ctx, "no/such"); ok || err != nil {
 		t.Fatalf("Exists = %v, %v; want false, nil", ok, err)
+	}
+}
+
+// A range is cut at the object's end; one starting at or past it is empty, an invalid one an error.
+func testGetRange(t *testing.T, s blob.Store) {
+	ctx := t.Context()
+	data := []byte("0123456789abcdefghij")
+	put(t, s, "ranged", string(data))
+	for _, r := range []struct{ off, n int64 }{{0, 1}, {0, 20}, {5, 10}, {15, 100}, {19, 1}, {20, 1}, {1000, 5}} {
+		rc, err := s.GetRange(ctx, "ranged", r.off, r.n)
+		if err != nil {
+			t.Fatalf("GetRange(%d, %d): %v", r.off, r.n, err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		want := data[min(r.off, 20):min(r.off+r.n, 20)]
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("GetRange(%d, %d) = %q, %v; want %q", r.off, r.n, got, err, want)
+		}
+	}
+	for _, r := range []struct{ off, n int64 }{{-1, 5}, {0, 0}, {0, -1}, {1, math.MaxInt64}} {
+		if rc, err := s.GetRange(ctx, "ranged", r.off, r.n); err == nil {
+			rc.Close()
+			t.Fatalf("GetRange(%d, %d) = nil error, want an invalid range", r.off, r.n)
+		}
 	}
 }
 
@@ -286,6 +316,8 @@ func testInvalidKeys(t *testing.T, s blob.Store) {
 			check("Put", s.Put(ctx, k, strings.NewReader("x"), 1))
 			_, err := s.Get(ctx, k)
 			check("Get", err)
+			_, err = s.GetRange(ctx, k, 0, 1)
+			check("GetRange", err)
 			_, err = s.Exists(ctx, k)
 			check("Exists", err)
 			_, _, err = s.Read(ctx, k)

@@ -105,6 +105,22 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return f, nil
 }
 
+// GetRange opens the object file and reads the range of it.
+func (s *Store) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if err := blob.CheckRange(off, n); err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	f := rc.(*os.File)
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, off, n), f}, nil
+}
+
 // Exists reports whether the object file exists.
 func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	p, err := s.path(key)

@@ -62,6 +62,9 @@ func (a *alternating) Put(ctx context.Context, key string, r io.Reader, size int
 func (a *alternating) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return a.next().Get(ctx, key)
 }
+func (a *alternating) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	return a.next().GetRange(ctx, key, off, n)
+}
 func (a *alternating) Exists(ctx context.Context, key string) (bool, error) {
 	return a.next().Exists(ctx, key)
 }

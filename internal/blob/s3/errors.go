@@ -29,6 +29,7 @@ const (
 	classDenied
 	classUnavailable
 	classNoBucket
+	classRange
 )
 
 // classify sorts an error the SDK returned for a request, a HEAD request if head. The caller's context
@@ -67,6 +68,8 @@ func classify(err error, head bool) errorClass {
 		code == "ConditionalRequestConflict":
 		// 409 ConditionalRequestConflict: another conditional write to the key was in flight.
 		return classPrecondition
+	case s == http.StatusRequestedRangeNotSatisfiable || code == "InvalidRange":
+		return classRange
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
 		return classDenied
 	case s >= 500 || s == http.StatusTooManyRequests || code == "SlowDown":

@@ -72,6 +72,9 @@ const (
 	// DefaultRegion is Config.Region when it is empty.
 	DefaultRegion = "us-east-1"
 
+	// maxIdleConns is how many idle connections to the server are kept for reuse.
+	maxIdleConns = 128
+
 	// minThroughput is the rate, in bytes per second, a request carrying data is given time for on top
 	// of Config.Timeout.
 	minThroughput = 1 << 20
@@ -155,6 +158,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	httpClient := awshttp.NewBuildableClient().
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = timeout }).
 		WithTransportOptions(func(tr *http.Transport) {
+			// The SDK keeps 10 idle connections per host: readers fetching in parallel (a restore
+			// runs dozens of GETs at once) would open and close one per request beyond that.
+			tr.MaxIdleConns = maxIdleConns
+			tr.MaxIdleConnsPerHost = maxIdleConns
 			tr.TLSHandshakeTimeout = timeout
 			tr.ResponseHeaderTimeout = timeout
 		})
@@ -265,6 +272,25 @@ func (s *Store) dataTimeout(n int) time.Duration {
 // Get opens the object for streaming. Timeout bounds the wait for the response and each wait for more
 // of the body; ctx bounds the whole read.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	return s.get(ctx, key, nil)
+}
+
+// GetRange is Get with an HTTP Range; S3's 416 for a range starting at or past the end is an empty body.
+func (s *Store) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if err := blob.CheckRange(off, n); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", opGet, key, err)
+	}
+	rc, err := s.get(ctx, key, aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1)))
+	if errors.Is(err, errRangeNotSatisfiable) {
+		return io.NopCloser(bytes.NewReader(nil)), nil
+	}
+	return rc, err
+}
+
+// errRangeNotSatisfiable is S3's answer to a range that starts at or past the object's end.
+var errRangeNotSatisfiable = errors.New("range not satisfiable")
+
+func (s *Store) get(ctx context.Context, key string, rng *string) (io.ReadCloser, error) {
 	k, err := s.objectKey(key)
 	if err != nil {
 		return nil, err
@@ -275,7 +301,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	w := newWatchdog(s.cfg.Timeout, cancel)
 	w.arm()
-	out, err := s.client.GetObject(cctx, &s3.GetObjectInput{Bucket: &s.cfg.Bucket, Key: &k})
+	out, err := s.client.GetObject(cctx, &s3.GetObjectInput{Bucket: &s.cfg.Bucket, Key: &k, Range: rng})
 	fired := w.disarm()
 	if err == nil && fired {
 		out.Body.Close()
@@ -283,6 +309,9 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	}
 	if err != nil {
 		cancel()
+		if rng != nil && ctx.Err() == nil && !fired && classify(err, false) == classRange {
+			return nil, errRangeNotSatisfiable
+		}
 		return nil, s.wrapErr(ctx, opGet, key, err, fired)
 	}
 	return &body{rc: out.Body, s: s, ctx: ctx, key: key, w: w, cancel: cancel}, nil

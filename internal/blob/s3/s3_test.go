@@ -7,12 +7,14 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -486,4 +488,57 @@ type cancelReader struct{ cancel context.CancelFunc }
 func (r *cancelReader) Read(p []byte) (int, error) {
 	r.cancel()
 	return len(p), nil
+}
+
+// Parallel readers reuse their connections: a restore runs dozens of GETs at once, and a store that kept
+// fewer idle connections than that (the SDK's default is 10 per host) would open and close one for most
+// requests. The server is a proxy in front of versitygw that keeps connections alive, as S3 does, and
+// counts the connections clients open.
+func TestParallelGetsReuseConnections(t *testing.T) {
+	srv := testenv.StartS3(t)
+	bucket := srv.CreateBucket(t)
+	target, err := url.Parse(srv.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened atomic.Int64
+	proxy := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
+	proxy.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	proxy.Start()
+	t.Cleanup(proxy.Close)
+	cfg := config(srv, bucket)
+	cfg.Endpoint = proxy.URL
+	s := open(t, cfg)
+	ctx := t.Context()
+	if err := s.Put(ctx, "obj", strings.NewReader("content"), 7); err != nil {
+		t.Fatal(err)
+	}
+	// Each round, every reader's connection goes back to the pool at once, as when a restore's GETs of
+	// small files finish together.
+	const readers, rounds = 32, 5
+	for range rounds {
+		var wg sync.WaitGroup
+		for range readers {
+			wg.Go(func() {
+				rc, err := s.Get(ctx, "obj")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if b, err := io.ReadAll(rc); err != nil || string(b) != "content" {
+					t.Errorf("Get = %q, %v", b, err)
+				}
+				rc.Close()
+			})
+		}
+		wg.Wait()
+	}
+	// At most one connection per reader, and some slack for a dial that loses its race to a freed one.
+	if n := opened.Load(); n > readers*3/2 {
+		t.Fatalf("%d readers × %d GETs opened %d connections, want at most %d", readers, rounds, n, readers*3/2)
+	}
 }
