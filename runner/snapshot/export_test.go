@@ -6,6 +6,9 @@ import "time"
 // them to age past the margin.
 func SetRacyMargin(s *Snapshotter, d time.Duration) { s.racy = d }
 
+// SetRangeSize makes Restore fetch blobs of more than 2×n bytes in ranges of n, so a test needs no large files.
+func SetRangeSize(s *Snapshotter, n int64) { s.rangeSize = n }
+
 // Trusted exposes the racy-clean rule to tests.
 func Trusted(mtime, ctime int64, hashedAt time.Time, margin time.Duration) bool {
 	id := fileID{dev: 1, ino: 2, size: 3, mtime: mtime, ctime: ctime}

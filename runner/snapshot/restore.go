@@ -49,16 +49,18 @@ func (s *Snapshotter) Restore(ctx context.Context, m Manifest) (Stats, error) {
 	defer s.mu.Unlock()
 	start := s.cfg.Now()
 	var st Stats
+	restored := make(map[cacheKey]cached)
 	for _, d := range m.Dirs {
 		host, ok := s.cfg.Dirs[d.Name]
 		if !ok {
 			s.cfg.Logger.Warn("restore: manifest dir not configured, skipped", "dir", d.Name)
 			continue
 		}
-		if err := s.restoreDir(ctx, src, host, d, &st); err != nil {
+		if err := s.restoreDir(ctx, src, host, d, &st, restored); err != nil {
 			return st, fmt.Errorf("restore %d-%d: dir %s: %w", m.Epoch, m.Seq, d.Name, err)
 		}
 	}
+	s.cacheRestored(m, restored)
 	known := make(map[string]struct{})
 	for _, d := range m.Dirs {
 		for _, e := range d.Entries {
@@ -80,6 +82,32 @@ func (s *Snapshotter) Restore(ctx context.Context, m Manifest) (Stats, error) {
 	return st, nil
 }
 
+// cacheRestored makes the hashes of the files Restore wrote or found in place known to the next snapshot,
+// so it reads only the files changed since rather than the whole tree again. Their content was verified
+// against its hash and nothing else writes to the directories while Restore runs (the sandbox starts
+// after it), so each file held that content at the end of Restore: that is its hash's time, and the
+// racy-clean rule (cached.trusted) makes any later write, even within the file system's timestamp
+// granularity, read it again. The cached hashes of configured directories m does not name are kept.
+func (s *Snapshotter) cacheRestored(m Manifest, restored map[cacheKey]cached) {
+	hashedAt := time.Now()
+	named := make(map[string]bool, len(m.Dirs))
+	for _, d := range m.Dirs {
+		named[d.Name] = true
+	}
+	for k, c := range s.cache {
+		if !named[k.dir] {
+			restored[k] = c
+		}
+	}
+	for k, c := range restored {
+		if named[k.dir] {
+			c.hashedAt = hashedAt
+			restored[k] = c
+		}
+	}
+	s.cache = restored
+}
+
 // region returns the store of the region named name ("" is the own region).
 func (s *Snapshotter) region(name string) (region, bool) {
 	if name == "" {
@@ -93,7 +121,8 @@ func (s *Snapshotter) region(name string) (region, bool) {
 	return region{}, false
 }
 
-func (s *Snapshotter) restoreDir(ctx context.Context, src region, host string, d Dir, st *Stats) error {
+// restoreDir restores d into host, adding each file it restored or found in place to restored.
+func (s *Snapshotter) restoreDir(ctx context.Context, src region, host string, d Dir, st *Stats, restored map[cacheKey]cached) error {
 	if err := os.MkdirAll(host, 0o700); err != nil {
 		return err
 	}
@@ -143,22 +172,26 @@ func (s *Snapshotter) restoreDir(ctx context.Context, src region, host string, d
 			return fmt.Errorf("%s: %s in place of a directory", e.Path, fi.Mode().Type())
 		}
 	}
-	dl := make([]int64, len(files))
-	err = parallel(ctx, len(files), s.cfg.Concurrency, func(ctx context.Context, i int) error {
-		n, err := s.restoreFile(ctx, src, root, files[i])
-		if err != nil {
-			return fmt.Errorf("%s: %w", files[i].Path, err)
+	ffs, jobs := planFetches(files, s.rangeSize)
+	err = parallel(ctx, len(jobs), s.cfg.FetchConcurrency, func(ctx context.Context, i int) error {
+		if err := s.runFetch(ctx, src, root, jobs[i]); err != nil {
+			return fmt.Errorf("%s: %w", jobs[i].file.e.Path, err)
 		}
-		dl[i] = n
 		return nil
 	})
 	if err != nil {
+		for _, ff := range ffs {
+			ff.abandon(root)
+		}
 		return err
 	}
-	for _, n := range dl {
-		if n > 0 {
+	for _, ff := range ffs {
+		if !ff.present && ff.e.Size > 0 {
 			st.FilesDownloaded++
-			st.BytesDownloaded += n
+			st.BytesDownloaded += ff.e.Size
+		}
+		if ff.haveID {
+			restored[cacheKey{d.Name, ff.e.Path}] = cached{id: ff.id, sha: ff.e.SHA256}
 		}
 	}
 	for _, e := range links {
@@ -245,51 +278,6 @@ func removeAll(root *os.Root, p string) error {
 	return root.RemoveAll(p)
 }
 
-// restoreFile puts e's content at its path and returns the bytes fetched: none if the file already held
-// the content (then only its mode and mtime are set) or is empty.
-func (s *Snapshotter) restoreFile(ctx context.Context, src region, root *os.Root, e *Entry) (int64, error) {
-	mtime := time.Unix(0, e.MTime)
-	if fi, err := root.Lstat(e.Path); err == nil && fi.Mode().IsRegular() && fi.Size() == e.Size {
-		if same, err := hasHash(root, e.Path, fi, e.SHA256); err == nil && same {
-			if fi.Mode().Perm() != e.Mode {
-				if err := root.Chmod(e.Path, e.Mode); err != nil {
-					return 0, err
-				}
-			}
-			if !fi.ModTime().Equal(mtime) {
-				if err := root.Chtimes(e.Path, mtime, mtime); err != nil {
-					return 0, err
-				}
-			}
-			return 0, nil
-		}
-	}
-
-	tmp := path.Join(path.Dir(e.Path), restoreTempPrefix+rand.Text())
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	n, err := s.fetch(ctx, src, f, e)
-	if err == nil {
-		err = f.Chmod(e.Mode)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = root.Chtimes(tmp, mtime, mtime)
-	}
-	if err == nil {
-		err = root.Rename(tmp, e.Path)
-	}
-	if err != nil {
-		root.Remove(tmp)
-		return 0, err
-	}
-	return n, nil
-}
-
 // fetch copies e's blob from src's store into w, verifying its size and hash.
 func (s *Snapshotter) fetch(ctx context.Context, src region, w io.Writer, e *Entry) (int64, error) {
 	if e.Size == 0 && e.SHA256 == emptySHA256 {
@@ -305,7 +293,7 @@ func (s *Snapshotter) fetch(ctx context.Context, src region, w io.Writer, e *Ent
 	defer rc.Close()
 	h := sha256.New()
 	var wErr error
-	n, err := io.Copy(io.MultiWriter(errWriter{w, &wErr}, h), &ctxReader{ctx, io.LimitReader(rc, e.Size+1)})
+	n, err := copyBuffered(io.MultiWriter(errWriter{w, &wErr}, h), &ctxReader{ctx, io.LimitReader(rc, e.Size+1)})
 	if err != nil {
 		if wErr == nil { // the store's body failed, not the local file
 			err = unavailable(ctx, src.name, err)
@@ -330,7 +318,7 @@ func hasHash(root *os.Root, p string, fi fs.FileInfo, sha string) (bool, error) 
 		return false, err
 	}
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := copyBuffered(h, f); err != nil {
 		return false, err
 	}
 	return hex.EncodeToString(h.Sum(nil)) == sha, nil

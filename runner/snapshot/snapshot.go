@@ -87,8 +87,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for manifest times and durations; nil means time.Now.
 	Now func() time.Time
-	// Concurrency bounds parallel hashing, uploads, downloads and deletions (default 8).
+	// Concurrency bounds parallel hashing, uploads and deletions (default DefaultConcurrency).
 	Concurrency int
+	// FetchConcurrency bounds Restore's parallel downloads, whole blobs or ranges of large ones (default
+	// DefaultFetchConcurrency). They mostly wait on the store, so they run wider than Concurrency.
+	FetchConcurrency int
 
 	// Garbage collection (Collect). Retention is how many of the newest snapshots are kept besides those
 	// younger than Grace (default DefaultRetention, at least 1). Grace is the age below which no manifest
@@ -108,6 +111,9 @@ type Config struct {
 
 // DefaultConcurrency is Config.Concurrency's default.
 const DefaultConcurrency = 8
+
+// DefaultFetchConcurrency is Config.FetchConcurrency's default.
+const DefaultFetchConcurrency = 32
 
 // DefaultRegionCheckTimeout is Config.RegionCheckTimeout's default.
 const DefaultRegionCheckTimeout = 5 * time.Second
@@ -150,7 +156,8 @@ type Snapshotter struct {
 	// regions are the stores Latest reads: the own region first, then the others by name.
 	regions []region
 
-	racy time.Duration // racyMargin; shorter in tests
+	racy      time.Duration // racyMargin; shorter in tests
+	rangeSize int64         // rangeSize; smaller in tests
 
 	mu sync.Mutex
 	// cache maps a file to its identity and hash when this Snapshotter last hashed it.
@@ -206,6 +213,9 @@ func New(cfg Config) (*Snapshotter, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.FetchConcurrency == 0 {
+		cfg.FetchConcurrency = DefaultFetchConcurrency
+	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
 	}
@@ -230,7 +240,7 @@ func New(cfg Config) (*Snapshotter, error) {
 	check(cfg.Store != nil, "store is required")
 	check(validPrefix(cfg.Prefix), "prefix %q is not a valid blob key", cfg.Prefix)
 	check(len(cfg.Dirs) > 0, "at least one dir is required")
-	check(cfg.Concurrency > 0, "concurrency must be positive")
+	check(cfg.Concurrency > 0 && cfg.FetchConcurrency > 0, "concurrency must be positive")
 	check(cfg.Retention > 0, "retention must be positive")
 	check(cfg.Grace > 0 && cfg.GCEvery > 0, "grace and gc interval must be positive")
 	check(cfg.MaxDeletes > 0, "max deletes must be positive")
@@ -258,7 +268,7 @@ func New(cfg Config) (*Snapshotter, error) {
 		dirs[name] = filepath.Clean(dir)
 	}
 	cfg.Dirs = dirs
-	s := &Snapshotter{cfg: cfg, names: names, racy: racyMargin}
+	s := &Snapshotter{cfg: cfg, names: names, racy: racyMargin, rangeSize: rangeSize}
 	s.regions = []region{{cfg.Region, cfg.Store}}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Regions)) {
 		s.regions = append(s.regions, region{name, cfg.Regions[name]})
