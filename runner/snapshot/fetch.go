@@ -42,7 +42,7 @@ type fileFetch struct {
 	hashed  int       // ranges hashed, in order (under mu, or by the one job hashing)
 	hashing bool      // a job is hashing the written ranges (under mu)
 	h       hash.Hash // over ranges [0, hashed)
-	done    bool      // renamed into place, or left as present (under mu)
+	done    bool      // a ranged file's last range is hashed (under mu)
 
 	// id identifies the restored file (when haveID), for the next snapshot's cache of hashes.
 	id     fileID
@@ -88,9 +88,6 @@ func (s *Snapshotter) runFetch(ctx context.Context, src region, root *os.Root, j
 		if _, err := s.fetch(ctx, src, ff.f, ff.e); err != nil {
 			return err
 		}
-		ff.mu.Lock()
-		ff.done = true
-		ff.mu.Unlock()
 		return ff.finish(root)
 	}
 	off := int64(j.part) * ff.rsize
@@ -107,7 +104,7 @@ func (s *Snapshotter) prepareFetch(root *os.Root, ff *fileFetch) error {
 	mtime := time.Unix(0, e.MTime)
 	if fi, err := root.Lstat(e.Path); err == nil && fi.Mode().IsRegular() && fi.Size() == e.Size {
 		if same, err := hasHash(root, e.Path, fi, e.SHA256); err == nil && same {
-			ff.present, ff.done = true, true
+			ff.present = true
 			if fi.Mode().Perm() != e.Mode {
 				if err := root.Chmod(e.Path, e.Mode); err != nil {
 					return err

@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"path"
 	"path/filepath"
@@ -93,6 +94,10 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(withRegion(`"eu-west-1"`)))
 	f.Add([]byte(withRegion(`"-"`)))
 	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"region":"a","time":"2025-01-01T00:00:00Z","dirs":[]}`))
+	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"time":"2025-01-01T00:00:00.5+02:00","dirs":[{"name":"w","entries":[{"path":"q\"b\\c<>&\u2028\u0001\u007fé😀","type":"symlink","target":"\t/x\u2029"}]}]}`))
+	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"time":"2025-01-01T00:00:00Z","dirs":[{"name":"w","entries":[{"path":"a\\b","type":"dir"},{"path":"a<b>&c","type":"dir"}]}]}`))
+	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"time":"2025-01-01T00:00:00Z","dirs":[{"name":"w","entries":null}]}`))
+	f.Add([]byte(`{"version":1,"epoch":1,"seq":1,"time":"2025-01-01T00:00:00Z","dirs":null}`))
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -126,6 +131,12 @@ func FuzzParseManifest(f *testing.F) {
 		out, err := m.Marshal()
 		if err != nil {
 			t.Fatalf("marshal an accepted manifest: %v", err)
+		}
+		var ref bytes.Buffer
+		enc := json.NewEncoder(&ref)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(m); err != nil || !bytes.Equal(out, ref.Bytes()) {
+			t.Fatalf("Marshal differs from encoding/json (%v):\n%s\n%s", err, out, ref.Bytes())
 		}
 		m2, err := snapshot.ParseManifest(out)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -107,9 +108,26 @@ func (s *Snapshotter) collect(ctx context.Context, up *uploads) (Manifest, map[s
 		jobs = append(jobs, dirJobs...)
 	}
 
+	// Files known unchanged whose blobs are known stored (most of them, in a turn) are done here; the
+	// others are hashed and uploaded in parallel.
+	unchanged := make(map[cacheKey]cached, len(s.cache))
+	var work []*fileJob
+	for _, j := range jobs {
+		ok, err := s.unchanged(up, j, unchanged)
+		if err != nil {
+			return Manifest{}, nil, st, fmt.Errorf("%s/%s: %w", j.dir, j.entry.Path, err)
+		}
+		if !ok {
+			work = append(work, j)
+		}
+	}
 	cache := &sync.Map{} // cacheKey → cached, filled by the workers
-	err := parallel(ctx, len(jobs), s.cfg.Concurrency, func(ctx context.Context, i int) error {
-		return s.file(ctx, up, cache, jobs[i])
+	err := parallel(ctx, len(work), s.cfg.Concurrency, func(ctx context.Context, i int) error {
+		return s.file(ctx, up, cache, work[i])
+	})
+	cache.Range(func(k, v any) bool {
+		unchanged[k.(cacheKey)] = v.(cached)
+		return true
 	})
 	if err != nil {
 		// The hashes taken are right: keep them, so that a second attempt (Snapshot under the
@@ -117,10 +135,7 @@ func (s *Snapshotter) collect(ctx context.Context, up *uploads) (Manifest, map[s
 		if s.cache == nil {
 			s.cache = make(map[cacheKey]cached)
 		}
-		cache.Range(func(k, v any) bool {
-			s.cache[k.(cacheKey)] = v.(cached)
-			return true
-		})
+		maps.Copy(s.cache, unchanged)
 		return Manifest{}, nil, st, err
 	}
 
@@ -160,12 +175,35 @@ func (s *Snapshotter) collect(ctx context.Context, up *uploads) (Manifest, map[s
 
 	// Whatever happens to the commit, these hashes are right. The blobs are in the store, but only the
 	// commit makes latest name them, so the caller makes them known then.
-	s.cache = make(map[cacheKey]cached)
-	cache.Range(func(k, v any) bool {
-		s.cache[k.(cacheKey)] = v.(cached)
-		return true
-	})
+	s.cache = unchanged
 	return m, hashes, st, nil
+}
+
+// unchanged fills j's entry, adding its cached hash to next, when the cache vouches for the file and its
+// blob is known to be stored: what tryFile would do for it, without a worker.
+func (s *Snapshotter) unchanged(up *uploads, j *fileJob, next map[cacheKey]cached) (bool, error) {
+	key := cacheKey{j.dir, j.entry.Path}
+	c, ok := s.cache[key]
+	if !ok {
+		return false, nil
+	}
+	id, haveID := fileIDOf(j.info)
+	if !haveID || !c.trusted(id, s.racy) {
+		return false, nil
+	}
+	up.mu.Lock()
+	_, known := up.known[c.sha]
+	up.mu.Unlock()
+	if !known {
+		return false, nil
+	}
+	if err := up.charge(c.sha, id.size); err != nil {
+		return false, err
+	}
+	e := j.entry
+	e.Mode, e.MTime, e.Size, e.SHA256 = j.info.Mode().Perm(), j.info.ModTime().UnixNano(), id.size, c.sha
+	next[key] = c
+	return true, nil
 }
 
 // walk lists one directory without following symlinks. Regular files come back as jobs whose entries
