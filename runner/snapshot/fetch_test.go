@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -133,12 +132,7 @@ func TestRestoreRangedCorruption(t *testing.T) {
 			if _, err := r.Restore(ctx, m); !errors.Is(err, snapshot.ErrCorrupt) {
 				t.Fatalf("Restore = %v, want ErrCorrupt", err)
 			}
-			if _, err := os.Stat(filepath.Join(dst, "big.db")); !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("big.db after a failed restore: %v", err)
-			}
-			if leftovers, _ := filepath.Glob(filepath.Join(dst, ".warren-restore-*")); len(leftovers) > 0 {
-				t.Errorf("temporary files left: %v", leftovers)
-			}
+			nothingLeft(t, dst, "big.db")
 		})
 	}
 }

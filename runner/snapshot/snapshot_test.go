@@ -563,12 +563,7 @@ func TestCorruption(t *testing.T) {
 		if _, err := r.Restore(ctx, m); !errors.Is(err, snapshot.ErrCorrupt) {
 			t.Fatalf("Restore = %v, want ErrCorrupt", err)
 		}
-		if _, err := os.Stat(filepath.Join(dst, "a.txt")); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("a.txt after a failed restore: %v", err)
-		}
-		if leftovers, _ := filepath.Glob(filepath.Join(dst, ".warren-restore-*")); len(leftovers) > 0 {
-			t.Errorf("temporary files left: %v", leftovers)
-		}
+		nothingLeft(t, dst, "a.txt")
 	})
 	t.Run("missing blob", func(t *testing.T) {
 		key := prefix + "/blobs/" + sha("other content")
@@ -610,6 +605,17 @@ func TestCorruption(t *testing.T) {
 			t.Fatalf("Latest = %v, want ErrCorrupt", err)
 		}
 	})
+}
+
+// nothingLeft checks that a failed restore left neither the file at name nor a temporary file in dst.
+func nothingLeft(t *testing.T, dst, name string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dst, name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after a failed restore: %v", name, err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(dst, ".warren-restore-*")); len(leftovers) > 0 {
+		t.Errorf("temporary files left: %v", leftovers)
+	}
 }
 
 // Manifests and existing trees are hostile: nothing is written outside the directory, and no symlink
