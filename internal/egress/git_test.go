@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 // TestGatewayGitCloneWithInjectedToken: git, run in the sandbox's namespace and given only a placeholder
@@ -67,16 +69,14 @@ func (l *lab) serveWithToken(t *testing.T, internetCA *CA, h http.Handler) {
 		t.Fatal(err)
 	}
 	for _, addr := range []string{pubWeb + ":9443", "[" + pubWeb6 + "]:9443"} {
-		srv := &http.Server{
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Header.Get("Authorization") != "Bearer "+secret {
-					http.Error(w, "token required", http.StatusForbidden)
-					return
-				}
-				h.ServeHTTP(w, r)
-			}),
-			TLSConfig: &tls.Config{Certificates: []tls.Certificate{*leaf}},
-		}
+		srv := httpx.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer "+secret {
+				http.Error(w, "token required", http.StatusForbidden)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}), httpx.Config{})
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*leaf}}
 		ln := listenTCP(t, l.internet, "tcp", addr)
 		go func() { _ = srv.ServeTLS(ln, "", "") }()
 		t.Cleanup(func() { srv.Close() })

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/warren-mesh/warren/internal/httpx"
 )
 
 const (
@@ -50,17 +52,15 @@ func injectLab(t *testing.T, policy string) (*lab, *CA) {
 		t.Fatal(err)
 	}
 	ln := listenTCP(t, l.internet, "tcp4", pubWeb+":8443")
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Authorization") == "Bearer "+secret {
-				fmt.Fprint(w, "authorised")
-				return
-			}
-			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprintf(w, "got %q", r.Header.Get("Authorization"))
-		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{*leaf}},
-	}
+	srv := httpx.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer "+secret {
+			fmt.Fprint(w, "authorised")
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, "got %q", r.Header.Get("Authorization"))
+	}), httpx.Config{})
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*leaf}}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { srv.Close() })
 	return l, sandboxCA
