@@ -3,7 +3,9 @@ package httpx
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"time"
 )
 
 // StatusWriter records the status of the answer written through it, for logs and metrics. Unwrap lets
@@ -86,6 +88,19 @@ func (e *Events) Send(event string, v any) error {
 		b = []byte(`{"code":"internal","message":"internal error"}`)
 	}
 	if _, err := fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+// KeepAliveEvery is how often a stream with nothing to say should Ping, so proxies and load balancers
+// do not close it as idle.
+const KeepAliveEvery = 15 * time.Second
+
+// Ping writes an SSE comment (": keep-alive"), which clients skip, and flushes it. An error is the client
+// gone.
+func (e *Events) Ping() error {
+	if _, err := io.WriteString(e.w, ": keep-alive\n\n"); err != nil {
 		return err
 	}
 	return e.rc.Flush()

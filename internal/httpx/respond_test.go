@@ -58,6 +58,7 @@ func TestEvents(t *testing.T) {
 		_ = e.Send("one", map[string]int{"n": 1})
 		<-next                       // the client reads "one" while the handler still runs: it was flushed
 		_ = e.Send("two", func() {}) // not JSON: an internal error is sent instead
+		_ = e.Ping()
 	}))
 	defer srv.Close()
 	defer close(next)
@@ -90,5 +91,8 @@ func TestEvents(t *testing.T) {
 	next <- struct{}{}
 	if got := read(); got != "event: two\ndata: {\"code\":\"internal\",\"message\":\"internal error\"}\n" {
 		t.Fatalf("second event %q", got)
+	}
+	if got := read(); got != ": keep-alive\n" {
+		t.Fatalf("ping %q", got)
 	}
 }
