@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/text"
@@ -21,7 +22,7 @@ const maxExecBody = 8 << 20
 
 // execRoutes mounts command execution.
 func (a *api) execRoutes(s web.Serve) {
-	s.Handle("/v1/sandbox/exec", web.Methods{http.MethodPost: a.exec})
+	s.Handle("/v1/sandbox/exec", httpx.Methods{http.MethodPost: a.exec})
 }
 
 // exec serves POST /v1/sandbox/exec (docs/PROTOCOL.md#sandbox-api). The body is a wire.ExecRequest (unknown
@@ -38,7 +39,7 @@ func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 			web.Fail(w, req, wire.Errorf(wire.PayloadTooLarge, "exec request exceeds %d bytes", maxExecBody))
 			return
 		}
-		web.Fail(w, req, wire.Errorf(wire.InvalidArgument, "exec request is not valid JSON: %v", err))
+		web.Fail(w, req, wire.JSONError(err, "exec request"))
 		return
 	}
 	spec, err := a.execSpec(er)
@@ -58,7 +59,7 @@ func (a *api) exec(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, err)
 		return
 	}
-	web.WriteJSON(w, http.StatusOK, wire.ExecResult{
+	_ = httpx.WriteJSON(w, http.StatusOK, wire.ExecResult{
 		Stdout:     stdout.String(),
 		Stderr:     stderr.String(),
 		ExitCode:   res.ExitCode,
@@ -161,7 +162,7 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 	spec.Stdout = chunkWriter{ctx: ctx, event: wire.EventStdout, ch: chunks}
 	spec.Stderr = chunkWriter{ctx: ctx, event: wire.EventStderr, ch: chunks}
 
-	rc := web.StartEvents(w)
+	events := httpx.StartEvents(w)
 
 	type outcome struct {
 		res isolate.Result
@@ -187,8 +188,7 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 			return
 		}
 		sent += int64(len(data))
-		web.WriteEvent(w, event, wire.ExecChunk{Data: data})
-		_ = rc.Flush()
+		_ = events.Send(event, wire.ExecChunk{Data: data})
 	}
 	for {
 		select {
@@ -211,9 +211,9 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 				if logIt {
 					web.Logger(req).Error("streamed exec failed", "err", o.err)
 				}
-				web.WriteEvent(w, wire.EventError, pub)
+				_ = events.Send(wire.EventError, pub)
 			} else {
-				web.WriteEvent(w, wire.EventExit, wire.ExecResult{
+				_ = events.Send(wire.EventExit, wire.ExecResult{
 					ExitCode:   o.res.ExitCode,
 					DurationMs: o.res.Duration.Milliseconds(),
 					Truncated:  truncated,
@@ -221,7 +221,6 @@ func (a *api) execStream(w http.ResponseWriter, req *http.Request, spec isolate.
 					OOMKilled:  o.res.OOMKilled,
 				})
 			}
-			_ = rc.Flush()
 			return
 		}
 	}

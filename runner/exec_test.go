@@ -85,6 +85,17 @@ func TestExecRejects(t *testing.T) {
 		resp := h.do(t, http.MethodPost, "/v1/sandbox/exec", strings.NewReader(body))
 		wantError(t, resp, wire.PayloadTooLarge)
 	})
+	t.Run("a bad member is named in details.field", func(t *testing.T) {
+		for body, field := range map[string]string{
+			`{"command":"true","command":"false"}`: "/command",
+			`{"command":"true","args":[1]}`:        "/args/0",
+		} {
+			we := wantError(t, h.do(t, http.MethodPost, "/v1/sandbox/exec", strings.NewReader(body)), wire.InvalidArgument)
+			if we.Details["field"] != field || !strings.HasPrefix(we.Message, "exec request: ") {
+				t.Errorf("%s: %q, details %v", body, we.Message, we.Details)
+			}
+		}
+	})
 	t.Run("unknown fields are ignored", func(t *testing.T) {
 		resp := h.do(t, http.MethodPost, "/v1/sandbox/exec", strings.NewReader(`{"command":"echo ok","future":1}`))
 		var res wire.ExecResult

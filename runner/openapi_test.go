@@ -9,11 +9,13 @@ import (
 	"testing"
 
 	"github.com/warren-mesh/warren/internal/testenv"
+	"github.com/warren-mesh/warren/internal/wire"
 )
 
 // docs/sandbox-openapi.json and the runner (whose paths the edge relays unchanged) describe the same API
 // (but for the paths marked x-warren-served-by: edge):
-// every documented operation is served (never "no route" or "method not allowed"), and every $ref resolves.
+// every documented operation is served (never the typed "no route" not_found or the wrong-method
+// invalid_argument with Allow), and every $ref resolves.
 func TestSandboxOpenAPIMatchesRoutes(t *testing.T) {
 	b, err := os.ReadFile("../docs/sandbox-openapi.json")
 	if err != nil {
@@ -43,7 +45,11 @@ func TestSandboxOpenAPIMatchesRoutes(t *testing.T) {
 			p := strings.NewReplacer("{id}", "x").Replace(path)
 			resp := h.do(t, strings.ToUpper(method), p+"?path=.", strings.NewReader("{}"))
 			body, _ := io.ReadAll(resp.Body)
-			if strings.Contains(string(body), "no route for") || strings.Contains(string(body), "is not allowed here") {
+			var we wire.Error
+			_ = json.Unmarshal(body, &we)
+			noRoute := we.Code == wire.NotFound && strings.Contains(we.Message, "runner API has no route")
+			wrongMethod := we.Code == wire.InvalidArgument && resp.Header.Get("Allow") != ""
+			if noRoute || wrongMethod {
 				t.Errorf("%s %s is documented but not served: %d %s", method, path, resp.StatusCode, body)
 			}
 		}
@@ -52,8 +58,10 @@ func TestSandboxOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatalf("only %d operations documented", ops)
 	}
 	// An operation the document does not list is refused.
-	if resp := h.do(t, http.MethodPut, "/v1/sandbox/procs/x/wait", nil); resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("PUT wait: %d", resp.StatusCode)
+	resp := h.do(t, http.MethodPut, "/v1/sandbox/procs/x/wait", nil)
+	if we := wantError(t, resp, wire.InvalidArgument); resp.Header.Get("Allow") != "POST" ||
+		we.Message != "method PUT is not allowed on /v1/sandbox/procs/x/wait: use POST" {
+		t.Fatalf("PUT wait: %q %+v", resp.Header.Get("Allow"), we)
 	}
 	testenv.OpenAPIRefs(t, b)
 }

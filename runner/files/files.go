@@ -19,6 +19,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/workspace"
@@ -96,7 +97,7 @@ func (a *api) writeFile(w http.ResponseWriter, req *http.Request) {
 	if res.Created {
 		status = http.StatusCreated
 	}
-	web.WriteJSON(w, status, wire.FileWritten{Path: res.Path, Size: res.Size})
+	_ = httpx.WriteJSON(w, status, wire.FileWritten{Path: res.Path, Size: res.Size})
 }
 
 // deleteFile serves DELETE /v1/sandbox/files?path=P[&recursive=true]: 204. A directory needs
@@ -126,7 +127,7 @@ func (a *api) listFiles(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.f.cfg.Ops.WithLabelValues("list", "ok").Inc()
-	web.WriteJSON(w, http.StatusOK, l)
+	_ = httpx.WriteJSON(w, http.StatusOK, l)
 }
 
 func (a *api) pathParam(w http.ResponseWriter, req *http.Request, op string) (string, bool) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/workspace"
@@ -55,13 +56,13 @@ type api struct {
 // Routes mounts the file routes on s.
 func (f *API) Routes(s web.Serve) {
 	a := &api{f: f, root: s.Root}
-	s.Handle("/v1/sandbox/files", web.Methods{
+	s.Handle("/v1/sandbox/files", httpx.Methods{
 		http.MethodGet: a.readFile, http.MethodPut: a.writeFile, http.MethodDelete: a.deleteFile,
 	})
-	s.Handle("/v1/sandbox/files/list", web.Methods{http.MethodGet: a.listFiles})
-	s.Handle("/v1/sandbox/files/stat", web.Methods{http.MethodGet: a.statFile})
-	s.Handle("/v1/sandbox/files/mkdir", web.Methods{http.MethodPost: a.mkdir})
-	s.Handle("/v1/sandbox/files/move", web.Methods{http.MethodPost: a.moveFile})
+	s.Handle("/v1/sandbox/files/list", httpx.Methods{http.MethodGet: a.listFiles})
+	s.Handle("/v1/sandbox/files/stat", httpx.Methods{http.MethodGet: a.statFile})
+	s.Handle("/v1/sandbox/files/mkdir", httpx.Methods{http.MethodPost: a.mkdir})
+	s.Handle("/v1/sandbox/files/move", httpx.Methods{http.MethodPost: a.moveFile})
 }
 
 func (a *api) statFile(w http.ResponseWriter, req *http.Request) {
@@ -75,7 +76,7 @@ func (a *api) statFile(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.f.cfg.Ops.WithLabelValues("stat", "ok").Inc()
-	web.WriteJSON(w, http.StatusOK, info)
+	_ = httpx.WriteJSON(w, http.StatusOK, info)
 }
 
 func (a *api) mkdir(w http.ResponseWriter, req *http.Request) {
@@ -104,7 +105,7 @@ func (a *api) mkdir(w http.ResponseWriter, req *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	web.WriteJSON(w, status, info)
+	_ = httpx.WriteJSON(w, status, info)
 }
 
 func (a *api) moveFile(w http.ResponseWriter, req *http.Request) {
@@ -122,5 +123,5 @@ func (a *api) moveFile(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.f.cfg.Ops.WithLabelValues("move", "ok").Inc()
-	web.WriteJSON(w, http.StatusOK, info)
+	_ = httpx.WriteJSON(w, http.StatusOK, info)
 }

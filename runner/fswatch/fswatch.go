@@ -4,6 +4,7 @@
 package fswatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/workspace"
@@ -115,7 +117,7 @@ func (*Table) Close(context.Context) error { return nil }
 // Routes mounts the watch route on s.
 func (t *Table) Routes(s web.Serve) {
 	a := &api{t: t, root: s.Root}
-	s.Handle("/v1/sandbox/files/watch", web.Methods{http.MethodGet: a.watchFiles})
+	s.Handle("/v1/sandbox/files/watch", httpx.Methods{http.MethodGet: a.watchFiles})
 }
 
 // api is the watch route of one Run, on its workspace.
@@ -633,10 +635,9 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 	defer log.Info("file watch ended", "path", ready.Path)
 
 	ctx := req.Context()
-	rc := web.StartEvents(w)
-	web.WriteEvent(w, wire.EventWatchReady, ready)
-	_ = rc.Flush()
-	ping := time.NewTicker(web.KeepAlive)
+	events := httpx.StartEvents(w)
+	_ = events.Send(wire.EventWatchReady, ready)
+	ping := time.NewTicker(httpx.KeepAliveEvery)
 	defer ping.Stop()
 	timer := time.NewTimer(q.Debounce)
 	timer.Stop()
@@ -645,12 +646,10 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-ping.C:
-			_, _ = io.WriteString(w, ": keep-alive\n\n")
-			_ = rc.Flush()
+			_ = events.Ping()
 			continue
 		case <-wt.gone:
-			a.deliver(w, wt)
-			_ = rc.Flush()
+			_ = a.deliver(events, wt)
 			return
 		case <-wt.kick:
 		}
@@ -662,18 +661,18 @@ func (a *api) watchFiles(w http.ResponseWriter, req *http.Request) {
 		case <-timer.C:
 		case <-wt.gone:
 		}
-		a.deliver(w, wt)
-		if err := rc.Flush(); err != nil {
+		if err := a.deliver(events, wt); err != nil {
 			return
 		}
 	}
 }
 
-// deliver writes the pending batch, then an overflow event per reason of loss.
-func (a *api) deliver(w io.Writer, wt *watcher) {
+// deliver sends the pending batch, then an overflow event per reason of loss. An error is the client gone.
+func (a *api) deliver(events *httpx.Events, wt *watcher) error {
 	evs, dropped := wt.take()
+	var err error
 	for _, ev := range evs {
-		web.WriteEvent(w, wire.EventFileChange, ev)
+		err = cmp.Or(err, events.Send(wire.EventFileChange, ev))
 	}
 	a.t.events.Add(float64(len(evs)))
 	for _, reason := range []string{wire.OverflowQueue, wire.OverflowKernel, wire.OverflowDirs} {
@@ -682,8 +681,9 @@ func (a *api) deliver(w io.Writer, wt *watcher) {
 			continue
 		}
 		a.t.overflows.WithLabelValues(reason).Add(float64(max(n, 1)))
-		web.WriteEvent(w, wire.EventWatchOverflow, wire.FileWatchOverflow{Reason: reason, Dropped: n, Message: overflowMessage(reason)})
+		err = cmp.Or(err, events.Send(wire.EventWatchOverflow, wire.FileWatchOverflow{Reason: reason, Dropped: n, Message: overflowMessage(reason)}))
 	}
+	return err
 }
 
 func overflowMessage(reason string) string {

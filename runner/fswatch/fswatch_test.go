@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
@@ -35,6 +37,16 @@ func testWatchAPI(t *testing.T, maxDirs int) (*api, string) {
 	return &api{t: testWatchTable(maxDirs), root: root}, dir
 }
 
+// delivered is the event stream a.deliver writes of w's pending changes.
+func delivered(t *testing.T, a *api, w *watcher) *bytes.Buffer {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	if err := a.deliver(httpx.StartEvents(rec), w); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Body
+}
+
 // A subscriber that does not take its changes holds at most maxWatchQueue paths; the rest is counted and
 // delivered as one typed overflow event, and ops on one path merge in the order first seen.
 func TestWatchQueueBound(t *testing.T) {
@@ -45,8 +57,7 @@ func TestWatchQueueBound(t *testing.T) {
 	w.queue("f0", wire.FileOpWrite, false)
 	w.queue("f0", wire.FileOpCreate, false)
 	a, _ := testWatchAPI(t, 10)
-	var out bytes.Buffer
-	a.deliver(&out, w)
+	out := delivered(t, a, w)
 	if n := strings.Count(out.String(), "event: change\n"); n != maxWatchQueue {
 		t.Fatalf("%d change events, want %d", n, maxWatchQueue)
 	}
@@ -160,8 +171,7 @@ func TestWatchKernelOverflowGoesToEverySubscriber(t *testing.T) {
 				t.Fatalf("subscriber %d: no kernel overflow", i)
 			}
 		}
-		var out bytes.Buffer
-		a.deliver(&out, w)
+		out := delivered(t, a, w)
 		if !strings.Contains(out.String(), `event: overflow`+"\n"+`data: {"reason":"kernel"`) {
 			t.Fatalf("subscriber %d: no kernel overflow event in %.300s", i, out.String())
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/text"
@@ -120,15 +121,15 @@ func (*API) Close(context.Context) error { return nil }
 // Routes mounts the git routes on s.
 func (api *API) Routes(s web.Serve) {
 	g := &gitAPI{API: api, root: s.Root}
-	s.Handle("/v1/sandbox/git/init", web.Methods{http.MethodPost: gitPost(g, "init", g.init)})
-	s.Handle("/v1/sandbox/git/clone", web.Methods{http.MethodPost: gitPost(g, "clone", g.clone)})
-	s.Handle("/v1/sandbox/git/status", web.Methods{http.MethodGet: gitGet(g, "status", g.status)})
-	s.Handle("/v1/sandbox/git/diff", web.Methods{http.MethodGet: gitGet(g, "diff", g.diff)})
-	s.Handle("/v1/sandbox/git/log", web.Methods{http.MethodGet: gitGet(g, "log", g.log)})
-	s.Handle("/v1/sandbox/git/commit", web.Methods{http.MethodPost: gitPost(g, "commit", g.commit)})
-	s.Handle("/v1/sandbox/git/branch", web.Methods{http.MethodPost: gitPost(g, "branch", g.branch)})
-	s.Handle("/v1/sandbox/git/checkout", web.Methods{http.MethodPost: gitPost(g, "checkout", g.checkout)})
-	s.Handle("/v1/sandbox/git/bundle", web.Methods{http.MethodGet: g.bundle})
+	s.Handle("/v1/sandbox/git/init", httpx.Methods{http.MethodPost: gitPost(g, "init", g.init)})
+	s.Handle("/v1/sandbox/git/clone", httpx.Methods{http.MethodPost: gitPost(g, "clone", g.clone)})
+	s.Handle("/v1/sandbox/git/status", httpx.Methods{http.MethodGet: gitGet(g, "status", g.status)})
+	s.Handle("/v1/sandbox/git/diff", httpx.Methods{http.MethodGet: gitGet(g, "diff", g.diff)})
+	s.Handle("/v1/sandbox/git/log", httpx.Methods{http.MethodGet: gitGet(g, "log", g.log)})
+	s.Handle("/v1/sandbox/git/commit", httpx.Methods{http.MethodPost: gitPost(g, "commit", g.commit)})
+	s.Handle("/v1/sandbox/git/branch", httpx.Methods{http.MethodPost: gitPost(g, "branch", g.branch)})
+	s.Handle("/v1/sandbox/git/checkout", httpx.Methods{http.MethodPost: gitPost(g, "checkout", g.checkout)})
+	s.Handle("/v1/sandbox/git/bundle", httpx.Methods{http.MethodGet: g.bundle})
 }
 
 // gitRun is one git command.
@@ -235,7 +236,7 @@ func readGitBody(w http.ResponseWriter, req *http.Request, v any) error {
 		if errors.As(err, &tooBig) {
 			return wire.Errorf(wire.PayloadTooLarge, "git request exceeds %d bytes", maxGitBody)
 		}
-		return wire.Errorf(wire.InvalidArgument, "git request is not valid JSON: %v", err)
+		return wire.JSONError(err, "git request")
 	}
 	return nil
 }
@@ -276,7 +277,7 @@ func (g *gitAPI) done(w http.ResponseWriter, req *http.Request, op string, v any
 		return
 	}
 	g.ops.WithLabelValues(op, "ok").Inc()
-	web.WriteJSON(w, http.StatusOK, v)
+	_ = httpx.WriteJSON(w, http.StatusOK, v)
 }
 
 // newDir checks p for a directory git may create (init, clone): inside the workspace, its nearest existing

@@ -69,6 +69,13 @@ func New(cfg Config) *Relay {
 		},
 		FlushInterval: -1,
 		Rewrite:       p.rewrite,
+		// A port that answered (below 500) is ok; one that did not is counted by ErrorHandler.
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode < 500 {
+				p.reqs.WithLabelValues("ok").Inc()
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			if req.Context().Err() != nil {
 				return
@@ -115,11 +122,7 @@ func (p *Relay) serve(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, wire.Errorf(wire.ResourceExhausted, "too many preview connections to this sandbox at once (%d)", maxPreviewConns))
 		return
 	}
-	sw := &web.StatusWriter{ResponseWriter: w}
-	p.proxy.ServeHTTP(sw, req)
-	if sw.Status > 0 && sw.Status < 500 {
-		p.reqs.WithLabelValues("ok").Inc()
-	}
+	p.proxy.ServeHTTP(w, req)
 }
 
 // rewrite makes the request the sandbox's server sees: the path after the port, the query, the client's

@@ -3,12 +3,12 @@ package procs
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/web"
 )
@@ -30,13 +30,13 @@ const procPoll = 50 * time.Millisecond
 // Routes mounts the process API on s.
 func (t *Table) Routes(s web.Serve) {
 	a := &api{t: t, s: s}
-	s.Handle("/v1/sandbox/procs", web.Methods{http.MethodGet: a.listProcs, http.MethodPost: a.startProc})
+	s.Handle("/v1/sandbox/procs", httpx.Methods{http.MethodGet: a.listProcs, http.MethodPost: a.startProc})
 	s.Handle("/v1/sandbox/procs/", web.ItemRoute("/v1/sandbox/procs/", map[string]http.Handler{
-		"":       web.Methods{http.MethodGet: a.getProc, http.MethodDelete: a.deleteProc},
-		"signal": web.Methods{http.MethodPost: a.signalProc},
-		"stdin":  web.Methods{http.MethodPost: a.procStdin},
-		"logs":   web.Methods{http.MethodGet: a.procLogs},
-		"wait":   web.Methods{http.MethodPost: a.waitProc},
+		"":       httpx.Methods{http.MethodGet: a.getProc, http.MethodDelete: a.deleteProc},
+		"signal": httpx.Methods{http.MethodPost: a.signalProc},
+		"stdin":  httpx.Methods{http.MethodPost: a.procStdin},
+		"logs":   httpx.Methods{http.MethodGet: a.procLogs},
+		"wait":   httpx.Methods{http.MethodPost: a.waitProc},
 	}))
 }
 
@@ -70,16 +70,16 @@ func (a *api) startProc(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	web.Logger(req).Info("process started by request", "process", p.id)
-	web.WriteJSON(w, http.StatusCreated, p.info())
+	_ = httpx.WriteJSON(w, http.StatusCreated, p.info())
 }
 
 func (a *api) listProcs(w http.ResponseWriter, req *http.Request) {
-	web.WriteJSON(w, http.StatusOK, wire.ProcList{Procs: a.t.list()})
+	_ = httpx.WriteJSON(w, http.StatusOK, wire.ProcList{Procs: a.t.list()})
 }
 
 func (a *api) getProc(w http.ResponseWriter, req *http.Request) {
 	if p, ok := a.procOf(w, req); ok {
-		web.WriteJSON(w, http.StatusOK, p.info())
+		_ = httpx.WriteJSON(w, http.StatusOK, p.info())
 	}
 }
 
@@ -110,7 +110,7 @@ func (a *api) signalProc(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	web.Logger(req).Info("process signalled", "process", p.id, "signal", name)
-	web.WriteJSON(w, http.StatusOK, p.info())
+	_ = httpx.WriteJSON(w, http.StatusOK, p.info())
 }
 
 func (a *api) procStdin(w http.ResponseWriter, req *http.Request) {
@@ -154,7 +154,7 @@ func (a *api) procLogs(w http.ResponseWriter, req *http.Request) {
 		if chunks == nil {
 			chunks = []wire.ProcChunk{}
 		}
-		web.WriteJSON(w, http.StatusOK, wire.ProcLogs{Start: max(off, start), Next: next, Chunks: chunks})
+		_ = httpx.WriteJSON(w, http.StatusOK, wire.ProcLogs{Start: max(off, start), Next: next, Chunks: chunks})
 		return
 	}
 	release, err := a.t.follow(a.t.followers, "process logs streams and waits")
@@ -163,28 +163,23 @@ func (a *api) procLogs(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer release()
-	rc := web.StartEvents(w)
-	ping := time.NewTicker(web.KeepAlive)
+	events := httpx.StartEvents(w)
+	ping := time.NewTicker(httpx.KeepAliveEvery)
 	defer ping.Stop()
 	for {
 		chunks, next, closed, wake := p.log.since(off)
 		for _, c := range chunks {
-			web.WriteEvent(w, c.Stream, c)
+			_ = events.Send(c.Stream, c)
 		}
 		off = next
 		if closed {
-			web.WriteEvent(w, wire.EventExit, p.info())
-			_ = rc.Flush()
+			_ = events.Send(wire.EventExit, p.info())
 			return
-		}
-		if len(chunks) > 0 {
-			_ = rc.Flush()
 		}
 		select {
 		case <-wake:
 		case <-ping.C:
-			_, _ = io.WriteString(w, ": keep-alive\n\n")
-			_ = rc.Flush()
+			_ = events.Ping()
 		case <-req.Context().Done():
 			return
 		}
@@ -260,7 +255,7 @@ func (a *api) waitProc(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	res.Proc = p.info()
-	web.WriteJSON(w, http.StatusOK, res)
+	_ = httpx.WriteJSON(w, http.StatusOK, res)
 }
 
 func waitPort(ctx context.Context, p *proc, port uint16) error {

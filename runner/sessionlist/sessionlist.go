@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/text"
@@ -355,8 +356,8 @@ func (x *Index) remove(hub *session.Hub, id string) error {
 
 // Routes mounts the session routes on s.
 func (x *Index) Routes(s web.Serve) {
-	s.Handle("/v1/sessions", web.Methods{http.MethodGet: x.listSessions})
-	s.Handle("/v1/sessions/", web.Methods{http.MethodDelete: x.deleteSession})
+	s.Handle("/v1/sessions", httpx.Methods{http.MethodGet: x.listSessions})
+	s.Handle("/v1/sessions/", httpx.Methods{http.MethodDelete: x.deleteSession})
 }
 
 // Busy is false: a live session keeps the sandbox awake through the agent channel, not the listing.
@@ -371,7 +372,7 @@ func (x *Index) listSessions(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, err)
 		return
 	}
-	web.WriteJSON(w, http.StatusOK, wire.SessionList{Sessions: list})
+	_ = httpx.WriteJSON(w, http.StatusOK, wire.SessionList{Sessions: list})
 }
 
 func (x *Index) deleteSession(w http.ResponseWriter, req *http.Request) {

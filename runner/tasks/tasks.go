@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warren-mesh/warren/internal/blob"
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/modelproxy"
@@ -314,8 +315,8 @@ func (*Table) Close(context.Context) error { return nil }
 // Routes mounts the task routes on s.
 func (tt *Table) Routes(s web.Serve) {
 	a := &api{t: tt, work: s.Work}
-	s.Handle("/v1/execute", web.Methods{http.MethodPost: a.execute, http.MethodGet: a.listTasks})
-	s.Handle("/v1/execute/{id}", web.Methods{http.MethodGet: a.getTask})
+	s.Handle("/v1/execute", httpx.Methods{http.MethodPost: a.execute, http.MethodGet: a.listTasks})
+	s.Handle("/v1/execute/{id}", httpx.Methods{http.MethodGet: a.getTask})
 }
 
 // api is the task routes of one Run.
@@ -375,7 +376,7 @@ func (a *api) execute(w http.ResponseWriter, req *http.Request) {
 	if t.Done() {
 		status = http.StatusOK
 	}
-	web.WriteJSON(w, status, t)
+	_ = httpx.WriteJSON(w, status, t)
 }
 
 // create makes the task, or finds the one an earlier request with the same idempotency key made
@@ -489,7 +490,7 @@ func (a *api) getTask(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, err)
 		return
 	}
-	web.WriteJSON(w, http.StatusOK, t)
+	_ = httpx.WriteJSON(w, http.StatusOK, t)
 }
 
 // TaskList is the body of GET /v1/execute.
@@ -530,7 +531,7 @@ func (a *api) listTasks(w http.ResponseWriter, req *http.Request) {
 		out.Tasks = append(out.Tasks, t)
 	}
 	slices.SortStableFunc(out.Tasks, func(x, y Task) int { return y.CreatedAt.Compare(x.CreatedAt) })
-	web.WriteJSON(w, http.StatusOK, out)
+	_ = httpx.WriteJSON(w, http.StatusOK, out)
 }
 
 func taskIDOf(key string) string { return strings.TrimSuffix(path.Base(key), ".json") }

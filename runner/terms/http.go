@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/web"
 )
@@ -36,11 +37,11 @@ const termCloseWait = 5 * time.Second
 // Routes mounts the terminal API on s.
 func (t *Table) Routes(s web.Serve) {
 	a := &api{t: t, s: s}
-	s.Handle("/v1/sandbox/terminals", web.Methods{http.MethodGet: a.listTerms, http.MethodPost: a.createTerm})
+	s.Handle("/v1/sandbox/terminals", httpx.Methods{http.MethodGet: a.listTerms, http.MethodPost: a.createTerm})
 	s.Handle("/v1/sandbox/terminals/", web.ItemRoute("/v1/sandbox/terminals/", map[string]http.Handler{
-		"":       web.Methods{http.MethodGet: a.getTerm, http.MethodDelete: a.deleteTerm},
-		"resize": web.Methods{http.MethodPost: a.resizeTerm},
-		"attach": web.Methods{http.MethodGet: a.attachTerm},
+		"":       httpx.Methods{http.MethodGet: a.getTerm, http.MethodDelete: a.deleteTerm},
+		"resize": httpx.Methods{http.MethodPost: a.resizeTerm},
+		"attach": httpx.Methods{http.MethodGet: a.attachTerm},
 	}))
 }
 
@@ -73,16 +74,16 @@ func (a *api) createTerm(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	web.Logger(req).Info("terminal created by request", "terminal", tm.id)
-	web.WriteJSON(w, http.StatusCreated, tm.info())
+	_ = httpx.WriteJSON(w, http.StatusCreated, tm.info())
 }
 
 func (a *api) listTerms(w http.ResponseWriter, req *http.Request) {
-	web.WriteJSON(w, http.StatusOK, wire.TermList{Terminals: a.t.list()})
+	_ = httpx.WriteJSON(w, http.StatusOK, wire.TermList{Terminals: a.t.list()})
 }
 
 func (a *api) getTerm(w http.ResponseWriter, req *http.Request) {
 	if tm, ok := a.termOf(w, req); ok {
-		web.WriteJSON(w, http.StatusOK, tm.info())
+		_ = httpx.WriteJSON(w, http.StatusOK, tm.info())
 	}
 }
 
@@ -112,7 +113,7 @@ func (a *api) resizeTerm(w http.ResponseWriter, req *http.Request) {
 		web.Fail(w, req, err)
 		return
 	}
-	web.WriteJSON(w, http.StatusOK, tm.info())
+	_ = httpx.WriteJSON(w, http.StatusOK, tm.info())
 }
 
 // attachTerm serves the terminal's WebSocket: everything refusable (no upgrade, no terminal, too many

@@ -1,21 +1,18 @@
-// Package web is the HTTP plumbing the runner and its feature packages share: the method table and item
-// routes, the request's logger, wire errors, JSON and server-sent event writers, and Serve, what one Run
-// hands each feature to mount its routes.
+// Package web is the HTTP plumbing the runner and its feature packages share beyond internal/httpx (the
+// bearer rule, request ids, method tables, JSON and server-sent event writers, which every role shares):
+// item routes, the request's logger, wire errors, query and upgrade checks, and Serve, what one Run hands
+// each feature to mount its routes.
 package web
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/workspace"
 )
@@ -34,46 +31,8 @@ type Serve struct {
 // Handle mounts h at pattern behind Auth.
 func (s Serve) Handle(pattern string, h http.Handler) { s.Mux.Handle(pattern, s.Auth(h)) }
 
-// StatusWriter records the status of an answer (for the access log, the preview relay's counts). Unwrap
-// lets http.ResponseController (flushing) and the WebSocket upgrade (hijacking) reach the real writer.
-type StatusWriter struct {
-	http.ResponseWriter
-	Status int // the first status written; 0 before
-}
-
-func (s *StatusWriter) WriteHeader(code int) {
-	if s.Status == 0 {
-		s.Status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *StatusWriter) Write(b []byte) (int, error) {
-	if s.Status == 0 {
-		s.Status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *StatusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// Methods dispatches on the HTTP method; others are answered with a wire error (docs/PROTOCOL.md#errors has
-// no 405 code, so it is invalid_argument) and an Allow header.
-type Methods map[string]http.HandlerFunc
-
-func (m Methods) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if h, ok := m[req.Method]; ok {
-		h(w, req)
-		return
-	}
-	allow := make([]string, 0, len(m))
-	for k := range m {
-		allow = append(allow, k)
-	}
-	sort.Strings(allow)
-	w.Header().Set("Allow", strings.Join(allow, ", "))
-	wire.WriteHTTPError(w, nil, wire.Errorf(wire.InvalidArgument, "method %s is not allowed here", req.Method))
-}
+// Methods is httpx.Methods under the name runner/agent.go still uses.
+type Methods = httpx.Methods
 
 // ItemRoute serves prefix{id}[/action] with the handler of action (not_found for another), the id as the
 // path value "id".
@@ -82,13 +41,16 @@ func ItemRoute(prefix string, actions map[string]http.Handler) http.HandlerFunc 
 		id, action, _ := strings.Cut(strings.TrimPrefix(req.URL.Path, prefix), "/")
 		h, ok := actions[action]
 		if !ok {
-			Fail(w, req, wire.Errorf(wire.NotFound, "no route for %s", req.URL.Path))
+			Fail(w, req, NoRoute(req))
 			return
 		}
 		req.SetPathValue("id", id)
 		h.ServeHTTP(w, req)
 	}
 }
+
+// NoRoute is the not_found of a request no route of the runner's API serves (httpx.NotFound).
+func NoRoute(req *http.Request) *wire.Error { return httpx.NotFound("runner API", req) }
 
 type logKey struct{}
 
@@ -108,39 +70,6 @@ func Logger(req *http.Request) *slog.Logger {
 // Fail writes err as a wire error; causes of internal errors are logged with the request id.
 func Fail(w http.ResponseWriter, req *http.Request, err error) {
 	wire.WriteHTTPError(w, Logger(req), err)
-}
-
-// WriteJSON answers status with v as JSON.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// StartEvents commits to a stream of server-sent events (200, not cached, not buffered by proxies) and
-// returns the controller that flushes it.
-func StartEvents(w http.ResponseWriter) *http.ResponseController {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	return rc
-}
-
-// KeepAlive is how often an idle event stream sends an SSE comment, so proxies do not close it.
-const KeepAlive = 15 * time.Second
-
-// WriteEvent writes one server-sent event. JSON never contains a raw newline, so data is one line.
-func WriteEvent(w io.Writer, event string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b = []byte(`{"code":"internal","message":"internal error"}`)
-	}
-	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
 }
 
 // IsUpgrade reports whether req asks for a WebSocket upgrade.
