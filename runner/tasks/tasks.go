@@ -54,8 +54,8 @@ type Options struct {
 	// WebhookAllowPrivate lets webhooks use http and reach loopback, private and link-local addresses
 	// (development and tests only; the -webhook-allow-private flag).
 	WebhookAllowPrivate bool
-	// WebhookAttempts bounds the deliveries of one webhook (default 5); WebhookBackoff is the wait
-	// before the second, doubling after (default 1s).
+	// WebhookAttempts bounds the deliveries of one webhook (default 5); WebhookBackoff is the longest
+	// wait before the second, doubling after (default 1s; jittered, internal/backoff).
 	WebhookAttempts int
 	WebhookBackoff  time.Duration
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/backoff"
 	"github.com/warren-mesh/warren/internal/netdeny"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -121,21 +122,21 @@ func webhookDialControl(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
+// maxWebhookWait bounds one wait between deliveries of a webhook.
+const maxWebhookWait = time.Minute
+
 // deliverWebhook POSTs body to u, signed, retrying failures (connection errors, 408, 429 and 5xx) up to
-// attempts times with doubling backoff; other 4xx answers are final. It returns the delivery's status.
+// attempts times, waiting first about first and doubling (jittered, internal/backoff: the webhooks of
+// tasks that failed together do not retry in step); other 4xx answers are final. It returns the
+// delivery's status.
 func deliverWebhook(ctx context.Context, c *http.Client, u, id, secret string, body []byte, attempts int,
-	backoff time.Duration, now func() time.Time) WebhookStatus {
+	first time.Duration, now func() time.Time) WebhookStatus {
 	st := WebhookStatus{URL: u}
+	wait := backoff.New(first, maxWebhookWait)
 	for i := 0; i < attempts; i++ {
-		if i > 0 {
-			t := time.NewTimer(backoff << (i - 1))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				st.LastError = "cancelled: " + ctx.Err().Error()
-				return st
-			case <-t.C:
-			}
+		if i > 0 && !wait.Wait(ctx) {
+			st.LastError = "cancelled: " + ctx.Err().Error()
+			return st
 		}
 		st.Attempts++
 		retry, err := postWebhook(ctx, c, u, id, secret, body, now().Unix())

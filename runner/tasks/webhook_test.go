@@ -140,6 +140,21 @@ func TestWebhookSignedRetriedAndBounded(t *testing.T) {
 	}
 }
 
+// A delivery waiting to retry ends with its context: the wait is cut short and the status says why.
+func TestWebhookRetryWaitEndsWithTheContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		cancel() // the task's context ends while its first delivery is answered 503
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	st := deliverWebhook(ctx, webhookClient(true), srv.URL, "t-x", "s", []byte("{}"), 5, time.Hour, time.Now)
+	if st.Delivered || st.Attempts != 1 || st.LastError != "cancelled: context canceled" {
+		t.Fatalf("cancelled delivery: %+v", st)
+	}
+}
+
 func FuzzCheckWebhookURL(f *testing.F) {
 	for _, s := range []string{"https://a.example/x", "http://127.0.0.1/", "https://[::1]:80/", "https://u@h/", "%zz"} {
 		f.Add(s)
