@@ -49,7 +49,9 @@ func TestTreesPSSCountsDescendants(t *testing.T) {
 		t.Fatal(err)
 	}
 	kib, procs, err := treesPSSKiB([]string{kid})
-	if err != nil || procs != 1 || kib != alone || kib <= 0 {
+	// PSS moves between two reads as other processes map or drop the pages the child shares (sleep's libc):
+	// the tree's figure is the child's own, give or take that.
+	if diff := kib - alone; err != nil || procs != 1 || kib <= 0 || diff < -alone/10-16 || diff > alone/10+16 {
 		t.Fatalf("the child's tree: %d processes, %d KiB (%v); its own PSS %d KiB", procs, kib, err, alone)
 	}
 }
