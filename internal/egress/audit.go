@@ -43,6 +43,8 @@ const (
 	ReasonUpgrade       = "upgrade"                         // a plain HTTP upgrade (ws://, h2c)
 	ReasonLateHello     = "late hello"                      // a TLS hello for a brokered host after the peek
 	ReasonBudget        = "budget exceeded"                 // the user's egress budget is spent (Meter)
+	ReasonHeadTooLarge  = "request head too large"          // an HTTP request head past maxPeek
+	ReasonTrace         = "trace method"                    // TRACE or TRACK to a brokered host (echoes the secret)
 )
 
 // Record is one decision of the gateway: who (sandbox, user), what (kind, the name asked for, the

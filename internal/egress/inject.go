@@ -92,8 +92,13 @@ func (g *Gateway) hasPlaceholder(b []byte) bool {
 // Host other than the TLS name (fronting inside the tunnel), or a placeholder where no injection for
 // host puts its secret.
 func (g *Gateway) inject(req *http.Request, host string) string {
-	if hostName(req.Host) != host {
+	switch name, ok := hostName(req.Host); {
+	case !ok:
+		return ReasonMalformed
+	case name != host:
 		return ReasonFronting
+	case strings.EqualFold(req.Method, "TRACE") || strings.EqualFold(req.Method, "TRACK"):
+		return ReasonTrace // the server answers with the request it got: the secret
 	}
 	if g.hasPlaceholder([]byte(req.URL.String())) {
 		return ReasonPlaceholder
@@ -153,12 +158,13 @@ func (g *Gateway) broker(c net.Conn, h hello, dst netip.AddrPort, rec *Record) {
 	}
 	defer tr.CloseIdleConnections()
 	rec.Verdict, rec.Reason = Injected, ""
-	br := bufio.NewReader(tc)
+	head := &headLimit{r: tc}
+	br := bufio.NewReader(head)
 	for {
-		req, err := http.ReadRequest(br)
+		req, err := head.readRequest(br)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && rec.Verdict == Injected {
-				rec.Verdict, rec.Reason = Refused, ReasonMalformed
+				rec.Verdict, rec.Reason = Refused, headReason(err)
 			}
 			return
 		}

@@ -53,6 +53,10 @@ func injectLab(t *testing.T, policy string) (*lab, *CA) {
 	}
 	ln := listenTCP(t, l.internet, "tcp4", pubWeb+":8443")
 	srv := httpx.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "TRACE" || r.Method == "TRACK" || r.Method == "trace" { // as Apache's TraceEnable on
+			_ = r.Write(w)
+			return
+		}
 		if r.Header.Get("Authorization") == "Bearer "+secret {
 			fmt.Fprint(w, "authorised")
 			return

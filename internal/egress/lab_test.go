@@ -76,6 +76,31 @@ func (s *memSink) wait(t testing.TB, what string, ok func(Record) bool) Record {
 	}
 }
 
+func (s *memSink) snapshot() []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.recs)
+}
+
+// findAfter reports whether a record after the first n matches ok.
+func (s *memSink) findAfter(n int, ok func(Record) bool) bool {
+	return slices.ContainsFunc(s.snapshot()[n:], ok)
+}
+
+// waitAfter is wait for the records after the first n.
+func (s *memSink) waitAfter(t testing.TB, n int, what string, ok func(Record) bool) Record {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		recs := s.snapshot()[n:]
+		if i := slices.IndexFunc(recs, ok); i >= 0 {
+			return recs[i]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no record of %s; records: %+v", what, recs)
+		}
+	}
+}
+
 func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -77,7 +77,10 @@ func (r Redirect) Install(nsFd int) error {
 		first := udpChains(c, t, r.UDP)
 		rule(fwd, l4(unix.IPPROTO_UDP), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: first.Name}})
 	}
-	rule(fwd, l4(unix.IPPROTO_UDP), reject())
+	// Every other packet the sandbox sends past the router is refused: UDP the rules above did not
+	// let through, and every protocol but TCP (redirected to the proxy, never forwarded) and UDP:
+	// ICMP (a ping's payload carries data), SCTP, raw IP.
+	rule(fwd, reject())
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("install egress redirect %s: %w", r.Table, err)
 	}

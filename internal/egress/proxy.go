@@ -108,7 +108,7 @@ func (g *Gateway) check(s *Stack, h hello, err error, dst netip.AddrPort) string
 	case errors.Is(err, errHostMismatch):
 		return ReasonFronting
 	case err != nil:
-		return ReasonMalformed
+		return headReason(err)
 	case h.method == "CONNECT":
 		return ReasonConnect
 	}
@@ -242,16 +242,17 @@ func (g *Gateway) relayUp(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort)
 // pipelined behind it, nor one smuggled in a body of ambiguous length. An upgrade is refused (after it the
 // stream is no longer HTTP, and a server declining it would take further requests unjudged).
 func (g *Gateway) relayHTTP(c, up net.Conn, h hello, s *Stack, dst netip.AddrPort) (int64, string) {
-	br := bufio.NewReader(io.MultiReader(bytes.NewReader(h.buf), c))
+	head := &headLimit{r: io.MultiReader(bytes.NewReader(h.buf), c)}
+	br := bufio.NewReader(head)
 	cw := &meteredWriter{g: g, w: up}
 	for {
-		req, err := http.ReadRequest(br)
+		req, err := head.readRequest(br)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				halfClose(up, c, nil)
 				return cw.n, ""
 			}
-			return cw.n, ReasonMalformed
+			return cw.n, headReason(err)
 		}
 		if reason := g.checkRequest(s, req, dst); reason != "" {
 			return cw.n, reason
@@ -279,7 +280,52 @@ func (g *Gateway) checkRequest(s *Stack, req *http.Request, dst netip.AddrPort) 
 	case g.placeholderIn(req):
 		return ReasonPlaceholder
 	}
-	return g.judge(s, hostName(req.Host), dst)
+	name, ok := hostName(req.Host)
+	if !ok {
+		return ReasonMalformed
+	}
+	return g.judge(s, name, dst)
+}
+
+// headLimit bounds the bytes read of each request head to maxPeek (net/http's reader has no bound of
+// its own): else a head without end is gathered into the gateway's memory, the runner's.
+type headLimit struct {
+	r      io.Reader
+	n      int  // bytes left to the head being read
+	inHead bool // a head is being read
+	hit    bool // the bound was reached
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if !l.inHead {
+		return l.r.Read(p)
+	}
+	if l.n <= 0 {
+		l.hit = true
+		return 0, errPeekLimit
+	}
+	n, err := l.r.Read(p[:min(len(p), l.n)])
+	l.n -= n
+	return n, err
+}
+
+// readRequest reads one request from br (which reads l) with its head bounded; the body is not.
+func (l *headLimit) readRequest(br *bufio.Reader) (*http.Request, error) {
+	l.inHead, l.n, l.hit = true, maxPeek, false
+	req, err := http.ReadRequest(br)
+	l.inHead = false
+	if l.hit {
+		return nil, errPeekLimit
+	}
+	return req, err
+}
+
+// headReason is the reason of a refusal for a hello or request head that could not be read (err).
+func headReason(err error) string {
+	if errors.Is(err, errPeekLimit) {
+		return ReasonHeadTooLarge
+	}
+	return ReasonMalformed
 }
 
 // placeholderIn reports whether req's URL or headers hold a placeholder.
