@@ -112,10 +112,25 @@ func (g *Gateway) forward(req *dns.Msg, name string, qtype uint16) (*dns.Msg, Re
 		g.cfg.Logger.Debug("egress: upstream resolver", "sandbox", g.cfg.Sandbox, "err", err)
 		return reply.SetRcode(req, dns.RcodeServerFailure), Record{Name: name, Verdict: Failed, Reason: "upstream"}
 	}
+	stack := g.Stack()
+	for _, rr := range resp.Answer {
+		// A chain through a name a deny rule names (alias.test CNAME denied.test) reaches that host
+		// under another name: refused whole.
+		names := []string{rr.Header().Name}
+		if c, ok := rr.(*dns.CNAME); ok {
+			names = append(names, c.Target)
+		}
+		for _, n := range names {
+			if n, ok := NormalName(n); ok && n != name {
+				if why := stack.DeniedName(n); why != "" {
+					return reply.SetRcode(req, dns.RcodeRefused), Record{Name: name, Verdict: Refused, Reason: why}
+				}
+			}
+		}
+	}
 	reply.SetRcode(req, resp.Rcode)
 	reply.RecursionAvailable = true
 	now := g.cfg.Now()
-	stack := g.Stack()
 	var rebound []netip.Addr
 	for _, rr := range resp.Answer {
 		a, ttl, ok := address(rr, qtype)

@@ -14,6 +14,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -317,20 +319,11 @@ func TestHostileTLSRecords(t *testing.T) {
 			before := len(l.sink.snapshot())
 			l.sendRaw(t, pubWeb+":443", c.writes...)
 			r := l.sink.waitAfter(t, before, "refusal", func(r Record) bool { return r.Dest.String() == pubWeb+":443" })
-			if r.Verdict != Refused || !containsStr(c.reasons, r.Reason) {
+			if r.Verdict != Refused || !slices.Contains(c.reasons, r.Reason) {
 				t.Fatalf("record %+v, want refused for %v", r, c.reasons)
 			}
 		})
 	}
-}
-
-func containsStr(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestHostileSmuggling: requests hidden in a body of ambiguous length (Content-Length and
@@ -416,5 +409,255 @@ func TestHostileBrokeredALPN(t *testing.T) {
 	all, _ := io.ReadAll(tc2)
 	if !strings.HasPrefix(string(all), "HTTP/1.1 403") {
 		t.Fatalf("HTTP/2 preface answered %q", all)
+	}
+}
+
+// TestHostileDNSCNAMEToDenied: a name the policy does not deny whose answer is a CNAME chain to a name
+// a deny rule names is refused: else the denied host is reached under an alias (whose SNI or Host the
+// server may well serve), in open mode and under an allowlist.
+func TestHostileDNSCNAMEToDenied(t *testing.T) {
+	for _, c := range []struct{ policy, name string }{
+		{`{"mode":"open","deny":[{"domain":"other.test"}]}`, "alias.test"},
+		{`{"mode":"allowlist","allow":[{"domain":"*.allowed.test"}],"deny":[{"domain":"other.test"}]}`, "chain.allowed.test"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLab(t, c.policy)
+			m := l.query(c.name, dns.TypeA)
+			if m.Rcode != dns.RcodeRefused || len(m.Answer) != 0 {
+				t.Fatalf("%s answered %v", c.name, m)
+			}
+			l.sink.wait(t, "refused chain", refusedFor(KindDNS, c.name, "denied by rule"))
+			// (In open mode, the address reached with a name the resolver refused is not compared: a
+			// limit of open mode, which refuses by CIDR only what it has not resolved.)
+			if status, body, _ := l.get(l.sandbox, pubOther+":80", c.name, false, ""); strings.HasPrefix(c.policy, `{"mode":"allowlist"`) && strings.Contains(body, "saw") {
+				t.Fatalf("reached the denied host as %s: %d %q", c.name, status, body)
+			}
+		})
+	}
+	// A chain to a name no rule denies is answered, flattened under the name asked.
+	l := newLab(t, `{"mode":"open","deny":[{"domain":"denied.test"}]}`)
+	m := l.query("alias.test", dns.TypeA)
+	if got := addrs(m); len(got) != 1 || got[0] != pubOther || m.Answer[0].Header().Name != "alias.test." {
+		t.Fatalf("alias.test answered %v", m)
+	}
+}
+
+// TestHostileDNSQueries: what a resolver in the sandbox may send: other record types (tunnels, ECH
+// configurations in HTTPS records) are answered empty without asking upstream; a name in random case
+// (0x20) is answered with its question as asked; a name with 100 addresses gives at most 32; TCP gets
+// the same answers and refusals as UDP; a large EDNS buffer changes none of it.
+func TestHostileDNSQueries(t *testing.T) {
+	l := newLab(t, allowlist)
+	for _, qtype := range []uint16{dns.TypeNULL, dns.TypeHTTPS, dns.TypeSVCB, dns.TypeANY, dns.TypeMX, dns.TypeSRV, dns.TypeCNAME, dns.TypePTR} {
+		name := "x" + dns.TypeToString[qtype] + ".allowed.test"
+		if m := l.query(name, qtype); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
+			t.Errorf("type %s answered %v", dns.TypeToString[qtype], m)
+		}
+		if l.upstreamAsked(name) {
+			t.Errorf("type %s asked upstream", dns.TypeToString[qtype])
+		}
+	}
+	m := l.query("AlLoWeD.TeSt", dns.TypeA)
+	if m.Question[0].Name != "AlLoWeD.TeSt." || len(addrs(m)) != 1 {
+		t.Fatalf("0x20 query answered %v", m)
+	}
+	l.gw.SetStack(NewStack(HardDeny{}, mustParse(t, `{"mode":"allowlist","allow":[{"domain":"many.test"}]}`), nil))
+	for _, size := range []uint16{0, 4096, 65535} {
+		c, err := dialer(l.sandbox)(context.Background(), "udp", "192.0.2.53:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := new(dns.Msg).SetQuestion("many.test.", dns.TypeA)
+		if size > 0 {
+			q.SetEdns0(size, false)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		m, _, err := (&dns.Client{UDPSize: size}).ExchangeWithConn(q, &dns.Conn{Conn: c})
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(m.Answer); n > maxAnswerAddr || n == 0 {
+			t.Errorf("EDNS %d: %d addresses", size, n)
+		}
+	}
+	for name, want := range map[string]int{"many.test": dns.RcodeSuccess, "other.test": dns.RcodeRefused} {
+		c, err := dialer(l.sandbox)(context.Background(), "tcp", "192.0.2.53:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		m, _, err := (&dns.Client{Net: "tcp"}).ExchangeWithConn(new(dns.Msg).SetQuestion(name+".", dns.TypeA), &dns.Conn{Conn: c})
+		c.Close()
+		if err != nil || m.Rcode != want || len(m.Answer) > maxAnswerAddr {
+			t.Fatalf("%s over TCP: %v %v", name, m, err)
+		}
+	}
+}
+
+// TestHostileIPv6Destinations: Teredo, IPv4-translated and the router's scoped link-local address are
+// refused by the hard deny list before anything is dialled.
+func TestHostileIPv6Destinations(t *testing.T) {
+	l := newLab(t, `{"mode":"open"}`)
+	out, err := exec.Command("ip", "-n", strings.TrimPrefix(l.router, "/run/netns/"), "-6", "-o", "addr", "show", "dev", l.iface, "scope", "link").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(out))
+	i := slices.Index(f, "inet6")
+	if i < 0 {
+		t.Fatalf("no link-local address on the router's link: %s", out)
+	}
+	ll := strings.Split(f[i+1], "/")[0]
+	sandboxIface := strings.TrimSuffix(l.iface, "a") + "b"
+	for dest, want := range map[string]string{
+		"[2001:0:4136:e378:8000:63bf:f566:fffa]:80": "2001:0:4136:e378:8000:63bf:f566:fffa",
+		"[::ffff:0:a63:5]:80":                       "::ffff:0:a63:5",
+		"[" + ll + "%" + sandboxIface + "]:80":      ll,
+	} {
+		c, err := dialer(l.sandbox)(context.Background(), "tcp", dest)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+			if b, _ := io.ReadAll(c); len(b) > 0 {
+				t.Errorf("%s answered %q", dest, b)
+			}
+			c.Close()
+		}
+		l.sink.wait(t, "hard deny of "+dest, func(r Record) bool {
+			return r.Verdict == Refused && r.Reason == ReasonHardDeny && r.Dest.Addr().String() == want
+		})
+	}
+}
+
+// TestHostileManyConnections: connections that send nothing (half-open, slowloris on the peek) hold at
+// most MaxConns of the gateway at once: one more is refused and recorded, and a hello sent slowly is
+// cut at the peek's bound, not waited for.
+func TestHostileManyConnections(t *testing.T) {
+	l := newLab(t, `{"mode":"open"}`, func(c *Config) { c.MaxConns = 4; c.PeekTimeout = time.Hour })
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		c, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":443")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		io.WriteString(c, "\x16\x03\x01") // a hello begun, never ended
+	}
+	for deadline := time.Now().Add(10 * time.Second); l.gw.active.Load() < 4; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections held", l.gw.active.Load())
+		}
+	}
+	if c, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":80"); err == nil { // reset at once
+		if b, _ := io.ReadAll(c); len(b) > 0 {
+			t.Errorf("one connection too many answered %q", b)
+		}
+		c.Close()
+	}
+	l.sink.wait(t, "one too many", refusedFor(KindTCP, pubWeb+":80", ReasonTooMany))
+	// With the peek's bound, a hello begun and never ended is refused at the bound.
+	l2 := newLab(t, `{"mode":"open"}`, func(c *Config) { c.PeekTimeout = 50 * time.Millisecond })
+	c, err := dialer(l2.sandbox)(context.Background(), "tcp", pubWeb+":443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "\x16\x03\x01")
+	l2.sink.wait(t, "slow hello", refusedFor(KindTCP, pubWeb+":443", ReasonMalformed))
+}
+
+// TestHostileBrokeredUntrustedCA: a sandbox client that does not trust the sandbox's CA (pins the real
+// one) gets no certificate it accepts, and the refusal is recorded; nothing is relayed.
+func TestHostileBrokeredUntrustedCA(t *testing.T) {
+	l, _ := injectLab(t, `{"mode":"open"}`)
+	l.query("allowed.test", dns.TypeA)
+	c, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":8443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	other, err := NewCA("pinned", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "allowed.test", RootCAs: other.Pool()})
+	_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Fatal("handshake with a CA the client does not trust")
+	}
+	l.sink.wait(t, "refused handshake", refusedFor(KindTCP, pubWeb+":8443", ReasonMalformed))
+}
+
+// TestHostilePlaceholderOverPlainHTTP: the placeholder sent over plain HTTP to a host that is not
+// brokered, in the body (whole, or split across writes), in a chunked trailer or percent-encoded in the
+// URL, is refused and recorded, and no whole placeholder reaches the server.
+func TestHostilePlaceholderOverPlainHTTP(t *testing.T) {
+	l, _ := injectLab(t, `{"mode":"open"}`)
+	var mu sync.Mutex
+	var seen []byte
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, r.URL.String()...)
+		seen = append(seen, b...)
+		for _, v := range r.Trailer {
+			seen = append(seen, strings.Join(v, "")...)
+		}
+		mu.Unlock()
+	}))
+	srv.Listener.Close()
+	srv.Listener = listenTCP(t, l.internet, "tcp4", pubOther+":8080")
+	srv.Start()
+	t.Cleanup(srv.Close)
+	l.query("other.test", dns.TypeA)
+	half := len(placeholder) / 2
+	body := strings.Repeat("x", 20000) + placeholder
+	encoded := ""
+	for i := 0; i < len(placeholder); i++ {
+		encoded += fmt.Sprintf("%%%02X", placeholder[i])
+	}
+	for _, c := range []struct {
+		name   string
+		writes []string
+	}{
+		{"body", []string{"POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body}},
+		{"body split", []string{"POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: " + fmt.Sprint(len(placeholder)+2) + "\r\n\r\nk=" + placeholder[:half], placeholder[half:]}},
+		{"chunked", []string{"POST / HTTP/1.1\r\nHost: other.test\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n", half, placeholder[:half], len(placeholder)-half, placeholder[half:])}},
+		{"trailer", []string{"POST / HTTP/1.1\r\nHost: other.test\r\nTransfer-Encoding: chunked\r\nTrailer: X-Key\r\n\r\n1\r\na\r\n0\r\nX-Key: " + placeholder + "\r\n\r\n"}},
+		{"percent-encoded path", []string{"GET /" + encoded + " HTTP/1.1\r\nHost: other.test\r\n\r\n"}},
+		{"percent-encoded query", []string{"GET /?k=" + encoded + " HTTP/1.1\r\nHost: other.test\r\n\r\n"}},
+		{"second request", []string{"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n", "POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			before := len(l.sink.snapshot())
+			conn, err := dialer(l.sandbox)(context.Background(), "tcp", pubOther+":8080")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			for _, w := range c.writes {
+				io.WriteString(conn, w)
+			}
+			l.sink.waitAfter(t, before, "placeholder", func(r Record) bool {
+				return r.Verdict == Refused && r.Reason == ReasonPlaceholder && r.Dest.String() == pubOther+":8080"
+			})
+			conn.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if bytes.Contains(seen, []byte(placeholder)) {
+				t.Fatal("the whole placeholder reached the server")
+			}
+		})
 	}
 }

@@ -100,7 +100,7 @@ func (g *Gateway) inject(req *http.Request, host string) string {
 	case strings.EqualFold(req.Method, "TRACE") || strings.EqualFold(req.Method, "TRACK"):
 		return ReasonTrace // the server answers with the request it got: the secret
 	}
-	if g.hasPlaceholder([]byte(req.URL.String())) {
+	if g.placeholderInURL(req.URL) {
 		return ReasonPlaceholder
 	}
 	for name, values := range req.Header {

@@ -248,23 +248,36 @@ func (l *lab) upstream() {
 		"other.test.":       {pubOther},
 		"rebind.test.":      {private, "::ffff:" + private, "64:ff9b::a63:5", "127.0.0.1", pubOther},
 	}
+	for i := range 100 {
+		zone["many.test."] = append(zone["many.test."], fmt.Sprintf("203.0.115.%d", i+1))
+	}
+	// alias.test is a CNAME of other.test, chain.allowed.test of alias.test.
+	cnames := map[string]string{"alias.test.": "other.test.", "chain.allowed.test.": "alias.test."}
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		q := req.Question[0]
 		l.upstreamMu.Lock()
 		l.upstreamSeen = append(l.upstreamSeen, q.Name)
 		l.upstreamMu.Unlock()
 		m := new(dns.Msg).SetReply(req)
-		for _, a := range zone[strings.ToLower(q.Name)] {
+		name := strings.ToLower(q.Name)
+		for cnames[name] != "" {
+			m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 60}, Target: cnames[name]})
+			name = cnames[name]
+		}
+		for _, a := range zone[name] {
 			ip := netip.MustParseAddr(a)
 			switch {
 			case q.Qtype == dns.TypeA && ip.Is4():
-				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: ip.AsSlice()})
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: ip.AsSlice()})
 			case q.Qtype == dns.TypeAAAA && !ip.Is4():
-				m.Answer = append(m.Answer, &dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60}, AAAA: ip.AsSlice()})
+				m.Answer = append(m.Answer, &dns.AAAA{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60}, AAAA: ip.AsSlice()})
 			}
 		}
 		if q.Qtype == dns.TypeTXT {
 			m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60}, Txt: []string{"exfil-ack"}})
+		}
+		if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+			m.Truncate(dns.MinMsgSize) // as a resolver does: the rest over TCP
 		}
 		_ = w.WriteMsg(m)
 	})
@@ -275,6 +288,9 @@ func (l *lab) upstream() {
 	srv := &dns.Server{PacketConn: pc, Handler: h}
 	go func() { _ = srv.ActivateAndServe() }()
 	t.Cleanup(func() { _ = srv.Shutdown(); pc.Close() })
+	tcp := &dns.Server{Listener: listenTCP(t, l.internet, "tcp4", pubDNS+":53"), Handler: h}
+	go func() { _ = tcp.ActivateAndServe() }()
+	t.Cleanup(func() { _ = tcp.Shutdown() })
 }
 
 func (l *lab) upstreamAsked(name string) bool {

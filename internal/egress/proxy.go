@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -34,7 +35,8 @@ func (g *Gateway) serveProxy(ln *net.TCPListener) {
 		}
 		if g.active.Add(1) > int64(g.cfg.MaxConns) {
 			g.active.Add(-1)
-			g.refuse(c, hello{}, Record{Kind: KindTCP, Time: g.cfg.Now()}, ReasonTooMany)
+			dst, _ := originalDst(c) // recorded: a flood does not hide where it went
+			g.refuse(c, hello{}, Record{Kind: KindTCP, Time: g.cfg.Now(), Dest: dst}, ReasonTooMany)
 			continue
 		}
 		if !g.track(c) {
@@ -260,7 +262,14 @@ func (g *Gateway) relayHTTP(c, up net.Conn, h hello, s *Stack, dst netip.AddrPor
 		if _, ok := req.Header["User-Agent"]; !ok {
 			req.Header["User-Agent"] = []string{""} // else Write adds Go's
 		}
+		scan := &placeholderScan{g: g, body: req.Body, req: req}
+		if len(g.cfg.Inject) > 0 && req.Body != nil && req.Body != http.NoBody {
+			req.Body = scan
+		}
 		if err := req.Write(cw); err != nil {
+			if errors.Is(scan.err, errPlaceholder) { // net/http wraps a body's error without Unwrap
+				return cw.n, ReasonPlaceholder
+			}
 			halfClose(up, c, err)
 			if errors.Is(err, errBudget) {
 				return cw.n, ReasonBudget
@@ -328,12 +337,19 @@ func headReason(err error) string {
 	return ReasonMalformed
 }
 
-// placeholderIn reports whether req's URL or headers hold a placeholder.
+// placeholderIn reports whether req's URL (as sent or percent-decoded) or headers hold a placeholder.
+// Its body is scanned as it is relayed (placeholderScan).
 func (g *Gateway) placeholderIn(req *http.Request) bool {
-	if g.hasPlaceholder([]byte(req.URL.String())) {
-		return true
-	}
-	for _, values := range req.Header {
+	return g.placeholderInURL(req.URL) || g.placeholderInHeader(req.Header)
+}
+
+func (g *Gateway) placeholderInURL(u *url.URL) bool {
+	q, _ := url.QueryUnescape(u.RawQuery)
+	return g.hasPlaceholder([]byte(u.String())) || g.hasPlaceholder([]byte(u.Path)) || g.hasPlaceholder([]byte(q))
+}
+
+func (g *Gateway) placeholderInHeader(h http.Header) bool {
+	for _, values := range h {
 		for _, v := range values {
 			if g.hasPlaceholder([]byte(v)) {
 				return true
@@ -342,6 +358,56 @@ func (g *Gateway) placeholderIn(req *http.Request) bool {
 	}
 	return false
 }
+
+// errPlaceholder ends a request body that holds a placeholder.
+var errPlaceholder = errors.New("placeholder in a request body")
+
+// placeholderScan passes a plain HTTP request's body on, holding back what could be the start of a
+// placeholder, and fails with errPlaceholder where one appears in the body (split across writes and
+// chunks included) or in its trailers: no whole placeholder goes up.
+type placeholderScan struct {
+	g       *Gateway
+	body    io.ReadCloser
+	req     *http.Request // its Trailer, read with the body's end
+	pending []byte        // read from body, not yet passed on
+	buf     []byte
+	err     error // the body's end (io.EOF) or failure, once pending is passed on
+}
+
+func (s *placeholderScan) Read(p []byte) (int, error) {
+	hold := 0
+	for i := range s.g.cfg.Inject {
+		hold = max(hold, len(s.g.cfg.Inject[i].Placeholder)-1)
+	}
+	for {
+		switch {
+		case errors.Is(s.err, errPlaceholder):
+			return 0, s.err
+		case s.err != nil && len(s.pending) == 0:
+			return 0, s.err
+		case s.err != nil || len(s.pending) > hold:
+			keep := hold
+			if s.err != nil {
+				keep = 0
+			}
+			n := copy(p, s.pending[:len(s.pending)-keep])
+			s.pending = s.pending[n:]
+			return n, nil
+		}
+		if s.buf == nil {
+			s.buf = make([]byte, 32<<10)
+		}
+		n, err := s.body.Read(s.buf)
+		s.pending = append(s.pending, s.buf[:n]...)
+		if s.g.hasPlaceholder(s.pending) || errors.Is(err, io.EOF) && s.g.placeholderInHeader(s.req.Trailer) {
+			s.pending, s.err = nil, errPlaceholder
+		} else if err != nil {
+			s.err = err
+		}
+	}
+}
+
+func (s *placeholderScan) Close() error { return s.body.Close() }
 
 // halfClose passes on the end of one direction: its reader's EOF as a FIN to its writer, or an error as
 // the end of both connections.

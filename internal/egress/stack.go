@@ -104,3 +104,17 @@ func (s *Stack) Decide(q Request) Decision {
 	}
 	return Decision{Allowed: true}
 }
+
+// DeniedName returns why a deny rule of some layer names name (a name a DNS answer's chain goes
+// through: only deny rules, as such a name is on no allowlist), or "".
+func (s *Stack) DeniedName(name string) string {
+	q := Request{Name: name}
+	for _, p := range s.layers {
+		for i := range p.Deny {
+			if p.Deny[i].matches(q) {
+				return "denied by rule"
+			}
+		}
+	}
+	return ""
+}
