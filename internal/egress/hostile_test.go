@@ -340,6 +340,7 @@ func TestHostileSmuggling(t *testing.T) {
 		{"obfuscated TE", "POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: xchunked\r\nContent-Length: 0\r\n\r\n" + smuggled},
 		{"two lengths", "POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 0\r\nContent-Length: " + fmt.Sprint(len(smuggled)) + "\r\n\r\n" + smuggled},
 		{"obs-fold", "GET / HTTP/1.1\r\nHost: allowed.test\r\nX-A: b\r\n Host: other.test\r\n\r\n"},
+		{"absolute form after", "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			conn, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":80")
@@ -513,6 +514,8 @@ func TestHostileIPv6Destinations(t *testing.T) {
 	for dest, want := range map[string]string{
 		"[2001:0:4136:e378:8000:63bf:f566:fffa]:80": "2001:0:4136:e378:8000:63bf:f566:fffa",
 		"[::ffff:0:a63:5]:80":                       "::ffff:0:a63:5",
+		"169.254.169.254:80":                        "169.254.169.254",
+		"[fd00:ec2::254]:80":                        "fd00:ec2::254",
 		"[" + ll + "%" + sandboxIface + "]:80":      ll,
 	} {
 		c, err := dialer(l.sandbox)(context.Background(), "tcp", dest)
@@ -659,5 +662,72 @@ func TestHostilePlaceholderOverPlainHTTP(t *testing.T) {
 				t.Fatal("the whole placeholder reached the server")
 			}
 		})
+	}
+}
+
+// TestPeekHostileForms: what peek makes of the first bytes an attacker chooses.
+func TestPeekHostileForms(t *testing.T) {
+	for _, c := range []struct {
+		name, in, proto string
+		fails           bool
+	}{
+		{"any method", "FETCH / HTTP/1.1\r\nHost: a.test\r\n\r\n", "http", false},
+		{"lower case", "get / HTTP/1.1\r\nHost: a.test\r\n\r\n", "http", false},
+		{"lower-case version", "GET / http/1.1\r\nHost: a.test\r\n\r\n", "http", true},
+		{"empty line first", "\r\nGET / HTTP/1.1\r\nHost: a.test\r\n\r\n", "http", true},
+		{"cut short", "GE", "http", true},
+		{"letter then binary", "A\x00\x01\x02", "", false},
+		{"ssh banner", "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3\r\n", "", false},
+		{"redis", "*1\r\n$4\r\nPING\r\n", "", false},
+		{"h2 prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "", false},
+		{"alert record", "\x15\x03\x01\x00\x02\x01\x5a", "tls", true},
+		{"not a record", "\x15\x00", "", false},
+		{"bad Host", "GET / HTTP/1.1\r\nHost: a..test\r\n\r\n", "http", true},
+		{"address Host", "GET / HTTP/1.1\r\nHost: [2001:db8::1]\r\n\r\n", "http", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, err := peekBytes([]byte(c.in))
+			if (err != nil) != c.fails || h.proto != c.proto {
+				t.Fatalf("peek = %+v, %v", h, err)
+			}
+		})
+	}
+}
+
+// TestHostileBrokeredRedirect: a brokered host's redirect to another host is handed to the sandbox,
+// never followed by the gateway (the secret stays with the brokered host); the sandbox following it
+// with the placeholder is refused.
+func TestHostileBrokeredRedirect(t *testing.T) {
+	l, ca := injectLab(t, `{"mode":"open"}`)
+	l.query("allowed.test", dns.TypeA)
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	srv.Listener.Close()
+	srv.Listener = listenTCP(t, l.internet, "tcp4", pubOther+":8081")
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tc := l.sandboxTLS(t, ca, pubWeb+":8443", "allowed.test")
+	status, _ := roundTrip(t, tc, "GET /redirect HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer "+placeholder+"\r\n\r\n")
+	if status != http.StatusFound {
+		t.Fatalf("redirect answered %d", status)
+	}
+	c, err := dialer(l.sandbox)(context.Background(), "tcp", pubOther+":8081")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if status, _ := roundTrip(t, c, "GET / HTTP/1.1\r\nHost: 203.0.114.11:8081\r\nAuthorization: Bearer "+placeholder+"\r\n\r\n"); status != 403 {
+		t.Fatalf("the redirect followed with the placeholder: %d", status)
+	}
+	l.sink.wait(t, "placeholder after the redirect", refusedFor(KindTCP, pubOther+":8081", ReasonPlaceholder))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) > 0 {
+		t.Fatalf("the redirect's target got requests: %q", got)
 	}
 }

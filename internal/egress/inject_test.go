@@ -52,19 +52,25 @@ func injectLab(t *testing.T, policy string) (*lab, *CA) {
 		t.Fatal(err)
 	}
 	ln := listenTCP(t, l.internet, "tcp4", pubWeb+":8443")
-	srv := httpx.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == "TRACE" || r.Method == "TRACK" || r.Method == "trace" { // as Apache's TraceEnable on
-			_ = r.Write(w)
-			return
-		}
-		if r.Header.Get("Authorization") == "Bearer "+secret {
-			fmt.Fprint(w, "authorised")
-			return
-		}
-		w.WriteHeader(http.StatusUnauthorized)
-		fmt.Fprintf(w, "got %q", r.Header.Get("Authorization"))
-	}), httpx.Config{})
-	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == "TRACE" || r.Method == "TRACK" || r.Method == "trace" { // as Apache's TraceEnable on
+				_ = r.Write(w)
+				return
+			}
+			if r.URL.Path == "/redirect" {
+				http.Redirect(w, r, "http://"+pubOther+":8081/", http.StatusFound)
+				return
+			}
+			if r.Header.Get("Authorization") == "Bearer "+secret {
+				fmt.Fprint(w, "authorised")
+				return
+			}
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, "got %q", r.Header.Get("Authorization"))
+		}),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{*leaf}},
+	}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { srv.Close() })
 	return l, sandboxCA

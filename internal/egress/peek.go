@@ -103,15 +103,20 @@ func peekTLS(rec *recorder) (hello, error) {
 // after).
 func peekHTTP(rec *recorder) (hello, error) {
 	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rec.buf), rec), 4096)
-	line, err := br.ReadString('\n')
-	if err != nil {
-		if mayBeRequestLine(line) {
+	var line []byte
+	for len(line) == 0 || line[len(line)-1] != '\n' {
+		c, err := br.ReadByte()
+		if err != nil {
 			return hello{proto: "http", buf: rec.buf}, errors.Join(errCutShort, err)
 		}
-		return hello{buf: rec.buf}, nil
+		if c < ' ' && c != '\r' && c != '\n' || c > '~' {
+			// Bytes a protocol that is not HTTP sent first (binary): judged by its address, at once.
+			return hello{buf: rec.buf}, nil
+		}
+		line = append(line, c)
 	}
-	if t := strings.TrimRight(line, "\r\n"); t != "" && (!isRequestLine(t) || t == h2Preface) {
-		// Bytes a protocol that is not HTTP sent first (say "SSH-2.0-"): judged by its address.
+	if t := strings.TrimRight(string(line), "\r\n"); t != "" && (!isRequestLine(t) || t == h2Preface) {
+		// A line of a protocol that is not HTTP (say "SSH-2.0-"): judged by its address.
 		return hello{buf: rec.buf}, nil
 	}
 	br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rec.buf), rec), 4096)
@@ -145,20 +150,6 @@ func peekHTTP(rec *recorder) (hello, error) {
 func isRequestLine(line string) bool {
 	f := strings.Split(line, " ")
 	return len(f) >= 3 && f[0] != "" && strings.HasPrefix(strings.ToUpper(f[len(f)-1]), "HTTP/")
-}
-
-// mayBeRequestLine reports whether part (a line not ended) could be the start of a request line: a
-// token, and after it only what a request line holds.
-func mayBeRequestLine(part string) bool {
-	if part == "" || !isToken(part[0]) {
-		return false
-	}
-	for i := 0; i < len(part); i++ {
-		if c := part[i]; c < ' ' && c != '\r' || c > '~' {
-			return false
-		}
-	}
-	return true
 }
 
 // isToken reports whether c is a character of an HTTP token (RFC 9110 5.6.2), a method's.
