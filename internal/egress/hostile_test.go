@@ -28,12 +28,8 @@ import (
 // answers ("" when the connection ended without one).
 func (l *lab) sendRaw(t *testing.T, addr string, payload ...string) string {
 	t.Helper()
-	c, err := dialer(l.sandbox)(context.Background(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := l.dialSandbox(t, addr)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	for _, p := range payload {
 		if _, err := io.WriteString(c, p); err != nil {
 			break
@@ -41,6 +37,47 @@ func (l *lab) sendRaw(t *testing.T, addr string, payload ...string) string {
 	}
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	return line
+}
+
+// dialSandbox opens a TCP connection from the sandbox to addr, with a deadline, closed at the test's end.
+func (l *lab) dialSandbox(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := dialer(l.sandbox)(context.Background(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+// captureServer serves HTTP (HTTPS with httptest's own certificate when tlsOn) at addr in the internet,
+// and returns what it has seen: each request's URL, body, trailers and Authorization header.
+func (l *lab) captureServer(t *testing.T, addr string, tlsOn bool) func() []byte {
+	var mu sync.Mutex
+	var seen []byte
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(append(append(seen, r.URL.String()...), b...), r.Header.Get("Authorization")...)
+		for _, v := range r.Trailer {
+			seen = append(seen, strings.Join(v, "")...)
+		}
+	}))
+	srv.Listener.Close()
+	srv.Listener = listenTCP(t, l.internet, "tcp4", addr)
+	if tlsOn {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
 
 // TestHostileHTTPUnjudgedForms: a plain HTTP request the peek did not take for one (a method off its
@@ -58,12 +95,7 @@ func TestHostileHTTPUnjudgedForms(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(l.sink.snapshot())
-			c, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":80")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			c := l.dialSandbox(t, pubWeb+":80")
 			io.WriteString(c, tc.req)
 			all, _ := io.ReadAll(c)
 			if strings.Contains(string(all), "saw other.test") {
@@ -95,12 +127,7 @@ func TestHostileHTTPSlowRequestLine(t *testing.T) {
 	})
 	l.query("allowed.test", dns.TypeA)
 	before := len(l.sink.snapshot())
-	c, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := l.dialSandbox(t, pubWeb+":80")
 	io.WriteString(c, "GE")
 	refused := func(r Record) bool {
 		return r.Kind == KindTCP && r.Verdict == Refused && r.Dest.String() == pubWeb+":80"
@@ -146,12 +173,7 @@ func TestHostileInvalidNames(t *testing.T) {
 	}
 	// The same names after an allowed request on a kept-alive connection.
 	before := len(l.sink.snapshot())
-	c, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := l.dialSandbox(t, pubWeb+":80")
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET / HTTP/1.1\r\nHost: other.test..\r\n\r\n")
 	all, _ := io.ReadAll(c)
 	if strings.Contains(string(all), "saw other.test") {
@@ -343,12 +365,7 @@ func TestHostileSmuggling(t *testing.T) {
 		{"absolute form after", "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			conn, err := dialer(l.sandbox)(context.Background(), "tcp", pubWeb+":80")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn := l.dialSandbox(t, pubWeb+":80")
 			io.WriteString(conn, c.req)
 			conn.(*net.TCPConn).CloseWrite()
 			all, _ := io.ReadAll(conn)
@@ -365,28 +382,14 @@ func TestHostileSmuggling(t *testing.T) {
 // reaches it.
 func TestHostileBrokeredToOtherAddress(t *testing.T) {
 	l, ca := injectLab(t, `{"mode":"open"}`)
-	var mu sync.Mutex
-	var got []string
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		got = append(got, r.Header.Get("Authorization"))
-		mu.Unlock()
-	}))
-	srv.Listener.Close()
-	srv.Listener = listenTCP(t, l.internet, "tcp4", pubOther+":8443")
-	srv.StartTLS() // httptest's own certificate, not the internet CA's
-	t.Cleanup(srv.Close)
+	seen := l.captureServer(t, pubOther+":8443", true) // httptest's own certificate, not the internet CA's
 	tc := l.sandboxTLS(t, ca, pubOther+":8443", "allowed.test")
 	status, body := roundTrip(t, tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer "+placeholder+"\r\n\r\n")
 	if status != http.StatusBadGateway {
 		t.Fatalf("brokered request to an impostor: %d %q", status, body)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, a := range got {
-		if strings.Contains(a, secret) {
-			t.Fatal("the secret reached an address that is not the brokered host")
-		}
+	if bytes.Contains(seen(), []byte(secret)) {
+		t.Fatal("the secret reached an address that is not the brokered host")
 	}
 }
 
@@ -602,22 +605,7 @@ func TestHostileBrokeredUntrustedCA(t *testing.T) {
 // URL, is refused and recorded, and no whole placeholder reaches the server.
 func TestHostilePlaceholderOverPlainHTTP(t *testing.T) {
 	l, _ := injectLab(t, `{"mode":"open"}`)
-	var mu sync.Mutex
-	var seen []byte
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		seen = append(seen, r.URL.String()...)
-		seen = append(seen, b...)
-		for _, v := range r.Trailer {
-			seen = append(seen, strings.Join(v, "")...)
-		}
-		mu.Unlock()
-	}))
-	srv.Listener.Close()
-	srv.Listener = listenTCP(t, l.internet, "tcp4", pubOther+":8080")
-	srv.Start()
-	t.Cleanup(srv.Close)
+	seen := l.captureServer(t, pubOther+":8080", false)
 	l.query("other.test", dns.TypeA)
 	half := len(placeholder) / 2
 	body := strings.Repeat("x", 20000) + placeholder
@@ -639,16 +627,8 @@ func TestHostilePlaceholderOverPlainHTTP(t *testing.T) {
 		{"second request", []string{"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n", "POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mu.Lock()
-			seen = nil
-			mu.Unlock()
 			before := len(l.sink.snapshot())
-			conn, err := dialer(l.sandbox)(context.Background(), "tcp", pubOther+":8080")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn := l.dialSandbox(t, pubOther+":8080")
 			for _, w := range c.writes {
 				io.WriteString(conn, w)
 			}
@@ -656,9 +636,7 @@ func TestHostilePlaceholderOverPlainHTTP(t *testing.T) {
 				return r.Verdict == Refused && r.Reason == ReasonPlaceholder && r.Dest.String() == pubOther+":8080"
 			})
 			conn.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			if bytes.Contains(seen, []byte(placeholder)) {
+			if bytes.Contains(seen(), []byte(placeholder)) {
 				t.Fatal("the whole placeholder reached the server")
 			}
 		})
@@ -700,17 +678,7 @@ func TestPeekHostileForms(t *testing.T) {
 func TestHostileBrokeredRedirect(t *testing.T) {
 	l, ca := injectLab(t, `{"mode":"open"}`)
 	l.query("allowed.test", dns.TypeA)
-	var mu sync.Mutex
-	var got []string
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		got = append(got, r.Header.Get("Authorization"))
-		mu.Unlock()
-	}))
-	srv.Listener.Close()
-	srv.Listener = listenTCP(t, l.internet, "tcp4", pubOther+":8081")
-	srv.Start()
-	t.Cleanup(srv.Close)
+	seen := l.captureServer(t, pubOther+":8081", false)
 	tc := l.sandboxTLS(t, ca, pubWeb+":8443", "allowed.test")
 	status, _ := roundTrip(t, tc, "GET /redirect HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer "+placeholder+"\r\n\r\n")
 	if status != http.StatusFound {
@@ -725,9 +693,7 @@ func TestHostileBrokeredRedirect(t *testing.T) {
 		t.Fatalf("the redirect followed with the placeholder: %d", status)
 	}
 	l.sink.wait(t, "placeholder after the redirect", refusedFor(KindTCP, pubOther+":8081", ReasonPlaceholder))
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) > 0 {
+	if got := seen(); len(got) > 0 {
 		t.Fatalf("the redirect's target got requests: %q", got)
 	}
 }
