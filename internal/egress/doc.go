@@ -16,8 +16,8 @@
 // A Gateway serves one sandbox from outside it, on sockets its caller opens where they belong (the
 // runner's host) and Redirect sends the sandbox's traffic to:
 //   - a resolver that asks upstream only the A and AAAA records of names the stack allows, drops answers
-//     the hard deny list refuses (DNS rebinding), remembers which addresses came from which names, and
-//     bounds names and query rate (DNS tunnelling);
+//     the hard deny list refuses (DNS rebinding), refuses one whose chain goes through a denied name,
+//     remembers which addresses came from which names, and bounds names and query rate (DNS tunnelling);
 //   - a TCP proxy that reads each connection's original destination, refuses the hard deny list, peeks a
 //     TLS ClientHello or an HTTP request head, refuses CONNECT and a name (SNI, Host) the resolver did not
 //     answer the destination for (domain fronting), and splices what it allows, judging every request
@@ -27,14 +27,17 @@
 //     is refused.
 //
 // UDP but DNS is refused by Redirect's table, or judged there by the stack's CIDR rules for UDP (not
-// recorded: the gateway never sees it). A Meter holds the relayed bytes to the user's egress budget.
+// recorded: the gateway never sees it), and so is every other protocol but TCP (ICMP included). A Meter holds the relayed bytes to the user's egress budget.
 // Every other decision is a Record handed to a Sink
 // and counted in Metrics. SetStack changes the policy of a running gateway for its next query and
 // connection.
 //
 // # Limits
 //
-// Without TLS termination the gateway sees a TLS connection's SNI, not the Host of the requests inside
-// it. Plain HTTP upgrades are refused. A brokered host that echoes its request's headers back gives the
-// secret to the sandbox. In open mode, a name and an address both found outside the gateway's resolver cannot be compared.
+// Without TLS termination the gateway sees a TLS connection's first ClientHello (its outer SNI, with
+// Encrypted Client Hello), not the Host of the requests inside it. Plain HTTP upgrades are refused. A
+// brokered host that echoes its request's headers back gives the secret to the sandbox (TRACE, and a
+// header value shaped to be refused and quoted back, are refused). The placeholder check is a tripwire:
+// a placeholder transformed, or inside a tunnel not terminated, is not seen. In open mode, a name and an
+// address both found outside the gateway's resolver cannot be compared.
 package egress

@@ -25,8 +25,9 @@ type Ports struct {
 
 // Redirect is the nftables table that brings a sandbox's traffic, arriving from its network namespace on
 // Iface, to its gateway: DNS (UDP and TCP port 53, whatever address) to the resolver, every other TCP
-// connection to the proxy of its family; every other UDP datagram (QUIC included) is refused with an
-// administratively-prohibited ICMP error, but those UDP's stack allows. It lives in the namespace the gateway listens in (the runner's
+// connection to the proxy of its family; every other UDP datagram (QUIC included), and every packet of
+// another protocol (ICMP, SCTP), is refused with an administratively-prohibited ICMP error, but the UDP
+// datagrams UDP's stack allows. It lives in the namespace the gateway listens in (the runner's
 // host).
 type Redirect struct {
 	Table string // an inet table of its own
