@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -19,13 +21,15 @@ const (
 // dnsServer is the resolver's sockets.
 type dnsServer struct {
 	servers []*dns.Server
+	tcp     *boundedListener // nil: no TCP
 }
 
 func (g *Gateway) startDNS() *dnsServer {
 	h := dns.HandlerFunc(g.serveDNS)
 	s := &dnsServer{servers: []*dns.Server{{PacketConn: g.cfg.DNS, Handler: h}}}
 	if g.cfg.DNSTCP != nil {
-		s.servers = append(s.servers, &dns.Server{Listener: g.cfg.DNSTCP, Handler: h,
+		s.tcp = &boundedListener{Listener: g.cfg.DNSTCP, g: g}
+		s.servers = append(s.servers, &dns.Server{Listener: s.tcp, Handler: h,
 			ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 5 * time.Second }})
 	}
 	for _, srv := range s.servers {
@@ -208,4 +212,44 @@ func answer(name string, a netip.Addr, ttl time.Duration) dns.RR {
 	}
 	hdr.Rrtype = dns.TypeAAAA
 	return &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()}
+}
+
+// boundedListener holds the resolver's TCP connections to MaxConns at once (each is a goroutine and
+// buffers of the runner's): one more is closed at once and recorded (at most one record a second, like
+// queries past the rate; all are counted).
+type boundedListener struct {
+	net.Listener
+	g      *Gateway
+	active atomic.Int64
+}
+
+func (l *boundedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.active.Add(1) <= int64(l.g.cfg.MaxConns) {
+			return &boundedConn{Conn: c, l: l}, nil
+		}
+		l.active.Add(-1)
+		c.Close()
+		rec := Record{Kind: KindDNS, Verdict: Refused, Reason: ReasonTooMany}
+		if l.g.rateAudit.Allow() {
+			l.g.record(rec)
+		} else {
+			l.g.cfg.Metrics.count(rec)
+		}
+	}
+}
+
+type boundedConn struct {
+	net.Conn
+	l    *boundedListener
+	once sync.Once
+}
+
+func (c *boundedConn) Close() error {
+	c.once.Do(func() { c.l.active.Add(-1) })
+	return c.Conn.Close()
 }

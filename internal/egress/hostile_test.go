@@ -697,3 +697,60 @@ func TestHostileBrokeredRedirect(t *testing.T) {
 		t.Fatalf("the redirect's target got requests: %q", got)
 	}
 }
+<<<<<<< HEAD
+=======
+
+// TestHostileBrokeredValueEchoed: the brokered host answers a credential it refuses by quoting it (as
+// the lab's does, and many servers' error messages do): the sandbox shapes the header around the
+// placeholder so the secret is refused, and would read it back. Only "placeholder" or "Scheme
+// placeholder" is injected; anything else is refused.
+func TestHostileBrokeredValueEchoed(t *testing.T) {
+	l, ca := injectLab(t, `{"mode":"open"}`)
+	l.query("allowed.test", dns.TypeA)
+	for _, c := range []struct{ name, headers string }{
+		{"text after", "Authorization: Bearer " + placeholder + "x\r\n"},
+		{"two spaces", "Authorization: Bearer  " + placeholder + "\r\n"},
+		{"twice", "Authorization: Bearer " + placeholder + placeholder + "\r\n"},
+		{"quoted", "Authorization: Bearer \"" + placeholder + "\"\r\n"},
+		{"two headers", "Authorization: Bearer " + placeholder + "\r\nAuthorization: Basic " + placeholder + "\r\n"},
+		{"other scheme", "Authorization: Junk " + placeholder + "\r\n"},
+		{"alone", "Authorization: " + placeholder + "\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tc := l.sandboxTLS(t, ca, pubWeb+":8443", "allowed.test")
+			status, body := roundTrip(t, tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\n"+c.headers+"\r\n")
+			if strings.Contains(body, secret) {
+				t.Fatalf("the secret came back: %d %q", status, body)
+			}
+			if status != 403 {
+				t.Fatalf("answered %d %q", status, body)
+			}
+		})
+	}
+	// The scheme in another case is the same scheme.
+	tc := l.sandboxTLS(t, ca, pubWeb+":8443", "allowed.test")
+	if status, body := roundTrip(t, tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: bearer "+placeholder+"\r\n\r\n"); status == 403 {
+		t.Fatalf("scheme in lower case refused: %q", body)
+	}
+}
+
+// TestHostileDNSTCPConnections: idle TCP connections to the resolver hold at most MaxConns of it at
+// once; one more is closed unanswered and recorded.
+func TestHostileDNSTCPConnections(t *testing.T) {
+	l := newLab(t, `{"mode":"open"}`, func(c *Config) { c.MaxConns = 4 })
+	for range 4 {
+		l.dialSandbox(t, "192.0.2.53:53") // sends nothing
+	}
+	for deadline := time.Now().Add(10 * time.Second); l.gw.dns.tcp.active.Load() < 4; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d resolver connections held", l.gw.dns.tcp.active.Load())
+		}
+	}
+	c := l.dialSandbox(t, "192.0.2.53:53")
+	m, _, err := (&dns.Client{Net: "tcp"}).ExchangeWithConn(new(dns.Msg).SetQuestion("allowed.test.", dns.TypeA), &dns.Conn{Conn: c})
+	if err == nil {
+		t.Fatalf("one resolver connection too many answered: %v", m)
+	}
+	l.sink.wait(t, "one too many", refusedFor(KindDNS, "", ReasonTooMany))
+}
+>>>>>>> 7cce296 (egress: bound the resolver's TCP connections to MaxConns at once)
