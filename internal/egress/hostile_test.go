@@ -499,8 +499,8 @@ func TestHostileDNSQueries(t *testing.T) {
 	}
 }
 
-// TestHostileIPv6Destinations: Teredo, IPv4-translated and the router's scoped link-local address are
-// refused by the hard deny list before anything is dialled.
+// TestHostileIPv6Destinations: Teredo, IPv4-translated, cloud metadata and the router's own addresses
+// (its scoped link-local one included) are refused by the hard deny list before anything is dialled.
 func TestHostileIPv6Destinations(t *testing.T) {
 	l := newLab(t, `{"mode":"open"}`)
 	out, err := exec.Command("ip", "-n", strings.TrimPrefix(l.router, "/run/netns/"), "-6", "-o", "addr", "show", "dev", l.iface, "scope", "link").Output()
@@ -518,6 +518,7 @@ func TestHostileIPv6Destinations(t *testing.T) {
 		"[2001:0:4136:e378:8000:63bf:f566:fffa]:80": "2001:0:4136:e378:8000:63bf:f566:fffa",
 		"[::ffff:0:a63:5]:80":                       "::ffff:0:a63:5",
 		"169.254.169.254:80":                        "169.254.169.254",
+		"10.250.0.1:22":                             "10.250.0.1", // the host, at its end of the link
 		"[fd00:ec2::254]:80":                        "fd00:ec2::254",
 		"[" + ll + "%" + sandboxIface + "]:80":      ll,
 	} {
