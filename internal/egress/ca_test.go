@@ -63,6 +63,7 @@ func TestInjectionConfigRefused(t *testing.T) {
 		{"no hosts", func(i *Injection) { i.Hosts = nil }},
 		{"bad host", func(i *Injection) { i.Hosts = []string{"a..b"} }},
 		{"bad header", func(i *Injection) { i.Header = "X: y" }},
+		{"bad scheme", func(i *Injection) { i.Scheme = "Bearer x" }},
 		{"short placeholder", func(i *Injection) { i.Placeholder = "ref" }},
 		{"secret with newline", func(i *Injection) { i.Secret = "a\r\nX-Evil: 1" }},
 	} {

@@ -698,8 +698,6 @@ func TestHostileBrokeredRedirect(t *testing.T) {
 		t.Fatalf("the redirect's target got requests: %q", got)
 	}
 }
-<<<<<<< HEAD
-=======
 
 // TestHostileBrokeredValueEchoed: the brokered host answers a credential it refuses by quoting it (as
 // the lab's does, and many servers' error messages do): the sandbox shapes the header around the
@@ -754,4 +752,3 @@ func TestHostileDNSTCPConnections(t *testing.T) {
 	}
 	l.sink.wait(t, "one too many", refusedFor(KindDNS, "", ReasonTooMany))
 }
->>>>>>> 7cce296 (egress: bound the resolver's TCP connections to MaxConns at once)

@@ -26,8 +26,13 @@ const MinPlaceholder = 16
 // gateway, terminating TLS for Hosts only, replaces it with Secret. A placeholder sent anywhere else (to
 // another host, in another header, in the URL, or over plain HTTP) is refused.
 type Injection struct {
-	Hosts       []string // domain patterns, as a Rule's Domain
-	Header      string
+	Hosts  []string // domain patterns, as a Rule's Domain
+	Header string
+	// Scheme is what comes before the placeholder in Header's value ("Bearer"; "" for the placeholder
+	// alone): the value must be exactly that, else it is refused. A value shaped otherwise ("Bearer
+	// <placeholder>x", "Junk <placeholder>") would be refused by the server, and a server that quotes
+	// the credential it refused (many error messages do) would hand the secret to the sandbox.
+	Scheme      string
 	Placeholder string
 	Secret      string
 }
@@ -48,6 +53,8 @@ func (inj *Injection) validate() error {
 	switch {
 	case inj.Header == "" || strings.ContainsAny(inj.Header, " \t\r\n:"):
 		return fmt.Errorf("%w: injection header %q", ErrConfig, inj.Header)
+	case strings.ContainsFunc(inj.Scheme, func(r rune) bool { return r > '~' || !isToken(byte(r)) }):
+		return fmt.Errorf("%w: injection scheme %q is not a token", ErrConfig, clip(inj.Scheme))
 	case len(inj.Placeholder) < MinPlaceholder:
 		return fmt.Errorf("%w: injection placeholder shorter than %d bytes", ErrConfig, MinPlaceholder)
 	case inj.Secret == "" || strings.ContainsAny(inj.Secret, "\r\n"):
@@ -110,7 +117,7 @@ func (g *Gateway) inject(req *http.Request, host string) string {
 				if !strings.Contains(v, inj.Placeholder) {
 					continue
 				}
-				if name != inj.Header || !inj.covers(host) {
+				if name != inj.Header || !inj.covers(host) || len(values) != 1 || !inj.injectable(v) {
 					return ReasonPlaceholder
 				}
 				v = strings.ReplaceAll(v, inj.Placeholder, inj.Secret)
@@ -119,6 +126,16 @@ func (g *Gateway) inject(req *http.Request, host string) string {
 		}
 	}
 	return ""
+}
+
+// injectable reports whether v, a value of inj's header, is the one the secret is put in: the
+// placeholder after the scheme (compared in any case), nothing else around it.
+func (inj *Injection) injectable(v string) bool {
+	if inj.Scheme == "" {
+		return v == inj.Placeholder
+	}
+	scheme, ok := strings.CutSuffix(v, " "+inj.Placeholder)
+	return ok && strings.EqualFold(scheme, inj.Scheme)
 }
 
 // broker terminates the sandbox's TLS for host with a leaf of the sandbox's CA, and relays its HTTP/1.1

@@ -36,7 +36,7 @@ func newInjectingLab(t *testing.T, policy string) (l *lab, internetCA, sandboxCA
 	l = newLab(t, policy, func(c *Config) {
 		c.CA = sandboxCA
 		c.UpstreamRoots = internetCA.Pool()
-		c.Inject = []Injection{{Hosts: []string{"allowed.test"}, Header: "authorization", Placeholder: placeholder, Secret: secret}}
+		c.Inject = []Injection{{Hosts: []string{"allowed.test"}, Header: "authorization", Scheme: "Bearer", Placeholder: placeholder, Secret: secret}}
 	})
 	return l, internetCA, sandboxCA
 }
@@ -52,25 +52,23 @@ func injectLab(t *testing.T, policy string) (*lab, *CA) {
 		t.Fatal(err)
 	}
 	ln := listenTCP(t, l.internet, "tcp4", pubWeb+":8443")
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == "TRACE" || r.Method == "TRACK" || r.Method == "trace" { // as Apache's TraceEnable on
-				_ = r.Write(w)
-				return
-			}
-			if r.URL.Path == "/redirect" {
-				http.Redirect(w, r, "http://"+pubOther+":8081/", http.StatusFound)
-				return
-			}
-			if r.Header.Get("Authorization") == "Bearer "+secret {
-				fmt.Fprint(w, "authorised")
-				return
-			}
-			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprintf(w, "got %q", r.Header.Get("Authorization"))
-		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{*leaf}},
-	}
+	srv := httpx.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "TRACE" || r.Method == "TRACK" || r.Method == "trace" { // as Apache's TraceEnable on
+			_ = r.Write(w)
+			return
+		}
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, "http://"+pubOther+":8081/", http.StatusFound)
+			return
+		}
+		if r.Header.Get("Authorization") == "Bearer "+secret {
+			fmt.Fprint(w, "authorised")
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, "got %q", r.Header.Get("Authorization"))
+	}), httpx.Config{})
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*leaf}}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { srv.Close() })
 	return l, sandboxCA
