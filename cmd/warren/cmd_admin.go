@@ -43,9 +43,11 @@ commands:
                 [-max-concurrent-execs N] [-max-stored SIZE]
                 [-max-background-processes N] [-max-process-log SIZE] [-max-file-watches N]
                 [-max-terminals N] [-max-tasks N] [-max-preview-urls N]
-                                   change a quota (flags left out keep their value; a new quota needs the
-                                   first four; the others default to "default": the edge's setting, or the
-                                   runner's for the sandbox limits; SIZE is bytes or 512MiB, 2GiB, ...)
+                                   change a quota (flags left out keep their value; a new user override
+                                   copies the first four from the issuer's default, a new issuer default
+                                   needs them; the others default to "default": the issuer's, the edge's
+                                   setting, or the runner's for the sandbox limits; SIZE is bytes or
+                                   512MiB, 2GiB, ...)
   quota delete ISS [-user SUB] [-revision R]
                                    delete a quota (a user's override: the issuer's default applies again);
                                    at -revision, else at the revision read just before
@@ -490,6 +492,16 @@ func adminQuotaSet(ctx context.Context, af *adminFlags, args []string, stdout, s
 		return err
 	}
 	q := cur.Quota
+	if !exists && *user != "" {
+		// A new override starts with the issuer default's budget and window (a copy); everything else it
+		// leaves unset falls back to the issuer's default as that changes.
+		if def, err := c.GetQuota(ctx, billing.QuotaKey{Issuer: pos[0]}); err == nil {
+			q.AIMicros, q.ComputeSeconds, q.Window = def.AIMicros, def.ComputeSeconds, def.Window
+			q.MaxConcurrentSessions, exists = def.MaxConcurrentSessions, true
+		} else if !adminclient.IsCode(err, wire.NotFound) {
+			return err
+		}
+	}
 	optional, missing, err := setQuotaFlags(fs, &q)
 	switch {
 	case err != nil:

@@ -576,3 +576,22 @@ func TestAdminQuotaPerUserLimits(t *testing.T) {
 		t.Errorf("-max-tasks 0: %v, want an error naming the flag", err)
 	}
 }
+
+// A new user override needs no budget flags when the issuer has a default: it copies the budget and window
+// and leaves the rest to the issuer's default (the README tour's line). Before, it asked for -ai-usd,
+// -compute, -window and -max-sessions; without an issuer default it still does.
+func TestAdminQuotaOverrideCopiesBudget(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	if _, _, err := e.run(t, "quota", "set", "acme", "-user", "alice", "-max-terminals", "2"); err == nil || !strings.Contains(err.Error(), "-ai-usd") {
+		t.Fatalf("override without an issuer default: %v, want the budget flags asked for", err)
+	}
+	e.mustRun(t, "quota", "set", "acme", "-ai-usd", "5", "-compute", "24h", "-window", "day", "-max-sessions", "2", "-max-processes", "64", "-issuer-connects-per-minute", "50")
+	var q adminclient.Quota
+	e.mustJSON(t, &q, "quota", "set", "acme", "-user", "alice", "-max-terminals", "2", "-max-preview-urls", "5")
+	want := billing.Quota{AIMicros: 5_000_000, ComputeSeconds: 86400, Window: billing.Day, MaxConcurrentSessions: 2, Revision: 1,
+		SandboxQuota: billing.SandboxQuota{MaxTerminals: 2, MaxPreviewURLs: 5}}
+	if q.Quota != want {
+		t.Fatalf("override = %+v, want %+v", q.Quota, want)
+	}
+}

@@ -47,8 +47,14 @@ import (
 // DevIssuer is the issuer created on first start.
 const DevIssuer = "dev"
 
+// DemoModelPrice is what the scripted model's tokens cost, USD per million of any kind: a demo price, far
+// below any real model's, so that the CLI's ~25k-token system prompt does not eat a tour's budget. The
+// runner prices with it (-model-demo-price) instead of the price table, which it never changes.
+const DemoModelPrice = "0.10"
+
 // DemoModelNotice is shown in every control ready when the scripted model answers.
-const DemoModelNotice = "no ANTHROPIC_API_KEY: a built-in scripted demo model answers, not Claude"
+const DemoModelNotice = "no ANTHROPIC_API_KEY: a built-in scripted demo model answers, not Claude, at a demo price of $" +
+	DemoModelPrice + " per million tokens"
 
 // Config configures the dev stack.
 type Config struct {
@@ -233,7 +239,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				return nil, fmt.Errorf("devstack: scripted model: %w", err)
 			}
 			s.closers = append(s.closers, s.Model.Close)
-			runnerArgs = append(runnerArgs, "-model-notice", DemoModelNotice)
+			runnerArgs = append(runnerArgs, "-model-notice", DemoModelNotice, "-model-demo-price", DemoModelPrice)
 			// The scripted model accepts any key; the proxy insists on having one to send.
 			runnerEnv = append(runnerEnv, "WARREN_MODEL_API_KEY=scripted-demo-key")
 			s.log.Warn("no model API key: the built-in SCRIPTED model answers every prompt", "url", upstream)

@@ -166,7 +166,7 @@ func agentLabel(cli, apiKey string, st *devstack.Stack) string {
 	case cli == "":
 		return "off (-no-agent)"
 	case apiKey == "":
-		return "Claude Code " + cli + " → SCRIPTED demo model at " + st.Model.URL() + " (no ANTHROPIC_API_KEY)"
+		return "Claude Code " + cli + " → SCRIPTED demo model at " + st.Model.URL() + " (no ANTHROPIC_API_KEY; demo price $" + devstack.DemoModelPrice + " per million tokens)"
 	default:
 		return "Claude Code " + cli + " → the Anthropic API (key from $ANTHROPIC_API_KEY)"
 	}

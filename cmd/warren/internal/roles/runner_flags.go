@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -239,6 +240,7 @@ type modelFlags struct {
 	allowFields, allowBetas                         multiFlag
 	agentEnv                                        map[string]string
 	grace                                           int64
+	demoPrice                                       float64
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
@@ -249,6 +251,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.Var(&m.allowFields, "model-allow-field", "top-level Messages API request field the model proxy forwards besides its known ones (repeatable; e.g. with -runner-arg on the scheduler); mcp_servers, speed, inference_geo and container cannot be allowed")
 	fs.Var(&m.allowBetas, "model-allow-beta", "anthropic-beta value the model proxy forwards besides the pinned CLI's (repeatable); enable only betas billed as tokens that reach nothing on the caller's behalf")
 	fs.StringVar(&m.notice, "model-notice", "", "notice shown to clients in control ready (e.g. a demo model answers)")
+	fs.Float64Var(&m.demoPrice, "model-demo-price", 0, "price every model at this many `USD` per million tokens of any kind instead of the price table (warren dev sets it when its scripted model answers; never written to the ledger)")
 	fs.Func("agent-env", "K=V added to the agent's environment (repeatable)", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
@@ -287,6 +290,13 @@ func (m *modelFlags) config(ctx context.Context, prod *prodFlags, spoolDir, apiK
 	prices, err := billing.EffectivePrices(ctx, ledger)
 	if err != nil {
 		return nil, fmt.Errorf("prices: %w", err)
+	}
+	if m.demoPrice < 0 || math.IsNaN(m.demoPrice) || math.IsInf(m.demoPrice, 0) {
+		return nil, fmt.Errorf("-model-demo-price %v: want a price in USD, not negative", m.demoPrice)
+	}
+	if m.demoPrice > 0 {
+		mu := int64(math.Round(m.demoPrice * 1e6)) // microdollars per million tokens
+		prices = billing.Prices{Default: billing.Price{Input: mu, Output: mu, CacheRead: mu, CacheCreation: mu}}
 	}
 	return &runner.ModelConfig{
 		CLIPath: m.claudeCLI, Home: m.home, Upstream: m.upstream, APIKey: apiKey, Reserver: sp,
