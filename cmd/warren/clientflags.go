@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/warren-mesh/warren/internal/wire"
@@ -28,7 +30,7 @@ type clientFlags struct {
 
 // newClientFlags starts from $WARREN_URL and $WARREN_TOKEN.
 func newClientFlags() *clientFlags {
-	cf := &clientFlags{url: os.Getenv("WARREN_URL"), token: os.Getenv("WARREN_TOKEN")}
+	cf := &clientFlags{url: withScheme(os.Getenv("WARREN_URL")), token: os.Getenv("WARREN_TOKEN")}
 	if cf.url == "" {
 		cf.url = "http://127.0.0.1:8080"
 	}
@@ -39,8 +41,8 @@ func newClientFlags() *clientFlags {
 // subcommand's flag set keeps what was parsed before the subcommand's name, and so that -h never prints the
 // token.
 func (cf *clientFlags) register(fs *flag.FlagSet) {
-	fs.Func("url", "the edge's base `URL` (default $WARREN_URL or http://127.0.0.1:8080)", func(s string) error {
-		cf.url = s
+	fs.Func("url", "the edge's base `URL`; without a scheme, http:// on loopback, else https:// (default $WARREN_URL or http://127.0.0.1:8080)", func(s string) error {
+		cf.url = withScheme(s)
 		return nil
 	})
 	fs.Func("token", "the end user's `JWT` (default $WARREN_TOKEN; mint one with 'warren token')", func(s string) error {
@@ -56,9 +58,31 @@ func (cf *clientFlags) client(opts ...warren.Option) (*warren.Client, error) {
 	}
 	c, err := warren.New(cf.url, cf.token, append([]warren.Option{warren.WithUserAgent("warren-cli/" + version)}, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("bad -url %q: %v", cf.url, err)
+		return nil, badURL(cf.url)
 	}
 	return c, nil
+}
+
+// withScheme gives a URL written without a scheme (127.0.0.1:8080, edge.example.com) one: http:// for a
+// loopback host, where warren dev listens, https:// for any other. "" stays "".
+func withScheme(s string) string {
+	if s == "" || strings.Contains(s, "://") {
+		return s
+	}
+	hostport, _, _ := strings.Cut(s, "/")
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); host == "localhost" || (err == nil && ip.IsLoopback()) {
+		return "http://" + s
+	}
+	return "https://" + s
+}
+
+// badURL is the error for a -url that is no URL, in a person's words rather than the parser's.
+func badURL(u string) error {
+	return fmt.Errorf("bad -url %q: want host:port or http(s)://host:port (with an optional path)", u)
 }
 
 // clientError is an SDK error as the CLI shows it: describeError's text, the original underneath.

@@ -20,6 +20,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/wire"
 )
@@ -84,6 +85,7 @@ func newAdminFlags() *adminFlags {
 	if af.url == "" {
 		af.url = "http://127.0.0.1:8080"
 	}
+	af.url = withScheme(af.url)
 	return af
 }
 
@@ -91,7 +93,7 @@ func newAdminFlags() *adminFlags {
 // command's flag sets keeps what was parsed earlier, and so that -h never prints the key.
 func (af *adminFlags) register(fs *flag.FlagSet) {
 	fs.Func("url", "the billing API's base `URL` (default $WARREN_BILLING_URL, $WARREN_URL or http://127.0.0.1:8080)", func(s string) error {
-		af.url = s
+		af.url = withScheme(s)
 		return nil
 	})
 	fs.Func("admin-key", "the admin `key` (default $WARREN_ADMIN_KEY, else the one in the data dir's "+file.DefaultFileName+")", func(s string) error {
@@ -113,6 +115,7 @@ func (af *adminFlags) register(fs *flag.FlagSet) {
 func (af *adminFlags) flagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("warren admin "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren admin "+name+" [arguments] [flags]\n\nSee 'warren admin -h' for the arguments.")
 	af.register(fs)
 	return fs
 }
@@ -139,8 +142,8 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	af.register(fs)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, adminUsage)
-		fs.PrintDefaults()
+		fmt.Fprint(stderr, help.Wrap(adminUsage, ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -901,7 +904,7 @@ func (af *adminFlags) client(ctx context.Context) (*adminclient.Client, error) {
 	c, err := adminclient.New(adminclient.Config{URL: af.url, Key: key, UserAgent: "warren-cli/" + version})
 	switch {
 	case errors.Is(err, adminclient.ErrBadURL):
-		return nil, fmt.Errorf("bad -url %q: want http(s)://host:port", af.url)
+		return nil, badURL(af.url)
 	case errors.Is(err, adminclient.ErrNoKey):
 		return nil, fmt.Errorf("no admin key: pass -admin-key or set WARREN_ADMIN_KEY (warren dev keeps one in %s)",
 			filepath.Join(af.dataDir, file.DefaultFileName))

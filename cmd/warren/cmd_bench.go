@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/cmd/warren/internal/roles"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/registry"
@@ -36,6 +37,7 @@ func init() {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren bench [flags]\n\nStarts a dev stack and measures connects, execs and (with -turns) agent turns.")
 	users := fs.Int("users", 50, "new users to connect (each starts a sandbox)")
 	conc := fs.Int("concurrency", 1, "connects in flight at once")
 	execs := fs.Int("execs", 200, "exec round trips per path (edge, direct)")

@@ -20,6 +20,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/cockroach"
 	billingsqlite "github.com/warren-mesh/warren/billing/sqlite"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/cockroachdb"
 )
 
@@ -72,6 +73,7 @@ func (b *ledgerBench) register(fs *flag.FlagSet) {
 func runBenchLedger(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench-ledger", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren bench-ledger [flags]\n\nMeasures the ledger's reservations under load.")
 	var b ledgerBench
 	b.register(fs)
 	if err := fs.Parse(args); err != nil {

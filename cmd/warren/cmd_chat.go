@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -135,8 +136,8 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var f chatFlags
 	f.register(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), chatUsage)
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(chatUsage, ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err

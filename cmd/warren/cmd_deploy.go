@@ -13,9 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"text/tabwriter"
-	"time"
 
 	"github.com/warren-mesh/warren/billing/adminclient"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/runner/templates"
 )
 
@@ -49,7 +49,7 @@ func runDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	iss := fs.String("issuer", "dev", "the issuer (project) whose template this is")
 	name := fs.String("name", templates.DefaultName, "the template's name")
 	ref := fs.String("ref", "", "a git ref: upload DIR's tracked files at REF (git archive) instead of the directory")
-	fs.Usage = func() { fmt.Fprint(stderr, deployUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, help.Wrap(deployUsage, "")); help.PrintDefaults(fs.Output(), fs) }
 	pos, c, err := af.start(ctx, fs, args, "DIR")
 	if err != nil {
 		return err
@@ -174,7 +174,7 @@ func adminTemplatesList(ctx context.Context, af *adminFlags, args []string, stdo
 		if v.Current {
 			cur = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", v.ID, v.Time.UTC().Format(time.DateTime), v.Files, byteSize(v.Bytes), cur)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", v.ID, showTime(v.Time), v.Files, byteSize(v.Bytes), cur)
 	}
 	return tw.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -72,8 +73,8 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var f execFlags
 	f.register(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), execUsage)
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(execUsage, ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err

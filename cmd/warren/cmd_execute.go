@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -30,19 +31,13 @@ func runExecute(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	asJSON := fs.Bool("json", false, "print the task as JSON")
 	id := fs.String("id", "", "fetch the task `ID` instead of running one")
 	list := fs.Bool("list", false, "list your newest tasks instead of running one")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: warren execute [flags] PROMPT
+	help.Set(fs, `usage: warren execute [flags] PROMPT
        warren execute -id ID
        warren execute -list
 
 Runs PROMPT as a one-shot task: the agent works in your sandbox until it is done, then the result, the
 files it changed and the cost are printed (and kept: fetch them later with -id). A failed task exits
-non-zero with its error.
-
-flags:
-`)
-		fs.PrintDefaults()
-	}
+non-zero with its error.`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,7 +57,7 @@ flags:
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATUS\tCREATED\tPROMPT")
 		for _, t := range tasks {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Status, t.CreatedAt.Format("2006-01-02 15:04:05"), oneLine(t.Prompt, 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Status, showTime(t.CreatedAt), oneLine(t.Prompt, 60))
 		}
 		return tw.Flush()
 	case *id != "":

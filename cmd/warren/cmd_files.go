@@ -12,8 +12,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -43,8 +43,8 @@ func runFiles(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cf := newClientFlags()
 	cf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), filesUsage+"\nflags:\n")
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(filesUsage+"\nflags:\n", ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -85,8 +85,8 @@ func filesFlagSet(name, usage string, cf *clientFlags, stderr io.Writer) *flag.F
 	fs.SetOutput(stderr)
 	cf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: warren files %s\n\nflags:\n", usage)
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(fmt.Sprintf("usage: warren files %s\n\nflags:\n", usage), ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	return fs
 }
@@ -222,11 +222,7 @@ func filesList(ctx context.Context, cf *clientFlags, args []string, stdout, stde
 		if e.Type == "dir" {
 			size, name = "-", name+"/"
 		}
-		mod := e.ModTime
-		if t, err := time.Parse(time.RFC3339Nano, e.ModTime); err == nil {
-			mod = t.Local().Format("2006-01-02 15:04:05")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Type, size, mod, name)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Type, size, showWireTime(e.ModTime), name)
 	}
 	return tw.Flush()
 }

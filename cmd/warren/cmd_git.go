@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -56,8 +57,8 @@ func repoFlagSet(name, usage string, stderr io.Writer) (*flag.FlagSet, *clientFl
 	cf.register(fs)
 	path := fs.String("path", "", "the repository's directory in the sandbox, relative to the workspace root")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage+"\nflags:\n")
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(usage+"\nflags:\n", ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	return fs, cf, path
 }
@@ -82,6 +83,7 @@ func runGit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	sfs := flag.NewFlagSet("git "+sub, flag.ContinueOnError)
 	sfs.SetOutput(stderr)
+	help.Set(sfs, "usage: warren git "+sub+" [flags] [arguments]\n\nSee 'warren git -h' for its arguments.")
 	cf.register(sfs)
 	sfs.StringVar(path, "path", *path, "the repository's directory in the sandbox")
 	g := &gitCLI{cf: cf, pathp: path, stdout: stdout, stderr: stderr}

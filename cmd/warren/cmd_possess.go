@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/strictjson"
 	warren "github.com/warren-mesh/warren/sdk"
 )
@@ -36,8 +37,7 @@ func runPossess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	root := fs.String("root", ".", "the `DIR` the agent's host tools work in")
 	session := fs.String("session", "", "attach to session `ID` (default: open a new session)")
 	yes := fs.Bool("yes", false, "run every call without asking")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: warren possess [flags]
+	help.Set(fs, `usage: warren possess [flags]
 
 Connects to your agent session as its host: the agent gets the tools HostBash, HostRead, HostWrite,
 HostEdit, HostGlob and HostGrep (mcp__host__*), which run here, on this machine, in DIR. Paths are
@@ -47,12 +47,7 @@ you answer y, unless -yes.
 
 Without -session a new session is opened; prompt it from another terminal with
 'warren chat -resume ID'. With -session ID the host attaches to that session, and the agent has the
-tools from its next turn. Ctrl-C ends possession.
-
-flags:
-`)
-		fs.PrintDefaults()
-	}
+tools from its next turn. Ctrl-C ends possession.`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func previewList(ctx context.Context, cf *clientFlags, args []string, stdout, st
 		if p.Public {
 			vis = "public"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.ID, p.Port, vis, p.Expires.Format(time.RFC3339), p.URL)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.ID, p.Port, vis, showTime(p.Expires), p.URL)
 	}
 	return tw.Flush()
 }

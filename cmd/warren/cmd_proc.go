@@ -8,8 +8,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -56,8 +56,8 @@ func runSubcommands(ctx context.Context, group, usage string, args []string, std
 	cf := newClientFlags()
 	cf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage+"\nflags:\n")
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(usage+"\nflags:\n", ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,8 +88,8 @@ func subFlags(group, usage string, cf *clientFlags, stderr io.Writer) *flag.Flag
 	fs.SetOutput(stderr)
 	cf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: warren %s %s\n\nflags:\n", group, usage)
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(fmt.Sprintf("usage: warren %s %s\n\nflags:\n", group, usage), ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	return fs
 }
@@ -171,7 +171,7 @@ func procList(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 		if len(cmd) > 60 {
 			cmd = cmd[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.ID, p.Status, exit, p.StartedAt, strings.ReplaceAll(cmd, "\n", " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.ID, p.Status, exit, showWireTime(p.StartedAt), strings.ReplaceAll(cmd, "\n", " "))
 	}
 	return tw.Flush()
 }
@@ -366,10 +366,7 @@ func sessionsList(ctx context.Context, cf *clientFlags, args []string, stdout, s
 		if len([]rune(title)) > 60 {
 			title = string([]rune(title)[:57]) + "..."
 		}
-		last := s.LastTurn
-		if t, err := time.Parse(time.RFC3339Nano, last); err == nil {
-			last = t.Local().Format("2006-01-02 15:04")
-		}
+		last := showWireTime(s.LastTurn)
 		if s.Live {
 			last += " (live)"
 		}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -21,6 +22,7 @@ func init() {
 func runRegions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("regions", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren regions [flags]\n\nLists the regions, their health and the round trip to each.")
 	cf := newClientFlags()
 	cf.register(fs)
 	probes := fs.Int("probes", 5, "round trips measured per region (their median is reported)")
@@ -32,7 +34,7 @@ func runRegions(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	c, err := warren.New(cf.url, cf.token, warren.WithUserAgent("warren-cli/"+version))
 	if err != nil {
-		return fmt.Errorf("bad -url %q: %v", cf.url, err)
+		return badURL(cf.url)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/tfprovider"
 )
 
@@ -36,6 +37,7 @@ func init() {
 func runTFProvider(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("terraform-provider", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren terraform-provider [flags]\n\nServes the Terraform provider (Terraform starts it), or lays out a mirror with -install.")
 	install := fs.String("install", "", "lay out a Terraform filesystem mirror holding this binary as the provider in `dir`, with a CLI configuration for TF_CLI_CONFIG_FILE")
 	if err := fs.Parse(args); err != nil {
 		return err

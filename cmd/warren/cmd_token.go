@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/secrets"
 	"github.com/warren-mesh/warren/internal/secrets/file"
 	"github.com/warren-mesh/warren/internal/token"
@@ -128,6 +129,7 @@ func (f *tokenFlags) claims(now time.Time) (token.Claims, error) {
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("warren token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren token [flags]\n\nMints an end user's token with a dev issuer's secret.")
 	var f tokenFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {

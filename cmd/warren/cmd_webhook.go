@@ -10,6 +10,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/adminclient"
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner"
@@ -26,6 +27,7 @@ func init() {
 func runWebhookSecret(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("webhook-secret", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren webhook-secret [flags]\n\nPrints the secret an issuer's backend verifies task webhooks with.")
 	issuer := fs.String("issuer", devstack.DevIssuer, "the issuer (iss) whose webhook secret to print")
 	dataDir := fs.String("data-dir", env.DataDir(), "warren dev's data dir, whose "+devstack.WebhookSecretFile+" is read ($WARREN_DATA_DIR)")
 	secretFile := fs.String("secret-file", "", "the operator's webhook secret file (the runners' -webhook-secret-file); default: the data dir's")

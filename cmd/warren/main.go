@@ -48,6 +48,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "warren: unknown command %q\n\n", args[0])
@@ -118,5 +121,5 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'warren <command> -h' for the flags of one command.")
+	fmt.Fprintln(w, "\nRun 'warren <command> -h' for the flags of one command, 'warren --version' for the version.")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/warren-mesh/warren/billing"
 	billingcockroach "github.com/warren-mesh/warren/billing/cockroach"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/secrets/vault"
 	"github.com/warren-mesh/warren/runner"
 	"github.com/warren-mesh/warren/runner/templates"
@@ -54,6 +55,7 @@ func (f *billingFlags) config(ledger *billingcockroach.Ledger, keys *vault.Store
 func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("billing", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren billing [flags]\n\nRuns the billing role: the ledger and its admin API.")
 	var f billingFlags
 	f.register(fs)
 	log, err := f.common.parse(fs, args, stderr, "billing")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/playground"
@@ -84,6 +85,7 @@ func (f *devFlags) config(stderr io.Writer, log *slog.Logger) (devstack.Config, 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren dev [flags]\n\nRuns every role in one process on this machine.")
 	var f devFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {

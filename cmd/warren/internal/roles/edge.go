@@ -19,6 +19,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	billingcockroach "github.com/warren-mesh/warren/billing/cockroach"
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/regions"
 	regionscockroach "github.com/warren-mesh/warren/internal/regions/cockroach"
@@ -141,6 +142,7 @@ func (f *edgeFlags) config(ctx context.Context, a edgeAdapters, schedKey string,
 func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren edge [flags]\n\nRuns the edge role: authenticates end users and proxies them to their sandboxes.")
 	var f edgeFlags
 	f.register(fs)
 	log, err := f.common.parse(fs, args, stderr, "edge")

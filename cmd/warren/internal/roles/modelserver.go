@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/modelserver"
 )
 
@@ -21,6 +22,7 @@ func init() {
 func runModelServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("warren modelserver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren modelserver [flags]\n\nServes the scripted model API (tests and demos).")
 	listen := fs.String("listen", "127.0.0.1:8090", "listen address")
 	scenario := fs.String("scenario", "auto", "scenario for requests without an "+modelserver.HeaderScenario+" header: "+strings.Join(modelserver.Scenarios(), ", "))
 	delay := fs.Duration("delay", modelserver.DefaultDelay, "pause between the events of the \"long\" scenario")

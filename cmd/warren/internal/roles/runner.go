@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/runner"
 )
@@ -42,8 +43,8 @@ func runRunner(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	f.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: warren runner [flags]\n\nThe bearer key is read from $%s (required without -consul; with -consul the runner makes its own\nand publishes it in its Consul registration).\n\nflags:\n", runnerKeyEnv)
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), help.Wrap(fmt.Sprintf("usage: warren runner [flags]\n\nThe bearer key is read from $%s (required without -consul; with -consul the runner makes its own\nand publishes it in its Consul registration).\n\nflags:\n", runnerKeyEnv), ""))
+		help.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err

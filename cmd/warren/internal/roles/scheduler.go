@@ -16,6 +16,7 @@ import (
 	"github.com/warren-mesh/warren/billing"
 	"github.com/warren-mesh/warren/billing/spool"
 	"github.com/warren-mesh/warren/cmd/warren/internal/env"
+	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/internal/registry/consul"
 	"github.com/warren-mesh/warren/scheduler"
 	schedcockroach "github.com/warren-mesh/warren/scheduler/cockroach"
@@ -118,6 +119,7 @@ func (f *schedulerFlags) config(placements scheduler.Placements, reg *consul.Reg
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help.Set(fs, "usage: warren scheduler [flags]\n\nRuns the scheduler role: places and starts sandboxes.")
 	var f schedulerFlags
 	f.register(fs)
 	log, err := f.common.parse(fs, args, stderr, "scheduler")
