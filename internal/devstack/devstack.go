@@ -352,6 +352,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", ed.Handler())
+	mux.Handle("GET /{$}", landing(ed.Handler())) // a browser's GET of / only: the agent channel upgrades there
 	api, err := billing.NewAPI(billing.APIConfig{Store: ledger, Keys: s.secrets, AdminKeys: s.secrets.AdminKeys,
 		WebhookMaster: s.webhookMaster, Logger: s.log.With("component", "billing"), Metrics: reg})
 	if err != nil {
