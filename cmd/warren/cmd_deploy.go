@@ -78,7 +78,9 @@ func runDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		pw.CloseWithError(packDir(dir, pw))
 	}()
 	var v templates.Version
-	err = c.Upload(ctx, http.MethodPut, templatePath(*iss, *name), "application/x-tar", pr, &v)
+	body, done := progress(stderr, pr, -1, "deploy "+dir)
+	err = c.Upload(ctx, http.MethodPut, templatePath(*iss, *name), "application/x-tar", body, &v)
+	done()
 	pr.Close()
 	if err != nil {
 		return asAdminError(err)

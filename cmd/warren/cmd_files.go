@@ -130,8 +130,10 @@ func filesGet(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 		return clientError{err}
 	}
 	defer rc.Close()
+	src, done := progress(stderr, rc, -1, "get "+pos[0])
+	defer done()
 	if *out == "" || *out == "-" {
-		if _, err := io.Copy(stdout, rc); err != nil {
+		if _, err := io.Copy(stdout, src); err != nil {
 			return fmt.Errorf("get %s: %w", pos[0], clientError{err})
 		}
 		return nil
@@ -141,7 +143,7 @@ func filesGet(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, rc); err != nil {
+	if _, err := io.Copy(f, src); err != nil {
 		f.Close()
 		os.Remove(*out)
 		return fmt.Errorf("get %s: %w", pos[0], clientError{err})
@@ -161,6 +163,7 @@ func filesPut(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 	}
 	local, remote := pos[0], pos[1]
 	var r io.Reader = clientStdin
+	size := int64(-1)
 	if local != "-" {
 		f, err := os.Open(local)
 		if err != nil {
@@ -169,6 +172,8 @@ func filesPut(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 		defer f.Close()
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
 			return fmt.Errorf("%s is a directory; put uploads one file", local)
+		} else if err == nil {
+			size = fi.Size()
 		}
 		r = f
 		if strings.HasSuffix(remote, "/") {
@@ -179,7 +184,9 @@ func filesPut(ctx context.Context, cf *clientFlags, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
+	r, done := progress(stderr, r, size, "put "+remote)
 	fw, err := c.Sandbox().WriteFile(ctx, remote, r)
+	done()
 	if err != nil {
 		return clientError{err}
 	}

@@ -77,7 +77,10 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer os.Remove(f.Name())
-	if _, err := io.Copy(f, body); err != nil {
+	src, done := progress(stderr, body, -1, "pull")
+	_, err = io.Copy(f, src)
+	done()
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("download the bundle: %w", err)
 	}
