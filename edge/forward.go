@@ -918,7 +918,7 @@ func (e *Edge) proxyToRunner(w http.ResponseWriter, r *http.Request, a *admitted
 		Transport:     transport,
 		FlushInterval: -1, // flush every write: exec streams as it happens
 		BufferPool:    relayBuffers,
-		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		ErrorLog:      proxyErrorLog(r.Context(), a.log.Handler()),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = withoutToken(pr.Out.URL)
 			pr.Out.URL.Scheme = "http"
@@ -1108,7 +1108,7 @@ func (e *Edge) proxyForward(w http.ResponseWriter, r *http.Request, a *admitted,
 		Transport:     t,
 		FlushInterval: -1,
 		BufferPool:    relayBuffers,
-		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		ErrorLog:      proxyErrorLog(r.Context(), a.log.Handler()),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "mesh", ""
 			pr.Out.Header.Del("Authorization") // the user's token stays here; the grant goes on the stream
