@@ -16,8 +16,9 @@ const precheckMax = 1 << 20
 
 // precheck refuses a malformed JSON request body before admission, so that a request that cannot succeed
 // says so (invalid_argument, with the field where decoding failed) instead of budget_exceeded or
-// starting the sandbox: the body of POST /v1/sandbox/exec decoded as a wire.ExecRequest (unknown fields
-// ignored, as the runner does), any other body sent as application/json checked to be one JSON value. It
+// starting the sandbox. Only bodies declared application/json (as both SDKs and the CLI send them) are
+// read: the body of POST /v1/sandbox/exec decoded as a wire.ExecRequest (unknown fields ignored, as the
+// runner does), any other checked to be one JSON value; the runner judges the rest after admission. It
 // runs after authentication, so only a holder of a valid token makes the edge buffer a body, at most
 // precheckMax bytes; r.Body is replaced by what was read.
 func precheck(r *http.Request) error {
@@ -25,8 +26,7 @@ func precheck(r *http.Request) error {
 		return nil
 	}
 	exec := r.Method == http.MethodPost && r.URL.Path == "/v1/sandbox/exec"
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if !exec && mt != "application/json" {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		return nil
 	}
 	if r.ContentLength < 0 || r.ContentLength > precheckMax {

@@ -30,9 +30,10 @@ func TestPrecheck(t *testing.T) {
 	}{
 		{"exec ok", "POST", "/v1/sandbox/exec", "application/json", `{"command":"true","future":1}`, false, ""},
 		{"exec without content type", "POST", "/v1/sandbox/exec", "", `{"command":"true"}`, false, ""},
+		{"exec not declared json is the runner's to judge", "POST", "/v1/sandbox/exec", "", `hello`, false, ""},
 		{"exec not json", "POST", "/v1/sandbox/exec", "application/json", `{"command":`, true, ""},
 		{"exec wrong type", "POST", "/v1/sandbox/exec", "application/json", `{"command":5}`, true, "/command"},
-		{"exec twice the same field", "POST", "/v1/sandbox/exec", "", `{"command":"a","command":"b"}`, true, ""},
+		{"exec twice the same field", "POST", "/v1/sandbox/exec", "application/json", `{"command":"a","command":"b"}`, true, ""},
 		{"json body ok", "POST", "/v1/sandbox/git/clone", "application/json; charset=utf-8", `{"url":"x"}`, false, ""},
 		{"json body broken", "POST", "/v1/sandbox/git/clone", "application/json", `{"url":"x"} trailing`, true, ""},
 		{"a file upload is not json", "PUT", "/v1/sandbox/files?path=a", "application/octet-stream", `{not json`, false, ""},
