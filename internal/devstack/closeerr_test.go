@@ -150,10 +150,14 @@ func TestClosesMidTurnSendAnErrorFirst(t *testing.T) {
 		user := fmt.Sprintf("rudi%d", time.Now().UnixNano())
 		r := dialRaw(t, ctx, st, user)
 		r.startLongTool(ctx)
-		if err := syscall.Kill(runnerPID(t, user), syscall.SIGTERM); err != nil {
+		pid := runnerPID(t, user)
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		r.errorThenClose(ctx, wire.Unavailable, websocket.StatusGoingAway)
+		// The runner goes on ending its sandbox (the agent's files in its home) after the client has its
+		// error: the stack's directory is removed only once it has exited.
+		waitFor(t, 30*time.Second, "the runner to exit", func() bool { return syscall.Kill(pid, 0) != nil })
 	})
 	t.Run("warren_dev", func(t *testing.T) {
 		st := agentStack(t, agentOpts{})
