@@ -112,6 +112,9 @@ type Config struct {
 	// IdleTimeout: with no client attached, no turn running and no command running for that long, the
 	// runner snapshots and exits (the sandbox sleeps). 0 disables.
 	IdleTimeout time.Duration
+	// AgentIdle is how long a session's agent process outlives its last client when no turn runs (default
+	// DefaultAgentIdle); a client attaching starts it again in the background, resuming the transcript.
+	AgentIdle time.Duration
 	// ProcessKeepAwake is the operator's cap on how long background processes keep an otherwise idle
 	// sandbox awake: while one runs and the last request is less than this ago, the sandbox does not sleep
 	// (default 24h; negative: processes never keep it awake). When it sleeps, its processes are killed.
@@ -157,6 +160,7 @@ const (
 	DefaultMaxFileSize      = 256 << 20
 	DefaultShutdownTimeout  = 10 * time.Second
 	DefaultProcessKeepAwake = 24 * time.Hour
+	DefaultAgentIdle        = time.Minute
 	DefaultMaxProcesses     = 16
 	DefaultProcessLogBytes  = 1 << 20
 )
@@ -205,6 +209,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.AgentIdle <= 0 {
+		c.AgentIdle = DefaultAgentIdle
 	}
 	if c.ProcessKeepAwake == 0 {
 		c.ProcessKeepAwake = DefaultProcessKeepAwake

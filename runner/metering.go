@@ -42,7 +42,10 @@ type turnMark struct {
 	start time.Time
 }
 
-var _ session.Agent = (*meteredAgent)(nil)
+var (
+	_ session.Agent  = (*meteredAgent)(nil)
+	_ session.Warmer = (*meteredAgent)(nil)
+)
 
 // grantOf is the grant a session's turns run under: the prompting connection's, else the newest.
 func (m *meteredAgent) grantOf(sessionID string) wire.Grant {
@@ -103,6 +106,20 @@ func (m *meteredAgent) Check(ctx context.Context, c session.Check) (session.Chec
 		return ck.Check(ctx, c)
 	}
 	return session.Checked{}, nil
+}
+
+// Warm implements session.Warmer for the driver it wraps.
+func (m *meteredAgent) Warm(sessionID string, opts wire.SessionOptions, meta any) {
+	if w, ok := m.inner.(session.Warmer); ok {
+		w.Warm(sessionID, opts, meta)
+	}
+}
+
+// Cool implements session.Warmer for the driver it wraps.
+func (m *meteredAgent) Cool(sessionID string) {
+	if w, ok := m.inner.(session.Warmer); ok {
+		w.Cool(sessionID)
+	}
 }
 
 // Cost is the Warren extension on every result (tasks.Cost: a task records its turn's).

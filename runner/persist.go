@@ -67,6 +67,7 @@ func (r *Runner) buildAgent() error {
 		CLIPath: mc.CLIPath, Workspace: r.cfg.Workspace, Home: mc.Home, Bwrap: r.cfg.BwrapPath,
 		Insecure: r.cfg.Insecure, Sandbox: r.sandbox, Endpoint: m.Endpoint, Release: m.Release, Watch: r.disk.watch, Env: mc.Env, Decorate: m.Decorate,
 		DefaultModel: mc.DefaultModel, Logger: r.log.With("component", "claude"), AllowBeta: proxy.AllowsBeta,
+		AgentIdle: r.cfg.AgentIdle,
 		// The connection's own grant (a turn's or an init's) decides; without one, the session's.
 		Policy: func(sessionID string, meta any) (claude.Permissions, json.RawMessage) {
 			g, ok := meta.(wire.Grant)

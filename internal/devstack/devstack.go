@@ -77,6 +77,7 @@ type Config struct {
 	AgentEnv      map[string]string // extra env for every agent (e.g. ANTHROPIC_CUSTOM_HEADERS)
 	DefaultModel  string
 	IdleTimeout   time.Duration // sandboxes sleep after this long idle (0: never)
+	AgentIdle     time.Duration // agent processes stop this long after the last client left (0: the runner's default)
 	Rates         edge.Rates    // zero: edge.DefaultRates
 	// Previews configures preview URLs (their store is always the placements' SQLite file); nil: the
 	// defaults, path-based (/preview/<token>/ on PreviewListen).
@@ -225,6 +226,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	runnerEnv := []string{}
 	blobDir := filepath.Join(cfg.DataDir, "blobs")
 	runnerArgs = append(runnerArgs, "-blob-dir", blobDir)
+	if cfg.AgentIdle > 0 {
+		runnerArgs = append(runnerArgs, "-agent-idle", cfg.AgentIdle.String())
+	}
 	if cfg.IdleTimeout > 0 {
 		runnerArgs = append(runnerArgs, "-idle-timeout", cfg.IdleTimeout.String())
 	}

@@ -58,6 +58,19 @@ type Checked struct {
 	Model string
 }
 
+// Warmer is implemented by agents whose sessions keep a process between turns: the hub says when a session
+// is wanted, so the process is started before the first prompt and stopped when nobody is there.
+//
+// The hub calls Warm each time a connection attaches to a session (an init, a resume, a reconnect), with
+// the options the session runs with and what that connection carries (see MetaConn), and Cool when the
+// session's last connection has left and no turn runs. Both are called with the session's lock held, in
+// the order the events happened, so they must not block nor call back into the hub: the work (a start, a
+// stop after a delay) happens in the background.
+type Warmer interface {
+	Warm(sessionID string, opts wire.SessionOptions, meta any)
+	Cool(sessionID string)
+}
+
 // MetaConn is a Conn that says who is on the other end; its Meta goes with every turn it starts.
 type MetaConn interface {
 	Meta() any

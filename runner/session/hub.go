@@ -293,9 +293,12 @@ func (h *Hub) serve(ctx context.Context, c Conn, l *link) error {
 	sess.mu.Lock()
 	sub.meta = meta
 	sub.host = opts.Role == wire.RoleHost
+	if w, ok := h.cfg.Agent.(Warmer); ok {
+		w.Warm(sess.id, sess.opts, meta) // the agent process starts while the client writes its prompt
+	}
 	sess.mu.Unlock()
 	log := h.log.With("session", sess.id)
-	defer sess.detach(sub)
+	defer sess.detach(sub, h.cool)
 	if !l.attached(sess, sub) {
 		return ErrShuttingDown
 	}
@@ -603,6 +606,13 @@ func (h *Hub) beginLocked(s *conversation, sub *subscriber, m wire.ClientMessage
 	go h.runTurn(ctx, s, turn)
 }
 
+// cool tells a Warmer agent that a session has no connection and no turn; the session's lock is held.
+func (h *Hub) cool(id string) {
+	if w, ok := h.cfg.Agent.(Warmer); ok {
+		w.Cool(id)
+	}
+}
+
 // dropQueuedLocked answers every queued prompt with err (each prompt gets an answer: a result or an error;
 // answerPromptLocked says to whom) and empties the queue.
 func (s *conversation) dropQueuedLocked(err *wire.Error) {
@@ -653,6 +663,9 @@ func (h *Hub) runTurn(ctx context.Context, s *conversation, turn Turn) {
 	}
 	s.state = wire.StateReady
 	s.emitLocked(promptInfo(s.id, wire.StateReady, id))
+	if len(s.queued) == 0 && len(s.subs) == 0 {
+		h.cool(s.id) // the turn outlived its clients
+	}
 	if len(s.queued) > 0 {
 		// The next prompt runs even when the connection that sent it has left (a client resuming after a
 		// failover, or one dropped for reading too slowly): its turn is recorded like any other and

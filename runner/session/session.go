@@ -220,10 +220,15 @@ func (s *conversation) attach(lastSeq *int64, queue int, onDrop func()) *subscri
 	return sub
 }
 
-func (s *conversation) detach(sub *subscriber) {
+// detach removes sub; when that leaves the session with no connection and no turn, cool runs (with s.mu
+// held).
+func (s *conversation) detach(sub *subscriber, cool func(id string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.subs, sub)
+	if len(s.subs) == 0 && s.turnCancel == nil {
+		cool(s.id)
+	}
 }
 
 // idle reports whether nothing holds the session: no connection and no turn.

@@ -90,6 +90,10 @@ type Config struct {
 	// IdleTimeout stops a session's process after that long without a turn (default 10 minutes); the next
 	// turn resumes the transcript in a new process.
 	IdleTimeout time.Duration
+	// AgentIdle stops a session's process that long after its last client left (session.Warmer's Cool)
+	// when no turn runs (default 60 s): an idle user costs no CLI. The next client's attach (Warm) starts
+	// one again in the background, resuming the transcript.
+	AgentIdle time.Duration
 	// InterruptGrace is how long an interrupted turn waits for the CLI's own `result` before the process is
 	// killed (default 5 s).
 	InterruptGrace time.Duration
@@ -97,6 +101,7 @@ type Config struct {
 
 const (
 	defaultIdleTimeout    = 10 * time.Minute
+	defaultAgentIdle      = time.Minute
 	defaultInterruptGrace = 5 * time.Second
 	writeTimeout          = 10 * time.Second
 	shutdownGrace         = 2 * time.Second
@@ -121,11 +126,16 @@ type Driver struct {
 	mu       sync.Mutex // guards sessions, closed and background.Add
 	sessions map[string]*agentSession
 	closed   bool
-	// background counts idle stops in progress; Close waits for them.
+	closing  chan struct{} // closed by Close: warm-ups waiting for a turn give up
+	// background counts idle stops and warm-ups in progress; Close waits for them.
 	background sync.WaitGroup
 }
 
-var _ session.Agent = (*Driver)(nil)
+var (
+	_ session.Agent   = (*Driver)(nil)
+	_ session.Checker = (*Driver)(nil)
+	_ session.Warmer  = (*Driver)(nil)
+)
 
 // agentSession is the driver's state for one hub session.
 type agentSession struct {
@@ -136,12 +146,17 @@ type agentSession struct {
 	turn     chan struct{}
 	proc     *cliProc
 	optsKey  string // the effective options proc was started with
-	started  bool   // a process of this session has been started
+	started  bool   // a prompt of this session has reached a process
 	lastUsed time.Time
 	idle     *time.Timer
 	// live mirrors proc for Close, which must not wait for a running turn.
 	liveMu sync.Mutex
 	live   *cliProc
+	// wantMu guards wanted and unwanted: whether a client is attached (Warm, Cool), and the timer that
+	// releases the process after AgentIdle without one.
+	wantMu   sync.Mutex
+	wanted   bool
+	unwanted *time.Timer
 }
 
 // New validates cfg and prepares the sandbox; it starts no process.
@@ -154,6 +169,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.InterruptGrace <= 0 {
 		cfg.InterruptGrace = defaultInterruptGrace
+	}
+	if cfg.AgentIdle <= 0 {
+		cfg.AgentIdle = defaultAgentIdle
 	}
 	if cfg.Endpoint == nil {
 		return nil, fmt.Errorf("%w: Endpoint is required", ErrConfig)
@@ -204,7 +222,7 @@ func New(cfg Config) (*Driver, error) {
 	life, cancel := context.WithCancel(context.Background())
 	return &Driver{
 		cfg: cfg, log: cfg.Logger, sb: sb, sdk: sdk, life: life, cancel: cancel, models: models,
-		sessions: make(map[string]*agentSession),
+		sessions: make(map[string]*agentSession), closing: make(chan struct{}),
 	}, nil
 }
 
@@ -212,6 +230,9 @@ func New(cfg Config) (*Driver, error) {
 // later turns fail with unavailable. Running turns end with a synthesized error result. It is idempotent.
 func (d *Driver) Close(ctx context.Context) error {
 	d.mu.Lock()
+	if !d.closed {
+		close(d.closing)
+	}
 	d.closed = true
 	sessions := make([]*agentSession, 0, len(d.sessions))
 	for _, s := range d.sessions {
@@ -269,24 +290,8 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 	defer d.release(s)
 	log := d.log.With("session", s.id)
 
-	if s.proc != nil && s.proc.exited() {
-		d.setProc(s, nil)
-	}
-	key := optionsKey(opts)
-	if s.proc != nil && s.optsKey != key {
-		// Another token (other permissions, model or sdkConfig) prompts this session now: the CLI's flags
-		// are fixed at start, so it resumes in a new process under the new ones.
-		log.Info("agent options changed; restarting the agent process")
-		s.proc.shutdown(shutdownGrace)
-		d.setProc(s, nil)
-	}
-	if s.proc == nil {
-		p, err := d.start(s, opts, perms.Model != "", log)
-		if err != nil {
-			return err
-		}
-		d.setProc(s, p)
-		s.optsKey = key
+	if err := d.ready(s, opts, perms, true, log); err != nil {
+		return err
 	}
 	p := s.proc
 	drainStale(p, log)
@@ -297,7 +302,35 @@ func (d *Driver) Run(ctx context.Context, turn session.Turn, emit func(event []b
 	if err := p.write(input, writeTimeout); err != nil {
 		return t.exited(fmt.Errorf("write the prompt: %w", err))
 	}
+	s.started = true
 	return t.relay(ctx)
+}
+
+// ready makes sure the session has a live process started with opts; s.turn is held. A process started
+// with other options is restarted when restart is set (a prompt: the CLI's flags are fixed at start) and
+// kept otherwise (a warm-up: the prompt decides).
+func (d *Driver) ready(s *agentSession, opts wire.SessionOptions, perms Permissions, restart bool, log *slog.Logger) error {
+	if s.proc != nil && s.proc.exited() {
+		d.setProc(s, nil)
+	}
+	key := optionsKey(opts)
+	if s.proc != nil && s.optsKey != key && restart {
+		// Another token (other permissions, model or sdkConfig) prompts this session now: the CLI's flags
+		// are fixed at start, so it resumes in a new process under the new ones.
+		log.Info("agent options changed; restarting the agent process")
+		s.proc.shutdown(shutdownGrace)
+		d.setProc(s, nil)
+	}
+	if s.proc != nil {
+		return nil
+	}
+	p, err := d.start(s, opts, perms.Model != "", log)
+	if err != nil {
+		return err
+	}
+	d.setProc(s, p)
+	s.optsKey = key
+	return nil
 }
 
 // effective is the options a session runs with under the policy of meta (the connection's grant).
@@ -360,6 +393,102 @@ func (d *Driver) session(id string) (*agentSession, error) {
 		d.sessions[id] = s
 	}
 	return s, nil
+}
+
+// Warm implements session.Warmer: a client attached to the session, so its process is started in the
+// background (resuming the transcript when there is one) with the options the session runs with under
+// that client's token, and the first prompt only writes to its stdin. A process already running is kept,
+// even when it was started with other options: the next prompt restarts it if its own differ.
+func (d *Driver) Warm(sessionID string, opts wire.SessionOptions, meta any) {
+	s, err := d.session(sessionID)
+	if err != nil {
+		return
+	}
+	s.want(true, 0, nil)
+	d.inBackground(func() { d.warm(s, opts, meta) })
+}
+
+// Cool implements session.Warmer: the session's last client left and no turn runs, so its process is
+// stopped after AgentIdle unless a client comes back first.
+func (d *Driver) Cool(sessionID string) {
+	d.mu.Lock()
+	s := d.sessions[sessionID]
+	d.mu.Unlock()
+	if s != nil {
+		s.want(false, d.cfg.AgentIdle, func() { d.inBackground(func() { d.stopUnwanted(s) }) })
+	}
+}
+
+// want records whether a client wants the session; unwanted, stop runs after delay unless wanted again.
+func (s *agentSession) want(wanted bool, delay time.Duration, stop func()) {
+	s.wantMu.Lock()
+	defer s.wantMu.Unlock()
+	s.wanted = wanted
+	if s.unwanted != nil {
+		s.unwanted.Stop()
+		s.unwanted = nil
+	}
+	if !wanted {
+		s.unwanted = time.AfterFunc(delay, stop)
+	}
+}
+
+func (s *agentSession) isWanted() bool {
+	s.wantMu.Lock()
+	defer s.wantMu.Unlock()
+	return s.wanted
+}
+
+// inBackground runs f in a goroutine Close waits for, unless the driver is closed.
+func (d *Driver) inBackground(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.background.Add(1)
+	go func() {
+		defer d.background.Done()
+		f()
+	}()
+}
+
+// warm starts the session's process unless it has one; it waits for a running turn (which leaves one).
+func (d *Driver) warm(s *agentSession, client wire.SessionOptions, meta any) {
+	opts, perms, err := d.effective(s.id, client, meta)
+	if err != nil {
+		return // the prompt reports it
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-d.closing:
+		return
+	}
+	defer d.release(s)
+	if !s.isWanted() {
+		return // the client left already
+	}
+	log := d.log.With("session", s.id)
+	if err := d.ready(s, opts, perms, false, log); err != nil {
+		log.Debug("agent process not started ahead of the prompt", "err", err)
+	}
+}
+
+// stopUnwanted stops a session's process once no client has wanted it for AgentIdle and no turn runs. The
+// transcript stays, so the next start resumes it.
+func (d *Driver) stopUnwanted(s *agentSession) {
+	select {
+	case s.turn <- struct{}{}:
+	default:
+		return // a turn is running; the hub cools the session again when it ends
+	}
+	defer func() { <-s.turn }()
+	if s.proc == nil || s.isWanted() {
+		return
+	}
+	d.log.Debug("releasing the agent process of a session nobody is attached to", "session", s.id)
+	s.proc.shutdown(shutdownGrace)
+	d.setProc(s, nil)
 }
 
 // release ends a turn's hold on the session and arms its idle stop.
@@ -471,7 +600,6 @@ func (d *Driver) start(s *agentSession, opts wire.SessionOptions, pinned bool, l
 		go func() { <-p.p.Done(); stop() }()
 		go d.cfg.Watch(wctx, func(cause error) { p.kill(cause) })
 	}
-	s.started = true
 	log.Debug("agent process started", "pid", p.p.Pid(), "resume", l.Resume, "fork_from", l.ForkFrom, "resume_at", l.ResumeAt)
 	return p, nil
 }

@@ -731,3 +731,33 @@ func TestAPIError(t *testing.T) {
 		t.Errorf("the turn after the API error lost the conversation")
 	}
 }
+
+// TestWarmAndRelease: a session's process starts when a client attaches (Warm), before any prompt, and the
+// prompt runs in it; it is released AgentIdle after the last client left (Cool), and a client coming back
+// starts one again that resumes the transcript. A prompt whose options differ from the warm process's
+// restarts it under its own.
+func TestWarmAndRelease(t *testing.T) {
+	r := newRig(t)
+	d := r.driver(t, "", func(c *Config) { c.AgentIdle = 100 * time.Millisecond })
+	id := session.NewID()
+	d.Warm(id, wire.SessionOptions{}, nil)
+	waitFor(t, "the warm process to start", func() bool { return d.pid(id) != 0 })
+	warm := d.pid(id)
+	mustSucceed(t, run(t, context.Background(), d, id, wire.SessionOptions{}, "remember the word plum"))
+	if got := d.pid(id); got != warm {
+		t.Fatalf("the prompt ran in process %d, not the warm one %d", got, warm)
+	}
+
+	d.Cool(id)
+	waitFor(t, "the process to be released", func() bool { return d.processCount() == 0 })
+	d.Warm(id, wire.SessionOptions{}, nil)
+	waitFor(t, "the process to start again", func() bool { return d.pid(id) != 0 })
+	r.ms.Reset()
+	other := wire.SessionOptions{Model: "claude-sonnet-4-5"}
+	mustSucceed(t, run(t, context.Background(), d, id, other, "and the word?"))
+	if reqs := mainRequests(r.ms); len(reqs) == 0 || !strings.Contains(messagesText(reqs[0]), "plum") {
+		t.Errorf("no resume after the release")
+	} else if reqs[0].Model != "claude-sonnet-4-5" {
+		t.Errorf("the prompt's model %q was not used: the process was not restarted under its options", reqs[0].Model)
+	}
+}

@@ -133,6 +133,7 @@ func (f *runnerFlags) registerLimits(fs *flag.FlagSet) {
 	fs.DurationVar(&cfg.DefaultExecTimeout, "exec-timeout", runner.DefaultExecTimeout, "timeout of a command that names none")
 	fs.DurationVar(&cfg.MaxExecTimeout, "max-exec-timeout", runner.DefaultMaxExecTimeout, "largest timeout a command may ask for")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "sleep (snapshot and exit) after this long idle; 0 never")
+	fs.DurationVar(&cfg.AgentIdle, "agent-idle", runner.DefaultAgentIdle, "stop a session's agent process this long after its last client left, when no turn runs (a client coming back starts it again)")
 	fs.DurationVar(&cfg.ProcessKeepAwake, "process-keep-awake", runner.DefaultProcessKeepAwake, "the cap on process time: a running background process keeps an otherwise idle sandbox awake until the last request is this old (then the sandbox sleeps and its processes end); negative: processes never keep it awake")
 	fs.IntVar(&cfg.MaxProcesses, "max-processes", runner.DefaultMaxProcesses, "background processes a sandbox may run at once (as many exited ones are kept for listing)")
 	fs.Int64Var(&cfg.ProcessLogBytes, "process-log-bytes", runner.DefaultProcessLogBytes, "output kept of each background process (the oldest is dropped first)")
