@@ -152,10 +152,11 @@ type agentSession struct {
 	// live mirrors proc for Close, which must not wait for a running turn.
 	liveMu sync.Mutex
 	live   *cliProc
-	// wantMu guards wanted and unwanted: whether a client is attached (Warm, Cool), and the timer that
-	// releases the process after AgentIdle without one.
+	// wantMu guards cooling and unwanted: whether the session's last client left (Cool, until the next
+	// Warm; a session the hub never told about is not cooling), and the timer that releases its process
+	// after AgentIdle.
 	wantMu   sync.Mutex
-	wanted   bool
+	cooling  bool
 	unwanted *time.Timer
 }
 
@@ -324,6 +325,7 @@ func (d *Driver) ready(s *agentSession, opts wire.SessionOptions, perms Permissi
 	if s.proc != nil {
 		return nil
 	}
+	d.releaseCooling(s)
 	p, err := d.start(s, opts, perms.Model != "", log)
 	if err != nil {
 		return err
@@ -423,7 +425,7 @@ func (d *Driver) Cool(sessionID string) {
 func (s *agentSession) want(wanted bool, delay time.Duration, stop func()) {
 	s.wantMu.Lock()
 	defer s.wantMu.Unlock()
-	s.wanted = wanted
+	s.cooling = !wanted
 	if s.unwanted != nil {
 		s.unwanted.Stop()
 		s.unwanted = nil
@@ -433,10 +435,10 @@ func (s *agentSession) want(wanted bool, delay time.Duration, stop func()) {
 	}
 }
 
-func (s *agentSession) isWanted() bool {
+func (s *agentSession) isCooling() bool {
 	s.wantMu.Lock()
 	defer s.wantMu.Unlock()
-	return s.wanted
+	return s.cooling
 }
 
 // inBackground runs f in a goroutine Close waits for, unless the driver is closed.
@@ -465,7 +467,7 @@ func (d *Driver) warm(s *agentSession, client wire.SessionOptions, meta any) {
 		return
 	}
 	defer d.release(s)
-	if !s.isWanted() {
+	if s.isCooling() {
 		return // the client left already
 	}
 	log := d.log.With("session", s.id)
@@ -483,12 +485,35 @@ func (d *Driver) stopUnwanted(s *agentSession) {
 		return // a turn is running; the hub cools the session again when it ends
 	}
 	defer func() { <-s.turn }()
-	if s.proc == nil || s.isWanted() {
+	if s.proc == nil || !s.isCooling() {
 		return
 	}
 	d.log.Debug("releasing the agent process of a session nobody is attached to", "session", s.id)
 	s.proc.shutdown(shutdownGrace)
 	d.setProc(s, nil)
+}
+
+// releaseCooling stops, in the background, the processes of the sessions other than s that no client
+// wants and no turn uses (those waiting out AgentIdle): a process starting for s takes their place, so a
+// user opening session after session keeps at most its live sessions' processes (and the sandbox's
+// memory limit is not spent on ones nobody is attached to).
+func (d *Driver) releaseCooling(s *agentSession) {
+	d.mu.Lock()
+	others := make([]*agentSession, 0, len(d.sessions))
+	for _, o := range d.sessions {
+		if o != s {
+			others = append(others, o)
+		}
+	}
+	d.mu.Unlock()
+	for _, o := range others {
+		o.liveMu.Lock()
+		live := o.live != nil
+		o.liveMu.Unlock()
+		if live && o.isCooling() {
+			d.inBackground(func() { d.stopUnwanted(o) })
+		}
+	}
 }
 
 // release ends a turn's hold on the session and arms its idle stop.

@@ -761,3 +761,22 @@ func TestWarmAndRelease(t *testing.T) {
 		t.Errorf("the prompt's model %q was not used: the process was not restarted under its options", reqs[0].Model)
 	}
 }
+
+// TestStartReleasesCooling: a process starting for one session stops those of the sessions whose clients
+// left (waiting out AgentIdle), so a user opening session after session holds no more processes than it
+// has sessions in use; a session the hub never cooled keeps its process.
+func TestStartReleasesCooling(t *testing.T) {
+	r := newRig(t)
+	d := r.driver(t, "", func(c *Config) { c.AgentIdle = time.Hour })
+	left, kept, next := session.NewID(), session.NewID(), session.NewID()
+	mustSucceed(t, run(t, context.Background(), d, kept, wire.SessionOptions{}, "hello"))
+	d.Warm(left, wire.SessionOptions{}, nil)
+	waitFor(t, "the first session's process to start", func() bool { return d.pid(left) != 0 })
+	d.Cool(left)
+	d.Warm(next, wire.SessionOptions{}, nil)
+	waitFor(t, "the next session's process to start", func() bool { return d.pid(next) != 0 })
+	waitFor(t, "the cooling session's process to be released", func() bool { return d.pid(left) == 0 })
+	if d.pid(kept) == 0 {
+		t.Error("the process of a session that was never cooled was stopped")
+	}
+}
