@@ -64,8 +64,8 @@ lint: staticcheck ## gofmt, import groups, commit subjects, go mod tidy, go vet 
 bench: ## micro-benchmarks of hot paths
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
-load: tools build ## end-to-end load tool: sandbox start latency, exec round trips, runner RSS
-	$(BIN) bench -users 50 -turns 20
+load: tools build ## end-to-end load tool: sandbox start latency, exec round trips, runner RSS, first agent event
+	$(BIN) bench -users 50 -turns 20 -first-events 20
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')

@@ -107,10 +107,27 @@ func connectIdle(ctx context.Context, st *devstack.Stack, mint func(string) (str
 
 // treesPSSKiB sums the PSS of the processes roots (pids) and all their descendants, and counts them.
 func treesPSSKiB(roots []string) (kib int64, procs int, err error) {
+	pids, err := treePIDs(roots)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, pid := range pids {
+		pss, err := pssKiB(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		kib += pss
+		procs++
+	}
+	return kib, procs, nil
+}
+
+// treePIDs are the processes roots (pids) and all their descendants.
+func treePIDs(roots []string) ([]string, error) {
 	children := map[string][]string{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	for _, e := range ents {
 		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -124,6 +141,7 @@ func treesPSSKiB(roots []string) (kib int64, procs int, err error) {
 		}
 	}
 	seen := map[string]bool{}
+	var pids []string
 	todo := slices.Clone(roots)
 	for len(todo) > 0 {
 		pid := todo[len(todo)-1]
@@ -132,15 +150,10 @@ func treesPSSKiB(roots []string) (kib int64, procs int, err error) {
 			continue
 		}
 		seen[pid] = true
-		pss, err := pssKiB(pid)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		kib += pss
-		procs++
+		pids = append(pids, pid)
 		todo = append(todo, children[pid]...)
 	}
-	return kib, procs, nil
+	return pids, nil
 }
 
 // pssKiB is the Pss line of /proc/pid/smaps_rollup.

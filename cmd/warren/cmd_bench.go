@@ -25,6 +25,7 @@ import (
 	"github.com/warren-mesh/warren/internal/token"
 	"github.com/warren-mesh/warren/internal/tools"
 	"github.com/warren-mesh/warren/internal/wire"
+	"github.com/warren-mesh/warren/runner"
 	warren "github.com/warren-mesh/warren/sdk"
 )
 
@@ -45,6 +46,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keep := fs.Bool("keep", false, "keep the temporary data dir")
 	turns := fs.Int("turns", 0, "also measure agent turns (real Claude Code CLI, scripted model): prompt → first agent event and → result")
 	agent := fs.Bool("agent", false, "run the agent (real Claude Code CLI) without measuring turns: connect → ready with no model, an alias and a full name (implied by -turns)")
+	firstEvents := fs.Int("first-events", 0, "also measure the first agent event of this many pairs of new sessions (real Claude Code CLI, scripted model): a prompt to a session open for 1 s, one sent with the init, and the CLI alone as the floor; then an idle user's memory once its agent is released")
+	openFor := fs.Duration("open-for", time.Second, "with -first-events: how long a session is open before its prompt")
+	agentIdle := fs.Duration("agent-idle", runner.DefaultAgentIdle, "runners stop a session's agent process this long after its last client left")
 	density := fs.String("density", "", "also bring idle users (sandbox up, no client, no turn) up to each of these counts, e.g. 10,100,1000, and print their memory and users per GiB")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,12 +65,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer os.RemoveAll(dir)
 	}
 	cli := ""
-	if *turns > 0 || *agent {
+	if *turns > 0 || *agent || *firstEvents > 0 {
 		if cli = tools.FindClaudeCLI(); cli == "" {
-			return errors.New("-turns and -agent need the Claude Code CLI: run `make tools`")
+			return errors.New("-turns, -first-events and -agent need the Claude Code CLI: run `make tools`")
 		}
 	}
-	st, err := devstack.Start(ctx, devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure, ClaudeCLI: cli})
+	st, err := devstack.Start(ctx, devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure, ClaudeCLI: cli, AgentIdle: *agentIdle})
 	if err != nil {
 		return err
 	}
@@ -125,7 +129,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *turns > 0 {
-		return benchTurns(ctx, stdout, c, *turns)
+		if err := benchTurns(ctx, stdout, c, *turns); err != nil {
+			return err
+		}
+	}
+	if *firstEvents > 0 {
+		return benchFirstEvent(ctx, stdout, st, mint, cli, *firstEvents, *openFor)
 	}
 	return nil
 }
