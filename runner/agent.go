@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/warren-mesh/warren/internal/httpx"
 	"github.com/warren-mesh/warren/internal/wire"
 	"github.com/warren-mesh/warren/runner/internal/web"
 	"github.com/warren-mesh/warren/runner/session"
@@ -16,7 +17,7 @@ import (
 
 // agentRoutes mounts the agent channel.
 func (a *api) agentRoutes(s web.Serve) {
-	s.Handle("/v1/agent", web.Methods{http.MethodGet: a.agent})
+	s.Handle("/v1/agent", httpx.Methods{http.MethodGet: a.agent})
 }
 
 // agent serves GET /v1/agent: the agent channel (docs/PROTOCOL.md#agent-channel) over WebSocket, one JSON
