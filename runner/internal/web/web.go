@@ -31,7 +31,6 @@ type Serve struct {
 // Handle mounts h at pattern behind Auth.
 func (s Serve) Handle(pattern string, h http.Handler) { s.Mux.Handle(pattern, s.Auth(h)) }
 
-
 // ItemRoute serves prefix{id}[/action] with the handler of action (not_found for another), the id as the
 // path value "id".
 func ItemRoute(prefix string, actions map[string]http.Handler) http.HandlerFunc {
