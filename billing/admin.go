@@ -267,6 +267,7 @@ type AdminStore interface {
 	Quotas
 	PriceStore
 	UsageQuery
+	APIKeys
 }
 
 // GroupBy is how QueryUsage groups events.

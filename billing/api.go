@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -51,6 +52,8 @@ type APIConfig struct {
 	// -webhook-secret-file); GET /v1/issuers/{iss}/webhook-secret answers an issuer's secret derived from it.
 	// Empty: that route answers unavailable.
 	WebhookMaster []byte
+	// Now stamps the creation of API keys (default time.Now).
+	Now func() time.Time
 }
 
 // API is the billing role's admin HTTP API (docs/PROTOCOL.md#billing-api). Safe for concurrent use.
@@ -63,29 +66,35 @@ type API struct {
 }
 
 // route is one method and path of the API; the mux, Mount and the OpenAPI test all read this table.
+// scoped routes also accept an issuer's API key, for its own issuer: the {iss} of the path, or the iss
+// filter of the usage report; the others need the admin key.
 type route struct {
 	method, pattern string
 	serve           func(a *API, w http.ResponseWriter, r *http.Request) error
+	scoped          bool
 }
 
 var routes = []route{
-	{http.MethodGet, "/v1/issuers", (*API).listIssuers},
-	{http.MethodGet, "/v1/issuers/{iss}", (*API).getIssuer},
-	{http.MethodPut, "/v1/issuers/{iss}", (*API).putIssuer},
-	{http.MethodPost, "/v1/issuers/{iss}/keys", (*API).rotateKey},
-	{http.MethodGet, "/v1/issuers/{iss}/webhook-secret", (*API).webhookSecret},
-	{http.MethodGet, "/v1/quotas/{iss}", (*API).getQuota},
-	{http.MethodPut, "/v1/quotas/{iss}", (*API).putQuota},
-	{http.MethodGet, "/v1/quotas/{iss}/users/{sub}", (*API).getQuota},
-	{http.MethodPut, "/v1/quotas/{iss}/users/{sub}", (*API).putQuota},
-	{http.MethodDelete, "/v1/quotas/{iss}", (*API).deleteQuota},
-	{http.MethodDelete, "/v1/quotas/{iss}/users/{sub}", (*API).deleteQuota},
-	{http.MethodGet, "/v1/usage", (*API).usage},
-	{http.MethodGet, "/v1/prices", (*API).listPrices},
-	{http.MethodGet, "/v1/prices/{model}", (*API).getPrice},
-	{http.MethodPut, "/v1/prices/{model}", (*API).putPrice},
-	{http.MethodDelete, "/v1/prices/{model}", (*API).deletePrice},
-	{http.MethodGet, "/v1/openapi.json", (*API).openAPI},
+	{http.MethodGet, "/v1/issuers", (*API).listIssuers, false},
+	{http.MethodGet, "/v1/issuers/{iss}", (*API).getIssuer, true},
+	{http.MethodPut, "/v1/issuers/{iss}", (*API).putIssuer, false},
+	{http.MethodPost, "/v1/issuers/{iss}/keys", (*API).rotateKey, false},
+	{http.MethodGet, "/v1/issuers/{iss}/webhook-secret", (*API).webhookSecret, true},
+	{http.MethodGet, "/v1/issuers/{iss}/api-keys", (*API).listAPIKeys, false},
+	{http.MethodPost, "/v1/issuers/{iss}/api-keys", (*API).createAPIKey, false},
+	{http.MethodDelete, "/v1/issuers/{iss}/api-keys/{id}", (*API).revokeAPIKey, false},
+	{http.MethodGet, "/v1/quotas/{iss}", (*API).getQuota, true},
+	{http.MethodPut, "/v1/quotas/{iss}", (*API).putQuota, true},
+	{http.MethodGet, "/v1/quotas/{iss}/users/{sub}", (*API).getQuota, true},
+	{http.MethodPut, "/v1/quotas/{iss}/users/{sub}", (*API).putQuota, true},
+	{http.MethodDelete, "/v1/quotas/{iss}", (*API).deleteQuota, true},
+	{http.MethodDelete, "/v1/quotas/{iss}/users/{sub}", (*API).deleteQuota, true},
+	{http.MethodGet, "/v1/usage", (*API).usage, true},
+	{http.MethodGet, "/v1/prices", (*API).listPrices, false},
+	{http.MethodGet, "/v1/prices/{model}", (*API).getPrice, false},
+	{http.MethodPut, "/v1/prices/{model}", (*API).putPrice, false},
+	{http.MethodDelete, "/v1/prices/{model}", (*API).deletePrice, false},
+	{http.MethodGet, "/v1/openapi.json", (*API).openAPI, true},
 }
 
 // NewAPI validates cfg and returns the API.
@@ -95,6 +104,9 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -119,7 +131,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 		a.mux.Handle(p, a.dispatch(byPattern[p]))
 	}
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.authenticate(r); err != nil {
+		if _, err := a.authenticate(r); err != nil {
 			a.fail(w, r, err)
 			return
 		}
@@ -161,6 +173,8 @@ func Prefixes() []string {
 // requestInfo is what the middleware learns about a request as it passes through.
 type requestInfo struct {
 	route string
+	// keyIssuer is the issuer whose API key authenticated the request; "" for the admin key.
+	keyIssuer string
 }
 
 type ctxKey struct{}
@@ -183,45 +197,55 @@ func (a *API) withRequest(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate accepts requests bearing one of the admin keys; every route, unknown ones included, asks it
-// first. The header is read by the one bearer rule and the key compared with every configured key as
-// httpx.KeyIn does (docs/PROTOCOL.md#auth-header), so neither a key's bytes nor its length leak through
-// timing.
-func (a *API) authenticate(r *http.Request) error {
+// authenticate accepts requests bearing one of the admin keys or an issuer's API key, and answers that
+// issuer ("" for the admin key); every route, unknown ones included, asks it first. The header is read by
+// the one bearer rule and an admin key compared with every configured key as httpx.KeyIn does
+// (docs/PROTOCOL.md#auth-header), so neither a key's bytes nor its length leak through timing.
+func (a *API) authenticate(r *http.Request) (keyIssuer string, err error) {
 	got, ok := httpx.BearerOf(r)
 	if !ok {
 		a.m.authFailures.WithLabelValues("missing").Inc()
-		return wire.Errorf(wire.Unauthenticated, "no admin key: send Authorization: Bearer <admin key>")
+		return "", wire.Errorf(wire.Unauthenticated, "no admin key: send Authorization: Bearer <admin key>")
+	}
+	if id, ok := ParseAPIKeySecret(got); ok {
+		return a.authenticateAPIKey(r, id, got)
 	}
 	keys, err := a.cfg.AdminKeys(r.Context())
 	if err != nil {
-		return wire.Wrap(wire.Unavailable, err, "the admin keys cannot be read")
+		return "", wire.Wrap(wire.Unavailable, err, "the admin keys cannot be read")
 	}
 	if !httpx.KeyIn(got, keys) {
 		a.m.authFailures.WithLabelValues("wrong").Inc()
 		a.logger(r).Info("admin key rejected", "remote", r.RemoteAddr)
-		return wire.Errorf(wire.Unauthenticated, "the admin key was rejected")
+		return "", wire.Errorf(wire.Unauthenticated, "the admin key was rejected")
 	}
-	return nil
+	return "", nil
 }
 
-// dispatch serves one path pattern: it authenticates, then chooses the route by method.
+// dispatch serves one path pattern: it authenticates, checks an issuer key's scope, then chooses the route
+// by method.
 func (a *API) dispatch(byMethod map[string]route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt, ok := byMethod[r.Method]
 		if ok {
 			info(r).route = rt.method + " " + rt.pattern
 		}
-		if err := a.authenticate(r); err != nil {
+		iss, err := a.authenticate(r)
+		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
+		info(r).keyIssuer = iss
 		if !ok {
 			allowed := make([]string, 0, len(byMethod))
 			for m := range byMethod {
 				allowed = append(allowed, m)
 			}
 			httpx.MethodNotAllowed(w, r, allowed)
+			return
+		}
+		if err := a.authorize(r, rt); err != nil {
+			a.fail(w, r, err)
 			return
 		}
 		if err := rt.serve(a, w, r); err != nil {
@@ -235,6 +259,8 @@ func (a *API) dispatch(byMethod map[string]route) http.Handler {
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	wire.WriteHTTPError(w, a.logger(r), err)
 }
+
+func (a *API) now() time.Time { return a.cfg.Now() }
 
 func (a *API) logger(r *http.Request) *slog.Logger {
 	return a.log.With("request_id", httpx.RequestID(r.Context()), "route", info(r).route)

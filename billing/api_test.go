@@ -180,7 +180,7 @@ func (e *apiEnv) expectError(t testing.TB, method, path, body string, status int
 
 // routePath turns a route pattern into a request path with valid values.
 func routePath(pattern string) string {
-	return strings.NewReplacer("{iss}", "acme", "{sub}", "alice", "{model}", "claude-sonnet-4-5").Replace(pattern)
+	return strings.NewReplacer("{iss}", "acme", "{sub}", "alice", "{model}", "claude-sonnet-4-5", "{id}", "ak0123456789abcdef").Replace(pattern)
 }
 
 func TestAPIAuth(t *testing.T) {

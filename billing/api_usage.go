@@ -148,6 +148,14 @@ func parseUsageQuery(r *http.Request) (UsageFilter, error) {
 	if q.Has("iss") && !ValidName(f.Issuer) {
 		return UsageFilter{}, invalidField("iss", "iss must be 1 to %d bytes of UTF-8 without control characters", MaxNameLen)
 	}
+	// An issuer's API key reports on its own issuer alone: iss defaults to it and may not name another.
+	if scope := info(r).keyIssuer; scope != "" {
+		if !q.Has("iss") {
+			f.Issuer = scope
+		} else if f.Issuer != scope {
+			return UsageFilter{}, otherIssuer(scope, f.Issuer)
+		}
+	}
 	if q.Has("sub") {
 		switch {
 		case !ValidName(f.User):

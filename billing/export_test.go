@@ -8,3 +8,12 @@ func Routes() []string {
 	}
 	return out
 }
+
+// ScopedRoutes lists the routes an issuer's API key may call, as Routes does.
+func ScopedRoutes() map[string]bool {
+	out := map[string]bool{}
+	for _, rt := range routes {
+		out[rt.method+" "+rt.pattern] = rt.scoped
+	}
+	return out
+}

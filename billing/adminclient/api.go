@@ -222,3 +222,28 @@ func (c *Client) PutPrice(ctx context.Context, model string, p billing.Price) (M
 func (c *Client) DeletePrice(ctx context.Context, model string) error {
 	return c.Call(ctx, http.MethodDelete, pricePath(model), nil, nil, nil)
 }
+
+// ListAPIKeys is GET /v1/issuers/{iss}/api-keys: the issuer's live API keys, without their secrets.
+func (c *Client) ListAPIKeys(ctx context.Context, iss string) ([]billing.APIKey, error) {
+	var out struct {
+		Keys []billing.APIKey `json:"keys"`
+	}
+	err := c.Call(ctx, http.MethodGet, issuerPath(iss)+"/api-keys", nil, nil, &out)
+	return out.Keys, err
+}
+
+// CreateAPIKey is POST /v1/issuers/{iss}/api-keys: a new API key of iss, its secret answered only once.
+func (c *Client) CreateAPIKey(ctx context.Context, iss, name string) (billing.NewAPIKey, error) {
+	var out billing.NewAPIKey
+	err := c.Call(ctx, http.MethodPost, issuerPath(iss)+"/api-keys", nil, map[string]string{"name": name}, &out)
+	if err == nil && (out.ID == "" || out.Secret == "") {
+		err = fmt.Errorf("POST /v1/issuers/%s/api-keys answered no key id or secret", escape(iss))
+	}
+	return out, err
+}
+
+// RevokeAPIKey is DELETE /v1/issuers/{iss}/api-keys/{id}: every billing instance refuses the key from
+// the next request on. A key iss does not have is wire.NotFound.
+func (c *Client) RevokeAPIKey(ctx context.Context, iss, id string) error {
+	return c.Call(ctx, http.MethodDelete, issuerPath(iss)+"/api-keys/"+escape(id), nil, nil, nil)
+}

@@ -269,3 +269,43 @@ func TestTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIKeys drives the key methods against the real billing API: a key made by the admin works as the
+// client's key for its own issuer, is refused for another's, and is refused once revoked.
+func TestAPIKeys(t *testing.T) {
+	s := newServer(t, nil)
+	admin := newClient(t, adminclient.Config{URL: s.url, Key: s.key})
+	ctx := context.Background()
+	for _, iss := range []string{"acme", "beta"} {
+		if _, err := admin.PutIssuer(ctx, iss, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := admin.CreateAPIKey(ctx, "acme", "backend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := admin.ListAPIKeys(ctx, "acme")
+	if err != nil || len(list) != 1 || list[0] != k.APIKey {
+		t.Fatalf("ListAPIKeys = %+v, %v; want %+v", list, err, k.APIKey)
+	}
+	scoped := newClient(t, adminclient.Config{URL: s.url, Key: k.Secret})
+	if _, err := scoped.GetIssuer(ctx, "acme"); err != nil {
+		t.Fatalf("the key on its own issuer: %v", err)
+	}
+	if _, err := scoped.GetQuota(ctx, billing.QuotaKey{Issuer: "beta"}); !adminclient.IsCode(err, wire.PermissionDenied) {
+		t.Fatalf("the key on another issuer's quota: %v, want permission_denied", err)
+	}
+	if err := scoped.RevokeAPIKey(ctx, "acme", k.ID); !adminclient.IsCode(err, wire.PermissionDenied) {
+		t.Fatalf("the key revoking itself: %v, want permission_denied (the admin's)", err)
+	}
+	if err := admin.RevokeAPIKey(ctx, "acme", k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scoped.GetIssuer(ctx, "acme"); !adminclient.IsCode(err, wire.Unauthenticated) {
+		t.Fatalf("a revoked key: %v, want unauthenticated", err)
+	}
+	if err := admin.RevokeAPIKey(ctx, "acme", k.ID); !adminclient.IsCode(err, wire.NotFound) {
+		t.Fatalf("revoking twice: %v, want not_found", err)
+	}
+}

@@ -185,16 +185,11 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 	}
 	q.Revision = expected + 1
 	err := l.tx(ctx, cockroachdb.TxOptions{}, func(tx pgx.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM issuers WHERE id = $1`, k.Issuer).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("issuer %q is not registered: %w", k.Issuer, billing.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("read issuer: %w", err)
+		if err := issuerRegistered(ctx, tx, k.Issuer); err != nil {
+			return err
 		}
 		var current int64
-		err = tx.QueryRow(ctx, `SELECT revision FROM quotas WHERE issuer = $1 AND "user" = $2`, k.Issuer, k.User).Scan(&current)
+		err := tx.QueryRow(ctx, `SELECT revision FROM quotas WHERE issuer = $1 AND "user" = $2`, k.Issuer, k.User).Scan(&current)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read revision: %w", err)
 		}

@@ -127,6 +127,16 @@ var migrations = []string{
 	`ALTER TABLE quotas ADD COLUMN max_terminals INT8 NOT NULL DEFAULT 0 CHECK (max_terminals >= -1)`,
 	`ALTER TABLE quotas ADD COLUMN max_tasks INT8 NOT NULL DEFAULT 0 CHECK (max_tasks >= -1)`,
 	`ALTER TABLE quotas ADD COLUMN max_preview_urls INT8 NOT NULL DEFAULT 0 CHECK (max_preview_urls >= -1)`,
+	// Issuers' scoped keys of the billing API (billing.APIKeys, apikeys.go): the SHA-256 of each secret,
+	// never the secret. The index serves the per-issuer list.
+	`CREATE TABLE api_keys (
+		id      TEXT        PRIMARY KEY,
+		issuer  TEXT        NOT NULL,
+		name    TEXT        NOT NULL,
+		hash    BYTEA       NOT NULL,
+		created TIMESTAMPTZ NOT NULL
+	)`,
+	`CREATE INDEX api_keys_by_issuer ON api_keys (issuer, id)`,
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as
@@ -145,6 +155,7 @@ var multiRegionMigrations = []string{
 	`ALTER TABLE issuers SET LOCALITY GLOBAL`,
 	`ALTER TABLE quotas SET LOCALITY GLOBAL`,
 	`ALTER TABLE prices SET LOCALITY GLOBAL`,
+	`ALTER TABLE api_keys SET LOCALITY GLOBAL`,
 }
 
 // Ledger is a billing.Ledger, billing.Reserver and billing.AdminStore over a CockroachDB (or PostgreSQL)

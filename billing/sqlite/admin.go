@@ -144,16 +144,11 @@ func (l *Ledger) PutQuota(ctx context.Context, k billing.QuotaKey, q billing.Quo
 		return billing.Quota{}, fmt.Errorf("put quota %s: negative revision %d: %w", k, expected, billing.ErrInvalid)
 	}
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM issuers WHERE id = ?`, k.Issuer).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("issuer %q is not registered: %w", k.Issuer, billing.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("read issuer: %w", err)
+		if err := issuerRegistered(ctx, tx, k.Issuer); err != nil {
+			return err
 		}
 		var current int64
-		err = tx.QueryRowContext(ctx, `SELECT revision FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).Scan(&current)
+		err := tx.QueryRowContext(ctx, `SELECT revision FROM quotas WHERE issuer = ? AND "user" = ?`, k.Issuer, k.User).Scan(&current)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("read revision: %w", err)
 		}

@@ -113,6 +113,16 @@ var migrations = []string{
 	ALTER TABLE quotas ADD COLUMN max_terminals INTEGER NOT NULL DEFAULT 0 CHECK (max_terminals >= -1);
 	ALTER TABLE quotas ADD COLUMN max_tasks INTEGER NOT NULL DEFAULT 0 CHECK (max_tasks >= -1);
 	ALTER TABLE quotas ADD COLUMN max_preview_urls INTEGER NOT NULL DEFAULT 0 CHECK (max_preview_urls >= -1)`,
+	// Issuers' scoped keys of the billing API (billing.APIKeys, apikeys.go): the SHA-256 of each secret,
+	// never the secret. The index serves the per-issuer list.
+	`CREATE TABLE api_keys (
+		id      TEXT    PRIMARY KEY,
+		issuer  TEXT    NOT NULL,
+		name    TEXT    NOT NULL,
+		hash    BLOB    NOT NULL,
+		created INTEGER NOT NULL
+	);
+	CREATE INDEX api_keys_by_issuer ON api_keys (issuer, id)`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

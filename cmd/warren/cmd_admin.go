@@ -36,6 +36,10 @@ commands:
   issuers put ISS [-name NAME]     register an issuer, or rename it
   keys rotate ISS                  write a new key version of ISS and print its secret (shown once)
   issuers webhook-secret ISS       the secret ISS's backend verifies task webhooks with
+  api-keys ls ISS                  the issuer's API keys (ids and names, never secrets)
+  api-keys create ISS [-name NAME] make an API key of ISS: it may manage ISS's quotas and usage, nothing
+                                   else; prints its secret (shown once)
+  api-keys revoke ISS ID           revoke a key: refused from the next request on
   quota get ISS [-user SUB]        the issuer's default quota, or a user's override
   quota set ISS [-user SUB] [-ai-usd X] [-compute S] [-window W] [-max-sessions N] [-revision R]
                 [-max-issuer-sessions N] [-connects-per-minute N] [-issuer-connects-per-minute N]
@@ -134,6 +138,10 @@ var adminCommands = map[string]adminCommand{
 	"prices ls":     adminPricesList,
 	"prices set":    adminPricesSet,
 	"prices delete": adminPricesDelete,
+
+	"api-keys ls":     adminAPIKeysList,
+	"api-keys create": adminAPIKeysCreate,
+	"api-keys revoke": adminAPIKeysRevoke,
 }
 
 func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -976,4 +984,64 @@ func (e adminError) describe() string {
 		return fmt.Sprintf("cannot reach %s — is `warren dev` running? (or pass -url or set WARREN_BILLING_URL)", where)
 	}
 	return describeError(e.err)
+}
+
+func adminAPIKeysList(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("api-keys ls", stderr)
+	pos, c, err := af.start(ctx, fs, args, "ISS")
+	if err != nil {
+		return err
+	}
+	keys, err := c.ListAPIKeys(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, struct {
+			Keys []billing.APIKey `json:"keys"`
+		}{keys})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tCREATED")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", k.ID, k.Name, k.Created.UTC().Format(time.DateTime))
+	}
+	return tw.Flush()
+}
+
+func adminAPIKeysCreate(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("api-keys create", stderr)
+	name := fs.String("name", "", "what the key is for (at most 256 bytes)")
+	pos, c, err := af.start(ctx, fs, args, "ISS")
+	if err != nil {
+		return err
+	}
+	k, err := c.CreateAPIKey(ctx, pos[0], *name)
+	if err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, k)
+	}
+	fmt.Fprintf(stdout, "id      %s\nsecret  %s\n", k.ID, k.Secret)
+	fmt.Fprintf(stderr, "The secret is shown only this once; the billing API keeps its hash. It may manage issuer %s's\n"+
+		"quotas and usage and nothing else: send it as the admin key (-admin-key or WARREN_ADMIN_KEY).\n"+
+		"Revoke it with: warren admin api-keys revoke %s %s\n", pos[0], pos[0], k.ID)
+	return nil
+}
+
+func adminAPIKeysRevoke(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	fs := af.flagSet("api-keys revoke", stderr)
+	pos, c, err := af.start(ctx, fs, args, "ISS", "ID")
+	if err != nil {
+		return err
+	}
+	if err := c.RevokeAPIKey(ctx, pos[0], pos[1]); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, map[string]any{"iss": pos[0], "id": pos[1], "revoked": true})
+	}
+	fmt.Fprintf(stdout, "api key %s of %s revoked\n", pos[1], pos[0])
+	return nil
 }

@@ -595,3 +595,30 @@ func TestAdminQuotaOverrideCopiesBudget(t *testing.T) {
 		t.Fatalf("override = %+v, want %+v", q.Quota, want)
 	}
 }
+
+// api-keys: a key made by the CLI works as -admin-key for its own issuer's quotas, is refused for another
+// issuer's, is listed without its secret, and is refused once revoked.
+func TestAdminAPIKeys(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	e.mustRun(t, "issuers", "put", "beta")
+	var k billing.NewAPIKey
+	e.mustJSON(t, &k, "api-keys", "create", "acme", "-name", "backend")
+	if k.Issuer != "acme" || k.Name != "backend" || !strings.HasPrefix(k.Secret, "wak_"+k.ID+"_") {
+		t.Fatalf("api-keys create: %+v", k)
+	}
+	out := e.mustRun(t, "api-keys", "ls", "acme")
+	if !strings.Contains(out, k.ID) || !strings.Contains(out, "backend") || strings.Contains(out, k.Secret) {
+		t.Fatalf("api-keys ls:\n%s", out)
+	}
+	e.mustRun(t, "-admin-key", k.Secret, "quota", "set", "acme", "-ai-usd", "1", "-compute", "1h", "-window", "day", "-max-sessions", "2")
+	if _, _, err := e.run(t, "-admin-key", k.Secret, "quota", "get", "beta"); err == nil || !strings.Contains(err.Error(), "permission_denied") {
+		t.Fatalf("acme's key on beta's quota: %v, want permission_denied", err)
+	}
+	if out := e.mustRun(t, "api-keys", "revoke", "acme", k.ID); !strings.Contains(out, "revoked") {
+		t.Fatalf("api-keys revoke: %q", out)
+	}
+	if _, _, err := e.run(t, "-admin-key", k.Secret, "quota", "get", "acme"); err == nil || !strings.Contains(err.Error(), "API key was rejected") {
+		t.Fatalf("a revoked key: %v, want it rejected", err)
+	}
+}
