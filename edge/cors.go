@@ -11,7 +11,7 @@ import (
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
-// CORS lets browser pages of other origins call the edge's HTTP API (docs/PROTOCOL.md#cors): GET /v1/regions,
+// CORS lets browser pages of other origins call the edge's HTTP API (docs/PROTOCOL.md#cors): GET /v1/regions, GET /v1/me,
 // /v1/sandbox/* and /v1/sessions[/*]. Tokens travel in the Authorization header, never in cookies, so the
 // edge never allows credentials (no Access-Control-Allow-Credentials): a page must hold the user's token to
 // act as the user, and the browser's ambient cookies buy it nothing. The agent channel is not covered:
@@ -57,7 +57,7 @@ const (
 
 // corsPath reports whether the path is one of the API paths that answer cross-origin requests.
 func corsPath(p string) bool {
-	return p == "/v1/regions" || p == "/v1/sessions" || strings.HasPrefix(p, "/v1/sessions/") || strings.HasPrefix(p, "/v1/sandbox/")
+	return p == "/v1/regions" || p == "/v1/me" || p == "/v1/sessions" || strings.HasPrefix(p, "/v1/sessions/") || strings.HasPrefix(p, "/v1/sandbox/")
 }
 
 // allows reports whether origin is allowed, and the Access-Control-Allow-Origin value for it.

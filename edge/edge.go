@@ -200,6 +200,7 @@ func (e *Edge) routes() {
 	mux.Handle("/v1/sessions", http.HandlerFunc(e.serveSandbox))
 	mux.Handle("/v1/sessions/", http.HandlerFunc(e.serveSandbox))
 	mux.HandleFunc("GET /v1/regions", e.serveRegions)
+	mux.HandleFunc("GET /v1/me", e.serveMe)       // the caller's own view (me.go)
 	mux.HandleFunc("/v1/execute", e.serveExecute) // one-shot tasks (execute.go)
 	mux.HandleFunc("/v1/execute/", e.serveExecute)
 	e.previewRoutes(&mux.ServeMux)

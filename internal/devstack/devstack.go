@@ -531,3 +531,9 @@ func (a sandboxes) Ensure(ctx context.Context, r edge.SandboxRequest) (registry.
 }
 
 func (a sandboxes) Forget(ctx context.Context, e registry.Entry) { a.s.Forget(ctx, e) }
+
+// SandboxStatus is edge.StatusReader: the placement, read in-process.
+func (a sandboxes) SandboxStatus(ctx context.Context, issuer, user string) (edge.SandboxStatus, error) {
+	st, err := a.s.Status(ctx, issuer, user, time.Now())
+	return edge.SandboxStatus{State: string(st.State), Region: st.Region, Epoch: st.Epoch, Since: st.Since}, err
+}

@@ -42,6 +42,26 @@ type Scheduler interface {
 	Forget(ctx context.Context, e registry.Entry)
 }
 
+// StatusReader is what Handler serves POST /v1/sandboxes/status with, when its Scheduler has it (a
+// *scheduler.Scheduler does).
+type StatusReader interface {
+	Status(ctx context.Context, issuer, user string, now time.Time) (scheduler.Status, error)
+}
+
+// StatusRequest is the body of POST /v1/sandboxes/status.
+type StatusRequest struct {
+	Issuer string `json:"issuer"`
+	User   string `json:"user"`
+}
+
+// StatusAnswer is scheduler.Status on the wire.
+type StatusAnswer struct {
+	State  string    `json:"state"`
+	Region string    `json:"region,omitempty"`
+	Epoch  int64     `json:"epoch"`
+	Since  time.Time `json:"since,omitzero"`
+}
+
 // EnsureRequest is the body of POST /v1/sandboxes/ensure.
 type EnsureRequest struct {
 	Issuer       string    `json:"issuer"`
@@ -100,6 +120,18 @@ func ParseEnsure(b []byte) (scheduler.Request, error) {
 		Issuer: r.Issuer, User: r.User, ComputeLimit: r.ComputeLimit, Anchor: r.Anchor, Template: r.Template,
 		Account: billing.Account{Issuer: r.Account.Issuer, User: r.Account.User, Window: w, WindowStart: r.Account.WindowStart},
 	}, nil
+}
+
+// ParseStatus decodes and checks a status body (untrusted: it crosses the network).
+func ParseStatus(b []byte) (StatusRequest, error) {
+	var r StatusRequest
+	if err := decodeStrict(b, &r); err != nil {
+		return StatusRequest{}, err
+	}
+	if r.Issuer == "" || r.User == "" || len(r.Issuer) > 256 || len(r.User) > 256 {
+		return StatusRequest{}, wire.Errorf(wire.InvalidArgument, "issuer and user are required (at most 256 bytes each)")
+	}
+	return r, nil
 }
 
 // ParseEntry decodes and checks a forget body.
@@ -173,6 +205,21 @@ func Handler(s Scheduler, key string, log *slog.Logger) http.Handler {
 		s.Forget(r.Context(), e)
 		w.WriteHeader(http.StatusNoContent)
 	}))
+	if sr, ok := s.(StatusReader); ok {
+		mux.HandleFunc("POST /v1/sandboxes/status", authed(func(w http.ResponseWriter, r *http.Request, body []byte, log *slog.Logger) {
+			req, err := ParseStatus(body)
+			if err != nil {
+				wire.WriteHTTPError(w, log, err)
+				return
+			}
+			st, err := sr.Status(r.Context(), req.Issuer, req.User, time.Now())
+			if err != nil {
+				wire.WriteHTTPError(w, log, wire.Wrap(wire.Unavailable, err, "placements are unavailable"))
+				return
+			}
+			_ = httpx.WriteJSON(w, http.StatusOK, StatusAnswer{State: string(st.State), Region: st.Region, Epoch: st.Epoch, Since: st.Since})
+		}))
+	}
 	return httpx.RequestIDs(mux)
 }
 
@@ -219,6 +266,16 @@ func (c *Client) Forget(ctx context.Context, e registry.Entry) {
 	}
 	body, _ := json.Marshal(toWire(e))
 	_ = c.call(ctx, "/v1/sandboxes/forget", body, nil)
+}
+
+// Status asks the scheduler what it knows of the user's sandbox; it starts nothing. Errors are *wire.Error.
+func (c *Client) Status(ctx context.Context, issuer, user string) (scheduler.Status, error) {
+	body, _ := json.Marshal(StatusRequest{Issuer: issuer, User: user})
+	var out StatusAnswer
+	if err := c.call(ctx, "/v1/sandboxes/status", body, &out); err != nil {
+		return scheduler.Status{}, err
+	}
+	return scheduler.Status{State: scheduler.State(out.State), Region: out.Region, Epoch: out.Epoch, Since: out.Since}, nil
 }
 
 func (c *Client) call(ctx context.Context, path string, body []byte, out any) error {

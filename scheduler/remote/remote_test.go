@@ -49,6 +49,15 @@ func (r *recorder) Forget(_ context.Context, e registry.Entry) {
 	r.forgot = append(r.forgot, e)
 }
 
+// Status answers running for a user the registry holds, else absent.
+func (r *recorder) Status(ctx context.Context, issuer, user string, _ time.Time) (scheduler.Status, error) {
+	e, err := r.reg.Lookup(ctx, issuer, user)
+	if err != nil {
+		return scheduler.Status{State: scheduler.StateAbsent}, nil
+	}
+	return scheduler.Status{State: scheduler.StateRunning, Region: e.Region, Epoch: e.Epoch, Since: e.Since}, nil
+}
+
 // cache is a mem registry with Invalidate, as the edge's watched Consul registry is.
 type cache struct {
 	registry.Registry
@@ -253,6 +262,13 @@ func FuzzParse(f *testing.F) {
 		} else if !errors.As(err, new(*wire.Error)) {
 			t.Fatalf("untyped error %v", err)
 		}
+		if r, err := remote.ParseStatus(b); err == nil {
+			if r.Issuer == "" || r.User == "" || len(r.Issuer) > 256 || len(r.User) > 256 {
+				t.Fatalf("accepted invalid status request %+v", r)
+			}
+		} else if !errors.As(err, new(*wire.Error)) {
+			t.Fatalf("untyped error %v", err)
+		}
 		if e, err := remote.ParseEntry(b); err == nil {
 			if e.Issuer == "" || e.User == "" || e.Epoch < 0 {
 				t.Fatalf("accepted invalid entry %+v", e)
@@ -261,4 +277,34 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("untyped error %v", err)
 		}
 	})
+}
+
+// Status crosses the API: absent, then running with its region, epoch and start; bad bodies are typed.
+func TestStatusRoundTrip(t *testing.T) {
+	rec := &recorder{reg: mem.New()}
+	srv := httptest.NewServer(remote.Handler(rec, key, nil))
+	defer srv.Close()
+	c := &remote.Client{URL: srv.URL, Key: key}
+	ctx := context.Background()
+	if st, err := c.Status(ctx, "iss", "u"); err != nil || st != (scheduler.Status{State: scheduler.StateAbsent}) {
+		t.Fatalf("before: %+v, %v", st, err)
+	}
+	if _, err := c.Ensure(ctx, scheduler.Request{Issuer: "iss", User: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(ctx, "iss", "u")
+	if err != nil || st.State != scheduler.StateRunning || st.Region != "r1" || st.Epoch != 3 || !st.Since.Equal(time.Unix(1700000000, 0)) {
+		t.Fatalf("running: %+v, %v", st, err)
+	}
+	for _, args := range [][2]string{{"iss", ""}, {strings.Repeat("i", 257), "u"}} {
+		if _, err := c.Status(ctx, args[0], args[1]); wire.CodeOf(err) != wire.InvalidArgument {
+			t.Errorf("Status(%.10q, %q): %v, want invalid_argument", args[0], args[1], err)
+		}
+	}
+	if _, err := remote.ParseStatus([]byte(`{"issuer":"iss","user":"u","x":1}`)); wire.CodeOf(err) != wire.InvalidArgument {
+		t.Errorf("an unknown field: %v, want invalid_argument", err)
+	}
+	if code, _, _ := schedulerCall(t, srv.URL, "POST", "/v1/sandboxes/status", "Bearer wrong-key-0123456789", ""); code != http.StatusUnauthorized {
+		t.Errorf("wrong key: %d, want 401", code)
+	}
 }

@@ -273,6 +273,12 @@ func (a remoteSandboxes) Ensure(ctx context.Context, r edge.SandboxRequest) (reg
 
 func (a remoteSandboxes) Forget(ctx context.Context, e registry.Entry) { a.c.Forget(ctx, e) }
 
+// SandboxStatus is edge.StatusReader: the scheduler's POST /v1/sandboxes/status.
+func (a remoteSandboxes) SandboxStatus(ctx context.Context, issuer, user string) (edge.SandboxStatus, error) {
+	st, err := a.c.Status(ctx, issuer, user)
+	return edge.SandboxStatus{State: string(st.State), Region: st.Region, Epoch: st.Epoch, Since: st.Since}, err
+}
+
 // hostname is the host's name, or "edge" when it cannot be read.
 func hostname() string {
 	if h, err := os.Hostname(); err == nil && h != "" {
