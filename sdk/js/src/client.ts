@@ -26,6 +26,43 @@ export interface Region {
   edges: number;
 }
 
+/** One part of a budget (GET /v1/me): -1 in limit and remaining is unlimited. */
+export interface Allowance {
+  limit: number;
+  used: number;
+  remaining: number;
+}
+
+/** The user's own view (GET /v1/me, docs/PROTOCOL.md#me): budget left, sandbox state, limits in force. */
+export interface Me {
+  iss: string;
+  sub: string;
+  /** The region of the edge that answered. */
+  region: string;
+  budget: {
+    window: string;
+    /** Absent for a lifetime budget. */
+    windowStart?: string;
+    /** When the next window begins; absent for a lifetime budget. */
+    resetsAt?: string;
+    /** Microdollars. */
+    ai: Allowance;
+    /** Seconds. */
+    compute: Allowance;
+  };
+  sandbox: {
+    state: "absent" | "starting" | "running" | "asleep" | "unknown";
+    region?: string;
+    epoch?: number;
+    since?: string;
+  };
+  /** live is -1 when the edge keeps no session leases; max -1 is unlimited. */
+  sessions: { live: number; max: number };
+  rates: { connectsPerMinute: number; promptsPerMinute: number };
+  /** The sandbox's hard limits from the quota; a field absent is the runner's default. */
+  limits: Record<string, number>;
+}
+
 /** A region's measured round trips to its edge. */
 export interface Probe {
   region: Region;
@@ -36,6 +73,7 @@ export interface Probe {
 // Bounds of the answers read into memory.
 const maxErrorBody = 64 << 10;
 const maxRegionsBody = 256 << 10;
+const maxMeBody = 64 << 10;
 const maxRegions = 256;
 
 /** A client of one edge with one end user's token. */
@@ -141,6 +179,19 @@ export class Client {
     }
     if (!r.ok) throw errorFromHTTP(r.status, await readBounded(r, maxErrorBody));
     return r;
+  }
+
+  /** The user's own view: budget left per window, the sandbox's state and region, live sessions and the
+   * limits in force. Starts nothing; answers with a spent budget too. */
+  async me(signal?: AbortSignal): Promise<Me> {
+    const r = await this.request("GET", "/v1/me", { signal });
+    const text = await readBounded(r, maxMeBody + 1);
+    if (text.length > maxMeBody) throw new WarrenError("internal", `GET /v1/me: the answer is over ${maxMeBody} bytes`);
+    try {
+      return JSON.parse(text) as Me;
+    } catch (e) {
+      throw new WarrenError("internal", "GET /v1/me: the answer is not JSON", undefined, { cause: e });
+    }
   }
 
   /** The regions the edge knows, with their public URLs and health. */

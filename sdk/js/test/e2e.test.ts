@@ -461,3 +461,23 @@ test("preview URLs: a server of the sandbox through the edge, private and public
   await assert.rejects(c.sandbox.revokePreview(priv.id), (e: unknown) => e instanceof WarrenError && e.code === "not_found");
   await assert.rejects(c.sandbox.createPreview({ port: 0 }), (e: unknown) => e instanceof WarrenError && e.code === "invalid_argument");
 });
+
+test("me() reports the budget and the sandbox's state without starting it", async () => {
+  const c = client("js-me");
+  const before = await c.me();
+  assert.equal(before.iss, issuer);
+  assert.equal(before.sub, "js-me");
+  assert.equal(before.budget.window, "lifetime");
+  assert.equal(before.budget.resetsAt, undefined);
+  assert.deepEqual(before.budget.compute, { limit: 3600, used: 0, remaining: 3600 });
+  assert.deepEqual(before.budget.ai, { limit: 5_000_000, used: 0, remaining: 5_000_000 });
+  assert.equal(before.sandbox.state, "absent");
+  assert.equal((await c.me()).sandbox.state, "absent", "me() must not start the sandbox");
+  await c.sandbox.exec({ command: "true" });
+  const after = await c.me();
+  assert.equal(after.sandbox.state, "running");
+  assert.equal(after.sandbox.region, after.region);
+  assert.ok((after.sandbox.epoch ?? 0) >= 1);
+  const bad = new Client(url, "not-a-token");
+  await assert.rejects(bad.me(), (e: unknown) => e instanceof WarrenError && e.code === "unauthenticated" && e.status === 401);
+});
