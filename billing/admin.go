@@ -36,6 +36,9 @@ type Issuer struct {
 	ID      string    `json:"iss"`
 	Name    string    `json:"name"`
 	Created time.Time `json:"created"`
+	// Disabled issuers' tokens are refused by every edge (SetIssuerDisabled); their records, keys and
+	// usage stay.
+	Disabled bool `json:"disabled"`
 	// Quota is the issuer's default quota (nil when none is set). It is read here for convenience and
 	// written through Quotas.
 	Quota *Quota `json:"default_quota,omitempty"`
@@ -224,6 +227,9 @@ type Issuers interface {
 	GetIssuer(ctx context.Context, id string) (Issuer, error)
 	// ListIssuers returns every registered issuer with its default quota, ordered by id.
 	ListIssuers(ctx context.Context) ([]Issuer, error)
+	// SetIssuerDisabled disables (or enables again) the issuer and returns it. ErrNotFound when it is not
+	// registered; ErrInvalid for a bad id.
+	SetIssuerDisabled(ctx context.Context, id string, disabled bool) (Issuer, error)
 }
 
 // Quotas reads and writes quotas with optimistic concurrency. Safe for concurrent use, also across

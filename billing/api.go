@@ -79,6 +79,8 @@ var routes = []route{
 	{http.MethodGet, "/v1/issuers/{iss}", (*API).getIssuer, true},
 	{http.MethodPut, "/v1/issuers/{iss}", (*API).putIssuer, false},
 	{http.MethodPost, "/v1/issuers/{iss}/keys", (*API).rotateKey, false},
+	{http.MethodPost, "/v1/issuers/{iss}/disable", (*API).disableIssuer, false},
+	{http.MethodPost, "/v1/issuers/{iss}/enable", (*API).enableIssuer, false},
 	{http.MethodGet, "/v1/issuers/{iss}/webhook-secret", (*API).webhookSecret, true},
 	{http.MethodGet, "/v1/issuers/{iss}/api-keys", (*API).listAPIKeys, false},
 	{http.MethodPost, "/v1/issuers/{iss}/api-keys", (*API).createAPIKey, false},

@@ -97,3 +97,27 @@ func (a *API) rotateKey(w http.ResponseWriter, r *http.Request) error {
 	a.logger(r).Info("issuer key written", "issuer", id, "kid", key.ID)
 	return httpx.WriteJSON(w, http.StatusCreated, keyResponse{KeyID: key.ID, Secret: key.Given()})
 }
+
+// disableIssuer makes every edge refuse the issuer's tokens (within the edges' admission cache TTL for the
+// sandbox API; agent channels read it on every connect). Admin key only.
+func (a *API) disableIssuer(w http.ResponseWriter, r *http.Request) error {
+	return a.setIssuerDisabled(w, r, true)
+}
+
+// enableIssuer undoes disableIssuer.
+func (a *API) enableIssuer(w http.ResponseWriter, r *http.Request) error {
+	return a.setIssuerDisabled(w, r, false)
+}
+
+func (a *API) setIssuerDisabled(w http.ResponseWriter, r *http.Request, disabled bool) error {
+	id, err := pathName(r, "iss")
+	if err != nil {
+		return err
+	}
+	iss, err := a.cfg.Store.SetIssuerDisabled(r.Context(), id, disabled)
+	if err != nil {
+		return storeError(err, fmt.Sprintf("issuer %q is not registered", id))
+	}
+	a.logger(r).Info("issuer state set", "issuer", id, "disabled", disabled)
+	return httpx.WriteJSON(w, http.StatusOK, iss)
+}

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
@@ -29,6 +30,7 @@ const runningAdmissionTTL = 250 * time.Millisecond
 // kept ones of a running sandbox (admissionCache.running).
 type admissionReads struct {
 	issuer, user *billing.Quota
+	disabled     bool // the issuer is disabled (Config.Issuers)
 	usage        billing.Usage
 	acct         billing.Account // whose usage it is (a user's tokens may name other windows)
 	at           time.Time       // when the usage was read
@@ -134,6 +136,9 @@ func (e *Edge) readAdmission(ctx context.Context, acct billing.Account, cached b
 		if r.issuer, r.user, err = billing.UserQuotas(ctx, e.cfg.Quotas, acct.Issuer, acct.User); err != nil {
 			return r, wire.Wrap(wire.Unavailable, err, "quotas are unavailable; new sessions are refused until they are back")
 		}
+		if r.disabled, err = e.issuerDisabled(ctx, acct.Issuer); err != nil {
+			return r, err
+		}
 		if cached {
 			e.admits.put(k, r, now)
 		}
@@ -149,4 +154,26 @@ func (e *Edge) readAdmission(ctx context.Context, acct billing.Account, cached b
 // sameAccount reports whether a and b are one ledger account (the same window of the same user).
 func sameAccount(a, b billing.Account) bool {
 	return a.Issuer == b.Issuer && a.User == b.User && a.Window == b.Window && a.WindowStart.Equal(b.WindowStart)
+}
+
+// issuerDisabled reads whether iss is disabled (Config.Issuers; none: never). An issuer not registered is
+// not disabled.
+func (e *Edge) issuerDisabled(ctx context.Context, iss string) (bool, error) {
+	if e.cfg.Issuers == nil {
+		return false, nil
+	}
+	is, err := e.cfg.Issuers.GetIssuer(ctx, iss)
+	switch {
+	case errors.Is(err, billing.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, wire.Wrap(wire.Unavailable, err, "issuers are unavailable; new sessions are refused until they are back")
+	}
+	return is.Disabled, nil
+}
+
+// issuerDisabledError refuses a disabled issuer's token.
+func issuerDisabledError(iss string) *wire.Error {
+	return wire.Errorf(wire.PermissionDenied, "issuer %s is disabled: its tokens are refused", iss).
+		WithDetails(map[string]any{"reason": "issuer_disabled"})
 }

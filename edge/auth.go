@@ -90,6 +90,10 @@ func (e *Edge) admitAs(ctx context.Context, claims *token.Claims, channel bool) 
 		e.m.admissions.WithLabelValues("unavailable").Inc()
 		return nil, err
 	}
+	if reads.disabled {
+		e.m.admissions.WithLabelValues("issuer_disabled").Inc()
+		return nil, issuerDisabledError(claims.Issuer)
+	}
 	// The effective limit is the smaller of the token's budget and the quota (user override, else the
 	// issuer's default), in the token's window.
 	lim := billing.EffectiveLimitWith(budget, e.cfg.Rates, reads.issuer, reads.user)

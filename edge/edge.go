@@ -51,6 +51,10 @@ type Config struct {
 	Sandboxes Sandboxes
 	Ledger    billing.Ledger // admission checks
 	Quotas    billing.Quotas // optional: per-issuer and per-user quotas cap the token's budget
+	// Issuers, when set with Quotas, is read with the quotas: a disabled issuer's tokens are refused
+	// (permission_denied, details.reason issuer_disabled) by agent channels at once and by the sandbox API
+	// within AdmissionCacheTTL. An issuer not registered is not refused.
+	Issuers billing.Issuers
 	// Sessions, when set, holds a lease per agent connection so the quota's max_concurrent_sessions (per
 	// user) and max_issuer_sessions (all of an issuer's users) hold across every edge (the runner also caps
 	// live sessions per user).

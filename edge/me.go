@@ -58,6 +58,9 @@ func (e *Edge) me(ctx context.Context, claims *token.Claims) (wire.Me, error) {
 	if err != nil {
 		return wire.Me{}, err
 	}
+	if reads.disabled {
+		return wire.Me{}, issuerDisabledError(claims.Issuer)
+	}
 	lim := billing.EffectiveLimitWith(budget, e.cfg.Rates, reads.issuer, reads.user)
 	maxSessions := int64(billing.Unlimited)
 	if e.cfg.Quotas != nil {

@@ -247,3 +247,15 @@ func (c *Client) CreateAPIKey(ctx context.Context, iss, name string) (billing.Ne
 func (c *Client) RevokeAPIKey(ctx context.Context, iss, id string) error {
 	return c.Call(ctx, http.MethodDelete, issuerPath(iss)+"/api-keys/"+escape(id), nil, nil, nil)
 }
+
+// SetIssuerDisabled is POST /v1/issuers/{iss}/disable (or /enable): every edge refuses a disabled issuer's
+// tokens. An unregistered issuer is wire.NotFound.
+func (c *Client) SetIssuerDisabled(ctx context.Context, iss string, disabled bool) (billing.Issuer, error) {
+	verb := "/enable"
+	if disabled {
+		verb = "/disable"
+	}
+	var out billing.Issuer
+	err := c.Call(ctx, http.MethodPost, issuerPath(iss)+verb, nil, nil, &out)
+	return out, err
+}

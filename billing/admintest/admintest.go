@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("UsagePagination", func(t *testing.T) { testUsagePagination(t, open(t)) })
 	t.Run("UsageInvalid", func(t *testing.T) { testUsageInvalid(t, open(t)) })
 	t.Run("APIKeys", func(t *testing.T) { testAPIKeys(t, open(t)) })
+	t.Run("IssuerDisabled", func(t *testing.T) { testIssuerDisabled(t, open(t)) })
 }
 
 func testIssuers(t *testing.T, s Store) {

@@ -98,3 +98,35 @@ func testAPIKeys(t *testing.T, s Store) {
 		t.Fatalf("RevokeAPIKey of a malformed id: %v, want ErrInvalid", err)
 	}
 }
+
+// testIssuerDisabled: an issuer is registered enabled, disabled and enabled again, keeping its name, quota
+// and creation time; a rename keeps it disabled; an unregistered issuer is ErrNotFound.
+func testIssuerDisabled(t *testing.T, s Store) {
+	ctx := context.Background()
+	if _, err := s.SetIssuerDisabled(ctx, "acme", true); !errors.Is(err, billing.ErrNotFound) {
+		t.Fatalf("SetIssuerDisabled of an unregistered issuer: %v, want ErrNotFound", err)
+	}
+	if _, err := s.SetIssuerDisabled(ctx, "", true); !errors.Is(err, billing.ErrInvalid) {
+		t.Fatalf("SetIssuerDisabled of a bad id: %v, want ErrInvalid", err)
+	}
+	acme := MustPutIssuer(t, s, "acme", "Acme")
+	MustPutIssuer(t, s, "beta", "")
+	q := MustPutQuota(t, s, billing.QuotaKey{Issuer: "acme"}, Quota(5), 0)
+	if acme.Disabled {
+		t.Fatalf("a new issuer is disabled: %+v", acme)
+	}
+	got, err := s.SetIssuerDisabled(ctx, "acme", true)
+	if err != nil || !got.Disabled || got.Name != "Acme" || !got.Created.Equal(acme.Created) || got.Quota == nil || *got.Quota != q {
+		t.Fatalf("SetIssuerDisabled(acme, true) = %+v, %v", got, err)
+	}
+	if renamed := MustPutIssuer(t, s, "acme", "Acme Corp"); !renamed.Disabled {
+		t.Fatalf("a rename enabled the issuer: %+v", renamed)
+	}
+	list, err := s.ListIssuers(ctx)
+	if err != nil || len(list) != 2 || !list[0].Disabled || list[1].Disabled {
+		t.Fatalf("ListIssuers = %+v, %v; want acme disabled, beta not", list, err)
+	}
+	if got, err := s.SetIssuerDisabled(ctx, "acme", false); err != nil || got.Disabled {
+		t.Fatalf("SetIssuerDisabled(acme, false) = %+v, %v", got, err)
+	}
+}

@@ -93,13 +93,38 @@ func (l *Ledger) ListIssuers(ctx context.Context) ([]billing.Issuer, error) {
 	return out, nil
 }
 
+// SetIssuerDisabled disables or enables issuer id (billing.Issuers). Setting the same value again is
+// harmless, so it is retried after an ambiguous commit.
+func (l *Ledger) SetIssuerDisabled(ctx context.Context, id string, disabled bool) (billing.Issuer, error) {
+	if !billing.ValidName(id) {
+		return billing.Issuer{}, fmt.Errorf("set issuer disabled: bad id: %w", billing.ErrInvalid)
+	}
+	var iss billing.Issuer
+	err := l.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
+		if err := issuerRegistered(ctx, tx, id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE issuers SET disabled = $1 WHERE id = $2`, disabled, id); err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		var err error
+		iss, err = getIssuer(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return billing.Issuer{}, fmt.Errorf("set issuer %s disabled %v: %w", id, disabled, billing.ClassifyStore(err, transient))
+	}
+	return iss, nil
+}
+
 const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.ai_micros, q.compute_seconds, q."window", q.max_sessions, q.revision,
 	q.max_issuer_sessions, q.connects_per_minute, q.issuer_connects_per_minute, q.prompts_per_minute,
 	q.issuer_prompts_per_minute,
 	COALESCE(q.max_processes, 0), COALESCE(q.max_memory_bytes, 0), COALESCE(q.cpu_millis, 0), COALESCE(q.max_tmp_bytes, 0),
 	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0),
-	COALESCE(q.max_background_processes, 0), COALESCE(q.max_process_log_bytes, 0), COALESCE(q.max_file_watches, 0), COALESCE(q.max_terminals, 0), COALESCE(q.max_tasks, 0), COALESCE(q.max_preview_urls, 0)
+	COALESCE(q.max_background_processes, 0), COALESCE(q.max_process_log_bytes, 0), COALESCE(q.max_file_watches, 0), COALESCE(q.max_terminals, 0), COALESCE(q.max_tasks, 0), COALESCE(q.max_preview_urls, 0),
+	i.disabled
 	FROM issuers AS i LEFT JOIN quotas AS q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, tx pgx.Tx, id string) (billing.Issuer, error) {
@@ -124,7 +149,7 @@ func scanIssuer(row pgx.Row) (billing.Issuer, error) {
 	if err := row.Scan(&iss.ID, &iss.Name, &iss.Created, &ai, &compute, &window, &sessions, &rev,
 		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts,
 		&sb.MaxProcesses, &sb.MaxMemoryBytes, &sb.CPUMillis, &sb.MaxTmpBytes, &sb.MaxWorkspaceBytes, &sb.MaxConcurrentExecs,
-		&sb.MaxStoredBytes, &sb.MaxBackgroundProcesses, &sb.MaxProcessLogBytes, &sb.MaxFileWatches, &sb.MaxTerminals, &sb.MaxTasks, &sb.MaxPreviewURLs); err != nil {
+		&sb.MaxStoredBytes, &sb.MaxBackgroundProcesses, &sb.MaxProcessLogBytes, &sb.MaxFileWatches, &sb.MaxTerminals, &sb.MaxTasks, &sb.MaxPreviewURLs, &iss.Disabled); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = iss.Created.UTC()

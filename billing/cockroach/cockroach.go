@@ -137,6 +137,8 @@ var migrations = []string{
 		created TIMESTAMPTZ NOT NULL
 	)`,
 	`CREATE INDEX api_keys_by_issuer ON api_keys (issuer, id)`,
+	// A disabled issuer's tokens are refused by the edges (billing.Issuer.Disabled).
+	`ALTER TABLE issuers ADD COLUMN disabled BOOL NOT NULL DEFAULT false`,
 }
 
 // multiRegionMigrations run only on a multi-region CockroachDB database (cockroachdb.IsMultiRegion), as

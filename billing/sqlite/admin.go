@@ -69,6 +69,29 @@ func (l *Ledger) ListIssuers(ctx context.Context) ([]billing.Issuer, error) {
 	return out, nil
 }
 
+// SetIssuerDisabled disables or enables issuer id (billing.Issuers).
+func (l *Ledger) SetIssuerDisabled(ctx context.Context, id string, disabled bool) (billing.Issuer, error) {
+	if !billing.ValidName(id) {
+		return billing.Issuer{}, fmt.Errorf("set issuer disabled: bad id: %w", billing.ErrInvalid)
+	}
+	var iss billing.Issuer
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		if err := issuerRegistered(ctx, tx, id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE issuers SET disabled = ? WHERE id = ?`, disabled, id); err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		var err error
+		iss, err = getIssuer(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return billing.Issuer{}, fmt.Errorf("set issuer %s disabled %v: %w", id, disabled, billing.ClassifyStore(err, nil))
+	}
+	return iss, nil
+}
+
 // querier is what both *sql.DB and *sql.Tx offer.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -80,7 +103,8 @@ const issuerSelect = `SELECT i.id, i.name, i.created,
 	q.issuer_prompts_per_minute,
 	COALESCE(q.max_processes, 0), COALESCE(q.max_memory_bytes, 0), COALESCE(q.cpu_millis, 0), COALESCE(q.max_tmp_bytes, 0),
 	COALESCE(q.max_workspace_bytes, 0), COALESCE(q.max_concurrent_execs, 0), COALESCE(q.max_stored_bytes, 0),
-	COALESCE(q.max_background_processes, 0), COALESCE(q.max_process_log_bytes, 0), COALESCE(q.max_file_watches, 0), COALESCE(q.max_terminals, 0), COALESCE(q.max_tasks, 0), COALESCE(q.max_preview_urls, 0)
+	COALESCE(q.max_background_processes, 0), COALESCE(q.max_process_log_bytes, 0), COALESCE(q.max_file_watches, 0), COALESCE(q.max_terminals, 0), COALESCE(q.max_tasks, 0), COALESCE(q.max_preview_urls, 0),
+	i.disabled
 	FROM issuers i LEFT JOIN quotas q ON q.issuer = i.id AND q."user" = ''`
 
 func getIssuer(ctx context.Context, db querier, id string) (billing.Issuer, error) {
@@ -105,7 +129,7 @@ func scanIssuer(row interface{ Scan(...any) error }) (billing.Issuer, error) {
 	if err := row.Scan(&iss.ID, &iss.Name, &created, &ai, &compute, &window, &sessions, &rev,
 		&issuerSessions, &connects, &issuerConnects, &prompts, &issuerPrompts,
 		&sb.MaxProcesses, &sb.MaxMemoryBytes, &sb.CPUMillis, &sb.MaxTmpBytes, &sb.MaxWorkspaceBytes, &sb.MaxConcurrentExecs,
-		&sb.MaxStoredBytes, &sb.MaxBackgroundProcesses, &sb.MaxProcessLogBytes, &sb.MaxFileWatches, &sb.MaxTerminals, &sb.MaxTasks, &sb.MaxPreviewURLs); err != nil {
+		&sb.MaxStoredBytes, &sb.MaxBackgroundProcesses, &sb.MaxProcessLogBytes, &sb.MaxFileWatches, &sb.MaxTerminals, &sb.MaxTasks, &sb.MaxPreviewURLs, &iss.Disabled); err != nil {
 		return billing.Issuer{}, err
 	}
 	iss.Created = time.Unix(created, 0).UTC()

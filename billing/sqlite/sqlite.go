@@ -123,6 +123,8 @@ var migrations = []string{
 		created INTEGER NOT NULL
 	);
 	CREATE INDEX api_keys_by_issuer ON api_keys (issuer, id)`,
+	// A disabled issuer's tokens are refused by the edges (billing.Issuer.Disabled).
+	`ALTER TABLE issuers ADD COLUMN disabled INTEGER NOT NULL DEFAULT 0 CHECK (disabled IN (0, 1))`,
 }
 
 // Ledger is a billing.Ledger and billing.Reserver over a SQLite file.

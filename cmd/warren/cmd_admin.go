@@ -36,6 +36,8 @@ commands:
   issuers put ISS [-name NAME]     register an issuer, or rename it
   keys rotate ISS                  write a new key version of ISS and print its secret (shown once)
   issuers webhook-secret ISS       the secret ISS's backend verifies task webhooks with
+  issuers disable ISS              refuse the issuer's tokens on every edge (records, keys and usage stay)
+  issuers enable ISS               accept them again
   api-keys ls ISS                  the issuer's API keys (ids and names, never secrets)
   api-keys create ISS [-name NAME] make an API key of ISS: it may manage ISS's quotas and usage, nothing
                                    else; prints its secret (shown once)
@@ -139,6 +141,8 @@ var adminCommands = map[string]adminCommand{
 	"prices set":    adminPricesSet,
 	"prices delete": adminPricesDelete,
 
+	"issuers disable": adminIssuersDisable,
+	"issuers enable":  adminIssuersEnable,
 	"api-keys ls":     adminAPIKeysList,
 	"api-keys create": adminAPIKeysCreate,
 	"api-keys revoke": adminAPIKeysRevoke,
@@ -1043,5 +1047,34 @@ func adminAPIKeysRevoke(ctx context.Context, af *adminFlags, args []string, stdo
 		return printJSON(stdout, map[string]any{"iss": pos[0], "id": pos[1], "revoked": true})
 	}
 	fmt.Fprintf(stdout, "api key %s of %s revoked\n", pos[1], pos[0])
+	return nil
+}
+
+func adminIssuersDisable(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	return adminIssuersSetDisabled(ctx, af, args, stdout, stderr, true)
+}
+
+func adminIssuersEnable(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer) error {
+	return adminIssuersSetDisabled(ctx, af, args, stdout, stderr, false)
+}
+
+func adminIssuersSetDisabled(ctx context.Context, af *adminFlags, args []string, stdout, stderr io.Writer, disabled bool) error {
+	name := map[bool]string{true: "issuers disable", false: "issuers enable"}[disabled]
+	pos, c, err := af.start(ctx, af.flagSet(name, stderr), args, "ISS")
+	if err != nil {
+		return err
+	}
+	iss, err := c.SetIssuerDisabled(ctx, pos[0], disabled)
+	if err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, iss)
+	}
+	if disabled {
+		fmt.Fprintf(stdout, "issuer %s disabled: every edge refuses its tokens (sandboxes already running are not stopped)\n", iss.ID)
+		return nil
+	}
+	fmt.Fprintf(stdout, "issuer %s enabled\n", iss.ID)
 	return nil
 }

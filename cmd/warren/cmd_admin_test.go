@@ -622,3 +622,19 @@ func TestAdminAPIKeys(t *testing.T) {
 		t.Fatalf("a revoked key: %v, want it rejected", err)
 	}
 }
+
+func TestAdminIssuersDisable(t *testing.T) {
+	e := newAdminEnv(t)
+	e.mustRun(t, "issuers", "put", "acme")
+	if out := e.mustRun(t, "issuers", "disable", "acme"); !strings.Contains(out, "issuer acme disabled") {
+		t.Fatalf("issuers disable: %q", out)
+	}
+	var iss billing.Issuer
+	e.mustJSON(t, &iss, "issuers", "enable", "acme")
+	if iss.ID != "acme" || iss.Disabled {
+		t.Fatalf("issuers enable -json: %+v", iss)
+	}
+	if _, _, err := e.run(t, "issuers", "disable", "ghost"); err == nil || !strings.Contains(err.Error(), "not registered") {
+		t.Fatalf("disable an unregistered issuer: %v", err)
+	}
+}

@@ -328,7 +328,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 	s.edgeCfg = edge.Config{
-		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger,
+		Region: cfg.Region, Verifier: verifier, Sandboxes: sandboxes{s.Scheduler}, Ledger: timer.Ledger(ledger), Quotas: ledger, Issuers: ledger,
 		Sessions: ledger.Sessions(), RateBuckets: ledger.RateBuckets(), Rates: cfg.Rates, Directory: dir,
 		Logger: s.log.With("component", "edge"), Metrics: reg, WebTransport: wt, Previews: &pv,
 	}

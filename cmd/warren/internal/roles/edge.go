@@ -127,7 +127,7 @@ func (f *edgeFlags) config(ctx context.Context, a edgeAdapters, schedKey string,
 	}
 	cfg := edge.Config{
 		Region: f.common.region, Verifier: token.NewVerifier(secrets.NewCache(a.keys, secrets.CacheOptions{}), token.VerifierOptions{}),
-		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(a.ledger), Quotas: a.ledger, Sessions: a.ledger.Sessions(),
+		Sandboxes: remoteSandboxes{client}, Ledger: timer.Ledger(a.ledger), Quotas: a.ledger, Issuers: a.ledger, Sessions: a.ledger.Sessions(),
 		RateBuckets: a.ledger.RateBuckets(), Directory: dir, Logger: log, Metrics: metrics, WebTransport: wt, Previews: pv,
 	}
 	if len(corsOrigins) > 0 {
