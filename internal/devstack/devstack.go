@@ -52,9 +52,12 @@ const DevIssuer = "dev"
 // runner prices with it (-model-demo-price) instead of the price table, which it never changes.
 const DemoModelPrice = "0.10"
 
-// DemoModelNotice is shown in every control ready when the scripted model answers.
-const DemoModelNotice = "no ANTHROPIC_API_KEY: a built-in scripted demo model answers, not Claude, at a demo price of $" +
-	DemoModelPrice + " per million tokens"
+// DemoModelNotice is shown in every control ready when the scripted model answers; DemoPriceNotice is
+// added when it is billed at Config.DemoPrice.
+const (
+	DemoModelNotice = "no ANTHROPIC_API_KEY: a built-in scripted demo model answers, not Claude"
+	DemoPriceNotice = ", at a demo price of $%s per million tokens"
+)
 
 // Config configures the dev stack.
 type Config struct {
@@ -72,7 +75,12 @@ type Config struct {
 	// ClaudeCLI enables the agent: the Claude Code CLI runners start inside the sandbox. "" disables it.
 	ClaudeCLI string
 	// ModelAPIKey is the real model API key; without it the built-in scripted model answers (loudly).
-	ModelAPIKey   string
+	ModelAPIKey string
+	// DemoPrice, when the scripted model answers, bills its tokens at this many USD per million of any
+	// kind instead of the price table (runner -model-demo-price; warren dev sets DemoModelPrice, so a
+	// tour's prompts cost what the demo is worth); "" bills them at the table, as a real model would be
+	// (the tests of budgets and prices).
+	DemoPrice     string
 	ModelUpstream string            // default https://api.anthropic.com (ignored without a key)
 	AgentEnv      map[string]string // extra env for every agent (e.g. ANTHROPIC_CUSTOM_HEADERS)
 	DefaultModel  string
@@ -243,7 +251,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				return nil, fmt.Errorf("devstack: scripted model: %w", err)
 			}
 			s.closers = append(s.closers, s.Model.Close)
-			runnerArgs = append(runnerArgs, "-model-notice", DemoModelNotice, "-model-demo-price", DemoModelPrice)
+			if cfg.DemoPrice != "" {
+				runnerArgs = append(runnerArgs, "-model-notice", DemoModelNotice+fmt.Sprintf(DemoPriceNotice, cfg.DemoPrice),
+					"-model-demo-price", cfg.DemoPrice)
+			} else {
+				runnerArgs = append(runnerArgs, "-model-notice", DemoModelNotice)
+			}
 			// The scripted model accepts any key; the proxy insists on having one to send.
 			runnerEnv = append(runnerEnv, "WARREN_MODEL_API_KEY=scripted-demo-key")
 			s.log.Warn("no model API key: the built-in SCRIPTED model answers every prompt", "url", upstream)

@@ -96,6 +96,7 @@ func TestREADMETour(t *testing.T) {
 		c.DataDir = filepath.Join(dir, ".warren")
 		c.ClaudeCLI = cli
 		c.RunnerArgs = []string{"-egress-allow", tourGitAddr + "/32"}
+		c.DemoPrice = devstack.DemoModelPrice // as warren dev sets it
 	})
 	layoutClone(t, dir)
 

@@ -78,7 +78,7 @@ func (f *devFlags) config(stderr io.Writer, log *slog.Logger) (devstack.Config, 
 		DataDir: f.dataDir, Listen: f.listen, PreviewListen: f.previewListen, Region: f.region, Insecure: f.insecure, HostNetwork: f.hostNet,
 		StartTimeout: f.startTimeout.Abs(), Logger: log,
 		ClaudeCLI: cli, ModelAPIKey: os.Getenv("ANTHROPIC_API_KEY"), ModelUpstream: f.upstream, IdleTimeout: f.idle, DefaultModel: f.model,
-		CORSOrigins: corsOrigins,
+		CORSOrigins: corsOrigins, DemoPrice: devstack.DemoModelPrice,
 	}, nil
 }
 
