@@ -20,6 +20,7 @@ import (
 
 	"github.com/warren-mesh/warren/cmd/warren/internal/help"
 	"github.com/warren-mesh/warren/cmd/warren/internal/roles"
+	"github.com/warren-mesh/warren/edge"
 	"github.com/warren-mesh/warren/internal/devstack"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
@@ -50,8 +51,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	openFor := fs.Duration("open-for", time.Second, "with -first-events: how long a session is open before its prompt")
 	agentIdle := fs.Duration("agent-idle", runner.DefaultAgentIdle, "runners stop a session's agent process this long after its last client left")
 	density := fs.String("density", "", "also bring idle users (sandbox up, no client, no turn) up to each of these counts, e.g. 10,100,1000, and print their memory and users per GiB")
+	conns := fs.Int("conns", 0, "only hold this many idle agent channels on the edge (dialed by a child process, -concurrency at once) and print what each costs the edge: memory, goroutines, fds, idle CPU, connect p99")
+	connsUsers := fs.Int("conns-users", 20, "with -conns: the users (sandboxes) the channels are spread over")
+	connsIdle := fs.Duration("conns-idle", time.Minute, "with -conns: how long the channels idle while the edge's CPU is measured (a lease renewal period is 20s)")
+	dialer := fs.Bool("conns-dialer", false, "internal: the dialing child of -conns")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *dialer {
+		return runConnsDialer(ctx, os.Stdin, stdout)
+	}
+	nofile := ""
+	if *conns > 0 {
+		// the edge's two fds per channel, the runners' (children inherit the limit), and some to spare
+		nofile = raiseNoFile(uint64(3**conns) + 4096)
 	}
 	levels, err := parseLevels(*density)
 	if err != nil {
@@ -70,13 +83,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return errors.New("-turns, -first-events and -agent need the Claude Code CLI: run `make tools`")
 		}
 	}
-	st, err := devstack.Start(ctx, devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure, ClaudeCLI: cli, AgentIdle: *agentIdle})
+	cfg := devstack.Config{DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Insecure: *insecure, ClaudeCLI: cli, AgentIdle: *agentIdle}
+	if *conns > 0 { // the connect rates would refuse most channels
+		cfg.Rates = edge.Rates{ConnectsPerUser: -1, ConnectsPerIssuer: -1, PromptsPerUser: -1, PromptsPerIssuer: -1}
+		cfg.NoWebTransport = true
+	}
+	st, err := devstack.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	mint := func(user string) (string, error) {
 		return token.Mint(st.DevKey, token.Claims{Issuer: devstack.DevIssuer, Subject: user, ExpiresAt: time.Now().Add(time.Hour)})
+	}
+	if *conns > 0 {
+		return benchConns(ctx, stdout, st, mint, *conns, *connsUsers, *conc, *connsIdle, nofile)
 	}
 	fmt.Fprintf(stdout, "warren bench: %d new users (concurrency %d), %d execs per path, isolation=%s, agent=%t\n\n",
 		*users, *conc, *execs, roles.IsolationLabel(*insecure), cli != "")
