@@ -46,6 +46,11 @@ type Sessions interface {
 	// Renew extends live lease id to expire ttl from now; a released or expired lease wraps ErrLeaseGone
 	// (the session must acquire again, facing the caps).
 	Renew(ctx context.Context, id string, ttl time.Duration) error
+	// RenewAll is Renew for many leases at once (an edge renews all it holds on one timer): it extends
+	// every live lease of ids to expire ttl from now, in as few statements as the adapter can (ids are
+	// taken RenewBatch at a time, each batch one transaction), and returns the ids that were not renewed
+	// because they are released or expired, in no set order. An empty id or ttl <= 0 wraps ErrInvalid.
+	RenewAll(ctx context.Context, ids []string, ttl time.Duration) (gone []string, err error)
 	// Release deletes lease id; a missing lease is not an error.
 	Release(ctx context.Context, id string) error
 	// Count returns how many live leases user has, and how many its issuer has (all users together).
@@ -74,6 +79,38 @@ func ValidateRenew(id string, ttl time.Duration) error {
 		return fmt.Errorf("renew session lease %s: ttl %v, need > 0: %w", id, ttl, ErrInvalid)
 	}
 	return nil
+}
+
+// RenewBatch is how many leases one statement of RenewAll renews at most (SQLite binds up to 32,766
+// parameters; a PostgreSQL array has no such bound, but a shorter transaction conflicts less).
+const RenewBatch = 1000
+
+// ValidateRenewAll checks RenewAll's arguments the same way for every adapter; failures wrap ErrInvalid.
+func ValidateRenewAll(ids []string, ttl time.Duration) error {
+	for _, id := range ids {
+		if err := ValidateRenew(id, ttl); err != nil {
+			return err
+		}
+	}
+	if ttl <= 0 {
+		return ValidateRenew("renew-all", ttl)
+	}
+	return nil
+}
+
+// NotRenewed is ids less those renewed: RenewAll's answer from the ids a statement returned.
+func NotRenewed(ids, renewed []string) []string {
+	got := make(map[string]struct{}, len(renewed))
+	for _, id := range renewed {
+		got[id] = struct{}{}
+	}
+	var gone []string
+	for _, id := range ids {
+		if _, ok := got[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	return gone
 }
 
 // CheckSessionCaps decides Acquire for a new lease given the live counts read in the same transaction: nil,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,6 +107,33 @@ func (s *Sessions) Renew(ctx context.Context, id string, ttl time.Duration) erro
 		return fmt.Errorf("renew session lease %s: %w", id, billing.ErrLeaseGone)
 	}
 	return nil
+}
+
+// RenewAll renews every live lease of ids (billing.Sessions), billing.RenewBatch per transaction, and
+// returns those that are gone.
+func (s *Sessions) RenewAll(ctx context.Context, ids []string, ttl time.Duration) ([]string, error) {
+	if err := billing.ValidateRenewAll(ids, ttl); err != nil {
+		return nil, err
+	}
+	var gone []string
+	for batch := range slices.Chunk(ids, billing.RenewBatch) {
+		var renewed []string
+		err := s.l.tx(ctx, cockroachdb.TxOptions{Idempotent: true}, func(tx pgx.Tx) error {
+			now := s.l.now().UTC()
+			rows, err := tx.Query(ctx, `UPDATE session_leases SET expires_at = $2 WHERE id = ANY($1) AND expires_at > $3 RETURNING id`,
+				batch, now.Add(ttl), now)
+			if err != nil {
+				return err
+			}
+			renewed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("renew %d session leases: %w", len(batch), billing.ClassifyStore(err, nil))
+		}
+		gone = append(gone, billing.NotRenewed(batch, renewed)...)
+	}
+	return gone, nil
 }
 
 // Release deletes lease id (billing.Sessions); a missing lease is not an error. An empty id wraps

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,6 +113,45 @@ func Run(t *testing.T, open func(t *testing.T, clock *ledgertest.Clock) billing.
 		}
 	})
 
+	t.Run("RenewAll", func(t *testing.T) {
+		s, clock := fresh(t)
+		ctx := context.Background()
+		// One more than a batch, so that the second batch is renewed too.
+		ids := make([]string, billing.RenewBatch+1)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("l%d", i)
+			Acquire(t, s, Lease(ids[i], "iss", "u"), Unlimited, Unlimited)
+		}
+		if err := s.Release(ctx, ids[3]); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			clock.Advance(TTL - time.Second)
+			gone, err := s.RenewAll(ctx, append(slices.Clone(ids), "never"), TTL)
+			if err != nil {
+				t.Fatalf("renew all: %v", err)
+			}
+			slices.Sort(gone)
+			if want := []string{ids[3], "never"}; !slices.Equal(gone, want) {
+				t.Fatalf("renew all: gone %q, want %q", gone, want)
+			}
+		}
+		AssertCount(t, s, "iss", "u", int64(len(ids)-1), int64(len(ids)-1))
+		last := ids[len(ids)-1]
+		clock.Advance(TTL - time.Second)
+		if gone, err := s.RenewAll(ctx, []string{last}, TTL); err != nil || len(gone) != 0 {
+			t.Fatalf("renew the last: gone %q, %v", gone, err)
+		}
+		clock.Advance(TTL - time.Second) // only the last was renewed: the others lapse
+		AssertCount(t, s, "iss", "u", 1, 1)
+		if gone, err := s.RenewAll(ctx, ids[:2], TTL); err != nil || len(gone) != 2 {
+			t.Fatalf("renew expired leases: gone %q, %v, want both", gone, err)
+		}
+		if gone, err := s.RenewAll(ctx, nil, TTL); err != nil || len(gone) != 0 {
+			t.Fatalf("renew none: gone %q, %v", gone, err)
+		}
+	})
+
 	t.Run("ReleaseFrees", func(t *testing.T) {
 		s, _ := fresh(t)
 		Acquire(t, s, Lease("a", "iss", "u"), 1, Unlimited)
@@ -157,14 +197,17 @@ func Run(t *testing.T, open func(t *testing.T, clock *ledgertest.Clock) billing.
 		Acquire(t, s, Lease("a", "iss", "u"), 1, 1)
 		ctx := context.Background()
 		for name, err := range map[string]error{
-			"empty id":       s.Acquire(ctx, Lease("", "iss", "u"), 1, 1, TTL),
-			"empty issuer":   s.Acquire(ctx, Lease("b", "", "u"), 1, 1, TTL),
-			"empty user":     s.Acquire(ctx, Lease("b", "iss", ""), 1, 1, TTL),
-			"zero ttl":       s.Acquire(ctx, Lease("b", "iss", "u"), 1, 1, 0),
-			"id of another":  s.Acquire(ctx, Lease("a", "iss", "v"), Unlimited, Unlimited, TTL),
-			"renew no id":    s.Renew(ctx, "", TTL),
-			"renew zero ttl": s.Renew(ctx, "a", 0),
-			"release no id":  s.Release(ctx, ""),
+			"empty id":            s.Acquire(ctx, Lease("", "iss", "u"), 1, 1, TTL),
+			"empty issuer":        s.Acquire(ctx, Lease("b", "", "u"), 1, 1, TTL),
+			"empty user":          s.Acquire(ctx, Lease("b", "iss", ""), 1, 1, TTL),
+			"zero ttl":            s.Acquire(ctx, Lease("b", "iss", "u"), 1, 1, 0),
+			"id of another":       s.Acquire(ctx, Lease("a", "iss", "v"), Unlimited, Unlimited, TTL),
+			"renew no id":         s.Renew(ctx, "", TTL),
+			"renew zero ttl":      s.Renew(ctx, "a", 0),
+			"renew all no id":     second(s.RenewAll(ctx, []string{"a", ""}, TTL)),
+			"renew all zero ttl":  second(s.RenewAll(ctx, []string{"a"}, 0)),
+			"renew none zero ttl": second(s.RenewAll(ctx, nil, 0)),
+			"release no id":       s.Release(ctx, ""),
 		} {
 			if !errors.Is(err, billing.ErrInvalid) {
 				t.Errorf("%s: %v, want ErrInvalid", name, err)
@@ -229,6 +272,9 @@ func Race(t *testing.T, a, b billing.Sessions) {
 		}
 	}
 }
+
+// second is the error of a call that also returns a value.
+func second[T any](_ T, err error) error { return err }
 
 // Lease builds a lease.
 func Lease(id, issuer, user string) billing.SessionLease {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/warren-mesh/warren/billing"
@@ -86,6 +88,49 @@ func (s *Sessions) Renew(ctx context.Context, id string, ttl time.Duration) erro
 		return fmt.Errorf("renew session lease %s: %w", id, billing.ErrLeaseGone)
 	}
 	return nil
+}
+
+// RenewAll renews every live lease of ids (billing.Sessions), billing.RenewBatch per statement, and returns
+// those that are gone.
+func (s *Sessions) RenewAll(ctx context.Context, ids []string, ttl time.Duration) ([]string, error) {
+	if err := billing.ValidateRenewAll(ids, ttl); err != nil {
+		return nil, err
+	}
+	var gone []string
+	for batch := range slices.Chunk(ids, billing.RenewBatch) {
+		renewed, err := s.renewBatch(ctx, batch, ttl)
+		if err != nil {
+			return nil, fmt.Errorf("renew %d session leases: %w", len(batch), billing.ClassifyStore(err, nil))
+		}
+		gone = append(gone, billing.NotRenewed(batch, renewed)...)
+	}
+	return gone, nil
+}
+
+// renewBatch renews the live leases of ids in one statement and returns those it renewed.
+func (s *Sessions) renewBatch(ctx context.Context, ids []string, ttl time.Duration) ([]string, error) {
+	now := s.l.now()
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, expiry(now, ttl), now.UTC().UnixNano())
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	q := `UPDATE session_leases SET expires_at = ? WHERE expires_at > ? AND id IN (?` +
+		strings.Repeat(",?", len(ids)-1) + `) RETURNING id`
+	rows, err := s.l.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	renewed := make([]string, 0, len(ids))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		renewed = append(renewed, id)
+	}
+	return renewed, rows.Err()
 }
 
 // Release deletes lease id (billing.Sessions); a missing lease is not an error. An empty id wraps
