@@ -203,9 +203,6 @@ func anchorOf(c *token.Claims, acct billing.Account) time.Time {
 	return c.Budget.WindowStart.UTC().Truncate(time.Second)
 }
 
-// leaseTTL bounds how long a crashed edge's connections keep counting against the caps.
-const leaseTTL = time.Minute
-
 // admitChannel applies the connect rates and takes the connection's session lease, against the user's cap
 // and the issuer's. The user's and the issuer's connect buckets are taken from all or none, so a connect
 // one refuses costs the other nothing.
@@ -270,29 +267,12 @@ func newLeaseID() string {
 	return "edge/" + rand.Text()
 }
 
-// keepLease renews the connection's lease until ctx ends.
-func (e *Edge) keepLease(ctx context.Context, a *admitted) {
-	if a.lease == "" {
-		return
-	}
-	t := time.NewTicker(leaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := e.cfg.Sessions.Renew(ctx, a.lease, leaseTTL); err != nil && ctx.Err() == nil {
-				a.log.Warn("renew session lease", "err", err)
-			}
-		}
-	}
-}
-
+// releaseLease stops renewing a's session lease and releases it.
 func (e *Edge) releaseLease(a *admitted) {
 	if a.lease == "" {
 		return
 	}
+	e.leases.remove(a.lease)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := e.cfg.Sessions.Release(ctx, a.lease); err != nil {

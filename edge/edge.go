@@ -129,10 +129,14 @@ type Edge struct {
 	waiting  waitingInit   // agent channels authenticated and waiting for init, per user (channelinit.go)
 	resumes  resumeMemory  // what agent channels delivered, per user and session (resume.go)
 
-	stopMu   sync.Mutex     // guards stopped and channels.Add
-	stopped  bool           // Shutdown was called
-	stopping chan struct{}  // closed by Shutdown: every agent channel ends (shutdown.go)
-	channels sync.WaitGroup // agent channels being served (http.Server.Shutdown does not track them)
+	leases *leaseKeeper // renews the session leases of agent channels together (lease.go)
+
+	stopMu   sync.Mutex         // guards stopped and channels.Add
+	stopped  bool               // Shutdown was called
+	stopCtx  context.Context    // done once Shutdown is called: every agent channel ends (shutdown.go)
+	stopAll  context.CancelFunc // ends stopCtx
+	stopping <-chan struct{}    // stopCtx.Done()
+	channels sync.WaitGroup     // agent channels being served (http.Server.Shutdown does not track them)
 }
 
 // New validates cfg and returns an Edge.
@@ -174,7 +178,8 @@ func New(cfg Config) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, stopping: make(chan struct{}), runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
+	stopCtx, stopAll := context.WithCancel(context.Background())
+	e := &Edge{cfg: cfg, log: cfg.Logger, m: m, stopCtx: stopCtx, stopAll: stopAll, stopping: stopCtx.Done(), runners: cfg.HTTPClient, limiter: NewLimiter(nil, 0),
 		peers: &peers{dir: cfg.Directory, self: cfg.Region}, mpool: newMeshPool(), admits: newAdmissionCache(cfg.AdmissionCacheTTL)}
 	if e.runners == nil {
 		e.runners = &http.Client{Transport: &http.Transport{
@@ -186,6 +191,7 @@ func New(cfg Config) (*Edge, error) {
 		e.lean = newLeanHop(e.runners.Transport)
 	}
 	e.resumes.now = cfg.Now
+	e.leases = newLeaseKeeper(cfg.Sessions, leaseRenewEvery)
 	e.meshIdle.Store(int64(meshServeIdleTimeout))
 	e.routes()
 	return e, nil

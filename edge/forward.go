@@ -698,7 +698,7 @@ func (e *Edge) serveForwardedWS(ctx context.Context, from string, s meshStream, 
 	a.log.Info("forwarded agent channel open")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go e.endOnShutdown(ctx, cancel, c)
+	defer e.endOnShutdown(cancel, c)()
 	done := make(chan struct{})
 	go func() { // runner → stream
 		defer close(done)

@@ -3,10 +3,12 @@ package edge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,8 +43,14 @@ func (r *oneRunner) Forget(context.Context, registry.Entry) {}
 // quotaLedger is a real SQLite ledger with k's issuer registered and quota q at k.
 func quotaLedger(t *testing.T, k billing.QuotaKey, q billing.Quota) *sqlite.Ledger {
 	t.Helper()
+	return quotaLedgerAt(t, k, q, nil)
+}
+
+// quotaLedgerAt is quotaLedger on clock now (nil: time.Now).
+func quotaLedgerAt(t *testing.T, k billing.QuotaKey, q billing.Quota, now func() time.Time) *sqlite.Ledger {
+	t.Helper()
 	ctx := context.Background()
-	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
+	ledger, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +69,13 @@ func quotaLedger(t *testing.T, k billing.QuotaKey, q billing.Quota) *sqlite.Ledg
 func leaseEdge(t *testing.T, q billing.Quota, k billing.QuotaKey) (string, *oneRunner) {
 	t.Helper()
 	ledger := quotaLedger(t, k, q)
+	url, rn, _ := leaseEdgeOn(t, k.Issuer, ledger, ledger.Sessions())
+	return url, rn
+}
+
+// leaseEdgeOn is leaseEdge on ledger, with its session leases in sessions; it returns the edge too.
+func leaseEdgeOn(t *testing.T, issuer string, ledger *sqlite.Ledger, sessions billing.Sessions) (string, *oneRunner, *Edge) {
+	t.Helper()
 	rn := &oneRunner{opened: make(chan struct{}, 8)}
 	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
@@ -78,15 +93,15 @@ func leaseEdge(t *testing.T, q billing.Quota, k billing.QuotaKey) (string, *oneR
 	t.Cleanup(rs.Close)
 	rn.addr = strings.TrimPrefix(rs.URL, "http://")
 	e, err := New(Config{
-		Region: "r", Verifier: claimsVerifier{issuer: k.Issuer}, Sandboxes: rn, Ledger: ledger, Quotas: ledger,
-		Sessions: ledger.Sessions(), Rates: Rates{ConnectsPerUser: -1, ConnectsPerIssuer: -1, PromptsPerUser: -1, PromptsPerIssuer: -1},
+		Region: "r", Verifier: claimsVerifier{issuer: issuer}, Sandboxes: rn, Ledger: ledger, Quotas: ledger,
+		Sessions: sessions, Rates: Rates{ConnectsPerUser: -1, ConnectsPerIssuer: -1, PromptsPerUser: -1, PromptsPerIssuer: -1},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(e.Handler())
 	t.Cleanup(srv.Close)
-	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws", rn
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws", rn, e
 }
 
 // dialAs opens an agent channel as user with the given X-Request-Id. It returns the connection once the
@@ -186,4 +201,103 @@ func TestLeaseIDsAreTheEdges(t *testing.T) {
 	if a == b || !strings.HasPrefix(a, "edge/") || len(a) < len("edge/")+26 {
 		t.Fatalf("lease ids %q, %q: want distinct edge/ + 128 random bits", a, b)
 	}
+}
+
+// countedSessions are a real store's session leases, counting the renewals asked of it.
+type countedSessions struct {
+	billing.Sessions
+	mu      sync.Mutex
+	renews  int // Renew calls
+	batches int // RenewAll calls
+	largest int // most ids in one RenewAll
+}
+
+func (s *countedSessions) Renew(ctx context.Context, id string, ttl time.Duration) error {
+	s.mu.Lock()
+	s.renews++
+	s.mu.Unlock()
+	return s.Sessions.Renew(ctx, id, ttl)
+}
+
+func (s *countedSessions) RenewAll(ctx context.Context, ids []string, ttl time.Duration) ([]string, error) {
+	gone, err := s.Sessions.RenewAll(ctx, ids, ttl)
+	s.mu.Lock()
+	s.batches++
+	s.largest = max(s.largest, len(ids))
+	s.mu.Unlock()
+	return gone, err
+}
+
+func (s *countedSessions) counts() (renews, batches, largest int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renews, s.batches, s.largest
+}
+
+// testClock is a clock the test moves.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// An edge renews the leases of all its channels together, one store call per period, not one per channel:
+// past their first expiry they still count (a fourth channel is refused at a cap of three), a closed
+// channel's lease is no longer renewed, and with no channel left the edge stops renewing.
+func TestLeasesRenewedTogether(t *testing.T) {
+	k := billing.QuotaKey{Issuer: "iss", User: "u"}
+	clock := &testClock{now: time.Now()}
+	ledger := quotaLedgerAt(t, k, billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 3}, clock.Now)
+	sessions := &countedSessions{Sessions: ledger.Sessions()}
+	url, rn, e := leaseEdgeOn(t, k.Issuer, ledger, sessions)
+	e.leases.every = 20 * time.Millisecond // before any channel arms it
+
+	var conns []*websocket.Conn
+	for i := range 3 {
+		c, err := dialAs(t, url, "u", fmt.Sprint("r", i), rn)
+		if err != nil {
+			t.Fatalf("channel %d refused: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	// Move the store's clock close to the leases' expiry, then wait for two renewals after the move: the
+	// second began after it, so it renewed from the new time.
+	clock.advance(leaseTTL - time.Second)
+	_, from, _ := sessions.counts()
+	waitFor(t, "two renewals", func() bool { _, b, _ := sessions.counts(); return b >= from+2 })
+	clock.advance(leaseTTL / 2) // past the first expiry
+	if u, _, err := sessions.Count(context.Background(), "iss", "u"); err != nil || u != 3 {
+		t.Fatalf("live leases past their first expiry: %d, %v; want 3 (renewed)", u, err)
+	}
+	_, err := dialAs(t, url, "u", "r3", rn)
+	wantRefused(t, err, wire.ConcurrencyLimit)
+	renews, _, largest := sessions.counts()
+	if renews != 0 || largest != 3 {
+		t.Fatalf("%d single renewals, at most %d leases renewed in one call; want 0 and all 3 together", renews, largest)
+	}
+
+	conns[0].Close(websocket.StatusNormalClosure, "")
+	waitFor(t, "the closed channel's lease released", func() bool {
+		u, _, err := sessions.Count(context.Background(), "iss", "u")
+		return err == nil && u == 2 && len(e.leases.heldIDs()) == 2
+	})
+	for _, c := range conns[1:] {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+	waitFor(t, "renewals stopped", func() bool {
+		e.leases.mu.Lock()
+		defer e.leases.mu.Unlock()
+		return len(e.leases.held) == 0 && e.leases.timer == nil
+	})
 }

@@ -24,7 +24,7 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	e.stopMu.Lock()
 	if !e.stopped {
 		e.stopped = true
-		close(e.stopping)
+		e.stopAll()
 	}
 	e.stopMu.Unlock()
 	done := make(chan struct{})
@@ -57,14 +57,13 @@ func (e *Edge) closeGoingAway(c msgConn) {
 	_ = c.Close(websocket.StatusGoingAway, wire.CloseReason(errEdgeShutdown))
 }
 
-// endOnShutdown closes c for the edge's shutdown and cancels the relay, unless ctx ends first.
-func (e *Edge) endOnShutdown(ctx context.Context, cancel context.CancelFunc, c msgConn) {
-	select {
-	case <-e.stopping:
+// endOnShutdown closes c for the edge's shutdown and cancels the relay, unless the stop it returns is
+// called first (when the relay ends). Waiting holds no goroutine: an idle channel costs its readers only.
+func (e *Edge) endOnShutdown(cancel context.CancelFunc, c msgConn) (stop func() bool) {
+	return context.AfterFunc(e.stopCtx, func() {
 		e.closeGoingAway(c)
 		cancel()
-	case <-ctx.Done():
-	}
+	})
 }
 
 // maxErrorFrame bounds the runner frames looked at for being an error message (they are small).

@@ -50,15 +50,17 @@ const (
 // before the relay are sent as an error message and a close with the wire close code, so a browser (which
 // cannot see an HTTP status of a failed upgrade) learns why.
 func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
+	var ends channelEnds
+	defer ends.run()
 	e.m.connections.WithLabelValues(transport).Inc()
 	e.m.active.WithLabelValues(transport).Inc()
-	defer e.m.active.WithLabelValues(transport).Dec()
+	ends.add(e.m.active.WithLabelValues(transport).Dec)
 	ctx := r.Context()
 	if !e.channelStarted() {
 		e.closeGoingAway(c)
 		return
 	}
-	defer e.channels.Done()
+	ends.add(e.channels.Done)
 
 	claims, err := e.authenticate(ctx, r)
 	if err == nil {
@@ -86,7 +88,7 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 	if op.orphan != "" {
 		// A lost session the edge resumed on its own that does not open (refused, not found) is not
 		// tried again, or a client that reconnects after every close would loop on it.
-		defer track.failed(op.orphan)
+		ends.add(func() { track.failed(op.orphan) })
 	}
 	a, err := e.admitAs(ctx, claims, true)
 	if err != nil {
@@ -102,15 +104,14 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 	}
 	a.log = a.log.With("transport", transport)
 	release := sync.OnceFunc(func() { e.releaseLease(a) })
-	defer release()
-	lctx, stopLease := context.WithCancel(ctx)
-	defer stopLease()
-	go e.keepLease(lctx, a)
+	ends.add(release)
+	if a.lease != "" {
+		e.leases.add(a.lease, a.log)
+	}
 	var rc msgConn
 	if a.owner != "" {
 		s, err := e.openForward(ctx, a, mesh.KindWebSocket, nil)
 		if err != nil {
-			stopLease()
 			release() // before the client learns of the refusal
 			e.closeWith(ctx, c, err)
 			return
@@ -132,7 +133,36 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 		}
 	}
 	a.log.Info("agent channel open")
-	e.relay(ctx, c, rc, a)
+	if transport != transportWebSocket {
+		e.relay(ctx, c, rc, a)
+		return
+	}
+	// A hijacked WebSocket outlives its handler: the relay gets a goroutine of its own and the handler's,
+	// whose stack admission grew (16 KiB and more), ends. The request's context ends with the handler, so
+	// the relay keeps only its values; nothing else ended it while the handler ran.
+	rest := ends.take()
+	go func() {
+		defer rest.run()
+		e.relay(context.WithoutCancel(ctx), c, rc, a)
+	}()
+}
+
+// channelEnds are what ends with an agent channel, run last added first.
+type channelEnds []func()
+
+func (f *channelEnds) add(end func()) { *f = append(*f, end) }
+
+// take hands the ends over to whoever runs them instead.
+func (f *channelEnds) take() channelEnds {
+	t := *f
+	*f = nil
+	return t
+}
+
+func (f *channelEnds) run() {
+	for i := len(*f) - 1; i >= 0; i-- {
+		(*f)[i]()
+	}
 }
 
 // dialRunner opens the runner's agent channel, replacing a runner that cannot be reached once.
@@ -174,11 +204,11 @@ func (e *Edge) relay(ctx context.Context, c msgConn, rc msgConn, a *admitted) {
 		defer close(done)
 		e.fromRunner(ctx, cancel, c, rc, a)
 	}()
-	go e.endOnShutdown(ctx, cancel, c)
+	defer e.endOnShutdown(cancel, c)()
 	// pings keep idle connections alive through proxies and detect dead clients (a WebTransport session
 	// has QUIC's keep-alive and idle timeout instead)
 	if p, ok := pingerOf(c); ok {
-		go e.ping(ctx, cancel, p, a)
+		defer e.startPings(ctx, cancel, p, a)()
 	}
 
 	// client → runner
@@ -237,25 +267,47 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// ping pings c every PingInterval until ctx ends; a ping not answered within the interval ends the channel.
-func (e *Edge) ping(ctx context.Context, cancel context.CancelFunc, c pinger, a *admitted) {
-	t := time.NewTicker(e.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pctx, pcancel := context.WithTimeout(ctx, e.cfg.PingInterval)
-			err := c.Ping(pctx)
-			pcancel()
-			if err != nil && ctx.Err() == nil {
-				a.log.Info("client did not answer ping", "err", err)
-				cancel()
-				return
-			}
-		}
+// startPings pings c every PingInterval until ctx ends or the stop it returns is called; a ping not
+// answered within the interval ends the channel (cancel). Between pings it holds a timer, not a goroutine.
+func (e *Edge) startPings(ctx context.Context, cancel context.CancelFunc, c pinger, a *admitted) (stop func()) {
+	p := &pings{ctx: ctx, cancel: cancel, c: c, a: a, every: e.cfg.PingInterval}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t = time.AfterFunc(p.every, p.ping)
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.t.Stop()
 	}
+}
+
+// pings is the ping timer of one channel.
+type pings struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	c      pinger
+	a      *admitted
+	every  time.Duration
+	mu     sync.Mutex  // guards t
+	t      *time.Timer // fires ping
+}
+
+// ping pings once, in the timer's goroutine, and arms the timer again while the channel lasts.
+func (p *pings) ping() {
+	pctx, pcancel := context.WithTimeout(p.ctx, p.every)
+	err := p.c.Ping(pctx)
+	pcancel()
+	if p.ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		p.a.log.Info("client did not answer ping", "err", err)
+		p.cancel()
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t.Reset(p.every)
 }
 
 // fromRunner copies the runner's messages to c, as they are, until either side ends, then cancels. A close
