@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,12 +71,15 @@ type procSample struct {
 	cpu         time.Duration
 }
 
+// sampleSelf reads the CPU before the collection it forces, so the collections of the samples stay
+// outside the window measured between two of them.
 func sampleSelf() procSample {
+	cpu := selfCPU()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	fds, _ := os.ReadDir("/proc/self/fd")
-	return procSample{heap: ms.HeapInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine(), fds: len(fds), cpu: selfCPU()}
+	return procSample{heap: ms.HeapInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine(), fds: len(fds), cpu: cpu}
 }
 
 // selfCPU is the user and system CPU this process has used (/proc/self/stat, clock ticks of 10 ms).
@@ -94,7 +98,7 @@ func selfCPU() time.Duration {
 // started), dialed by a child process so that the clients' memory is not the edge's, and prints what each
 // costs the edge process: heap and stacks, goroutines and fds, its CPU while they idle for idle, and the
 // connect → ready latencies while they arrive.
-func benchConns(ctx context.Context, stdout io.Writer, st *devstack.Stack, mint func(string) (string, error), n, users, conc int, idle time.Duration, nofile string) error {
+func benchConns(ctx context.Context, stdout io.Writer, st *devstack.Stack, mint func(string) (string, error), n, users, conc int, idle time.Duration, nofile, profile string) error {
 	tokens := make([]string, users)
 	for i := range users {
 		tok, err := mint(fmt.Sprintf("conns-user-%d", i))
@@ -116,10 +120,28 @@ func benchConns(ctx context.Context, stdout io.Writer, st *devstack.Stack, mint 
 	}
 	defer close(hold)
 	mid := sampleSelf()
+	if profile != "" {
+		if err := writeHeapProfile(profile); err != nil {
+			return err
+		}
+	}
+	if profile != "" {
+		f, err := os.Create(profile + ".cpu")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	select {
 	case <-time.After(idle):
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if profile != "" {
+		pprof.StopCPUProfile()
 	}
 	after := sampleSelf()
 	up := n - res.Failed
@@ -145,6 +167,19 @@ func benchConns(ctx context.Context, stdout io.Writer, st *devstack.Stack, mint 
 		fmt.Fprintf(stdout, "%-44s %d, first: %s\n", "channels that failed to open", res.Failed, strings.Join(res.Errors, "; "))
 	}
 	return nil
+}
+
+// writeHeapProfile writes the heap profile (go tool pprof) of the edge process holding its channels to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // dialConns runs the dialing child on job and returns its result. With hold nil the channels are closed

@@ -54,6 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	conns := fs.Int("conns", 0, "only hold this many idle agent channels on the edge (dialed by a child process, -concurrency at once) and print what each costs the edge: memory, goroutines, fds, idle CPU, connect p99")
 	connsUsers := fs.Int("conns-users", 20, "with -conns: the users (sandboxes) the channels are spread over")
 	connsIdle := fs.Duration("conns-idle", time.Minute, "with -conns: how long the channels idle while the edge's CPU is measured (a lease renewal period is 20s)")
+	connsProfile := fs.String("conns-profile", "", "with -conns: write the edge process's heap profile, taken with the channels open, to this file, and its CPU profile while they idle to this file + .cpu")
 	dialer := fs.Bool("conns-dialer", false, "internal: the dialing child of -conns")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,7 +98,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return token.Mint(st.DevKey, token.Claims{Issuer: devstack.DevIssuer, Subject: user, ExpiresAt: time.Now().Add(time.Hour)})
 	}
 	if *conns > 0 {
-		return benchConns(ctx, stdout, st, mint, *conns, *connsUsers, *conc, *connsIdle, nofile)
+		return benchConns(ctx, stdout, st, mint, *conns, *connsUsers, *conc, *connsIdle, nofile, *connsProfile)
 	}
 	fmt.Fprintf(stdout, "warren bench: %d new users (concurrency %d), %d execs per path, isolation=%s, agent=%t\n\n",
 		*users, *conc, *execs, roles.IsolationLabel(*insecure), cli != "")
