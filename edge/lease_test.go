@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/warren-mesh/warren/billing"
+	"github.com/warren-mesh/warren/billing/ledgertest"
 	"github.com/warren-mesh/warren/billing/sqlite"
 	"github.com/warren-mesh/warren/internal/registry"
 	"github.com/warren-mesh/warren/internal/token"
@@ -234,30 +235,12 @@ func (s *countedSessions) counts() (renews, batches, largest int) {
 	return s.renews, s.batches, s.largest
 }
 
-// testClock is a clock the test moves.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // An edge renews the leases of all its channels together, one store call per period, not one per channel:
 // past their first expiry they still count (a fourth channel is refused at a cap of three), a closed
 // channel's lease is no longer renewed, and with no channel left the edge stops renewing.
 func TestLeasesRenewedTogether(t *testing.T) {
 	k := billing.QuotaKey{Issuer: "iss", User: "u"}
-	clock := &testClock{now: time.Now()}
+	clock := ledgertest.NewClock(time.Now())
 	ledger := quotaLedgerAt(t, k, billing.Quota{AIMicros: -1, ComputeSeconds: -1, Window: billing.Lifetime, MaxConcurrentSessions: 3}, clock.Now)
 	sessions := &countedSessions{Sessions: ledger.Sessions()}
 	url, rn, e := leaseEdgeOn(t, k.Issuer, ledger, sessions)
@@ -273,10 +256,10 @@ func TestLeasesRenewedTogether(t *testing.T) {
 	}
 	// Move the store's clock close to the leases' expiry, then wait for two renewals after the move: the
 	// second began after it, so it renewed from the new time.
-	clock.advance(leaseTTL - time.Second)
+	clock.Advance(leaseTTL - time.Second)
 	_, from, _ := sessions.counts()
 	waitFor(t, "two renewals", func() bool { _, b, _ := sessions.counts(); return b >= from+2 })
-	clock.advance(leaseTTL / 2) // past the first expiry
+	clock.Advance(leaseTTL / 2) // past the first expiry
 	if u, _, err := sessions.Count(context.Background(), "iss", "u"); err != nil || u != 3 {
 		t.Fatalf("live leases past their first expiry: %d, %v; want 3 (renewed)", u, err)
 	}
