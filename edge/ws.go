@@ -133,31 +133,16 @@ func (e *Edge) serveChannel(r *http.Request, c msgConn, transport string) {
 		}
 	}
 	a.log.Info("agent channel open")
-	if transport != transportWebSocket {
-		e.relay(ctx, c, rc, a)
-		return
-	}
-	// A hijacked WebSocket outlives its handler: the relay gets a goroutine of its own and the handler's,
-	// whose stack admission grew (16 KiB and more), ends. The request's context ends with the handler, so
-	// the relay keeps only its values; nothing else ended it while the handler ran.
-	rest := ends.take()
-	go func() {
-		defer rest.run()
-		e.relay(context.WithoutCancel(ctx), c, rc, a)
-	}()
+	// The relay runs on the handler's goroutine. (Handing a WebSocket's relay to a goroutine of its own,
+	// so the handler's grown stack could go, ended a reconnect resumed silently: reads still under the
+	// request's context were cancelled with it, and the connection with them.)
+	e.relay(ctx, c, rc, a)
 }
 
 // channelEnds are what ends with an agent channel, run last added first.
 type channelEnds []func()
 
 func (f *channelEnds) add(end func()) { *f = append(*f, end) }
-
-// take hands the ends over to whoever runs them instead.
-func (f *channelEnds) take() channelEnds {
-	t := *f
-	*f = nil
-	return t
-}
 
 func (f *channelEnds) run() {
 	for i := len(*f) - 1; i >= 0; i-- {
