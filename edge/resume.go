@@ -2,13 +2,13 @@ package edge
 
 import (
 	"bytes"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/warren-mesh/warren/internal/strictjson"
 	"github.com/warren-mesh/warren/internal/wire"
 )
 
@@ -237,7 +237,9 @@ func readRunnerFrame(data []byte) runnerFrame {
 			} `json:"data"`
 		} `json:"payload"`
 	}
-	if json.Unmarshal(data, &m) != nil {
+	// Exactly (strictjson): the frame's strings are the tenant's, and encoding/json would read "pAYloAd"
+	// and "CAllId" as the fields, and invalid UTF-8 as U+FFFD.
+	if strictjson.Unmarshal(data, &m) != nil {
 		return f
 	}
 	switch {

@@ -111,6 +111,8 @@ func TestReadRunnerFrame(t *testing.T) {
 		{`{"seq":6,"payload":{"action":"session_info","data":{"sessionId":"s-2"}},"type":"control"}`, runnerFrame{seq: 6}},
 		{`{"payload":{"code":"unavailable"},"type":"error"}`, runnerFrame{}},
 		{`{"seq":x,"type":"tool_call"}`, runnerFrame{}},
+		{"{\"pAYloAd\":{\"CAllId\":\"\xc7\"},\"type\":\"tool_call\"}", runnerFrame{}}, // found by FuzzReadRunnerFrame
+		{`{"seq":7,"payload":{"callId":"a","callId":"b"},"type":"tool_call"}`, runnerFrame{seq: 7}},
 	} {
 		if got := readRunnerFrame([]byte(c.in)); got != c.want {
 			t.Errorf("readRunnerFrame(%s) = %+v, want %+v", c.in, got, c.want)
